@@ -1,0 +1,1 @@
+"""Interpscope backend: pure Python + PyTorch. Never imports streamlit."""

@@ -1,0 +1,34 @@
+"""Per-architecture adapters. Adding a family = one adapter file + one line in ADAPTERS."""
+from __future__ import annotations
+
+from torch import nn
+
+from backend.adapters.base import HookSpec, ModelAdapter
+from backend.adapters.gpt2 import GPT2Adapter
+from backend.adapters.llama import LlamaAdapter
+from backend.adapters.mamba import MambaAdapter
+from backend.adapters.neox import NeoXAdapter
+from backend.config import InterpscopeError
+
+ADAPTERS: list[type[ModelAdapter]] = [LlamaAdapter, GPT2Adapter, NeoXAdapter, MambaAdapter]
+
+
+def family_of(model_type: str) -> str | None:
+    """The adapter family for a HF config.model_type, or None when unsupported."""
+    for adapter_cls in ADAPTERS:
+        if model_type in adapter_cls.model_types:  # type: ignore[attr-defined]
+            return adapter_cls.family
+    return None
+
+
+def get_adapter(model: nn.Module) -> ModelAdapter:
+    """The adapter for a loaded Hugging Face causal LM."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    for adapter_cls in ADAPTERS:
+        if model_type in adapter_cls.model_types:  # type: ignore[attr-defined]
+            return adapter_cls(model)
+    supported = sorted(t for a in ADAPTERS for t in a.model_types)  # type: ignore[attr-defined]
+    raise InterpscopeError(f"Unsupported model type {model_type!r}. Supported: {', '.join(supported)}.")
+
+
+__all__ = ["ADAPTERS", "HookSpec", "ModelAdapter", "family_of", "get_adapter"]

@@ -1,0 +1,53 @@
+"""GPT-2 family: LayerNorm, learned positions, Conv1D projections (weights stored [in, out])."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from backend.adapters.base import ModelAdapter
+
+
+class GPT2Adapter(ModelAdapter):
+    family = "gpt2"
+    norm_kind = "layernorm"
+    model_types = ("gpt2",)
+
+    def _core(self) -> nn.Module:
+        return self.model.transformer
+
+    def embedding(self) -> nn.Embedding:
+        return self._core().wte
+
+    def position_embedding(self) -> nn.Embedding:
+        return self._core().wpe
+
+    def blocks(self) -> nn.ModuleList:
+        return self._core().h
+
+    def attention(self, layer: int) -> nn.Module:
+        return self.blocks()[layer].attn
+
+    def mlp(self, layer: int) -> nn.Module:
+        return self.blocks()[layer].mlp
+
+    def mlp_down(self, layer: int) -> nn.Module:
+        return self.mlp(layer).c_proj
+
+    def attention_norm(self, layer: int) -> nn.Module:
+        return self.blocks()[layer].ln_1
+
+    def mlp_norm(self, layer: int) -> nn.Module:
+        return self.blocks()[layer].ln_2
+
+    def final_norm(self) -> nn.Module:
+        return self._core().ln_f
+
+    def unembedding(self) -> nn.Module:
+        return self.model.lm_head
+
+    def W_out(self, layer: int) -> torch.Tensor:
+        return self.mlp_down(layer).weight  # Conv1D: [d_mlp, d_model] already
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.config.n_head)

@@ -1,0 +1,58 @@
+"""Llama family: Llama, SmolLM2, Qwen2, Mistral (RMSNorm, gated SiLU MLP, rotary attention)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from backend.adapters.base import ModelAdapter
+
+
+class LlamaAdapter(ModelAdapter):
+    family = "llama"
+    norm_kind = "rmsnorm"
+    model_types = ("llama", "qwen2", "mistral", "qwen3", "olmo", "gemma")
+
+    def _core(self) -> nn.Module:
+        return self.model.model
+
+    def embedding(self) -> nn.Embedding:
+        return self._core().embed_tokens
+
+    def blocks(self) -> nn.ModuleList:
+        return self._core().layers
+
+    def attention(self, layer: int) -> nn.Module:
+        return self.blocks()[layer].self_attn
+
+    def attention_projections(self, layer: int) -> dict[str, nn.Module]:
+        attn = self.attention(layer)
+        return {"q": attn.q_proj, "k": attn.k_proj, "v": attn.v_proj, "o": attn.o_proj}
+
+    def mlp(self, layer: int) -> nn.Module:
+        return self.blocks()[layer].mlp
+
+    def mlp_down(self, layer: int) -> nn.Module:
+        return self.mlp(layer).down_proj
+
+    def attention_norm(self, layer: int) -> nn.Module:
+        return self.blocks()[layer].input_layernorm
+
+    def mlp_norm(self, layer: int) -> nn.Module:
+        return self.blocks()[layer].post_attention_layernorm
+
+    def final_norm(self) -> nn.Module:
+        return self._core().norm
+
+    def unembedding(self) -> nn.Module:
+        return self.model.lm_head
+
+    def W_out(self, layer: int) -> torch.Tensor:
+        return self.mlp_down(layer).weight.T
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.config.num_attention_heads)
+
+    @property
+    def d_head(self) -> int:
+        return int(getattr(self.config, "head_dim", None) or self.d_model // self.n_heads)

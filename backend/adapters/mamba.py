@@ -1,0 +1,52 @@
+"""Mamba (HF MambaForCausalLM): RMSNorm blocks around a selective state-space mixer; no attention, no MLP."""
+from __future__ import annotations
+
+from torch import nn
+
+from backend.adapters.base import ModelAdapter
+
+
+class MambaAdapter(ModelAdapter):
+    family = "mamba"
+    norm_kind = "rmsnorm"
+    has_attention = False
+    has_mlp = False
+    model_types = ("mamba",)
+
+    def _core(self) -> nn.Module:
+        return self.model.backbone
+
+    def embedding(self) -> nn.Embedding:
+        return self._core().embeddings
+
+    def blocks(self) -> nn.ModuleList:
+        return self._core().layers
+
+    def mixer(self, layer: int) -> nn.Module:
+        return self.blocks()[layer].mixer
+
+    def attention_norm(self, layer: int) -> nn.Module:
+        return self.blocks()[layer].norm
+
+    def final_norm(self) -> nn.Module:
+        return self._core().norm_f
+
+    def unembedding(self) -> nn.Module:
+        return self.model.lm_head
+
+    @property
+    def n_heads(self) -> int:
+        return 0
+
+    @property
+    def d_state(self) -> int:
+        return int(self.config.state_size)
+
+    @property
+    def d_inner(self) -> int:
+        return int(self.config.intermediate_size)
+
+    def describe(self) -> dict:
+        info = super().describe()
+        info.update({"d_state": self.d_state, "d_inner": self.d_inner})
+        return info

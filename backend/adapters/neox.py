@@ -1,0 +1,50 @@
+"""GPT-NeoX family (Pythia): LayerNorm, rotary, fused QKV, usually a parallel residual."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from backend.adapters.base import ModelAdapter
+
+
+class NeoXAdapter(ModelAdapter):
+    family = "gpt_neox"
+    norm_kind = "layernorm"
+    model_types = ("gpt_neox",)
+
+    @property
+    def parallel_residual(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self.config, "use_parallel_residual", True))
+
+    def _core(self) -> nn.Module:
+        return self.model.gpt_neox
+
+    def embedding(self) -> nn.Embedding:
+        return self._core().embed_in
+
+    def blocks(self) -> nn.ModuleList:
+        return self._core().layers
+
+    def attention(self, layer: int) -> nn.Module:
+        return self.blocks()[layer].attention
+
+    def mlp(self, layer: int) -> nn.Module:
+        return self.blocks()[layer].mlp
+
+    def mlp_down(self, layer: int) -> nn.Module:
+        return self.mlp(layer).dense_4h_to_h
+
+    def attention_norm(self, layer: int) -> nn.Module:
+        return self.blocks()[layer].input_layernorm
+
+    def mlp_norm(self, layer: int) -> nn.Module:
+        return self.blocks()[layer].post_attention_layernorm
+
+    def final_norm(self) -> nn.Module:
+        return self._core().final_layer_norm
+
+    def unembedding(self) -> nn.Module:
+        return self.model.get_output_embeddings()
+
+    def W_out(self, layer: int) -> torch.Tensor:
+        return self.mlp_down(layer).weight.T

@@ -1,0 +1,53 @@
+"""`interpscope models` and `interpscope predict`."""
+from __future__ import annotations
+
+import argparse
+
+from backend.cli.common import add_model_args, emit_json, load_from_args, read_text_file
+from backend.config import InterpscopeError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    models = subparsers.add_parser("models", help="list bundled and locally cached models")
+    models.add_argument("--json", action="store_true", help="print JSON")
+    models.set_defaults(func=run_models)
+
+    predict = subparsers.add_parser("predict", help="top next-token probabilities after a text")
+    add_model_args(predict)
+    source = predict.add_mutually_exclusive_group(required=True)
+    source.add_argument("--text", help="the text")
+    source.add_argument("--file", help="a UTF-8 text file")
+    predict.add_argument("--top", type=int, default=10, help="how many tokens (default 10)")
+    predict.add_argument("--json", action="store_true", help="print JSON")
+    predict.set_defaults(func=run_predict)
+
+
+def run_models(args: argparse.Namespace) -> int:
+    from backend.models.loading import available_models
+
+    models = available_models()
+    if args.json:
+        emit_json([{"name": m["name"], "family": m["family"], "source": m["source"]} for m in models])
+    else:
+        for m in models:
+            print(f"{m['name']:<40} {m['family']:<10} {m['source']}")
+    return 0
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    from backend.predict import predict_next
+
+    if args.top < 1:
+        raise InterpscopeError("--top must be at least 1.")
+    text = read_text_file(args.file) if args.file else args.text
+    lm = load_from_args(args)
+    result = predict_next(lm, text, top=args.top)
+    if args.json:
+        emit_json({"model": result.model, "tokens": result.tokens, "token_ids": result.token_ids,
+                   "predictions": [{"token": p.token, "id": p.id, "prob": p.prob} for p in result.predictions],
+                   "entropy": result.entropy})
+    else:
+        print("tokens:", " | ".join(result.tokens))
+        for p in result.predictions:
+            print(f"{p.prob:8.4f}  {p.token!r}")
+    return 0

@@ -1,0 +1,55 @@
+"""Checks on everything a person types or uploads, with messages meant for them."""
+from __future__ import annotations
+
+import codecs
+import os
+
+from backend.config import InterpscopeError
+
+MAX_UPLOAD_BYTES = 20 * 1024 * 1024
+DEFAULT_TOKEN_CAP = int(os.environ.get("INTERPSCOPE_MAX_TOKENS", "1024"))
+
+
+def check_text(text: object) -> str:
+    """Return the text if it is usable; raise a clear error for empty, non-text or binary input."""
+    if text is None:
+        raise InterpscopeError("The text is empty: type or upload some text first.")
+    if not isinstance(text, str):
+        raise InterpscopeError(f"Expected text, got {type(text).__name__}.")
+    if not text.strip():
+        raise InterpscopeError("The text is empty (only whitespace): type or upload some text first.")
+    if "\x00" in text:
+        raise InterpscopeError("The text contains NUL bytes: it looks like a binary file, not text.")
+    control = sum(1 for ch in text if ord(ch) < 32 and ch not in "\n\r\t\f\v")
+    if control > max(8, len(text) // 100):
+        raise InterpscopeError("The text is mostly control characters: it looks like a binary file, not text.")
+    return text
+
+
+def decode_bytes(data: bytes, name: str = "upload") -> str:
+    """Decode an uploaded file as UTF-8 (or UTF-16 with a BOM); refuse binary and other encodings clearly."""
+    if not data:
+        raise InterpscopeError(f"{name} is empty.")
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise InterpscopeError(
+            f"{name} is {len(data) / 1e6:.1f} MB; the limit is {MAX_UPLOAD_BYTES / 1e6:.0f} MB.")
+    if data.startswith(codecs.BOM_UTF16_LE) or data.startswith(codecs.BOM_UTF16_BE):
+        text = data.decode("utf-16")
+    else:
+        if b"\x00" in data[:8192]:
+            raise InterpscopeError(f"{name} looks like a binary file (it contains NUL bytes), not text.")
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as err:
+            raise InterpscopeError(
+                f"{name} is not valid UTF-8 text (byte {err.start}): save it as UTF-8 and try again.") from None
+    return check_text(text)
+
+
+def check_token_count(n_tokens: int, cap: int) -> None:
+    if n_tokens == 0:
+        raise InterpscopeError("The text produced no tokens.")
+    if n_tokens > cap:
+        raise InterpscopeError(
+            f"The text is {n_tokens} tokens long; the limit here is {cap} tokens "
+            f"(the model's context or INTERPSCOPE_MAX_TOKENS). Shorten the text.")

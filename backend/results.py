@@ -1,0 +1,36 @@
+"""Results are data: small dataclasses of numpy arrays + metadata, with one JSON/CSV conversion for export."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+
+def to_plain(value: Any) -> Any:
+    """Convert dataclasses, numpy and torch values into JSON-ready Python values (NaN/inf -> None)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if not f.name.startswith("_")}
+    if isinstance(value, dict):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        value = value.detach().cpu().numpy()
+    if isinstance(value, np.ndarray):
+        return to_plain(value.tolist())
+    if isinstance(value, (np.floating, float)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
+
+
+def to_json(value: Any, indent: int | None = 2) -> str:
+    return json.dumps(to_plain(value), indent=indent, ensure_ascii=False)
