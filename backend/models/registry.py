@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import json
+
+from backend.config import ASSETS_DIR
 from backend.models import smollm2
 
 
@@ -37,3 +40,19 @@ register(BundledModel(
 ))
 
 DEFAULT_MODEL = "smollm2-135m"
+MODELS_DIR = ASSETS_DIR / "models"
+
+
+def _discover_asset_models() -> None:
+    """Register every assets/models/<name>/ folder that has an interpscope.json
+    ({"name", "family", "description", "rebuild"}) beside its config.json and safetensors."""
+    if not MODELS_DIR.is_dir():
+        return
+    for meta_path in sorted(MODELS_DIR.glob("*/interpscope.json")):
+        meta = json.loads(meta_path.read_text())
+        folder = meta_path.parent
+        register(BundledModel(name=meta["name"], family=meta["family"], description=meta.get("description", ""),
+                              folder=lambda folder=folder: folder))
+
+
+_discover_asset_models()

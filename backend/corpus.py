@@ -1,0 +1,131 @@
+"""English text for everything that needs a corpus: the bundled Jane Austen novels, or a person's own files.
+
+Paragraphs are reflowed (hard line breaks joined) and split deterministically into train / valid / test by a
+hash of their position, so every method sees the same held-out text.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Literal
+
+import torch
+
+from backend.config import ASSETS_DIR, InterpscopeError
+from backend.inputs import decode_bytes
+
+Split = Literal["train", "valid", "test", "all"]
+BUNDLED_DIR = ASSETS_DIR / "corpus" / "austen"
+_MIN_WORDS = 8
+
+
+def _reflow(text: str) -> list[str]:
+    """Paragraphs with internal line breaks joined; headings and very short lines dropped."""
+    paragraphs = []
+    for block in re.split(r"\n\s*\n", text):
+        para = " ".join(line.strip() for line in block.splitlines() if line.strip())
+        if len(para.split()) >= _MIN_WORDS:
+            paragraphs.append(para)
+    return paragraphs
+
+
+def _split_of(key: str) -> str:
+    bucket = int(hashlib.sha1(key.encode()).hexdigest()[:8], 16) % 100
+    return "test" if bucket < 5 else "valid" if bucket < 10 else "train"
+
+
+@lru_cache(maxsize=1)
+def _bundled_paragraphs() -> tuple[tuple[str, str], ...]:
+    files = sorted(BUNDLED_DIR.glob("*.txt.gz"))
+    if not files:
+        raise InterpscopeError(f"The bundled corpus is missing from {BUNDLED_DIR} (rebuild: scripts/build_corpus.sh).")
+    out = []
+    for file in files:
+        text = gzip.decompress(file.read_bytes()).decode("utf-8", errors="replace")
+        for i, para in enumerate(_reflow(text)):
+            out.append((f"{file.stem}:{i}", para))
+    return tuple(out)
+
+
+def _read_source(path: Path) -> list[str]:
+    """Texts from a .txt/.md file (paragraphs), a .jsonl file ("text" field) or a folder of those."""
+    if path.is_dir():
+        texts: list[str] = []
+        for child in sorted(path.rglob("*")):
+            if child.suffix.lower() in (".txt", ".md", ".jsonl") and child.is_file():
+                texts.extend(_read_source(child))
+        if not texts:
+            raise InterpscopeError(f"No .txt, .md or .jsonl files with text under {path}.")
+        return texts
+    if not path.is_file():
+        raise InterpscopeError(f"No corpus file or folder at {path}.")
+    text = decode_bytes(path.read_bytes(), name=path.name)
+    if path.suffix.lower() == ".jsonl":
+        texts = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                raise InterpscopeError(f"{path.name} line {n} is not valid JSON.") from None
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                raise InterpscopeError(f"{path.name} line {n} has no string field \"text\".")
+            texts.append(record["text"])
+        return texts
+    return _reflow(text) or [text]
+
+
+def paragraphs(source: str | Path | None = None, split: Split = "train") -> list[str]:
+    """Paragraphs of the bundled corpus (source None or 'austen') or of a file/folder, for one split."""
+    if source is None or str(source) in ("austen", "bundled"):
+        items = _bundled_paragraphs()
+    else:
+        items = tuple((f"{i}", t) for i, t in enumerate(_read_source(Path(source).expanduser())))
+    if split == "all":
+        return [text for _, text in items]
+    chosen = [text for key, text in items if _split_of(key) == split]
+    return chosen or [text for _, text in items]
+
+
+def token_stream(tokenizer, texts: Iterable[str], max_tokens: int | None = None) -> torch.Tensor:
+    """Concatenate tokenised texts (separated by EOS when the tokenizer has one) up to max_tokens ids."""
+    eos = getattr(tokenizer, "eos_token_id", None)
+    pieces: list[int] = []
+    for text in texts:
+        pieces.extend(tokenizer(text, add_special_tokens=False).input_ids)
+        if eos is not None:
+            pieces.append(int(eos))
+        if max_tokens is not None and len(pieces) >= max_tokens:
+            break
+    ids = torch.tensor(pieces[:max_tokens] if max_tokens else pieces, dtype=torch.long)
+    return ids
+
+
+def token_chunks(tokenizer, seq_len: int, n_tokens: int, source: str | Path | None = None,
+                 split: Split = "train") -> torch.Tensor:
+    """[n_chunks, seq_len] token windows covering about n_tokens tokens of the corpus, in order."""
+    if seq_len < 2:
+        raise InterpscopeError("seq_len must be at least 2.")
+    ids = token_stream(tokenizer, paragraphs(source, split), max_tokens=n_tokens)
+    n_chunks = ids.numel() // seq_len
+    if n_chunks == 0:
+        raise InterpscopeError(f"The corpus has only {ids.numel()} tokens; need at least {seq_len}.")
+    return ids[: n_chunks * seq_len].view(n_chunks, seq_len)
+
+
+def sample_prompts(n: int, split: Split = "test", min_words: int = 12, max_words: int = 60,
+                   source: str | Path | None = None) -> list[str]:
+    """n prompts (paragraph openings of min..max words) from the held-out split, deterministic."""
+    prompts = []
+    for para in paragraphs(source, split):
+        words = para.split()
+        if len(words) >= min_words:
+            prompts.append(" ".join(words[:max_words]))
+        if len(prompts) >= n:
+            break
+    return prompts
