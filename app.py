@@ -1,0 +1,46 @@
+"""Interpscope: Streamlit entry point. Page config, navigation over pages/, and the sidebar model picker."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from backend.models.registry import BUNDLED, DEFAULT_MODEL
+
+ROOT = Path(__file__).resolve().parent
+PAGES = [
+    ("pages/home.py", "Home", ":material/home:"),
+    ("pages/relevance.py", "Relevance maps", ":material/gradient:"),
+    ("pages/sae_overview.py", "SAE overview", ":material/grid_view:"),
+    ("pages/sae_features.py", "SAE feature browser", ":material/search:"),
+    ("pages/sae_training.py", "SAE training", ":material/model_training:"),
+    ("pages/entropy_neurons.py", "Entropy neurons", ":material/thermostat:"),
+    ("pages/fourier.py", "Fourier features", ":material/graphic_eq:"),
+]
+OTHER = "Other: Hugging Face id or local folder…"
+
+st.set_page_config(page_title="Interpscope", page_icon=":material/biotech:", layout="wide")
+
+
+def model_picker() -> None:
+    """Sidebar choice of model, device and dtype, kept in session_state for every page."""
+    with st.sidebar:
+        st.header("Model")
+        names = list(BUNDLED) + [OTHER]
+        choice = st.selectbox("Model", names, index=names.index(DEFAULT_MODEL), key="model_choice",
+                              help="Bundled models work offline. Others must be a local folder or already in "
+                                   "the Hugging Face cache.")
+        if choice == OTHER:
+            custom = st.text_input("Hugging Face id or folder", key="model_custom", placeholder="gpt2 or /path/to/model")
+            st.session_state["model_name"] = custom.strip() or DEFAULT_MODEL
+        else:
+            st.session_state["model_name"] = choice
+        st.selectbox("Device", ["auto", "cpu", "cuda", "mps"], key="device",
+                     help="auto = CUDA GPU if present, else Apple MPS, else CPU")
+        st.selectbox("Dtype", ["float32", "bfloat16", "float16", "float64"], key="dtype")
+
+
+model_picker()
+pages = [st.Page(str(ROOT / path), title=title, icon=icon, default=(path == "pages/home.py"))
+         for path, title, icon in PAGES if (ROOT / path).is_file()]
+st.navigation(pages).run()

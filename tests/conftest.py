@@ -1,0 +1,92 @@
+"""Shared fixtures: the bundled model, a running app, and a real headless Chromium."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTEFACTS = ROOT / "test-artefacts"
+CHROMIUM = os.environ.get("INTERPSCOPE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="session")
+def artefacts() -> Path:
+    ARTEFACTS.mkdir(exist_ok=True)
+    return ARTEFACTS
+
+
+@pytest.fixture(scope="session")
+def bundled_lm():
+    """The bundled SmolLM2-135M, loaded once per test session (converted once per data dir)."""
+    from backend.models import load_model
+
+    return load_model("smollm2-135m", device="cpu", dtype="float32")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def app_server(artefacts):
+    """URL of `streamlit run app.py` on a free localhost port, stopped after the session."""
+    port = _free_port()
+    log = open(artefacts / "streamlit-server.log", "w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
+         "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
+         "--server.fileWatcherType", "none"],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as response:
+                if response.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        process.kill()
+        raise RuntimeError("streamlit did not start; see test-artefacts/streamlit-server.log")
+    yield url
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    log.close()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        raise RuntimeError(f"Debian chromium is required for browser tests ({CHROMIUM}); run scripts/setup.sh")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield instance
+        instance.close()
+
+
+@pytest.fixture
+def browser_page(browser):
+    """A fresh page (1400x1000) that accepts downloads."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    yield page
+    context.close()

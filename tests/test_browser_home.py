@@ -1,0 +1,50 @@
+"""End to end in a real browser: type a prompt, see the chart, download PNG and JSON exports."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import Image
+
+pytestmark = pytest.mark.browser
+
+
+def wait_for_app(page) -> None:
+    """Wait until Streamlit has finished running the script."""
+    page.wait_for_selector("[data-testid='stApp']")
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=180_000)
+
+
+def test_home_prediction_and_exports(app_server, browser_page, artefacts):
+    page = browser_page
+    page.goto(app_server)
+    page.wait_for_selector("text=Next token", timeout=180_000)
+    box = page.get_by_role("textbox", name="Text")
+    box.fill("The capital of France is")
+    box.press("Control+Enter")
+    wait_for_app(page)
+    page.wait_for_selector(".js-plotly-plot", timeout=120_000)
+    page.wait_for_selector("text=Paris")
+    page.screenshot(path=str(artefacts / "home.png"), full_page=True)
+
+    with page.expect_download() as download_info:
+        page.get_by_role("button", name="PNG").first.click()
+    png_path = artefacts / "home-export.png"
+    download_info.value.save_as(png_path)
+    with Image.open(png_path) as image:
+        image.verify()
+    with Image.open(png_path) as image:
+        assert image.format == "PNG"
+        assert image.width >= 400 and image.height >= 200
+    assert png_path.stat().st_size > 5_000
+
+    with page.expect_download() as download_info:
+        page.get_by_role("button", name="JSON").first.click()
+    json_path = artefacts / "home-export.json"
+    download_info.value.save_as(json_path)
+    exported = json.loads(json_path.read_text())
+    assert exported["model"] == "smollm2-135m"
+    assert exported["predictions"][0]["token"] == " Paris"
+    probs = [p["prob"] for p in exported["predictions"]]
+    assert probs == sorted(probs, reverse=True)
