@@ -19,9 +19,6 @@ PAGES = [
 ]
 OTHER = "Other: Hugging Face id or local folder…"
 
-st.set_page_config(page_title="Interpscope", page_icon=":material/biotech:", layout="wide")
-
-
 def model_picker() -> None:
     """Sidebar choice of model, device and dtype, kept in session_state for every page."""
     with st.sidebar:
@@ -40,7 +37,13 @@ def model_picker() -> None:
         st.selectbox("Dtype", ["float32", "bfloat16", "float16", "float64"], key="dtype")
 
 
-model_picker()
-pages = [st.Page(str(ROOT / path), title=title, icon=icon, default=(path == "pages/home.py"))
-         for path, title, icon in PAGES if (ROOT / path).is_file()]
-st.navigation(pages).run()
+def main() -> None:
+    st.set_page_config(page_title="Interpscope", page_icon=":material/biotech:", layout="wide")
+    model_picker()
+    pages = [st.Page(str(ROOT / path), title=title, icon=icon, default=(path == "pages/home.py"))
+             for path, title, icon in PAGES if (ROOT / path).is_file()]
+    st.navigation(pages, position="sidebar").run()
+
+
+if __name__ == "__main__":
+    main()

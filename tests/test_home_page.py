@@ -1,0 +1,69 @@
+"""The Home page through streamlit.testing: model card, prediction chart, input messages."""
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.apptest_util import APP, open_page
+
+
+@pytest.fixture
+def app(bundled_lm):
+    at = open_page("pages/home.py")
+    assert not at.exception, at.exception
+    return at
+
+
+def metric_values(at) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def test_model_card_shows_the_bundled_model(app):
+    metrics = metric_values(app)
+    assert metrics["Family"] == "llama"
+    assert metrics["Layers"] == "30"
+    assert metrics["d_model"] == "576"
+    assert metrics["Vocabulary"] == "49,152"
+    assert metrics["Parameters"].endswith(" M") and 130 < float(metrics["Parameters"].split()[0]) < 140
+
+
+def test_prediction_chart_for_typed_text(app):
+    app.text_area(key="home-text").input("The capital of France is").run()
+    assert not app.exception
+    charts = app.get("plotly_chart")
+    assert len(charts) == 1
+    import json
+
+    spec = json.loads(charts[0].proto.spec)
+    labels = spec["data"][0]["y"]
+    assert labels[-1].endswith("Paris")  # bars are drawn bottom-up: the top-1 is last
+    assert len(labels) == 10
+    app.slider(key="home-top").set_value(5).run()
+    spec = json.loads(app.get("plotly_chart")[0].proto.spec)
+    assert len(spec["data"][0]["y"]) == 5
+
+
+@pytest.mark.parametrize("text", ["", "   \n\t "])
+def test_empty_text_gets_a_message(app, text):
+    app.text_area(key="home-text").input(text).run()
+    assert not app.exception
+    assert any("empty" in w.value for w in app.warning)
+    assert len(app.get("plotly_chart")) == 0
+
+
+def test_oversized_text_gets_a_message(app):
+    app.text_area(key="home-text").input("word " * 3000).run()
+    assert not app.exception
+    assert any("tokens long" in e.value for e in app.error)
+
+
+def test_unknown_model_gets_a_message(bundled_lm):
+    from app import OTHER
+
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["model_choice"] = OTHER
+    at.session_state["model_custom"] = "no-such-org/no-such-model"
+    at.run()
+    assert not at.exception
+    assert at.text_input(key="model_custom").value == "no-such-org/no-such-model"
+    assert any("not available offline" in e.value for e in at.error)
