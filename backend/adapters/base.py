@@ -101,6 +101,39 @@ class ModelAdapter:
     def final_norm(self) -> nn.Module:
         raise NotImplementedError
 
+    # --- pieces the relevance rules wrap (override where the family has them) -------------------------
+    gated_mlp: bool = False
+
+    def attention_qkv(self, layer: int) -> list[tuple[nn.Module, dict[str, torch.Tensor]]]:
+        """Modules whose outputs hold queries, keys and values, each with the output-feature indices of every part.
+
+        Separate projections give one module per part; fused ones (GPT-2 c_attn, NeoX query_key_value) one module
+        with three index sets, so a rule can scale or detach each part of the same output.
+        """
+        return []
+
+    def attention_out_proj(self, layer: int) -> nn.Module | None:
+        """The attention output projection: its input is the heads' outputs, concatenated head by head."""
+        return None
+
+    def mlp_activation(self, layer: int) -> nn.Module | None:
+        """The MLP's elementwise nonlinearity module (SiLU, GELU)."""
+        return None
+
+    def mlp_up(self, layer: int) -> nn.Module | None:
+        """Gated MLPs only: the linear branch multiplied with the activated gate."""
+        return None
+
+    def norms(self) -> list[nn.Module]:
+        """Every residual-stream normalisation module (per-block norms and the final norm)."""
+        found: list[nn.Module] = []
+        for layer in range(self.n_layers):
+            for norm in (self.attention_norm(layer), self.mlp_norm(layer)):
+                if norm is not None:
+                    found.append(norm)
+        found.append(self.final_norm())
+        return found
+
     def unembedding(self) -> nn.Module:
         raise NotImplementedError
 

@@ -30,6 +30,18 @@ class GPT2Adapter(ModelAdapter):
     def mlp(self, layer: int) -> nn.Module:
         return self.blocks()[layer].mlp
 
+    def attention_qkv(self, layer: int) -> list[tuple[nn.Module, dict[str, torch.Tensor]]]:
+        """c_attn's output is [q | k | v], each d_model wide."""
+        width = self.d_model
+        return [(self.attention(layer).c_attn,
+                 {name: torch.arange(i * width, (i + 1) * width) for i, name in enumerate(("q", "k", "v"))})]
+
+    def attention_out_proj(self, layer: int) -> nn.Module:
+        return self.attention(layer).c_proj
+
+    def mlp_activation(self, layer: int) -> nn.Module:
+        return self.mlp(layer).act
+
     def mlp_down(self, layer: int) -> nn.Module:
         return self.mlp(layer).c_proj
 

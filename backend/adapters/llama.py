@@ -31,6 +31,21 @@ class LlamaAdapter(ModelAdapter):
     def mlp(self, layer: int) -> nn.Module:
         return self.blocks()[layer].mlp
 
+    gated_mlp = True
+
+    def attention_qkv(self, layer: int) -> list[tuple[nn.Module, dict[str, torch.Tensor]]]:
+        parts = self.attention_projections(layer)
+        return [(parts[name], {name: torch.arange(parts[name].out_features)}) for name in ("q", "k", "v")]
+
+    def attention_out_proj(self, layer: int) -> nn.Module:
+        return self.attention(layer).o_proj
+
+    def mlp_activation(self, layer: int) -> nn.Module:
+        return self.mlp(layer).act_fn
+
+    def mlp_up(self, layer: int) -> nn.Module:
+        return self.mlp(layer).up_proj
+
     def mlp_down(self, layer: int) -> nn.Module:
         return self.mlp(layer).down_proj
 

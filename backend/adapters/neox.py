@@ -31,6 +31,20 @@ class NeoXAdapter(ModelAdapter):
     def mlp(self, layer: int) -> nn.Module:
         return self.blocks()[layer].mlp
 
+    def attention_qkv(self, layer: int) -> list[tuple[nn.Module, dict[str, torch.Tensor]]]:
+        """query_key_value's output is laid out head by head as [q_h | k_h | v_h], each d_head wide."""
+        d_head, n_heads = self.d_head, self.n_heads
+        base = torch.arange(n_heads)[:, None] * 3 * d_head
+        offsets = torch.arange(d_head)[None, :]
+        parts = {name: (base + i * d_head + offsets).reshape(-1) for i, name in enumerate(("q", "k", "v"))}
+        return [(self.attention(layer).query_key_value, parts)]
+
+    def attention_out_proj(self, layer: int) -> nn.Module:
+        return self.attention(layer).dense
+
+    def mlp_activation(self, layer: int) -> nn.Module:
+        return self.mlp(layer).act
+
     def mlp_down(self, layer: int) -> nn.Module:
         return self.mlp(layer).dense_4h_to_h
 

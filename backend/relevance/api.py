@@ -1,0 +1,173 @@
+"""What pages, the command line and benchmarks call: explain a text with one method, compare, check faithfulness.
+
+Every call holds the model's lock for the whole attribution (rules are hooks on the shared model instance).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from backend.adapters import ModelAdapter, get_adapter
+from backend.config import InterpscopeError
+from backend.relevance import baselines
+from backend.relevance.continuation import ContinuationRelevance, continuation_relevance
+from backend.relevance.engine import Attribution, Conservation, LatentRelevance, attribute, forward_logits
+from backend.relevance.faithfulness import DEFAULT_STEPS, PerturbationCurves, perturbation_curves
+from backend.relevance.locks import lock_of
+from backend.relevance.methods import get_method
+from backend.relevance.targets import Target, resolve_target
+
+
+MAX_NEW_TOKENS = 64
+
+
+@dataclass
+class RelevanceResult:
+    """One relevance map: per-token relevance for one target, with the conservation readout of LRP methods."""
+
+    model: str
+    method: str
+    method_label: str
+    tokens: list[str]
+    token_ids: list[int]
+    relevance: np.ndarray
+    target: dict
+    logit: float
+    conservation: Conservation | None
+    seconds: float
+    latent: LatentRelevance | None = None
+
+
+def _adapter(model_or_lm) -> ModelAdapter:
+    return getattr(model_or_lm, "adapter", None) or get_adapter(getattr(model_or_lm, "model", model_or_lm))
+
+
+def next_token_logits(model_or_lm, input_ids: torch.Tensor, position: int | None = None) -> torch.Tensor:
+    """Logits [vocab] predicting the token after `position` (default: the last input token)."""
+    adapter = _adapter(model_or_lm)
+    position = input_ids.shape[1] - 1 if position is None else position
+    with lock_of(model_or_lm), torch.no_grad():
+        return forward_logits(adapter.model, adapter.embedding()(input_ids), [position])[0, 0]
+
+
+def run_method(model_or_lm, input_ids: torch.Tensor, method: str, target: Target,
+               latent: bool = False) -> tuple[Attribution, float]:
+    """(attribution, seconds of the attribution itself) for one method on input_ids [1, T]."""
+    adapter = _adapter(model_or_lm)
+    spec = get_method(method, adapter.family)
+    with lock_of(model_or_lm):
+        start = time.perf_counter()
+        if spec.kind == "lrp":
+            result = attribute(adapter, input_ids, target, spec.rules(adapter), latent=latent)
+        elif spec.kind == "gradient":
+            result = attribute(adapter, input_ids, target, [], latent=latent, conservation=False)
+        else:
+            compute = baselines.integrated_gradients if spec.name == "ig" else baselines.occlusion
+            relevance = compute(adapter, input_ids, target)
+            with torch.no_grad():
+                embeds = adapter.embedding()(input_ids)
+                logit = float(target.value(forward_logits(adapter.model, embeds, [target.position])[0, 0]))
+            result = Attribution(relevance=relevance.cpu().numpy(), logit=logit, conservation=None, latent=None)
+        seconds = time.perf_counter() - start
+    return result, seconds
+
+
+def make_target(lm, input_ids: torch.Tensor, token: str | int | None = None,
+                contrast: tuple[str | int, str | int] | None = None, vs_rest: bool = False) -> Target:
+    """The target at the last position: predicted token unless a token or a contrast (A, B) is given."""
+    position = int(input_ids.shape[1]) - 1
+    return resolve_target(lm.tokenizer, next_token_logits(lm, input_ids, position), position, token=token,
+                          contrast=contrast, vs_rest=vs_rest)
+
+
+def explain(lm, text: str | None = None, method: str = "attnlrp", *, token: str | int | None = None,
+            contrast: tuple[str | int, str | int] | None = None, vs_rest: bool = False, latent: bool = False,
+            input_ids: torch.Tensor | None = None, target: Target | None = None) -> RelevanceResult:
+    """Relevance of each token of `text` (or input_ids) for the next-token target, with one method."""
+    ids = lm.encode(text) if input_ids is None else input_ids
+    target = target or make_target(lm, ids, token=token, contrast=contrast, vs_rest=vs_rest)
+    attribution, seconds = run_method(lm, ids, method, target, latent=latent)
+    spec = get_method(method)
+    return RelevanceResult(model=lm.name, method=spec.name, method_label=spec.label, tokens=lm.token_strings(ids[0]),
+                           token_ids=ids[0].tolist(), relevance=attribution.relevance,
+                           target=target.describe(lm.tokenizer), logit=attribution.logit,
+                           conservation=attribution.conservation, seconds=seconds, latent=attribution.latent)
+
+
+def faithfulness(lm, result: RelevanceResult, steps: int = DEFAULT_STEPS) -> PerturbationCurves:
+    """MoRF / LeRF curves and ABPC of a relevance map on its own input."""
+    ids = torch.tensor([result.token_ids], device=lm.device)
+    target = Target(result.target["position"], result.target["id"], result.target.get("contrast_id"),
+                    bool(result.target.get("vs_rest", False)))
+    with lock_of(lm):
+        return perturbation_curves(lm.adapter, ids, target, result.relevance, steps=steps)
+
+
+@dataclass
+class FaithfulnessSummary:
+    """ABPC per method over a set of texts (each text explained for its predicted next token)."""
+
+    methods: list[str]
+    abpc: dict[str, list[float]]
+    mean_abpc: dict[str, float]
+    std_abpc: dict[str, float]
+    n_texts: int
+    seconds: dict[str, float]
+
+
+def faithfulness_batch(lm, texts: Sequence[str], methods: Sequence[str], steps: int = DEFAULT_STEPS,
+                       progress: Callable[[int, int], None] | None = None) -> FaithfulnessSummary:
+    """ABPC of every method on every text; `progress(done, total)` is called after each text."""
+    scores: dict[str, list[float]] = {m: [] for m in methods}
+    seconds: dict[str, float] = {m: 0.0 for m in methods}
+    for index, text in enumerate(texts):
+        ids = lm.encode(text)
+        target = make_target(lm, ids)
+        for method in methods:
+            result = explain(lm, method=method, input_ids=ids, target=target)
+            seconds[method] += result.seconds
+            scores[method].append(faithfulness(lm, result, steps=steps).abpc)
+        if progress:
+            progress(index + 1, len(texts))
+    return FaithfulnessSummary(methods=list(methods), abpc=scores,
+                               mean_abpc={m: float(np.mean(v)) for m, v in scores.items()},
+                               std_abpc={m: float(np.std(v)) for m, v in scores.items()},
+                               n_texts=len(texts), seconds=seconds)
+
+
+def explain_continuation(lm, text: str, n_new: int, method: str = "attnlrp") -> tuple[ContinuationRelevance, list[str]]:
+    """Generate `n_new` tokens and the output x input relevance matrix; also the sequence's token strings."""
+    spec = get_method(method, lm.family)
+    if spec.kind not in ("lrp", "gradient"):
+        raise InterpscopeError(f"Continuation matrices use one backward pass per token: choose an LRP method or "
+                               f"Gradient x Input, not {spec.label}.")
+    if not 1 <= n_new <= MAX_NEW_TOKENS:
+        raise InterpscopeError(f"Generate between 1 and {MAX_NEW_TOKENS} tokens (asked for {n_new}).")
+    ids = lm.encode(text, max_tokens=lm.token_cap - n_new)
+    rules = spec.rules(lm.adapter) if spec.rules else []
+    with lock_of(lm):
+        matrix = continuation_relevance(lm.adapter, ids, n_new, rules)
+    return matrix, lm.token_strings(matrix.sequence_ids)
+
+
+def top_heads(latent: LatentRelevance, k: int = 10) -> list[dict]:
+    """The k attention heads with the largest |relevance| for this target."""
+    if latent.heads is None:
+        return []
+    flat = np.argsort(-np.abs(latent.heads), axis=None)[:k]
+    layers, heads = np.unravel_index(flat, latent.heads.shape)
+    return [{"layer": int(l), "head": int(h), "relevance": float(latent.heads[l, h])} for l, h in zip(layers, heads)]
+
+
+def top_neurons(latent: LatentRelevance, k: int = 10) -> list[dict]:
+    """The k MLP neurons with the largest |relevance| for this target."""
+    if latent.neurons is None:
+        return []
+    flat = np.argsort(-np.abs(latent.neurons), axis=None)[:k]
+    layers, neurons = np.unravel_index(flat, latent.neurons.shape)
+    return [{"layer": int(l), "neuron": int(n), "relevance": float(latent.neurons[l, n])}
+            for l, n in zip(layers, neurons)]

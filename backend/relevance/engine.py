@@ -1,0 +1,226 @@
+"""One forward + one backward pass that gives relevance at every tensor asked for.
+
+Under a rule set (backend.relevance.rules), relevance at a tensor h is h * dy/dh (modified gradient) summed over
+the hidden dimension. The engine taps the input embeddings (as a leaf), the residual stream at every block, each
+head's output (input of the attention output projection), the MLP neurons (input of the down projection), the
+q/k/v projection outputs, the biases and any extra hook point, then asks autograd for all their gradients at once.
+
+Taps are forward hooks registered *before* the rules' hooks (prepend), so they see each module's raw output and its
+gradient includes the rule's factor: the relevance that module's output passes back.
+"""
+from __future__ import annotations
+
+import inspect
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from backend.adapters import ModelAdapter
+from backend.relevance.rules import Rule, applied
+from backend.relevance.targets import Target
+
+
+@dataclass
+class Conservation:
+    """Where the explained value y went: inputs, biases (incl. position embeddings), softmax (AttnLRP only)."""
+
+    target_logit: float
+    input_sum: float
+    bias_sum: float
+    softmax_sum: float
+    relative_error: float
+    gap_without_softmax: float
+    softmax_by_layer: list[float] = field(default_factory=list)
+
+
+@dataclass
+class LatentRelevance:
+    """Relevance inside the model for one target.
+
+    residual: [n_layers + 1, T], row l = input of block l, last row = output of the last block.
+    heads: [n_layers, n_heads] summed over tokens; neurons: [n_layers, d_mlp] summed over tokens.
+    """
+
+    residual: np.ndarray
+    heads: np.ndarray | None
+    neurons: np.ndarray | None
+
+
+@dataclass
+class Attribution:
+    relevance: np.ndarray
+    logit: float
+    conservation: Conservation | None
+    latent: LatentRelevance | None
+    points: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _first(value) -> torch.Tensor:
+    return value[0] if isinstance(value, tuple) else getattr(value, "last_hidden_state", value)
+
+
+class _Taps:
+    """Forward hooks that record named tensors for one forward pass."""
+
+    def __init__(self) -> None:
+        self.tensors: dict[str, torch.Tensor] = {}
+        self.registered: set[str] = set()
+        self.handles: list = []
+
+    def output(self, module: nn.Module, name: str, leaf: bool = False) -> None:
+        self.registered.add(name)
+        def hook(mod, args, output):
+            tensor = _first(output)
+            if leaf:
+                tensor = tensor.detach().requires_grad_(True)
+                self.tensors[name] = tensor
+                return tensor if not isinstance(output, tuple) else (tensor, *output[1:])
+            self.tensors[name] = tensor
+            return None
+        self.handles.append(module.register_forward_hook(hook, prepend=True))
+
+    def input(self, module: nn.Module, name: str) -> None:
+        self.registered.add(name)
+        def hook(mod, args, kwargs):
+            self.tensors[name] = args[0] if args else kwargs["hidden_states"]
+        self.handles.append(module.register_forward_pre_hook(hook, prepend=True, with_kwargs=True))
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+@contextmanager
+def _bias_grads(biases: Sequence[nn.Parameter]) -> Iterator[None]:
+    """Let biases receive gradients for the duration (restoring their requires_grad flags)."""
+    frozen = [b for b in biases if not b.requires_grad]
+    try:
+        for bias in frozen:
+            bias.requires_grad_(True)
+        yield
+    finally:
+        for bias in frozen:
+            bias.requires_grad_(False)
+
+
+def bias_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """Additive parameters (named *bias): each absorbs b * grad_b of the relevance."""
+    seen: set[int] = set()
+    found = []
+    for name, param in model.named_parameters():
+        if name.endswith("bias") and id(param) not in seen:
+            seen.add(id(param))
+            found.append(param)
+    return found
+
+
+def _supports_logits_to_keep(model: nn.Module) -> bool:
+    return "logits_to_keep" in inspect.signature(model.forward).parameters
+
+
+def forward_logits(model: nn.Module, embeds: torch.Tensor, positions: Sequence[int]) -> torch.Tensor:
+    """Logits [B, len(positions), vocab] given input embeddings [B, T, d]; only those positions are projected."""
+    index = torch.tensor(list(positions), device=embeds.device)
+    if _supports_logits_to_keep(model):
+        return model(inputs_embeds=embeds, use_cache=False, logits_to_keep=index).logits
+    return model(inputs_embeds=embeds, use_cache=False).logits[:, index]
+
+
+def _relevance(tensor: torch.Tensor, grad: torch.Tensor | None) -> torch.Tensor:
+    """Elementwise h * grad in float64 (zeros where no gradient reached)."""
+    if grad is None:
+        return torch.zeros_like(tensor, dtype=torch.float64)
+    return tensor.detach().double() * grad.double()
+
+
+def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target, rules: Sequence[Rule], *,
+              latent: bool = False, conservation: bool = True, points: Sequence[str] = ()) -> Attribution:
+    """Relevance of every input token for `target` under `rules` ([] = plain Gradient x Input).
+
+    The caller holds the model's lock. `points`: extra hook-point names whose relevance [T, ...] is returned.
+    """
+    model = adapter.model
+    n_layers = adapter.n_layers
+    taps = _Taps()
+    biases = bias_parameters(model) if conservation else []
+    with ExitStack() as stack, torch.enable_grad():
+        stack.enter_context(applied(adapter, rules))
+        stack.callback(taps.remove)
+        stack.enter_context(_bias_grads(biases))
+        position_embedding = adapter.position_embedding()
+        if position_embedding is not None:
+            taps.output(position_embedding, "pos_embed", leaf=True)
+        attn_layers = [l for l in range(n_layers) if adapter.attention_out_proj(l) is not None]
+        if conservation:
+            for layer in attn_layers:
+                taps.input(adapter.attention_out_proj(layer), f"heads.{layer}")
+                for i, (module, _) in enumerate(adapter.attention_qkv(layer)):
+                    taps.output(module, f"qkv.{layer}.{i}")
+        if latent:
+            for layer in range(n_layers):
+                taps.input(adapter.blocks()[layer], f"resid.{layer}")
+                if adapter.attention_out_proj(layer) is not None and f"heads.{layer}" not in taps.registered:
+                    taps.input(adapter.attention_out_proj(layer), f"heads.{layer}")
+                if adapter.mlp_down(layer) is not None:
+                    taps.input(adapter.mlp_down(layer), f"neurons.{layer}")
+            taps.output(adapter.blocks()[n_layers - 1], f"resid.{n_layers}")
+        for name in points:
+            spec = adapter.resolve(name)
+            (taps.input if spec.kind == "pre" else taps.output)(spec.module, f"point.{name}")
+
+        embeds = adapter.embedding()(input_ids).detach().requires_grad_(True)
+        logits = forward_logits(model, embeds, [target.position])[0, 0]
+        value = target.value(logits)
+        names = list(taps.tensors)
+        inputs = [embeds, *(taps.tensors[n] for n in names), *biases]
+        grads = torch.autograd.grad(value, inputs, allow_unused=True)
+
+    y = float(value.detach().double())
+    embed_relevance = _relevance(embeds, grads[0])[0].sum(-1)
+    tap_grads = dict(zip(names, grads[1:1 + len(names)]))
+    per_tensor = {n: _relevance(taps.tensors[n], tap_grads[n]) for n in names}
+
+    result = Attribution(relevance=embed_relevance.cpu().numpy(), logit=y, conservation=None, latent=None)
+    if conservation:
+        bias_total = float(sum(float(_relevance(b, g).sum()) for b, g in zip(biases, grads[1 + len(names):])))
+        if "pos_embed" in per_tensor:
+            bias_total += float(per_tensor["pos_embed"].sum())
+        softmax = []
+        for layer in attn_layers:
+            into_heads = float(per_tensor[f"heads.{layer}"].sum())
+            into_qkv = sum(float(t.sum()) for n, t in per_tensor.items() if n.startswith(f"qkv.{layer}."))
+            softmax.append(into_heads - into_qkv)
+        input_sum = float(embed_relevance.sum())
+        explained = input_sum + bias_total + sum(softmax)
+        scale = abs(y) if y != 0 else 1.0
+        result.conservation = Conservation(
+            target_logit=y, input_sum=input_sum, bias_sum=bias_total, softmax_sum=float(sum(softmax)),
+            relative_error=abs(explained - y) / scale, gap_without_softmax=(y - input_sum - bias_total) / scale,
+            softmax_by_layer=softmax)
+    if latent:
+        residual = torch.stack([per_tensor[f"resid.{l}"][0].sum(-1) for l in range(n_layers + 1)])
+        heads = None
+        if attn_layers:
+            heads = torch.stack([per_tensor[f"heads.{l}"][0].reshape(input_ids.shape[1], adapter.n_heads, -1)
+                                 .sum(dim=(0, 2)) for l in attn_layers]).cpu().numpy()
+        neuron_names = [f"neurons.{l}" for l in range(n_layers)]
+        neurons = (torch.stack([per_tensor[n][0].sum(0) for n in neuron_names]).cpu().numpy()
+                   if all(n in per_tensor for n in neuron_names) else None)
+        result.latent = LatentRelevance(residual=residual.cpu().numpy(), heads=heads, neurons=neurons)
+    for name in points:
+        tensor = per_tensor[f"point.{name}"]
+        result.points[name] = (tensor[0] if tensor.dim() > 2 and tensor.shape[0] == 1 else tensor).cpu().numpy()
+    return result
+
+
+def gradient_only(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target) -> torch.Tensor:
+    """Plain gradient of the target w.r.t. the input embeddings: the cost reference for the benchmark."""
+    with torch.enable_grad():
+        embeds = adapter.embedding()(input_ids).detach().requires_grad_(True)
+        value = target.value(forward_logits(adapter.model, embeds, [target.position])[0, 0])
+        (grad,) = torch.autograd.grad(value, [embeds])
+    return grad

@@ -1,0 +1,218 @@
+"""Relevance rules: context managers that change how ONE model instance computes its backward pass.
+
+Every rule is "Gradient x Input with a modified backward" (METHODS.md section 1): it registers forward hooks on
+modules of the given model instance (found through the adapter, never by attribute paths) that rewrite a module's
+output into a tensor of the same value with a different gradient. Leaving the `with` block removes every hook,
+also after an exception, so the instance computes exactly what it did before. Classes are never patched.
+
+A rule is any object with `apply(adapter) -> context manager`; other families (e.g. MambaLRP) add their own.
+"""
+from __future__ import annotations
+
+from contextlib import ExitStack, contextmanager
+from typing import Callable, Iterator, Protocol, Sequence
+
+import torch
+from torch import nn
+
+from backend.adapters import ModelAdapter
+
+STABILISER = 1e-10
+
+
+class Rule(Protocol):
+    """A change to the backward pass of one model instance, active inside `with rule.apply(adapter):`."""
+
+    name: str
+
+    def apply(self, adapter: ModelAdapter):  # -> AbstractContextManager[None]
+        ...
+
+
+def scale_grad(tensor: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor:
+    """Same value as `tensor` (bit for bit), gradient multiplied by `scale` (0 detaches)."""
+    if isinstance(scale, (int, float)) and scale == 1:
+        return tensor
+    frozen = tensor.detach()
+    if isinstance(scale, (int, float)) and scale == 0:
+        return frozen
+    return frozen + scale * (tensor - frozen)
+
+
+def stabilise(x: torch.Tensor) -> torch.Tensor:
+    """x moved away from zero by a tiny amount (keeping its sign), for safe division."""
+    return x + (torch.sign(x) + (x == 0).to(x.dtype)) * STABILISER
+
+
+@contextmanager
+def output_hooks(pairs: Sequence[tuple[nn.Module, Callable]]) -> Iterator[None]:
+    """Register forward hooks `fn(module, args, output) -> new output` on the given modules; remove on exit."""
+    handles = []
+    try:
+        for module, fn in pairs:
+            handles.append(module.register_forward_hook(fn))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _replace_first(output, new: torch.Tensor):
+    return (new, *output[1:]) if isinstance(output, tuple) else new
+
+
+def _first(output) -> torch.Tensor:
+    return output[0] if isinstance(output, tuple) else output
+
+
+class NormRule:
+    """Identity on the normaliser: LayerNorm y = (x - mean) / stopgrad(std) * w + b, RMSNorm y = x * stopgrad(rsqrt) * w.
+
+    The rewritten output is computed in the input's dtype, so the map x -> y is exactly linear in the backward
+    and conserves relevance (HF's RMSNorm computes in float32 internally; in float64 the values then differ by
+    float32 rounding only).
+    """
+
+    name = "norm-identity"
+
+    def _hook(self, kind: str) -> Callable:
+        def hook(module, args, output):
+            x = args[0]
+            weight = getattr(module, "weight", None)
+            bias = getattr(module, "bias", None)
+            if kind == "rmsnorm":
+                eps = float(getattr(module, "variance_epsilon", getattr(module, "eps", 1e-6)) or 1e-6)
+                scale = torch.rsqrt(x.detach().pow(2).mean(-1, keepdim=True) + eps)
+                y = x * scale
+            else:
+                eps = float(getattr(module, "eps", 1e-5))
+                centred = x - x.mean(-1, keepdim=True)
+                scale = torch.rsqrt(centred.detach().pow(2).mean(-1, keepdim=True) + eps)
+                y = centred * scale
+            if weight is not None:
+                y = y * weight
+            if bias is not None:
+                y = y + bias
+            return _replace_first(output, y.to(_first(output).dtype))
+        return hook
+
+    def apply(self, adapter: ModelAdapter):
+        kind = adapter.norm_kind
+        return output_hooks([(norm, self._hook(kind)) for norm in adapter.norms()])
+
+
+class ActivationRule:
+    """Identity rule on the MLP nonlinearity: y = x * stopgrad(f(x) / x); `grad_scale` 0.5 adds the uniform
+    rule of a gated product (the activated gate's half), 0 detaches the gate (CP-LRP)."""
+
+    name = "activation-identity"
+
+    def __init__(self, grad_scale: float = 1.0):
+        self.grad_scale = grad_scale
+
+    def _hook(self, module, args, output):
+        x = args[0]
+        activated = _first(output)
+        y = x * (activated / stabilise(x)).detach()
+        return _replace_first(output, scale_grad(y, self.grad_scale))
+
+    def apply(self, adapter: ModelAdapter):
+        modules = [adapter.mlp_activation(layer) for layer in range(adapter.n_layers)]
+        return output_hooks([(m, self._hook) for m in modules if m is not None])
+
+
+class OutputGradScale:
+    """Scale the gradient of some modules' outputs, part by part (e.g. q, k, v of a fused projection)."""
+
+    def __init__(self, name: str, select: Callable[[ModelAdapter], list[tuple[nn.Module, torch.Tensor]]]):
+        self.name = name
+        self.select = select
+
+    @staticmethod
+    def _hook(scale: torch.Tensor) -> Callable:
+        cache: dict[tuple, torch.Tensor] = {}
+        all_zero, all_one = bool((scale == 0).all()), bool((scale == 1).all())
+
+        def hook(module, args, output):
+            out = _first(output)
+            if all_one:
+                return None
+            if all_zero:
+                return _replace_first(output, out.detach())
+            key = (out.dtype, out.device)
+            if key not in cache:
+                cache[key] = scale.to(dtype=out.dtype, device=out.device)
+            return _replace_first(output, scale_grad(out, cache[key]))
+        return hook
+
+    def apply(self, adapter: ModelAdapter):
+        return output_hooks([(module, self._hook(scale)) for module, scale in self.select(adapter)])
+
+
+def qkv_scale(q: float, k: float, v: float) -> OutputGradScale:
+    """Gradient factors for queries, keys and values (works for separate and fused projections)."""
+    factors = {"q": q, "k": k, "v": v}
+
+    def select(adapter: ModelAdapter) -> list[tuple[nn.Module, torch.Tensor]]:
+        chosen = []
+        for layer in range(adapter.n_layers):
+            for module, parts in adapter.attention_qkv(layer):
+                width = max(int(index.max()) for index in parts.values()) + 1
+                scale = torch.ones(width, dtype=torch.float64)
+                for part, index in parts.items():
+                    scale[index] = factors[part]
+                chosen.append((module, scale))
+        return chosen
+
+    return OutputGradScale(f"qkv-scale(q={q},k={k},v={v})", select)
+
+
+def mlp_up_scale(factor: float) -> OutputGradScale:
+    """Gradient factor on the linear branch of a gated MLP (uniform rule: 0.5)."""
+
+    def select(adapter: ModelAdapter) -> list[tuple[nn.Module, torch.Tensor]]:
+        ups = [adapter.mlp_up(layer) for layer in range(adapter.n_layers)]
+        return [(up, torch.tensor([factor], dtype=torch.float64)) for up in ups if up is not None]
+
+    return OutputGradScale(f"mlp-up-scale({factor})", select)
+
+
+def attnlrp_rules(adapter: ModelAdapter) -> list[Rule]:
+    """AttnLRP: norm identity, activation identity, uniform rule on gated products, q/k x 1/4 and v x 1/2."""
+    rules: list[Rule] = [NormRule(), qkv_scale(0.25, 0.25, 0.5)]
+    if adapter.gated_mlp:
+        rules += [ActivationRule(0.5), mlp_up_scale(0.5)]
+    else:
+        rules.append(ActivationRule(1.0))
+    return rules
+
+
+def cplrp_rules(adapter: ModelAdapter) -> list[Rule]:
+    """CP-LRP: as AttnLRP but q and k detached (no relevance through the softmax) and the gate detached."""
+    rules: list[Rule] = [NormRule(), qkv_scale(0.0, 0.0, 1.0)]
+    rules.append(ActivationRule(0.0) if adapter.gated_mlp else ActivationRule(1.0))
+    return rules
+
+
+@contextmanager
+def applied(adapter: ModelAdapter, rules: Sequence[Rule]) -> Iterator[None]:
+    """Enter every rule on the adapter's model instance; all are undone on exit, also after an exception.
+
+    The caller holds the model's lock (see backend.relevance.locks); `apply_rules` does both.
+    """
+    with ExitStack() as stack:
+        for rule in rules:
+            stack.enter_context(rule.apply(adapter))
+        yield
+
+
+@contextmanager
+def apply_rules(model_or_lm, rules: Sequence[Rule] | Callable[[ModelAdapter], Sequence[Rule]]) -> Iterator[ModelAdapter]:
+    """Hold the model's lock and apply `rules` (a list, or a function of the adapter) for the `with` block."""
+    from backend.adapters import get_adapter
+    from backend.relevance.locks import lock_of
+
+    adapter = getattr(model_or_lm, "adapter", None) or get_adapter(model_or_lm)
+    chosen = rules(adapter) if callable(rules) else rules
+    with lock_of(model_or_lm), applied(adapter, chosen):
+        yield adapter

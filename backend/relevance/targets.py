@@ -1,0 +1,69 @@
+"""What is explained: one scalar built from the logits at one position.
+
+A target is the logit of a token, a contrast "A rather than B" (logit difference), or a token against the mean of
+all others (METHODS.md rule 8, for models whose logits are mostly negative).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from backend.config import InterpscopeError
+
+
+@dataclass(frozen=True)
+class Target:
+    """Explain `logit[token_id]` at `position` (the prediction for the token after it)."""
+
+    position: int
+    token_id: int
+    contrast_id: int | None = None
+    vs_rest: bool = False
+
+    def value(self, logits: torch.Tensor) -> torch.Tensor:
+        """The explained value from logits [..., vocab] at `position` (one per leading index)."""
+        chosen = logits[..., self.token_id]
+        if self.contrast_id is not None:
+            return chosen - logits[..., self.contrast_id]
+        if self.vs_rest:
+            others = (logits.sum(-1) - chosen) / (logits.shape[-1] - 1)
+            return chosen - others
+        return chosen
+
+    def describe(self, tokenizer) -> dict:
+        info = {"token": tokenizer.decode([self.token_id]), "id": self.token_id, "position": self.position}
+        if self.contrast_id is not None:
+            info.update(contrast_token=tokenizer.decode([self.contrast_id]), contrast_id=self.contrast_id)
+        if self.vs_rest:
+            info["vs_rest"] = True
+        return info
+
+
+def token_id_of(tokenizer, token: str | int, vocab_size: int | None = None) -> int:
+    """The id of a single token given as an id, '#id', or text that tokenises to exactly one token."""
+    if isinstance(token, int) or (isinstance(token, str) and token.startswith("#") and token[1:].isdigit()):
+        token_id = int(token if isinstance(token, int) else token[1:])
+        if token_id < 0 or (vocab_size is not None and token_id >= vocab_size):
+            raise InterpscopeError(f"Token id {token_id} is outside the vocabulary (0..{(vocab_size or 1) - 1}).")
+        return token_id
+    if not isinstance(token, str) or token == "":
+        raise InterpscopeError("The target token is empty: type a token such as ' the'.")
+    ids = tokenizer.encode(token, add_special_tokens=False)
+    if len(ids) != 1:
+        pieces = [tokenizer.decode([i]) for i in ids]
+        raise InterpscopeError(f"{token!r} is {len(ids)} tokens ({pieces}); pick a single token, e.g. {pieces[0]!r}.")
+    return int(ids[0])
+
+
+def resolve_target(tokenizer, logits_row: torch.Tensor, position: int, token: str | int | None = None,
+                   contrast: tuple[str | int, str | int] | None = None, vs_rest: bool = False) -> Target:
+    """Build a Target: the predicted token (argmax) unless `token` or a contrast (A, B) is given."""
+    vocab = int(logits_row.shape[-1])
+    if contrast is not None:
+        first, second = (token_id_of(tokenizer, t, vocab) for t in contrast)
+        if first == second:
+            raise InterpscopeError("The two contrast tokens are the same token; pick two different ones.")
+        return Target(position, first, contrast_id=second)
+    token_id = int(logits_row.argmax()) if token is None else token_id_of(tokenizer, token, vocab)
+    return Target(position, token_id, vs_rest=vs_rest)
