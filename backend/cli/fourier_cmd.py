@@ -1,0 +1,113 @@
+"""`interpscope fourier spectrum|filter|table`: Fourier features of numbers from the command line."""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from backend.cli.common import add_model_args, emit_json, load_from_args
+from backend.config import InterpscopeError
+from backend.results import to_plain
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    fourier = subparsers.add_parser("fourier", help="Fourier features of numbers (spectra, filters)")
+    commands = fourier.add_subparsers(dest="fourier_command", required=True)
+
+    spectrum = commands.add_parser("spectrum", help="Fourier magnitude of the number representations")
+    add_model_args(spectrum)
+    spectrum.add_argument("--numbers", type=int, help="N: analyse the numbers 0..N-1 (default: all single-token "
+                                                       "numbers up to 520, or 100 for digit tokenizers)")
+    spectrum.add_argument("--layer", type=int, help="hidden state after this block (-1 = embeddings); default: "
+                                                    "token embeddings when numbers are single tokens, else last")
+    spectrum.add_argument("--matrix", choices=["embedding", "unembedding"], default="embedding")
+    spectrum.add_argument("--json", action="store_true", help="print JSON")
+    spectrum.set_defaults(func=run_spectrum)
+
+    for name, help_text in (("filter", "accuracy and loss of addition with one frequency filter"),
+                            ("table", "the full filter table (no filter, low/high-pass on attn/mlp/both)")):
+        command = commands.add_parser(name, help=help_text)
+        add_model_args(command)
+        if name == "filter":
+            command.add_argument("--kind", choices=["low", "high"], required=True,
+                                 help="low: low-pass (removes k >= tau); high: high-pass (removes 1 <= k < tau)")
+            command.add_argument("--modules", choices=["attn", "mlp", "both"], required=True)
+        command.add_argument("--tau", type=int, help="split frequency (default ceil(N/10): periods <= 10 are high)")
+        command.add_argument("--prompts", type=int, default=500, help="how many a+b prompts (default 500)")
+        command.add_argument("--numbers", type=int, help="N (default: all single-token numbers up to 520)")
+        command.add_argument("--split", choices=["train", "valid", "test", "all"], default="test")
+        command.add_argument("--template", default="{a}+{b}=", help="prompt template with {a} and {b}")
+        command.add_argument("--json", action="store_true", help="print JSON")
+        command.set_defaults(func=run_filter)
+
+
+def run_spectrum(args: argparse.Namespace) -> int:
+    from backend.fourier.probe import check_numbers, default_numbers
+    from backend.fourier.spectrum import auto_spectrum
+
+    lm = load_from_args(args)
+    n_numbers = check_numbers(args.numbers or default_numbers(lm))
+    if args.layer is not None and args.matrix != "embedding":
+        raise InterpscopeError("--matrix applies to the token (un)embedding; leave it out with --layer.")
+    result = auto_spectrum(lm, n_numbers, layer=args.layer, matrix=args.matrix)
+    payload = {"model": result.model, "source": result.source, "matrix": result.matrix, "layer": result.layer,
+               "numbers": result.numbers, "periods": result.periods, "magnitude": result.magnitude,
+               "outliers": [{"period": o.period, "magnitude": o.magnitude, "frequency": o.frequency,
+                             "score": o.score} for o in result.outliers]}
+    if args.json:
+        emit_json(payload)
+    else:
+        print(f"{result.model}: {result.source} spectrum over 0..{result.numbers - 1}")
+        for o in result.outliers:
+            print(f"  period {o.period:8.3f}  (k={o.frequency})  magnitude {o.magnitude:.4g}  score {o.score:.1f}")
+    return 0
+
+
+def _histogram(errors: np.ndarray) -> dict:
+    numeric = errors[~np.isnan(errors) & (errors != 0)].astype(int)
+    values, counts = np.unique(numeric, return_counts=True)
+    return {str(int(v)): int(c) for v, c in zip(values, counts)}
+
+
+def _row_payload(row) -> dict:
+    return {"kind": row.kind, "modules": row.modules, "removed": row.removed, "loss": row.loss,
+            "accuracy": row.accuracy, "within_2": row.within_2, "within_10": row.within_10, "rank": row.rank,
+            "zeroes_everything": row.zeroes_everything, "error_counts": row.error_counts,
+            "error_histogram": _histogram(row.errors)}
+
+
+def run_filter(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from backend.fourier.data import check_template
+    from backend.fourier.filters import filter_table
+    from backend.fourier.probe import probe_pairs, single_token_setup
+
+    lm = load_from_args(args)
+    numbers = single_token_setup(lm, args.numbers)
+    pairs = probe_pairs(numbers.n_numbers, args.prompts, split=args.split)
+    template = check_template(args.template)
+    configs = [("none", "none")] + ([(args.kind, args.modules)] if args.fourier_command == "filter" else
+                                    [(k, m) for k in ("high", "low") for m in ("both", "mlp", "attn")])
+    with tqdm(total=len(configs), disable=args.json, desc="filters") as bar:
+        table = filter_table(lm, numbers, pairs, template=template, tau=args.tau, configs=configs,
+                             progress=lambda fraction, label: bar.update(1))
+    rows = [_row_payload(row) for row in table.rows]
+    payload = {"model": table.model, "template": table.template, "numbers": table.numbers, "tau": table.tau,
+               "d_model": table.d_model, "prompts": table.prompts, "split": args.split, "seconds": table.seconds,
+               "warnings": table.warnings}
+    if args.fourier_command == "filter":
+        payload.update(rows[1])
+        payload["baseline"] = {key: rows[0][key] for key in ("loss", "accuracy", "within_2", "within_10")}
+    else:
+        payload["rows"] = rows
+    if args.json:
+        emit_json(to_plain(payload))
+        return 0
+    for warning in table.warnings:
+        print("warning:", warning)
+    for row in rows:
+        print(f"{row['kind']:>5} {row['modules']:>5}  removes {row['removed']:<17} loss {row['loss']:8.4f}  "
+              f"acc {row['accuracy']:.2%}  +-2 {row['within_2']:.2%}  +-10 {row['within_10']:.2%}  "
+              f"errors {row['error_counts']}")
+    return 0

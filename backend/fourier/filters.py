@@ -1,0 +1,177 @@
+"""Frequency filters on attention / MLP outputs and the Table-1-style ablation (METHODS.md 5.5-5.6).
+
+A filter removes chosen Fourier components from what a module output says about the numbers: it projects the
+output h onto null(M), M = B F W_U_num^T (B picks the basis rows to remove), P = I - M^+ M. Then
+B F W_U_num^T (P h) = 0 while the rest of h is kept. If rank(M) = d_model the null space is {0} and the filter
+zeroes the whole output: that is checked and reported. The filter runs on every token of every layer through
+backend.capture.hooks on blocks.{l}.hook_attn_out / blocks.{l}.hook_mlp_out.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from backend.capture import hooks
+from backend.config import InterpscopeError
+from backend.fourier.addition import pad_right, score, token_to_number
+from backend.fourier.basis import FourierBasis, fourier_basis
+from backend.fourier.data import render
+from backend.fourier.lens import check_tau, default_tau
+from backend.fourier.numbers import NumberTokens, number_unembedding
+
+KINDS = {"low": "low-pass (removes high frequencies, k >= tau)",
+         "high": "high-pass (removes low frequencies, 1 <= k < tau)"}
+MODULES = {"attn": ("hook_attn_out",), "mlp": ("hook_mlp_out",), "both": ("hook_attn_out", "hook_mlp_out")}
+
+
+@dataclass
+class Projection:
+    """P [d, d] onto null(M); rank of M and whether the filter would zero every output."""
+
+    matrix: np.ndarray
+    rank: int
+    d_model: int
+    removed_rows: int
+
+    @property
+    def zeroes_everything(self) -> bool:
+        return self.rank >= self.d_model
+
+
+def removed_frequencies(kind: str, tau: int, n_numbers: int) -> range:
+    """The frequencies a filter removes: low-pass removes k >= tau, high-pass removes 1 <= k < tau."""
+    if kind not in KINDS:
+        raise InterpscopeError(f"Unknown filter kind {kind!r}: choose low (low-pass) or high (high-pass).")
+    return range(tau, n_numbers // 2 + 1) if kind == "low" else range(1, tau)
+
+
+def null_projection(unembed_num: np.ndarray, basis: FourierBasis, rows: np.ndarray) -> Projection:
+    """P = I - M^+ M for M = B F W_U_num^T; unembed_num is W_U_num [d_model, N] (float64 math)."""
+    unembed_num = np.asarray(unembed_num, dtype=np.float64)
+    d_model = unembed_num.shape[0]
+    constraint = basis.matrix[rows] @ unembed_num.T
+    if len(rows) == 0:
+        return Projection(matrix=np.eye(d_model), rank=0, d_model=d_model, removed_rows=0)
+    singular = np.linalg.svd(constraint, compute_uv=False)
+    tolerance = singular.max() * max(constraint.shape) * np.finfo(np.float64).eps
+    rank = int(np.sum(singular > tolerance))
+    projection = np.eye(d_model) - np.linalg.pinv(constraint, rcond=tolerance / singular.max()) @ constraint
+    return Projection(matrix=projection, rank=rank, d_model=d_model, removed_rows=len(rows))
+
+
+def filter_projection(lm, numbers: NumberTokens, kind: str, tau: int) -> Projection:
+    basis = fourier_basis(numbers.n_numbers)
+    rows = basis.rows(removed_frequencies(kind, tau, numbers.n_numbers))
+    unembed = number_unembedding(lm.adapter, numbers).double().cpu().numpy()
+    return null_projection(unembed, basis, rows)
+
+
+@dataclass
+class FilterRow:
+    """One row of the ablation table."""
+
+    kind: str
+    modules: str
+    removed: str
+    loss: float
+    accuracy: float
+    within_2: float
+    within_10: float
+    rank: int
+    zeroes_everything: bool
+    errors: np.ndarray
+    error_counts: dict = field(default_factory=dict)
+
+
+@dataclass
+class FilterTable:
+    model: str
+    template: str
+    numbers: int
+    tau: int
+    d_model: int
+    prompts: int
+    rows: list[FilterRow]
+    seconds: float
+    warnings: list[str] = field(default_factory=list)
+
+
+def error_counts(errors: np.ndarray) -> dict:
+    """Wrong answers sorted by kind: multiples of 10, small (|e| < 6), other, and non-number predictions.
+
+    errors: prediction - answer per prompt, NaN where the top token is not a number.
+    """
+    wrong = errors[~(errors == 0)]
+    numeric = wrong[~np.isnan(wrong)]
+    return {"wrong": int(len(wrong)), "multiple_of_10": int(np.sum(numeric % 10 == 0)),
+            "small_lt_6": int(np.sum((np.abs(numeric) < 6))), "other": int(np.sum((numeric % 10 != 0) &
+                                                                                  (np.abs(numeric) >= 6))),
+            "not_a_number": int(len(wrong) - len(numeric))}
+
+
+def evaluate(lm, numbers: NumberTokens, texts: list[str], answers: np.ndarray, edits: dict, batch: int = 512):
+    """Loss (cross-entropy of the answer token) and predictions with the given hook edits active."""
+    lookup = token_to_number(numbers)
+    answer_tokens = torch.as_tensor(numbers.ids[answers])
+    losses, predictions = [], []
+    with lm.lock, torch.no_grad(), hooks(lm.adapter, edits):
+        for start in range(0, len(texts), batch):
+            ids, mask, last = pad_right(lm.tokenizer, texts[start:start + batch])
+            logits = lm.model(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device), use_cache=False).logits
+            final = logits[torch.arange(len(ids)), last.to(lm.device)].float()
+            target = answer_tokens[start:start + batch].to(final.device)
+            losses.append(torch.nn.functional.cross_entropy(final, target, reduction="sum").item())
+            predictions += [lookup.get(int(t), -1) for t in final.argmax(dim=-1).tolist()]
+    return sum(losses) / len(texts), np.array(predictions, dtype=np.int64)
+
+
+def projection_edit(matrix: torch.Tensor):
+    def apply(output: torch.Tensor) -> torch.Tensor:
+        return output @ matrix.to(output.dtype)
+    return apply
+
+
+def filter_table(lm, numbers: NumberTokens, pairs: np.ndarray, template: str = "{a}+{b}=", tau: int | None = None,
+                 configs: list[tuple[str, str]] | None = None, progress=None) -> FilterTable:
+    """Loss, accuracy and error histogram with no filter and each (kind, modules) filter in all layers."""
+    start_time = time.perf_counter()
+    n_numbers = numbers.n_numbers
+    tau = check_tau(default_tau(n_numbers) if tau is None else tau, n_numbers)
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    answers = pairs.sum(axis=1)
+    if len(pairs) == 0 or answers.max() >= n_numbers:
+        raise InterpscopeError(f"Need prompts whose sums are below {n_numbers}.")
+    texts = render(template, pairs)
+    configs = configs if configs is not None else [("none", "none")] + [
+        (kind, modules) for kind in ("high", "low") for modules in ("both", "mlp", "attn")]
+    projections = {kind: filter_projection(lm, numbers, kind, tau) for kind in KINDS}
+    rows, warnings = [], []
+    for index, (kind, modules) in enumerate(configs):
+        edits: dict = {}
+        projection = None
+        if kind != "none":
+            if modules not in MODULES:
+                raise InterpscopeError(f"Unknown modules {modules!r}: choose attn, mlp or both.")
+            projection = projections[kind]
+            matrix = torch.as_tensor(projection.matrix, device=lm.device)
+            edits = {f"blocks.{l}.{point}": projection_edit(matrix)
+                     for l in range(lm.adapter.n_layers) for point in MODULES[modules]}
+            if projection.zeroes_everything:
+                warnings.append(f"{KINDS[kind]} on {modules}: rank(B F W_U) = {projection.rank} = d_model, so the "
+                                f"filter zeroes the whole output (raise d_model or change tau).")
+        loss, predictions = evaluate(lm, numbers, texts, answers, edits)
+        errors = np.where(predictions >= 0, predictions - answers, np.nan).astype(np.float64)
+        exact, near, rough = score(predictions, answers)
+        rows.append(FilterRow(
+            kind=kind, modules=modules,
+            removed="nothing" if kind == "none" else ("high" if kind == "low" else "low") + " frequencies",
+            loss=loss, accuracy=exact, within_2=near, within_10=rough,
+            rank=projection.rank if projection else 0, zeroes_everything=bool(projection and projection.zeroes_everything),
+            errors=errors, error_counts=error_counts(errors)))
+        if progress is not None:
+            progress((index + 1) / len(configs), f"{kind} on {modules}")
+    return FilterTable(model=lm.name, template=template, numbers=n_numbers, tau=tau, d_model=lm.adapter.d_model,
+                       prompts=len(pairs), rows=rows, seconds=time.perf_counter() - start_time, warnings=warnings)

@@ -1,0 +1,89 @@
+"""A tiny GPT-2-config model with planted period-10 and period-2 number embeddings, through the command line."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from backend.cli import main
+from backend.fourier.vocab import number_tokenizer
+
+N_NUMBERS = 100
+
+
+@pytest.fixture(scope="module")
+def planted_folder(tmp_path_factory):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    tokenizer = number_tokenizer(N_NUMBERS)
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=16, n_embd=64, n_layer=2, n_head=4,
+                        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.bos_token_id,
+                        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False)
+    model = GPT2LMHeadModel(config).double()
+    x = np.arange(N_NUMBERS)
+    rng = np.random.default_rng(0)
+    directions = rng.normal(size=(2, 64)) / 8
+    planted = 1.0 * np.outer(np.cos(2 * np.pi * x / 10 + 0.3), directions[0]) + 0.7 * np.outer((-1.0) ** x,
+                                                                                               directions[1])
+    ids = [tokenizer.convert_tokens_to_ids(str(n)) for n in range(N_NUMBERS)]
+    with torch.no_grad():
+        weight = model.transformer.wte.weight
+        weight[ids] = 0.02 * torch.randn(N_NUMBERS, 64, dtype=torch.float64) + torch.as_tensor(planted)
+    folder = tmp_path_factory.mktemp("planted")
+    model.float().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _run_json(capsys, argv: list[str]) -> dict:
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return json.loads(captured.out)
+
+
+def test_spectrum_reports_planted_periods_as_top_outliers(planted_folder, capsys):
+    result = _run_json(capsys, ["fourier", "spectrum", "--model", str(planted_folder), "--json"])
+    assert result["source"] == "embedding" and result["numbers"] == N_NUMBERS
+    assert len(result["periods"]) == len(result["magnitude"]) == N_NUMBERS // 2
+    top_two = sorted(round(o["period"], 6) for o in result["outliers"][:2])
+    assert top_two == [2.0, 10.0]
+    assert result["outliers"][0]["magnitude"] >= result["outliers"][1]["magnitude"] > 5 * np.median(
+        result["magnitude"])
+
+
+def test_hidden_spectrum_at_embeddings_keeps_the_planted_periods(planted_folder, capsys):
+    result = _run_json(capsys, ["fourier", "spectrum", "--model", str(planted_folder), "--layer", "-1", "--json"])
+    assert result["source"] == "hidden" and result["layer"] == -1
+    assert sorted(round(o["period"], 6) for o in result["outliers"][:2]) == [2.0, 10.0]
+
+
+def test_unembedding_spectrum_of_random_weights_has_no_planted_peak(planted_folder, capsys):
+    result = _run_json(capsys, ["fourier", "spectrum", "--model", str(planted_folder), "--matrix", "unembedding",
+                                "--json"])
+    assert not {10.0, 2.0} <= {round(o["period"], 6) for o in result["outliers"][:2]}
+
+
+def test_filter_reports_rank_check_and_histogram(planted_folder, capsys):
+    low = _run_json(capsys, ["fourier", "filter", "--model", str(planted_folder), "--kind", "low", "--modules",
+                             "both", "--tau", "10", "--prompts", "40", "--json"])
+    assert low["zeroes_everything"] is True and low["rank"] == 64 and low["warnings"]
+    high = _run_json(capsys, ["fourier", "filter", "--model", str(planted_folder), "--kind", "high", "--modules",
+                              "mlp", "--tau", "10", "--prompts", "40", "--json"])
+    assert high["zeroes_everything"] is False and high["rank"] == 18 and not high["warnings"]
+    assert high["prompts"] == 40 and 0.0 <= high["accuracy"] <= 1.0 and high["loss"] > 0
+    assert sum(high["error_histogram"].values()) + high["error_counts"]["not_a_number"] == \
+        high["error_counts"]["wrong"]
+    assert high["baseline"]["loss"] != pytest.approx(high["loss"], rel=1e-9)
+
+
+def test_bad_input_is_one_clear_error(planted_folder, capsys):
+    assert main(["fourier", "filter", "--model", str(planted_folder), "--kind", "low", "--modules", "attn",
+                 "--template", "{a} plus", "--json"]) == 2
+    assert "exactly one {a} and one {b}" in capsys.readouterr().err
+    assert main(["fourier", "spectrum", "--model", str(planted_folder), "--numbers", "5000"]) == 2
+    assert main(["fourier", "spectrum", "--model", str(planted_folder), "--layer", "7"]) == 2
+    assert "out of range" in capsys.readouterr().err
