@@ -1,0 +1,73 @@
+"""The interpscope command line: JSON output, and a one-line error with a non-zero exit on bad input."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "backend.cli", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_models_json():
+    result = run_cli("models", "--json")
+    assert result.returncode == 0, result.stderr
+    models = json.loads(result.stdout)
+    assert {"name": "smollm2-135m", "family": "llama", "source": "bundled"} in models
+    assert all(set(m) == {"name", "family", "source"} for m in models)
+
+
+def test_predict_json(bundled_lm):
+    result = run_cli("predict", "--text", "The capital of France is", "--top", "5", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["model"] == "smollm2-135m"
+    assert data["tokens"] == ["The", " capital", " of", " France", " is"]
+    assert data["predictions"][0]["token"] == " Paris"
+    probs = [p["prob"] for p in data["predictions"]]
+    assert len(probs) == 5 and probs == sorted(probs, reverse=True)
+    assert all(isinstance(p["id"], int) for p in data["predictions"])
+
+
+def test_predict_from_file(tmp_path, bundled_lm):
+    path = tmp_path / "prompt.txt"
+    path.write_text("The capital of France is", encoding="utf-8")
+    result = run_cli("predict", "--file", str(path), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["predictions"][0]["token"] == " Paris"
+
+
+@pytest.mark.parametrize("args, message", [
+    (("predict", "--text", "   "), "empty"),
+    (("predict", "--text", "hi", "--top", "0"), "--top must be at least 1"),
+    (("predict", "--model", "no-such-org/no-such-model", "--text", "hi"), "not available offline"),
+    (("predict", "--model", "/no/such/folder", "--text", "hi"), "No model folder"),
+    (("predict", "--text", "hi", "--device", "tpu"), "Unknown device"),
+    (("predict", "--file", "/no/such/file.txt"), "No such file"),
+])
+def test_bad_input_exits_nonzero_with_one_line(args, message):
+    result = run_cli(*args, timeout=120)
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.startswith("interpscope: error:")]
+    assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_binary_file_is_refused(tmp_path):
+    path = tmp_path / "blob.txt"
+    path.write_bytes(bytes(range(256)) * 4)
+    result = run_cli("predict", "--file", str(path))
+    assert result.returncode == 2 and "binary" in result.stderr
+
+
+def test_missing_subcommand_is_a_usage_error():
+    result = run_cli()
+    assert result.returncode != 0 and "usage" in result.stderr
