@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set everything up (idempotent) and open the app on the bundled default model at http://localhost:8501.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec .venv/bin/streamlit run app.py --server.port "${PORT:-8501}" --server.headless true \
+  --browser.gatherUsageStats false "$@"
