@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
+from torch import nn
 
 from backend.adapters import ModelAdapter, get_adapter
 from backend.config import InterpscopeError
@@ -43,7 +44,9 @@ class RelevanceResult:
 
 
 def _adapter(model_or_lm) -> ModelAdapter:
-    return getattr(model_or_lm, "adapter", None) or get_adapter(getattr(model_or_lm, "model", model_or_lm))
+    if isinstance(model_or_lm, nn.Module):  # a bare model (HF models have a `.model` submodule of their own)
+        return get_adapter(model_or_lm)
+    return model_or_lm.adapter
 
 
 def next_token_logits(model_or_lm, input_ids: torch.Tensor, position: int | None = None) -> torch.Tensor:

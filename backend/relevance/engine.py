@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from backend.adapters import ModelAdapter
-from backend.relevance.rules import Rule, applied
+from backend.relevance.rules import Rule, applied, this_thread_only
 from backend.relevance.targets import Target
 
 
@@ -81,13 +81,13 @@ class _Taps:
                 return tensor if not isinstance(output, tuple) else (tensor, *output[1:])
             self.tensors[name] = tensor
             return None
-        self.handles.append(module.register_forward_hook(hook, prepend=True))
+        self.handles.append(module.register_forward_hook(this_thread_only(hook), prepend=True))
 
     def input(self, module: nn.Module, name: str) -> None:
         self.registered.add(name)
         def hook(mod, args, kwargs):
             self.tensors[name] = args[0] if args else kwargs["hidden_states"]
-        self.handles.append(module.register_forward_pre_hook(hook, prepend=True, with_kwargs=True))
+        self.handles.append(module.register_forward_pre_hook(this_thread_only(hook), prepend=True, with_kwargs=True))
 
     def remove(self) -> None:
         for handle in self.handles:

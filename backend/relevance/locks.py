@@ -26,5 +26,6 @@ def model_lock(model: nn.Module, preferred: threading.RLock | None = None) -> th
 
 def lock_of(model_or_lm) -> threading.RLock:
     """The lock for a LoadedModel or a bare model."""
-    model = getattr(model_or_lm, "model", model_or_lm)
-    return model_lock(model, getattr(model_or_lm, "lock", None))
+    if isinstance(model_or_lm, nn.Module):  # a bare model (note: HF models have a `.model` submodule)
+        return model_lock(model_or_lm)
+    return model_lock(model_or_lm.model, getattr(model_or_lm, "lock", None))

@@ -9,6 +9,7 @@ A rule is any object with `apply(adapter) -> context manager`; other families (e
 """
 from __future__ import annotations
 
+import threading
 from contextlib import ExitStack, contextmanager
 from typing import Callable, Iterator, Protocol, Sequence
 
@@ -16,9 +17,6 @@ import torch
 from torch import nn
 
 from backend.adapters import ModelAdapter
-
-STABILISER = 1e-10
-
 
 class Rule(Protocol):
     """A change to the backward pass of one model instance, active inside `with rule.apply(adapter):`."""
@@ -39,18 +37,39 @@ def scale_grad(tensor: torch.Tensor, scale: float | torch.Tensor) -> torch.Tenso
     return frozen + scale * (tensor - frozen)
 
 
-def stabilise(x: torch.Tensor) -> torch.Tensor:
-    """x moved away from zero by a tiny amount (keeping its sign), for safe division."""
-    return x + (torch.sign(x) + (x == 0).to(x.dtype)) * STABILISER
+def safe_divisor(x: torch.Tensor) -> torch.Tensor:
+    """x with exact zeros replaced by 1, for f(x) / x of activations with f(0) = 0 (SiLU, GELU, ReLU).
+
+    Their f(x) / x stays bounded near zero, so no epsilon is added elsewhere: the rule's value and its
+    conservation stay exact instead of being off by eps / |x|.
+    """
+    return torch.where(x == 0, torch.ones_like(x), x)
+
+
+def this_thread_only(fn: Callable) -> Callable:
+    """Wrap a hook so it acts only on forward passes run by the thread that registered it.
+
+    The model is shared: another session may run plain inference on it (without the lock) while rules are on.
+    """
+    owner = threading.get_ident()
+
+    def hook(*args):
+        if threading.get_ident() != owner:
+            return None
+        return fn(*args)
+    return hook
 
 
 @contextmanager
 def output_hooks(pairs: Sequence[tuple[nn.Module, Callable]]) -> Iterator[None]:
-    """Register forward hooks `fn(module, args, output) -> new output` on the given modules; remove on exit."""
+    """Register forward hooks `fn(module, args, output) -> new output` on the given modules; remove on exit.
+
+    Hooks act only on this thread's forward passes (see `this_thread_only`).
+    """
     handles = []
     try:
         for module, fn in pairs:
-            handles.append(module.register_forward_hook(fn))
+            handles.append(module.register_forward_hook(this_thread_only(fn)))
         yield
     finally:
         for handle in handles:
@@ -113,7 +132,11 @@ class ActivationRule:
     def _hook(self, module, args, output):
         x = args[0]
         activated = _first(output)
-        y = x * (activated / stabilise(x)).detach()
+        if self.grad_scale == 0:
+            return _replace_first(output, activated.detach())
+        linear = x * (activated / safe_divisor(x)).detach()
+        # the native value, bit for bit, with the identity rule's gradient
+        y = activated.detach() + (linear - linear.detach())
         return _replace_first(output, scale_grad(y, self.grad_scale))
 
     def apply(self, adapter: ModelAdapter):
@@ -212,7 +235,7 @@ def apply_rules(model_or_lm, rules: Sequence[Rule] | Callable[[ModelAdapter], Se
     from backend.adapters import get_adapter
     from backend.relevance.locks import lock_of
 
-    adapter = getattr(model_or_lm, "adapter", None) or get_adapter(model_or_lm)
+    adapter = get_adapter(model_or_lm) if isinstance(model_or_lm, nn.Module) else model_or_lm.adapter
     chosen = rules(adapter) if callable(rules) else rules
     with lock_of(model_or_lm), applied(adapter, chosen):
         yield adapter
