@@ -70,7 +70,7 @@ def parse_examples(data: bytes, filename: str, text_column: str | None = None) -
             frame = pd.read_csv(io.StringIO(text))
         except Exception as err:  # noqa: BLE001 - pandas raises many parser error types
             raise InterpscopeError(f"{filename} is not a readable CSV file: {err}") from None
-        columns = [c for c in frame.columns if frame[c].dtype == object]
+        columns = [c for c in frame.columns if pd.api.types.is_string_dtype(frame[c]) or frame[c].dtype == object]
         column = text_column or ("text" if "text" in frame.columns else (columns[0] if columns else None))
         if column is None or column not in frame.columns:
             raise InterpscopeError(f"{filename} has no text column (columns: {', '.join(map(str, frame.columns))}).")
