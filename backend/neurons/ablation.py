@@ -1,0 +1,309 @@
+"""Mean ablation of MLP neurons: total effect vs direct effect on loss and entropy, the frozen-unigram
+ablation and KL(model || unigram).
+
+Ablating neuron n replaces its activation a_t by its corpus mean mu, adding (mu - a_t) w_out to the residual.
+Total effect: the model runs on (for a final-layer neuron the final norm is recomputed on x + delta, which is
+exact and needs no second forward pass). Direct effect: only the direct path to the logits, with the final norm's
+scale frozen at its clean value: logits + (mu - a_t) / s_t * (gamma * centre(w_out)) W_U.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from backend.adapters import ModelAdapter
+from backend.capture import capture, hooks
+from backend.config import InterpscopeError
+from backend.neurons.folding import final_norm, unembed_bias
+from backend.neurons.metrics import freeze_unigram, kl_to_unigram, loss_and_entropy, norm_mediated_share
+from backend.neurons.store import Progress
+
+
+@dataclass(frozen=True)
+class Neuron:
+    layer: int
+    index: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.layer}.{self.index}"
+
+
+def parse_neurons(specs, adapter: ModelAdapter) -> list[Neuron]:
+    """Neurons from 'L.I' strings or (L, I) pairs, checked against the model; duplicates dropped."""
+    neurons: list[Neuron] = []
+    for spec in specs:
+        if isinstance(spec, Neuron):
+            layer, index = spec.layer, spec.index
+        elif isinstance(spec, str):
+            parts = spec.strip().split(".")
+            if len(parts) != 2 or not all(p.strip().lstrip("-").isdigit() for p in parts):
+                raise InterpscopeError(f"Neuron {spec!r} is not of the form LAYER.INDEX (e.g. 29.1187).")
+            layer, index = int(parts[0]), int(parts[1])
+        else:
+            layer, index = (int(v) for v in spec)
+        if layer < 0:
+            layer += adapter.n_layers
+        if not 0 <= layer < adapter.n_layers:
+            raise InterpscopeError(f"Neuron {layer}.{index}: layer out of range 0..{adapter.n_layers - 1}.")
+        if not 0 <= index < adapter.d_mlp:
+            raise InterpscopeError(f"Neuron {layer}.{index}: index out of range 0..{adapter.d_mlp - 1}.")
+        neuron = Neuron(layer, index)
+        if neuron not in neurons:
+            neurons.append(neuron)
+    if not neurons:
+        raise InterpscopeError("No neurons given: name at least one as LAYER.INDEX.")
+    return neurons
+
+
+def random_neurons(adapter: ModelAdapter, chosen: list[Neuron], n_random: int, seed: int = 0) -> list[Neuron]:
+    """n_random neurons drawn from each layer of the chosen ones, never a chosen neuron itself."""
+    generator = np.random.default_rng(seed)
+    picked: list[Neuron] = []
+    for layer in sorted({n.layer for n in chosen}):
+        excluded = {n.index for n in chosen if n.layer == layer}
+        pool = np.array([i for i in range(adapter.d_mlp) if i not in excluded])
+        for index in generator.choice(pool, size=min(n_random, len(pool)), replace=False):
+            picked.append(Neuron(layer, int(index)))
+    return picked
+
+
+@dataclass
+class TokenEffects:
+    """Per-token results over M predicted positions: activations and the changes (ablated - clean) of each
+    neuron's ablation, [n_neurons, M]; clean loss / entropy / KL-to-unigram [M]."""
+
+    neurons: list[Neuron]
+    activation: np.ndarray
+    clean_loss: np.ndarray
+    clean_entropy: np.ndarray
+    loss_total: np.ndarray
+    loss_direct: np.ndarray
+    entropy_total: np.ndarray
+    entropy_direct: np.ndarray
+    clean_kl_unigram: np.ndarray | None = None
+    kl_unigram_ablated: np.ndarray | None = None
+    loss_frozen_unigram: np.ndarray | None = None
+    loss_direct_frozen_unigram: np.ndarray | None = None
+
+
+def _mean_edit(index: int, value: float):
+    def edit(tensor: torch.Tensor) -> torch.Tensor:
+        tensor = tensor.clone()
+        tensor[..., index] = value
+        return tensor
+    return edit
+
+
+def token_effects(lm, neurons: list[Neuron], tokens: torch.Tensor, means: dict[int, np.ndarray],
+                  unigram_counts: np.ndarray | None = None, batch_size: int = 4, fast_final_layer: bool = True,
+                  progress: Progress | None = None) -> TokenEffects:
+    """Mean-ablate each neuron separately on token windows [N, T]; total and direct effects per position."""
+    from backend.neurons.unigram import unigram_direction, unigram_log_probs
+
+    adapter = lm.adapter
+    last = adapter.n_layers - 1
+    norm = final_norm(adapter)
+    W_U = adapter.W_U().detach()
+    work = torch.float64 if W_U.dtype == torch.float64 else torch.float32
+    gamma = norm.gamma.to(work)
+    beta_logits = (norm.beta.to(W_U.dtype) @ W_U).to(work) if norm.beta is not None else 0.0
+    bias = unembed_bias(adapter)
+    constant = beta_logits + (bias.to(work) if bias is not None else 0.0)
+    write = {n: adapter.W_out(n.layer)[n.index].detach().to(work) for n in neurons}
+    logit_dirs = {n: ((gamma * norm.centre(w)).to(W_U.dtype) @ W_U).to(work) for n, w in write.items()}
+    unit_u = log_q = None
+    if unigram_counts is not None:
+        unit_u = unigram_direction(unigram_counts).to(device=W_U.device, dtype=work)
+        log_q = torch.from_numpy(unigram_log_probs(unigram_counts)).to(device=W_U.device, dtype=work)
+    layers = sorted({n.layer for n in neurons})
+    names = [f"blocks.{last}.hook_resid_post"] + [f"blocks.{layer}.mlp.hook_post" for layer in layers]
+    keys = ["activation", "clean_loss", "clean_entropy", "loss_total", "loss_direct", "entropy_total",
+            "entropy_direct", "clean_kl_unigram", "kl_unigram_ablated", "loss_frozen_unigram",
+            "loss_direct_frozen_unigram"]
+    parts: dict[str, list] = {key: [] for key in keys}
+    n_windows = tokens.shape[0]
+    with lm.lock, torch.no_grad():
+        for start in range(0, n_windows, batch_size):
+            batch = tokens[start:start + batch_size].to(lm.device)
+            clean = capture(adapter, batch, names, to_cpu=False)
+            logits = clean.logits.reshape(batch.shape[0], batch.shape[1], -1)[:, :-1].to(work)
+            targets = batch[:, 1:]
+            resid = clean.activations[names[0]].reshape(batch.shape[0], batch.shape[1], -1)[:, :-1].to(work)
+            scale = norm.scale(resid)
+            loss0, entropy0 = loss_and_entropy(logits, targets)
+            parts["clean_loss"].append(loss0.flatten())
+            parts["clean_entropy"].append(entropy0.flatten())
+            if log_q is not None:
+                parts["clean_kl_unigram"].append(kl_to_unigram(logits, log_q).flatten())
+            rows = {key: [] for key in keys[3:] if key != "clean_kl_unigram"}
+            acts_rows = []
+            for neuron in neurons:
+                acts = clean.activations[f"blocks.{neuron.layer}.mlp.hook_post"]
+                acts = acts.reshape(batch.shape[0], batch.shape[1], -1)[:, :-1, neuron.index].to(work)
+                shift = float(means[neuron.layer][neuron.index]) - acts
+                direct = logits + (shift / scale).unsqueeze(-1) * logit_dirs[neuron]
+                if neuron.layer == last and fast_final_layer:
+                    new_scale = norm.scale(resid + shift.unsqueeze(-1) * write[neuron])
+                    total = ((scale / new_scale).unsqueeze(-1) * (logits - constant) + constant
+                             + (shift / new_scale).unsqueeze(-1) * logit_dirs[neuron])
+                else:
+                    edit = _mean_edit(neuron.index, float(means[neuron.layer][neuron.index]))
+                    with hooks(adapter, {f"blocks.{neuron.layer}.mlp.hook_post": edit}):
+                        out = lm.model(input_ids=batch, use_cache=False).logits
+                    total = out[:, :-1].to(work)
+                loss_t, entropy_t = loss_and_entropy(total, targets)
+                loss_d, entropy_d = loss_and_entropy(direct, targets)
+                acts_rows.append(acts.flatten())
+                rows["loss_total"].append((loss_t - loss0).flatten())
+                rows["loss_direct"].append((loss_d - loss0).flatten())
+                rows["entropy_total"].append((entropy_t - entropy0).flatten())
+                rows["entropy_direct"].append((entropy_d - entropy0).flatten())
+                if unit_u is not None:
+                    frozen = freeze_unigram(total, logits, unit_u)
+                    rows["loss_frozen_unigram"].append((loss_and_entropy(frozen, targets)[0] - loss0).flatten())
+                    frozen = freeze_unigram(direct, logits, unit_u)
+                    rows["loss_direct_frozen_unigram"].append(
+                        (loss_and_entropy(frozen, targets)[0] - loss0).flatten())
+                    rows["kl_unigram_ablated"].append(kl_to_unigram(total, log_q).flatten())
+            parts["activation"].append(torch.stack(acts_rows))
+            for key, row in rows.items():
+                if row:
+                    parts[key].append(torch.stack(row))
+            if progress:
+                done = min(n_windows, start + batch_size)
+                progress(done / n_windows, f"ablations on {done}/{n_windows} windows")
+
+    def joined(key: str) -> np.ndarray | None:
+        if not parts[key]:
+            return None
+        return torch.cat(parts[key], dim=-1).double().cpu().numpy()
+
+    return TokenEffects(neurons=list(neurons), **{key: joined(key) for key in keys})
+
+
+@dataclass
+class NeuronEffect:
+    """One neuron's mean-ablation effects (ablated - clean, averaged over tokens; *_abs = mean |change|)."""
+
+    neuron: str
+    layer: int
+    index: int
+    is_random: bool
+    mean_activation: float
+    loss_total: float
+    loss_direct: float
+    loss_total_abs: float
+    loss_direct_abs: float
+    entropy_total: float
+    entropy_direct: float
+    entropy_total_abs: float
+    entropy_direct_abs: float
+    norm_share: float | None
+    norm_share_note: str
+    rho: float
+    norm: float
+    loss_frozen_unigram: float | None = None
+    loss_frozen_unigram_abs: float | None = None
+    loss_direct_frozen_unigram_abs: float | None = None
+    kl_unigram_ablated: float | None = None
+
+
+@dataclass
+class AblationResult:
+    """Effects of each chosen neuron (first) and of random neurons of the same layers, plus per-token data of
+    the chosen ones: activation [n_chosen, M], clean entropy [M], entropy change (total) [n_chosen, M]."""
+
+    model: str
+    n_tokens: int
+    k: int
+    clean_loss: float
+    clean_entropy: float
+    clean_kl_unigram: float | None
+    effects: list[NeuronEffect]
+    activation: np.ndarray
+    clean_entropy_per_token: np.ndarray
+    entropy_total_per_token: np.ndarray
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def chosen(self) -> list[NeuronEffect]:
+        return [e for e in self.effects if not e.is_random]
+
+    def random(self) -> list[NeuronEffect]:
+        return [e for e in self.effects if e.is_random]
+
+
+def summarise(effects: TokenEffects, means: dict[int, np.ndarray], random_set: set[Neuron],
+              weight_stats: dict[Neuron, tuple[float, float]]) -> list[NeuronEffect]:
+    """NeuronEffect rows from per-token effects; the norm-mediated share is taken on mean |change in loss|."""
+    rows = []
+    for i, neuron in enumerate(effects.neurons):
+        direct_abs = float(np.abs(effects.loss_direct[i]).mean())
+        total_abs = float(np.abs(effects.loss_total[i]).mean())
+        share, note = norm_mediated_share(direct_abs, total_abs)
+        rho, norm = weight_stats[neuron]
+        row = NeuronEffect(
+            neuron=neuron.label, layer=neuron.layer, index=neuron.index, is_random=neuron in random_set,
+            mean_activation=float(means[neuron.layer][neuron.index]),
+            loss_total=float(effects.loss_total[i].mean()), loss_direct=float(effects.loss_direct[i].mean()),
+            loss_total_abs=total_abs, loss_direct_abs=direct_abs,
+            entropy_total=float(effects.entropy_total[i].mean()),
+            entropy_direct=float(effects.entropy_direct[i].mean()),
+            entropy_total_abs=float(np.abs(effects.entropy_total[i]).mean()),
+            entropy_direct_abs=float(np.abs(effects.entropy_direct[i]).mean()),
+            norm_share=share, norm_share_note=note, rho=rho, norm=norm)
+        if effects.loss_frozen_unigram is not None:
+            row.loss_frozen_unigram = float(effects.loss_frozen_unigram[i].mean())
+            row.loss_frozen_unigram_abs = float(np.abs(effects.loss_frozen_unigram[i]).mean())
+            row.loss_direct_frozen_unigram_abs = float(np.abs(effects.loss_direct_frozen_unigram[i]).mean())
+            row.kl_unigram_ablated = float(effects.kl_unigram_ablated[i].mean())
+        rows.append(row)
+    return rows
+
+
+def ablate(lm, neurons, n_tokens: int = 2048, seq_len: int = 128, n_random: int = 8, seed: int = 0,
+           k: int | None = None, source=None, mean_tokens: int | None = None, with_unigram: bool = True,
+           batch_size: int = 4, progress: Progress | None = None) -> AblationResult:
+    """Mean-ablate each neuron (and n_random random neurons of the same layers) over n_tokens held-out corpus
+    tokens (split 'valid'); means come from the cached activation store of the 'train' split."""
+    from backend import corpus
+    from backend.neurons.store import DEFAULT_STORE_TOKENS, activation_stores
+    from backend.neurons.unigram import token_counts
+    from backend.neurons.weights import check_k, neuron_stats
+
+    started = time.perf_counter()
+    adapter = lm.adapter
+    chosen = parse_neurons(neurons, adapter)
+    randoms = random_neurons(adapter, chosen, n_random, seed)
+    everyone = chosen + randoms
+    layers = sorted({n.layer for n in everyone})
+    k = check_k(k, adapter.d_model)
+
+    def stage(lo: float, hi: float, label: str) -> Progress | None:
+        return None if progress is None else (lambda frac, text: progress(lo + (hi - lo) * frac, f"{label}: {text}"))
+
+    stores = activation_stores(lm, layers, n_tokens=mean_tokens or DEFAULT_STORE_TOKENS, seq_len=seq_len,
+                               source=source, split="train", progress=stage(0.0, 0.3, "mean activations"))
+    means = {layer: store.mean for layer, store in stores.items()}
+    counts = token_counts(lm.tokenizer, adapter.vocab_size, source=source) if with_unigram else None
+    tokens = corpus.token_chunks(lm.tokenizer, seq_len, n_tokens, source=source, split="valid")
+    effects = token_effects(lm, everyone, tokens, means, counts, batch_size=batch_size,
+                            progress=stage(0.3, 1.0, "ablation"))
+    weight_stats = {}
+    for layer in layers:
+        stats = neuron_stats(adapter, layer, k)
+        for n in everyone:
+            if n.layer == layer:
+                weight_stats[n] = (float(stats.rho[n.index]), float(stats.norm[n.index]))
+    rows = summarise(effects, means, set(randoms), weight_stats)
+    n_chosen = len(chosen)
+    return AblationResult(
+        model=lm.name, n_tokens=int(effects.clean_loss.size), k=k, clean_loss=float(effects.clean_loss.mean()),
+        clean_entropy=float(effects.clean_entropy.mean()),
+        clean_kl_unigram=None if effects.clean_kl_unigram is None else float(effects.clean_kl_unigram.mean()),
+        effects=rows, activation=effects.activation[:n_chosen], clean_entropy_per_token=effects.clean_entropy,
+        entropy_total_per_token=effects.entropy_total[:n_chosen], seconds=time.perf_counter() - started)

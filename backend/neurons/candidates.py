@@ -1,0 +1,25 @@
+"""Candidate entropy and token-frequency neurons of a loaded model: weight statistics with the unigram cosine."""
+from __future__ import annotations
+
+import time
+
+from backend.neurons.unigram import token_counts, unigram_direction
+from backend.neurons.weights import NeuronStats, neuron_stats
+
+
+def candidates(lm, layer: int | None = None, k: int | None = None, with_unigram: bool = True,
+               source=None) -> NeuronStats:
+    """Norm, LogitVar, rho (bottom-k null-space fraction) and unigram cosine of every neuron of `layer`
+    (default: the final layer). Token counts for the unigram direction come from the on-disk cache."""
+    unigram = None
+    if with_unigram:
+        counts = token_counts(lm.tokenizer, lm.adapter.vocab_size, source=source)
+        unigram = unigram_direction(counts)
+    return neuron_stats(lm.adapter, layer, k, unigram)
+
+
+def timed_candidates(lm, **kwargs) -> tuple[NeuronStats, float]:
+    """candidates() and the seconds it took (for the benchmark and the page's status line)."""
+    start = time.perf_counter()
+    stats = candidates(lm, **kwargs)
+    return stats, time.perf_counter() - start

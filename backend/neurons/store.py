@@ -1,0 +1,118 @@
+"""Corpus activations of MLP neurons, cached on disk: the means used by mean ablation, the histograms and the
+top activating contexts of the neuron detail view all come from one store per (model, corpus sample, layer).
+
+Stores live under data_dir()/neurons/acts/<model key>/<sample>/ as .npy files (float16 activations,
+int32 token ids, float64 means), written atomically and opened memory-mapped.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from backend import corpus
+from backend.capture import hooks
+from backend.config import InterpscopeError, data_dir
+from backend.neurons.unigram import source_key, save_npy_atomic
+from backend.neurons.weights import check_layer
+
+Progress = Callable[[float, str], None]
+DEFAULT_STORE_TOKENS = 8192
+DEFAULT_SEQ_LEN = 128
+
+
+def model_key(lm) -> str:
+    """A readable, content-based key for a loaded model: its name plus a hash of a few weights and the dtype."""
+    adapter = lm.adapter
+    digest = hashlib.sha1(str(lm.dtype).encode())
+    for tensor in (adapter.W_out(adapter.n_layers - 1)[:4], adapter.W_U()[:, :8], adapter.W_E()[:4]):
+        digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(str(lm.name)).name or str(lm.name))[-40:]
+    return f"{name}-{digest.hexdigest()[:12]}"
+
+
+@dataclass
+class ActivationStore:
+    """Activations of every neuron of one layer over a corpus sample: activations [N, T, d_mlp] (float16,
+    memory-mapped), tokens [N, T] (int32) and the mean activation per neuron [d_mlp] (float64)."""
+
+    layer: int
+    activations: np.ndarray
+    tokens: np.ndarray
+    mean: np.ndarray
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.tokens.size)
+
+
+class _StopForward(Exception):
+    """Raised by a hook once the last layer needed has been read, to skip the rest of the forward pass."""
+
+
+def _sample_dir(lm, n_tokens: int, seq_len: int, source, split: str) -> Path:
+    return data_dir() / "neurons" / "acts" / model_key(lm) / f"{source_key(source, split)}-{seq_len}x{n_tokens}"
+
+
+def run_layers(lm, token_batches: torch.Tensor, layers: list[int], batch_size: int = 8,
+               progress: Progress | None = None) -> dict[int, np.ndarray]:
+    """Neuron activations [N, T, d_mlp] (float32) of `layers` on token windows [N, T], stopping each forward
+    pass after the last of those layers."""
+    adapter = lm.adapter
+    layers = sorted(set(layers))
+    outputs: dict[int, list[np.ndarray]] = {layer: [] for layer in layers}
+    last = layers[-1]
+
+    def reader(layer: int):
+        def read(tensor: torch.Tensor) -> None:
+            outputs[layer].append(tensor.detach().float().cpu().numpy())
+            if layer == last:
+                raise _StopForward
+        return read
+
+    n = token_batches.shape[0]
+    with lm.lock, torch.no_grad(), hooks(adapter, {f"blocks.{layer}.mlp.hook_post": reader(layer)
+                                                   for layer in layers}):
+        for start in range(0, n, batch_size):
+            batch = token_batches[start:start + batch_size].to(lm.device)
+            try:
+                lm.model(input_ids=batch, use_cache=False)
+            except _StopForward:
+                pass
+            if progress:
+                progress(min(1.0, (start + batch.shape[0]) / n), f"corpus activations {start + batch.shape[0]}/{n}")
+    return {layer: np.concatenate(chunks, 0) for layer, chunks in outputs.items()}
+
+
+def activation_stores(lm, layers: list[int], n_tokens: int = DEFAULT_STORE_TOKENS, seq_len: int = DEFAULT_SEQ_LEN,
+                      source=None, split: str = "train", progress: Progress | None = None) -> dict[int, ActivationStore]:
+    """One ActivationStore per layer, read from the cache or computed in a single pass for the missing ones."""
+    if n_tokens < seq_len:
+        raise InterpscopeError(f"Need at least {seq_len} corpus tokens for the activation store; got {n_tokens}.")
+    layers = sorted({check_layer(lm.adapter, layer) for layer in layers})
+    folder = _sample_dir(lm, n_tokens, seq_len, source, split)
+    token_path = folder / "tokens.npy"
+    missing = [layer for layer in layers if not (folder / f"layer{layer}.npy").is_file()]
+    if missing:
+        tokens = corpus.token_chunks(lm.tokenizer, seq_len, n_tokens, source=source, split=split)
+        computed = run_layers(lm, tokens, missing, progress=progress)
+        save_npy_atomic(token_path, tokens.numpy().astype(np.int32))
+        for layer, acts in computed.items():
+            save_npy_atomic(folder / f"mean{layer}.npy", acts.reshape(-1, acts.shape[-1]).astype(np.float64).mean(0))
+            save_npy_atomic(folder / f"layer{layer}.npy", acts.astype(np.float16))
+    tokens_np = np.load(token_path, mmap_mode="r")
+    return {layer: ActivationStore(layer=layer, activations=np.load(folder / f"layer{layer}.npy", mmap_mode="r"),
+                                   tokens=tokens_np, mean=np.load(folder / f"mean{layer}.npy"))
+            for layer in layers}
+
+
+def mean_activations(lm, layers: list[int], n_tokens: int = DEFAULT_STORE_TOKENS, seq_len: int = DEFAULT_SEQ_LEN,
+                     source=None, split: str = "train", progress: Progress | None = None) -> dict[int, np.ndarray]:
+    """Mean activation of every neuron of each layer over the corpus sample [d_mlp] (cached)."""
+    stores = activation_stores(lm, layers, n_tokens, seq_len, source, split, progress)
+    return {layer: store.mean for layer, store in stores.items()}

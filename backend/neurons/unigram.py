@@ -1,0 +1,88 @@
+"""The unigram direction: centred, normalised log token frequencies of a corpus.
+
+Token counts are cached on disk under data_dir()/neurons/unigram, keyed by a fingerprint of the tokenizer's
+vocabulary and the corpus, so any model sharing a tokenizer reuses them across sessions.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from backend import corpus
+from backend.config import InterpscopeError, data_dir
+
+
+_TOKENIZER_KEYS: dict[int, tuple[object, str]] = {}
+
+
+def tokenizer_key(tokenizer) -> str:
+    """A short fingerprint of a tokenizer's vocabulary (same vocab and ids -> same key), memoised per object."""
+    cached = _TOKENIZER_KEYS.get(id(tokenizer))
+    if cached is not None and cached[0] is tokenizer:
+        return cached[1]
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    key = hashlib.sha1(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()[:16]
+    _TOKENIZER_KEYS[id(tokenizer)] = (tokenizer, key)
+    return key
+
+
+def source_key(source: str | Path | None, split: str) -> str:
+    if source is None or str(source) in ("austen", "bundled"):
+        return f"austen-{split}"
+    path = Path(source).expanduser().resolve()
+    stamp = path.stat().st_mtime_ns if path.exists() else 0
+    return f"{hashlib.sha1(f'{path}:{stamp}'.encode()).hexdigest()[:12]}-{split}"
+
+
+def save_npy_atomic(path: Path, array: np.ndarray) -> None:
+    """Write an .npy file so a reader never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npy.tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.save(handle, array)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def token_counts(tokenizer, vocab_size: int, source: str | Path | None = None, split: str = "train",
+                 max_tokens: int | None = None) -> np.ndarray:
+    """How often each token id occurs in the corpus [vocab_size] (int64), cached on disk."""
+    suffix = f"-{max_tokens}" if max_tokens else ""
+    path = data_dir() / "neurons" / "unigram" / f"{tokenizer_key(tokenizer)}-{source_key(source, split)}{suffix}.npy"
+    if path.is_file():
+        counts = np.load(path)
+    else:
+        ids = corpus.token_stream(tokenizer, corpus.paragraphs(source, split), max_tokens=max_tokens)
+        if ids.numel() == 0:
+            raise InterpscopeError("The corpus produced no tokens to count.")
+        counts = np.bincount(ids.numpy(), minlength=1).astype(np.int64)
+        save_npy_atomic(path, counts)
+    if counts.shape[0] > vocab_size:
+        raise InterpscopeError(f"The tokenizer produced id {counts.shape[0] - 1}, beyond the model's vocabulary "
+                               f"of {vocab_size}: the tokenizer does not match the model.")
+    return np.pad(counts, (0, vocab_size - counts.shape[0]))
+
+
+def unigram_log_probs(counts: np.ndarray) -> np.ndarray:
+    """log p_unigram with add-one smoothing [V]."""
+    smoothed = counts.astype(np.float64) + 1.0
+    return np.log(smoothed / smoothed.sum())
+
+
+def unigram_direction(counts: np.ndarray) -> torch.Tensor:
+    """u: the add-one log unigram distribution, centred over vocab and scaled to unit norm [V] (float64)."""
+    log_p = unigram_log_probs(counts)
+    centred = log_p - log_p.mean()
+    norm = np.linalg.norm(centred)
+    if norm == 0:
+        raise InterpscopeError("Every token has the same count: the unigram direction is undefined.")
+    return torch.from_numpy(centred / norm)
