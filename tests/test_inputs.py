@@ -72,5 +72,5 @@ def test_parse_examples_errors():
         parse_examples(b"a,b\n1,2\n", "nums.csv")
     with pytest.raises(InterpscopeError, match="unsupported file type"):
         parse_examples(b"x", "model.pt")
-    with pytest.raises(InterpscopeError, match="no examples"):
+    with pytest.raises(InterpscopeError, match="empty"):
         parse_examples(b"\n\n  \n", "blank.txt")
