@@ -12,6 +12,10 @@ from pathlib import Path
 
 import pytest
 
+# Tests never touch the network: hub ids resolve from the local cache only (also in subprocesses and the app).
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
 ROOT = Path(__file__).resolve().parent.parent
 ARTEFACTS = ROOT / "test-artefacts"
 CHROMIUM = os.environ.get("INTERPSCOPE_CHROMIUM", "/usr/bin/chromium")
