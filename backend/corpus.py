@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Iterable, Literal
 import torch
 
 from backend.config import ASSETS_DIR, InterpscopeError
-from backend.inputs import decode_bytes
+from backend.inputs import decode_bytes, parse_examples
 
 Split = Literal["train", "valid", "test", "all"]
 BUNDLED_DIR = ASSETS_DIR / "corpus" / "austen"
@@ -63,20 +62,9 @@ def _read_source(path: Path) -> list[str]:
         return texts
     if not path.is_file():
         raise InterpscopeError(f"No corpus file or folder at {path}.")
-    text = decode_bytes(path.read_bytes(), name=path.name)
     if path.suffix.lower() == ".jsonl":
-        texts = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                raise InterpscopeError(f"{path.name} line {n} is not valid JSON.") from None
-            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                raise InterpscopeError(f"{path.name} line {n} has no string field \"text\".")
-            texts.append(record["text"])
-        return texts
+        return parse_examples(path.read_bytes(), path.name)
+    text = decode_bytes(path.read_bytes(), name=path.name)
     return _reflow(text) or [text]
 
 
