@@ -1,0 +1,63 @@
+"""A static PNG/SVG of a signed token heatmap for the command line (matplotlib; no browser, no Streamlit).
+
+Each token is drawn with a background coloured by its relevance: red positive, blue negative, intensity
+|R| / max |R|. The interactive page uses components/token_heatmap.py instead.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+CHARS_PER_LINE = 90
+
+
+def _visible(token: str) -> str:
+    return token.replace("\n", "⏎").replace("\t", "⇥") or "∅"
+
+
+def save_heatmap(path: str | Path, tokens: Sequence[str], relevance: Sequence[float], title: str) -> None:
+    """Write the heatmap to `path` (format from its suffix: .png, .svg or .pdf)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import TwoSlopeNorm
+
+    values = np.asarray(relevance, dtype=float)
+    scale = float(np.max(np.abs(values))) or 1.0
+    lines: list[list[tuple[str, float]]] = [[]]
+    width = 0
+    for token, value in zip(tokens, values):
+        text = _visible(token)
+        if width + len(text) > CHARS_PER_LINE and lines[-1]:
+            lines.append([])
+            width = 0
+        lines[-1].append((text, value))
+        width += len(text)
+    char_w, line_h = 10 * 0.6 / 72, 0.3  # 10 pt monospace: 0.6 em per character, in inches
+    fig_w = max(6.0, CHARS_PER_LINE * char_w + 0.6)
+    fig_h = 0.8 + line_h * len(lines) + 1.0
+    fig = plt.figure(figsize=(fig_w, fig_h))
+    axes = fig.add_axes((0, 0, 1, 1))
+    axes.set_xlim(0, fig_w)
+    axes.set_ylim(fig_h, 0)
+    axes.axis("off")
+    cmap = plt.get_cmap("bwr")
+    norm = TwoSlopeNorm(vcenter=0.0, vmin=-scale, vmax=scale)
+    axes.text(0.3, 0.35, title, fontsize=11, weight="bold", va="center")
+    for row, line in enumerate(lines):
+        x = 0.3
+        y = 0.8 + row * line_h
+        for text, value in line:
+            w = len(text) * char_w
+            axes.add_patch(plt.Rectangle((x, y - line_h / 2 + 0.03), w, line_h - 0.06,
+                                         color=cmap(norm(value)), linewidth=0))
+            axes.text(x, y, text, family="monospace", fontsize=10, va="center")
+            x += w
+    colorbar_axes = fig.add_axes((0.3, 0.5 / fig_h, 0.4, 0.12 / fig_h))
+    bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), cax=colorbar_axes, orientation="horizontal")
+    bar.set_label("relevance (red: for the target, blue: against)", fontsize=8)
+    fig.savefig(path, dpi=150)
+    plt.close(fig)

@@ -1,0 +1,95 @@
+"""`interpscope explain`: JSON fields, file inputs, images, and one-line errors with exit status 2."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from backend.cli import main
+
+pytestmark = pytest.mark.bundled
+TEXT = "Elizabeth Bennet walked to the"
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("method", ["attnlrp", "cplrp", "gradxinput", "ig", "occlusion"])
+def test_explain_json_fields(capsys, tmp_path, bundled_lm, method):
+    out = tmp_path / "result.json"
+    code, stdout, _ = run_cli(capsys, "explain", "--text", TEXT, "--method", method, "--json", str(out))
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert data["model"] == "smollm2-135m" and data["method"] == method
+    assert data["tokens"] == bundled_lm.token_strings(bundled_lm.encode(TEXT)[0])
+    assert len(data["relevance"]) == len(data["tokens"]) and all(isinstance(v, float) for v in data["relevance"])
+    assert set(data["target"]) >= {"token", "id", "position"} and data["target"]["position"] == len(data["tokens"]) - 1
+    assert isinstance(data["logit"], float) and data["seconds"] > 0
+    conservation = data["conservation"]
+    assert set(conservation) == {"input_sum", "bias_sum", "softmax_sum", "relative_error"}
+    if method in ("attnlrp", "cplrp"):
+        assert conservation["relative_error"] < 1e-3
+        assert abs(conservation["input_sum"] + conservation["bias_sum"] + conservation["softmax_sum"]
+                   - data["logit"]) < 1e-3 * abs(data["logit"])
+    else:
+        assert all(v is None for v in conservation.values())
+    assert data["target"]["token"] in stdout  # the human summary is printed too
+
+
+def test_explain_json_to_stdout_with_contrast_and_png(capsys, tmp_path, bundled_lm):
+    image = tmp_path / "map.png"
+    code, stdout, _ = run_cli(capsys, "explain", "--text", TEXT, "--method", "cplrp", "--contrast", " other", " same",
+                              "--json", "-", "--png", str(image))
+    assert code == 0
+    data = json.loads(stdout)
+    assert data["target"]["token"] == " other" and data["target"]["contrast_token"] == " same"
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.stat().st_size > 5000
+
+
+def test_explain_file_rows(capsys, tmp_path, bundled_lm):
+    table = tmp_path / "examples.csv"
+    table.write_text('id,text\n1,"The sun rose over"\n2,"Mr. Darcy bowed to"\n', encoding="utf-8")
+    code, stdout, _ = run_cli(capsys, "explain", "--file", str(table), "--row", "1", "--method", "gradxinput",
+                              "--json", "-")
+    assert code == 0
+    assert "".join(json.loads(stdout)["tokens"]) == "Mr. Darcy bowed to"
+    lines = tmp_path / "examples.jsonl"
+    lines.write_text('{"text": "one two three"}\n{"text": "She smiled at"}\n', encoding="utf-8")
+    code, stdout, _ = run_cli(capsys, "explain", "--file", str(lines), "--row", "1", "--target-token", " him",
+                              "--json", "-")
+    assert code == 0 and json.loads(stdout)["target"]["token"] == " him"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--text", "   "], "empty"),
+    (["--file", "/nonexistent/x.txt"], "No such file"),
+    (["--text", TEXT, "--target-token", " Pemberley Hall"], "tokens"),
+    (["--text", TEXT, "--png", "out.gif"], ".png, .svg or .pdf"),
+    (["--text", TEXT, "--row", "2"], "--row goes with --file"),
+])
+def test_explain_bad_input(capsys, bundled_lm, argv, message):
+    code, stdout, stderr = run_cli(capsys, "explain", *argv)
+    assert code == 2
+    assert message in stderr and stderr.startswith("interpscope: error:") and len(stderr.strip().splitlines()) == 1
+
+
+def test_explain_bad_files(capsys, tmp_path, bundled_lm):
+    binary = tmp_path / "blob.txt"
+    binary.write_bytes(b"\x00\x01\x02binary")
+    code, _, stderr = run_cli(capsys, "explain", "--file", str(binary))
+    assert code == 2 and "binary" in stderr
+    table = tmp_path / "t.csv"
+    table.write_text("text\nhello there\n", encoding="utf-8")
+    code, _, stderr = run_cli(capsys, "explain", "--file", str(table), "--row", "5")
+    assert code == 2 and "out of range" in stderr
+
+
+def test_unknown_method_is_a_usage_error():
+    process = subprocess.run([sys.executable, "-m", "backend.cli", "explain", "--text", "hi", "--method", "lime"],
+                             capture_output=True, text=True, timeout=120)
+    assert process.returncode == 2 and "invalid choice" in process.stderr
