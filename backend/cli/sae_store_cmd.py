@@ -1,0 +1,124 @@
+"""`interpscope sae store`, `sae feature` and `sae search`: build a feature store, print a feature card or search.
+
+Registered inside the `sae` group by backend/cli/sae_cmd.py (SAE_SUBCOMMAND_MODULES).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from backend.cli.common import add_model_args, emit_json, load_from_args
+from backend.config import InterpscopeError
+
+
+def _model_for_sae(args: argparse.Namespace):
+    from backend.sae import load_sae
+
+    if args.model is None:
+        args.model = load_sae(args.sae).cfg.model_name or "smollm2-135m"
+    return load_from_args(args)
+
+
+def folder_size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
+
+
+def _store(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from backend.sae_store import build_store
+
+    loaded = _model_for_sae(args)
+    bars: dict[str, tqdm] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        bar = bars.setdefault(stage, tqdm(total=total, desc=stage, unit="tok" if stage == "activations" else "feat",
+                                          file=sys.stderr))
+        bar.update(done - bar.n)
+
+    started = time.perf_counter()
+    out = build_store(loaded, args.sae, args.out, corpus=args.corpus, split=args.split, n_tokens=args.tokens,
+                      context_size=args.context, batch_size=args.batch_size, eval_tokens=args.eval_tokens,
+                      force=args.force, progress=progress)
+    for bar in bars.values():
+        bar.close()
+    from backend.sae_store import read_manifest
+
+    manifest = read_manifest(out)
+    n_tokens = manifest["n_seqs"] * manifest["spec"]["context_size"]
+    build = manifest.get("build_seconds", {})
+    emit_json({"store": str(out), "tokens": n_tokens, "features": manifest["spec"]["d_sae"],
+               "bytes": folder_size(out), "seconds_this_run": time.perf_counter() - started,
+               "build_seconds": build,
+               "tokens_per_second": n_tokens / build["activations"] if build.get("activations") else None})
+    return 0
+
+
+def _open_store(args: argparse.Namespace):
+    from backend.sae_store import FeatureStore
+
+    if bool(args.store) == bool(args.sae):
+        raise InterpscopeError("Give exactly one of --store STORE or --sae DIR.")
+    return FeatureStore(args.store) if args.store else FeatureStore.for_sae(args.sae)
+
+
+def _feature(args: argparse.Namespace) -> int:
+    store = _open_store(args)
+    card = store.card(args.id)
+    if args.json:
+        emit_json(card, args.out)
+        return 0
+    print(f"feature {card.id}: density {card.density:.3g} ({card.fire_count} of {card.n_tokens} tokens), "
+          f"max activation {card.max_activation:.4g}")
+    print("top logits:   " + ", ".join(f"{t!r} {w:+.3f}" for t, w in card.top_logits))
+    print("bottom logits: " + ", ".join(f"{t!r} {w:+.3f}" for t, w in card.bottom_logits))
+    print("neighbours:   " + ", ".join(f"#{i} ({c:.3f})" for i, c in card.neighbours))
+    for ctx in card.top_contexts[:10]:
+        text = "".join(f"[[{t}]]" if k == ctx.centre else t for k, t in enumerate(ctx.tokens))
+        print(f"  {ctx.max:8.4g}  {text!r}")
+    return 0
+
+
+def _search(args: argparse.Namespace) -> int:
+    from backend.sae_store.search import search
+
+    store = _open_store(args)
+    emit_json({"query": args.query, "kind": args.kind, "results": search(store, args.query, args.kind)[: args.limit]})
+    return 0
+
+
+def register(sae_sub) -> None:
+    store = sae_sub.add_parser("store", help="precompute a feature store (dashboards) for an SAE over a corpus")
+    add_model_args(store)
+    store.set_defaults(model=None)
+    store.add_argument("--sae", required=True, help="SAE folder (cfg.json + sae_weights.safetensors)")
+    store.add_argument("--corpus", default=None, help="'austen' (bundled), a .txt/.jsonl file or a folder")
+    store.add_argument("--split", default="train", choices=["train", "valid", "test", "all"])
+    store.add_argument("--tokens", type=int, default=65536, help="corpus tokens to run (default 65536)")
+    store.add_argument("--context", type=int, default=128, help="tokens per window")
+    store.add_argument("--batch-size", type=int, default=8, help="windows per model call (one resumable chunk)")
+    store.add_argument("--eval-tokens", type=int, default=2048, help="evaluate the SAE on this many test tokens "
+                       "for the overview's metrics (0 = skip)")
+    store.add_argument("--out", default=None, help="store folder (default: the SAE's store in the data dir)")
+    store.add_argument("--force", action="store_true", help="replace an existing store built with other settings")
+    store.set_defaults(func=_store)
+
+    feature = sae_sub.add_parser("feature", help="print one feature's card from a store")
+    group = feature.add_mutually_exclusive_group(required=True)
+    group.add_argument("--store", help="store folder")
+    group.add_argument("--sae", help="SAE folder (uses its default store)")
+    feature.add_argument("--id", type=int, required=True, help="feature id")
+    feature.add_argument("--json", action="store_true", help="print JSON")
+    feature.add_argument("--out", default=None, help="write the JSON here instead of stdout")
+    feature.set_defaults(func=_feature)
+
+    finder = sae_sub.add_parser("search", help="find features by id, top-logit token or word in top contexts")
+    group = finder.add_mutually_exclusive_group(required=True)
+    group.add_argument("--store", help="store folder")
+    group.add_argument("--sae", help="SAE folder (uses its default store)")
+    finder.add_argument("--kind", choices=["id", "logit", "context"], default="context")
+    finder.add_argument("--limit", type=int, default=50)
+    finder.add_argument("query")
+    finder.set_defaults(func=_search)

@@ -1,0 +1,164 @@
+"""One precompute pass over a corpus for an SAE: everything the feature browser shows, written to a store folder.
+
+Pass 1 (the model, resumable): the corpus is cut into windows of `context_size` tokens and run batch by batch up
+to the SAE's hook; each batch's nonzero feature activations are saved as one chunk file (written atomically), so
+a build that is killed resumes at the first missing chunk and ends with exactly the same chunks.
+Pass 2 (numpy only, seconds): per-feature statistics from all chunks, weight-based statistics, the corpus tokens
+and vocabulary strings, written into `<store>.partial/final/` and renamed to `<store>` with manifest.json last.
+Position 0 of every window (the attention sink, tens of times the norm of other tokens) is left out, as in training.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from backend.config import InterpscopeError
+from backend.corpus import token_chunks
+from backend.sae import check_compatible, load_sae
+from backend.sae_store.encode import encode_ids
+from backend.sae_store.features import feature_stats
+from backend.sae_store.layout import (FORMAT_VERSION, MANIFEST, StoreSpec, default_store_dir, sae_digest,
+                                      save_array_atomic, write_json_atomic)
+from backend.sae_store.weights import weight_stats
+
+Progress = Callable[[str, int, int], None]
+PROGRESS_FILE = "progress.json"
+
+
+def _chunk_path(partial: Path, index: int) -> Path:
+    return partial / f"chunk_{index:05d}.npz"
+
+
+def _save_chunk(path: Path, tok: np.ndarray, feat: np.ndarray, val: np.ndarray) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as handle:
+        np.savez(handle, tok=tok, feat=feat, val=val)
+    tmp.replace(path)
+
+
+def _prepare_partial(partial: Path, spec: StoreSpec) -> None:
+    """Keep a partial build only if it was started with the same spec; otherwise start afresh."""
+    progress_file = partial / PROGRESS_FILE
+    if partial.is_dir():
+        import json
+
+        try:
+            saved = json.loads(progress_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            saved = None
+        if saved != {"spec": spec.to_dict()}:
+            shutil.rmtree(partial)
+    partial.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(progress_file, {"spec": spec.to_dict()})
+
+
+def store_spec(loaded, sae_folder: str | Path, *, corpus: str | None = None, split: str = "train",
+               n_tokens: int = 65536, context_size: int = 128, batch_size: int = 8, **options) -> StoreSpec:
+    """The spec of a store for this SAE and corpus (checks that the SAE fits the model)."""
+    folder = Path(sae_folder).expanduser().resolve()
+    sae = load_sae(folder)
+    hook = check_compatible(sae, loaded.adapter, None, loaded.name)
+    if n_tokens < context_size:
+        raise InterpscopeError(f"--tokens ({n_tokens}) must be at least one window of {context_size} tokens.")
+    if context_size < 2 or batch_size < 1:
+        raise InterpscopeError("context_size must be >= 2 and batch_size >= 1.")
+    return StoreSpec(sae_path=str(folder), sae_digest=sae_digest(folder), model_name=loaded.name, hook_name=hook,
+                     d_sae=sae.cfg.d_sae, corpus=str(corpus or "austen"), split=split, n_tokens=int(n_tokens),
+                     context_size=int(context_size), batch_size=int(batch_size), **options)
+
+
+def run_chunks(loaded, sae, spec: StoreSpec, tokens: torch.Tensor, partial: Path,
+               progress: Progress | None = None, stop: Callable[[], bool] | None = None) -> int:
+    """Pass 1: write every missing chunk; returns the number of chunks. `stop()` true = stop after this chunk."""
+    n_chunks = -(-tokens.shape[0] // spec.batch_size)
+    context = spec.context_size
+    for index in range(n_chunks):
+        path = _chunk_path(partial, index)
+        first = index * spec.batch_size
+        batch = tokens[first:first + spec.batch_size]
+        if not path.is_file():
+            acts = encode_ids(loaded, sae, batch, spec.hook_name)
+            acts[:, 0, :] = 0.0
+            seq, pos, feat = torch.nonzero(acts > 0, as_tuple=True)
+            val = acts[seq, pos, feat].numpy().astype(np.float32)
+            tok = ((seq + first) * context + pos).numpy().astype(np.int64)
+            _save_chunk(path, tok, feat.numpy().astype(np.int32), val)
+        if progress:
+            progress("activations", min(first + spec.batch_size, tokens.shape[0]) * context, tokens.numel())
+        if stop is not None and stop():
+            raise InterpscopeError("Store build stopped; run it again to resume where it stopped.")
+    return n_chunks
+
+
+def _load_chunks(partial: Path, n_chunks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    parts = {"tok": [], "feat": [], "val": []}
+    for index in range(n_chunks):
+        with np.load(_chunk_path(partial, index)) as chunk:
+            for name in parts:
+                parts[name].append(chunk[name])
+    return tuple(np.concatenate(parts[name]) for name in ("tok", "feat", "val"))
+
+
+def vocabulary(tokenizer, size: int) -> list[str]:
+    """Every token id's text (what the browser prints for it)."""
+    return tokenizer.batch_decode([[i] for i in range(size)])
+
+
+def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *, corpus: str | None = None,
+                split: str = "train", n_tokens: int = 65536, context_size: int = 128, batch_size: int = 8,
+                eval_tokens: int = 0, force: bool = False, progress: Progress | None = None,
+                stop: Callable[[], bool] | None = None, **options) -> Path:
+    """Build (or resume, or return the existing) store for the SAE folder over the corpus; returns its folder."""
+    spec = store_spec(loaded, sae_folder, corpus=corpus, split=split, n_tokens=n_tokens, context_size=context_size,
+                      batch_size=batch_size, **options)
+    out = Path(out).expanduser() if out else default_store_dir(spec.sae_path)
+    if (out / MANIFEST).is_file() and not force:
+        from backend.sae_store.store import read_manifest
+
+        if read_manifest(out).get("spec") == spec.to_dict():
+            return out
+        raise InterpscopeError(f"{out} already holds a store built with other settings; pass force (--force) "
+                               "to replace it or choose another --out.")
+    sae = load_sae(spec.sae_path)
+    partial = out.with_name(out.name + ".partial")
+    _prepare_partial(partial, spec)
+    started = time.perf_counter()
+    tokens = token_chunks(loaded.tokenizer, context_size, n_tokens, source=corpus, split=split)
+    n_chunks = run_chunks(loaded, sae, spec, tokens, partial, progress, stop)
+    pass1_seconds = time.perf_counter() - started
+    tok, feat, val = _load_chunks(partial, n_chunks)
+    final = partial / "final"
+    if final.exists():
+        shutil.rmtree(final)
+    final.mkdir()
+    arrays = feature_stats(spec, tok, feat, val, tokens.shape[0],
+                           progress=(lambda d, t: progress("features", d, t)) if progress else None)
+    weights = weight_stats(sae, loaded.adapter, spec.n_logits, spec.n_neighbours, spec.hist_bins)
+    arrays.update(weights.__dict__)
+    arrays["tokens"] = tokens.numpy().astype(np.int32)
+    for name, array in arrays.items():
+        save_array_atomic(final / f"{name}.npy", array)
+    write_json_atomic(final / "vocab.json", vocabulary(loaded.tokenizer, loaded.adapter.vocab_size))
+    metrics = {}
+    if eval_tokens > 0:
+        from backend.sae.evaluation import evaluate_sae
+
+        metrics = evaluate_sae(loaded, sae, n_tokens=eval_tokens, context_size=min(context_size, eval_tokens)).summary()
+    n_counted = tokens.shape[0] * (context_size - 1)
+    write_json_atomic(final / MANIFEST, {
+        "format_version": FORMAT_VERSION, "spec": spec.to_dict(), "n_seqs": int(tokens.shape[0]),
+        "n_counted_tokens": int(n_counted), "n_nonzero": int(val.size), "sae_cfg": sae.cfg.to_dict(),
+        "metrics": metrics, "build_seconds": {"activations": pass1_seconds,
+                                              "total": time.perf_counter() - started},
+        "excluded_positions": [0]})
+    if out.exists():
+        shutil.rmtree(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    final.rename(out)
+    shutil.rmtree(partial)
+    return out

@@ -1,0 +1,43 @@
+"""Run a model up to an SAE's hook point and encode what it reads there.
+
+The forward pass stops right after the hook (an exception raised inside the hook), so a store over a middle-layer
+SAE costs half a forward pass per token.
+"""
+from __future__ import annotations
+
+import torch
+
+from backend.capture import hooks
+from backend.sae import SparseAutoencoder, check_compatible
+
+
+class _StopForward(Exception):
+    """Raised inside the hook once the activation is captured: later layers need not run."""
+
+
+@torch.no_grad()
+def hook_activations(loaded, hook_name: str, input_ids: torch.Tensor) -> torch.Tensor:
+    """Activations [B, T, d] at hook_name for input_ids [B, T] (the caller holds loaded.lock)."""
+    captured: dict[str, torch.Tensor] = {}
+
+    def grab(tensor: torch.Tensor):
+        captured["x"] = tensor.detach()
+        raise _StopForward
+
+    try:
+        with hooks(loaded.adapter, {hook_name: grab}):
+            loaded.model(input_ids=input_ids.to(loaded.device), use_cache=False)
+    except _StopForward:
+        pass
+    if "x" not in captured:
+        raise RuntimeError(f"the hook {hook_name} was never reached")
+    return captured["x"]
+
+
+@torch.no_grad()
+def encode_ids(loaded, sae: SparseAutoencoder, input_ids: torch.Tensor, hook_name: str | None = None) -> torch.Tensor:
+    """SAE feature activations [B, T, d_sae] (float32, CPU) for input_ids [B, T]."""
+    hook = check_compatible(sae, loaded.adapter, hook_name, loaded.name)
+    with loaded.lock:
+        x = hook_activations(loaded, hook, input_ids)
+    return sae.encode(x.to(device=sae.W_enc.device, dtype=sae.W_enc.dtype)).float().cpu()

@@ -1,0 +1,109 @@
+"""What a feature store folder holds, and the small file helpers every part of the store uses.
+
+A complete store is a folder with `manifest.json` (written last, so its presence means complete) and one `.npy`
+file per array, opened as read-only memory maps: opening a feature reads a few kilobytes, never the whole file.
+While building, everything lives in `<store>.partial/` (activation chunks + progress.json); the finished
+arrays are written into `<store>.partial/final/`, which is renamed to `<store>` in one step.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from backend.config import ASSETS_DIR, data_dir
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+SHIPPED_STORES_DIR = ASSETS_DIR / "sae_stores"
+
+# One row per feature unless noted. K = top contexts, I x P = interval samples, W = window half-widths.
+ARRAYS = (
+    "tokens",            # [n_seqs, context] int32: the corpus the store was built over
+    "fire_count",        # int64: tokens where the feature is > 0 (position 0 of each window excluded)
+    "max_act", "mean_act",  # float32: max and mean of the nonzero activations
+    "top_loc",           # [K, 2] int32: (sequence, position), -1 where the feature fired fewer than K times
+    "top_act",           # [K] float32
+    "top_window",        # [K, 2 * W_top + 1] float16: the feature's activation on every token around it
+    "int_loc", "int_act", "int_window",  # [I, P, 2], [I, P], [I, P, 2 * W_int + 1]: interval samples
+    "hist_counts", "hist_edges",          # [B], [B + 1]: histogram of nonzero activations, 0..max
+    "logit_top_ids", "logit_top_vals", "logit_bottom_ids", "logit_bottom_vals",  # [10] each
+    "logit_hist_counts", "logit_hist_edges",  # [B], [B + 1]: all vocab logit weights
+    "neighbour_ids", "neighbour_cos",     # [N]: nearest features by decoder cosine
+)
+
+
+@dataclass
+class StoreSpec:
+    """Everything that determines a store's contents; a partial build resumes only under an identical spec."""
+
+    sae_path: str
+    sae_digest: str
+    model_name: str
+    hook_name: str
+    d_sae: int
+    corpus: str = "austen"
+    split: str = "train"
+    n_tokens: int = 65536
+    context_size: int = 128
+    batch_size: int = 8
+    top_k: int = 20
+    window_top: int = 10
+    n_intervals: int = 10
+    per_interval: int = 5
+    window_interval: int = 5
+    hist_bins: int = 40
+    n_logits: int = 10
+    n_neighbours: int = 10
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def sae_digest(folder: Path) -> str:
+    """A short hash of the SAE's weights and config (a store is only valid for exactly that SAE)."""
+    digest = hashlib.sha1()
+    for name in ("cfg.json", "sae_weights.safetensors"):
+        with open(Path(folder) / name, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def write_json_atomic(path: Path, value) -> None:
+    """Write JSON via a temporary file and rename, so readers never see half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def save_array_atomic(path: Path, array: np.ndarray) -> None:
+    """np.save via a temporary file and rename."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as handle:
+        np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
+    os.replace(tmp, path)
+
+
+def default_store_dir(sae_folder: str | Path) -> Path:
+    """Where a store for this SAE lives by default: shipped next to the shipped SAE, else in the data dir."""
+    folder = Path(sae_folder).expanduser().resolve()
+    shipped = SHIPPED_STORES_DIR / folder.name
+    if (shipped / MANIFEST).is_file():
+        return shipped
+    key = hashlib.sha1(str(folder).encode()).hexdigest()[:10]
+    return data_dir() / "sae_stores" / f"{folder.name}-{key}"
+
+
+def list_stores() -> list[Path]:
+    """Complete stores: the shipped ones, then those built into the data directory."""
+    found = []
+    for root in (SHIPPED_STORES_DIR, data_dir() / "sae_stores"):
+        if root.is_dir():
+            found.extend(sorted(p for p in root.iterdir() if (p / MANIFEST).is_file()))
+    return found

@@ -1,0 +1,121 @@
+"""Live views on a person's own text: which features fire on which tokens, and which tokens drive one feature.
+
+Prompt view: every feature's activation on every token [T, d_sae]; the heatmap shows the `n_top` features with the
+largest activation anywhere in the prompt. Position 0 (the attention sink) is computed but never used to rank.
+
+Attribution: relevance of each input token for one feature's activation f_i(x_p) at position p, through the
+relevance engine (AttnLRP / CP-LRP rules, or plain Gradient x Input). The explained scalar is read at the SAE's
+hook; the relevance that reaches the hook activation x_p is x_p . grad, and what the SAE's own biases absorb is
+f_i - that sum (the encoder is affine + ReLU, so the split is exact).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from backend.config import InterpscopeError
+from backend.relevance import attribute, get_method
+from backend.relevance.locks import lock_of
+from backend.sae import SparseAutoencoder, check_compatible
+from backend.sae_store.encode import encode_ids
+
+ATTRIBUTION_METHODS = ("attnlrp", "cplrp", "gradxinput")
+
+
+@dataclass
+class PromptFeatures:
+    """Feature activations on a prompt: all of them, and the top features' columns for the heatmap."""
+
+    tokens: list[str]
+    token_ids: list[int]
+    activations: np.ndarray
+    top_features: list[int]
+    top_values: np.ndarray
+
+    def active_at(self, position: int, limit: int = 50) -> list[dict]:
+        """Features active at one token, largest first: [{feature, activation}]."""
+        if not 0 <= position < len(self.tokens):
+            raise InterpscopeError(f"Position must be 0..{len(self.tokens) - 1} (got {position}).")
+        row = self.activations[position]
+        active = np.flatnonzero(row > 0)
+        order = active[np.argsort(-row[active], kind="stable")][:limit]
+        return [{"feature": int(i), "activation": float(row[i])} for i in order]
+
+    def heatmap_data(self) -> dict:
+        """The figure's data for export: tokens x top features."""
+        return {"tokens": self.tokens, "features": self.top_features, "activations": self.top_values}
+
+
+def prompt_features(loaded, sae: SparseAutoencoder, text: str, n_top: int = 20) -> PromptFeatures:
+    """Encode a text at the SAE's hook; pick the n_top features with the largest activation (positions >= 1)."""
+    ids = loaded.encode(text)
+    acts = encode_ids(loaded, sae, ids)[0].numpy()
+    ranked = acts[1:] if acts.shape[0] > 1 else np.zeros((0, acts.shape[1]), np.float32)
+    peak = ranked.max(axis=0) if ranked.size else np.zeros(acts.shape[1], np.float32)
+    alive = np.flatnonzero(peak > 0)
+    top = alive[np.argsort(-peak[alive], kind="stable")][:n_top]
+    return PromptFeatures(tokens=loaded.token_strings(ids[0]), token_ids=ids[0].tolist(), activations=acts,
+                          top_features=[int(i) for i in top], top_values=acts[:, top])
+
+
+class _FeatureTarget:
+    """Duck-typed relevance target: the engine asks for `position` and `value(logits)`; the value is the
+    feature's activation read at the hook during the same forward pass (logits are ignored)."""
+
+    def __init__(self, position: int):
+        self.position = position
+        self.captured: torch.Tensor | None = None
+
+    def value(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.captured is None:
+            raise RuntimeError("the SAE hook did not run")
+        return self.captured
+
+
+@dataclass
+class FeatureAttribution:
+    """Relevance of each input token for feature `feature` at `position`."""
+
+    feature: int
+    position: int
+    method: str
+    tokens: list[str]
+    relevance: np.ndarray
+    activation: float
+    at_hook: float
+    sae_bias_share: float
+    input_sum: float
+
+
+def feature_attribution(loaded, sae: SparseAutoencoder, text: str, feature: int, position: int,
+                        method: str = "attnlrp") -> FeatureAttribution:
+    """Which input tokens drive f_feature at `position` (-1 = last token)."""
+    if method not in ATTRIBUTION_METHODS:
+        raise InterpscopeError(f"Feature attribution supports {', '.join(ATTRIBUTION_METHODS)}, not {method!r}.")
+    spec = get_method(method, loaded.family)
+    hook = check_compatible(sae, loaded.adapter, None, loaded.name)
+    if not 0 <= feature < sae.cfg.d_sae:
+        raise InterpscopeError(f"Feature id must be 0..{sae.cfg.d_sae - 1} (got {feature}).")
+    ids = loaded.encode(text)
+    n_tokens = ids.shape[1]
+    position = n_tokens + position if position < 0 else position
+    if not 0 <= position < n_tokens:
+        raise InterpscopeError(f"Position must be 0..{n_tokens - 1} for this text (got {position}).")
+    target = _FeatureTarget(position)
+
+    def read_feature(tensor: torch.Tensor) -> None:
+        x = tensor[0, position].to(sae.W_enc.dtype)
+        target.captured = sae.encode(x[None])[0, feature]
+
+    from backend.capture import hooks
+
+    rules = spec.rules(loaded.adapter) if spec.kind == "lrp" else []
+    with lock_of(loaded), hooks(loaded.adapter, {hook: read_feature}):
+        result = attribute(loaded.adapter, ids, target, rules, conservation=False, points=[hook])
+    at_hook = float(result.points[hook].sum())
+    return FeatureAttribution(feature=feature, position=position, method=spec.label,
+                              tokens=loaded.token_strings(ids[0]), relevance=result.relevance,
+                              activation=result.logit, at_hook=at_hook, sae_bias_share=result.logit - at_hook,
+                              input_sum=float(result.relevance.sum()))

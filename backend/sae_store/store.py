@@ -1,0 +1,190 @@
+"""Read a finished feature store: open in milliseconds (memory maps), one feature card in milliseconds.
+
+`FeatureStore(path).card(i)` reads only feature i's rows of each array; the overview table (density, max,
+top tokens of all features) is a handful of whole-column reads.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from backend.config import InterpscopeError
+from backend.sae_store.layout import ARRAYS, MANIFEST, default_store_dir
+
+
+def read_manifest(folder: str | Path) -> dict:
+    path = Path(folder) / MANIFEST
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InterpscopeError(f"{folder} is not a complete feature store (no {MANIFEST}); build it with "
+                               "`interpscope sae store --sae DIR`.") from None
+    except ValueError as err:
+        raise InterpscopeError(f"{path} is not valid JSON ({err}).") from None
+
+
+@dataclass
+class Context:
+    """A stretch of corpus around one activation: tokens, the feature's activation on each, and where it is."""
+
+    tokens: list[str]
+    activations: list[float | None]
+    max: float
+    centre: int
+    sequence: int
+    position: int
+
+
+@dataclass
+class FeatureCard:
+    """Everything the feature page shows for one feature (plain values, ready for JSON)."""
+
+    id: int
+    density: float
+    fire_count: int
+    max_activation: float
+    mean_activation: float
+    top_contexts: list[Context]
+    intervals: list[dict]
+    histogram: dict
+    top_logits: list[list]
+    bottom_logits: list[list]
+    logit_histogram: dict
+    neighbours: list[list]
+    n_tokens: int
+    store: dict = field(default_factory=dict)
+
+
+class FeatureStore:
+    """A complete store folder opened read-only."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder).expanduser()
+        self.manifest = read_manifest(self.folder)
+        self.spec = self.manifest["spec"]
+        self.d_sae = int(self.spec["d_sae"])
+        self.n_counted = int(self.manifest["n_counted_tokens"])
+        self.arrays = {}
+        for name in ARRAYS:
+            path = self.folder / f"{name}.npy"
+            if not path.is_file():
+                raise InterpscopeError(f"The feature store {self.folder} lacks {path.name}; rebuild it.")
+            self.arrays[name] = np.load(path, mmap_mode="r")
+
+    @classmethod
+    def for_sae(cls, sae_folder: str | Path) -> "FeatureStore":
+        """The SAE's default store (shipped, or built into the data directory)."""
+        folder = default_store_dir(sae_folder)
+        if not (folder / MANIFEST).is_file():
+            raise InterpscopeError(f"No feature store for {sae_folder} yet; build it with "
+                                   f"`interpscope sae store --sae {sae_folder}`.")
+        return cls(folder)
+
+    @cached_property
+    def vocab(self) -> list[str]:
+        return json.loads((self.folder / "vocab.json").read_text(encoding="utf-8"))
+
+    @property
+    def name(self) -> str:
+        return self.folder.name
+
+    def check_id(self, feature: int) -> int:
+        if not isinstance(feature, (int, np.integer)) or isinstance(feature, bool) or \
+                not 0 <= int(feature) < self.d_sae:
+            raise InterpscopeError(f"Feature id must be an integer from 0 to {self.d_sae - 1} (got {feature!r}).")
+        return int(feature)
+
+    # --- columns for the overview -------------------------------------------------------------------------
+    @cached_property
+    def density(self) -> np.ndarray:
+        return np.asarray(self.arrays["fire_count"], dtype=np.float64) / max(1, self.n_counted)
+
+    @cached_property
+    def max_activation(self) -> np.ndarray:
+        return np.asarray(self.arrays["max_act"])
+
+    def top_token_ids(self) -> np.ndarray:
+        """Token at each feature's strongest activation (-1 for features that never fired)."""
+        loc = np.asarray(self.arrays["top_loc"][:, 0])
+        tokens = self.arrays["tokens"]
+        ids = np.full(self.d_sae, -1, np.int64)
+        fired = loc[:, 0] >= 0
+        ids[fired] = tokens[loc[fired, 0], loc[fired, 1]]
+        return ids
+
+    @lru_cache(maxsize=1)
+    def top_window_tokens(self) -> np.ndarray:
+        """Token ids of every top context window [d_sae, K, 2 W + 1] (-1 outside the sequence or unused)."""
+        loc = np.asarray(self.arrays["top_loc"])
+        half = (self.arrays["top_window"].shape[2] - 1) // 2
+        context = int(self.spec["context_size"])
+        positions = loc[..., 1:2] + np.arange(-half, half + 1)
+        valid = (loc[..., 0:1] >= 0) & (positions >= 0) & (positions < context)
+        tokens = np.asarray(self.arrays["tokens"])
+        gathered = tokens[np.clip(loc[..., 0:1], 0, None), np.clip(positions, 0, context - 1)]
+        return np.where(valid, gathered, -1)
+
+    def overview(self) -> dict[str, np.ndarray | list]:
+        """Columns of the feature table: id, density, max and mean activation, top activating and top logit token."""
+        top_ids = self.top_token_ids()
+        logit_top = np.asarray(self.arrays["logit_top_ids"][:, 0])
+        return {"feature": np.arange(self.d_sae), "density": self.density, "max_activation": self.max_activation,
+                "mean_activation": np.asarray(self.arrays["mean_act"]),
+                "top_token": [self.token_text(int(t)) if t >= 0 else "" for t in top_ids],
+                "top_logit": [self.token_text(int(t)) for t in logit_top]}
+
+    def token_text(self, token_id: int) -> str:
+        return self.vocab[token_id] if 0 <= token_id < len(self.vocab) else ""
+
+    # --- one feature ---------------------------------------------------------------------------------------
+    def _context(self, seq: int, pos: int, window: np.ndarray) -> Context:
+        half = (len(window) - 1) // 2
+        context = int(self.spec["context_size"])
+        first, last = max(0, pos - half), min(context - 1, pos + half)
+        ids = self.arrays["tokens"][seq, first:last + 1]
+        values = window[first - (pos - half): last - (pos - half) + 1].astype(np.float32)
+        acts = [None if np.isnan(v) else float(f"{float(v):.4g}") for v in values]
+        return Context(tokens=[self.token_text(int(t)) for t in ids], activations=acts,
+                       max=max((a for a in acts if a is not None), default=0.0), centre=pos - first,
+                       sequence=int(seq), position=int(pos))
+
+    def card(self, feature: int) -> FeatureCard:
+        """The feature card of one feature (reads only its rows)."""
+        i = self.check_id(feature)
+        a = self.arrays
+        top_loc, top_win = np.asarray(a["top_loc"][i]), np.asarray(a["top_window"][i])
+        contexts = [self._context(int(s), int(p), top_win[k]) for k, (s, p) in enumerate(top_loc) if s >= 0]
+        for ctx, value in zip(contexts, np.asarray(a["top_act"][i])):
+            ctx.max = float(value)
+        max_act = float(a["max_act"][i])
+        n_int = int(self.spec["n_intervals"])
+        int_loc, int_act, int_win = np.asarray(a["int_loc"][i]), np.asarray(a["int_act"][i]), np.asarray(a["int_window"][i])
+        intervals = []
+        for j in range(n_int):
+            examples = []
+            for k, (s, p) in enumerate(int_loc[j]):
+                if s >= 0:
+                    ctx = self._context(int(s), int(p), int_win[j, k])
+                    ctx.max = float(int_act[j, k])
+                    examples.append(ctx)
+            intervals.append({"low": max_act * j / n_int, "high": max_act * (j + 1) / n_int, "examples": examples})
+
+        def logits(ids_name: str, vals_name: str) -> list[list]:
+            return [[self.token_text(int(t)), round(float(v), 5)] for t, v in zip(a[ids_name][i], a[vals_name][i])]
+
+        return FeatureCard(
+            id=i, density=float(self.density[i]), fire_count=int(a["fire_count"][i]), max_activation=max_act,
+            mean_activation=float(a["mean_act"][i]), top_contexts=contexts, intervals=intervals,
+            histogram={"edges": np.asarray(a["hist_edges"][i]).tolist(), "counts": np.asarray(a["hist_counts"][i]).tolist()},
+            top_logits=logits("logit_top_ids", "logit_top_vals"),
+            bottom_logits=logits("logit_bottom_ids", "logit_bottom_vals"),
+            logit_histogram={"edges": np.asarray(a["logit_hist_edges"][i]).tolist(),
+                             "counts": np.asarray(a["logit_hist_counts"][i]).tolist()},
+            neighbours=[[int(n), round(float(c), 5)] for n, c in zip(a["neighbour_ids"][i], a["neighbour_cos"][i])],
+            n_tokens=self.n_counted,
+            store={"name": self.name, "sae": self.spec["sae_path"], "model": self.spec["model_name"],
+                   "hook": self.spec["hook_name"], "corpus": self.spec["corpus"]})
