@@ -111,6 +111,12 @@ def activation_stores(lm, layers: list[int], n_tokens: int = DEFAULT_STORE_TOKEN
             for layer in layers}
 
 
+def store_exists(lm, layer: int, n_tokens: int = DEFAULT_STORE_TOKENS, seq_len: int = DEFAULT_SEQ_LEN,
+                 source=None, split: str = "train") -> bool:
+    """Whether the activation store of this layer and corpus sample is already on disk."""
+    return (_sample_dir(lm, n_tokens, seq_len, source, split) / f"layer{layer}.npy").is_file()
+
+
 def mean_activations(lm, layers: list[int], n_tokens: int = DEFAULT_STORE_TOKENS, seq_len: int = DEFAULT_SEQ_LEN,
                      source=None, split: str = "train", progress: Progress | None = None) -> dict[int, np.ndarray]:
     """Mean activation of every neuron of each layer over the corpus sample [d_mlp] (cached)."""

@@ -1,0 +1,156 @@
+"""The Entropy neurons page under streamlit.testing: every view, on a saved tiny model with a planted entropy
+neuron (fast, and its answers are known), and the weight views on the bundled SmolLM2."""
+from __future__ import annotations
+
+import base64
+import json
+
+import numpy as np
+
+import pytest
+import torch
+
+from backend.models.tokenizers import gpt2_tokenizer
+from backend.neurons.synthetic import plant_entropy_neuron, tiny_model
+from tests.apptest_util import open_page
+
+PAGE = "pages/entropy_neurons.py"
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("neurons-page")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("INTERPSCOPE_DATA_DIR", str(root / "data"))
+    model = tiny_model("gpt2", vocab_size=50257, d_model=32, d_mlp=64, dtype=torch.float32, seed=0)
+    plant_entropy_neuron(model, 1, 5, k=1, norm=30.0)
+    folder = root / "tiny-entropy"
+    model.save_pretrained(folder)
+    gpt2_tokenizer().save_pretrained(folder)
+    yield folder
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def page(tiny_folder):
+    from app import OTHER
+
+    at = open_page(PAGE, model_choice=OTHER, model_custom=str(tiny_folder), **{"en-store-tokens": 256})
+    assert not at.exception, at.exception
+    return at
+
+
+def values(data) -> list:
+    """Plotly 6 sends numpy arrays as {"dtype", "bdata"(base64), "shape"}: decode them to a list."""
+    if isinstance(data, dict) and "bdata" in data:
+        array = np.frombuffer(base64.b64decode(data["bdata"]), dtype=np.dtype(data["dtype"]))
+        return array.reshape([int(v) for v in str(data.get("shape", len(array))).split(",")]).tolist()
+    return list(data)
+
+
+def charts(at) -> dict[str, dict]:
+    """Plotly figures on the page by title."""
+    out = {}
+    for chart in at.get("plotly_chart"):
+        spec = json.loads(chart.proto.spec)
+        out[spec["layout"]["title"]["text"]] = spec
+    return out
+
+
+def chart(at, starts: str) -> dict:
+    found = [spec for title, spec in charts(at).items() if title.startswith(starts)]
+    assert found, f"no chart titled {starts!r}; have {list(charts(at))}"
+    return found[0]
+
+
+def test_candidates_view(page):
+    spec = chart(page, "Layer 1 neurons")
+    assert len(values(spec["data"][0]["x"])) == 64
+    assert spec["layout"]["yaxis"]["type"] == "log"
+    assert "rho" in spec["data"][0]["marker"]["colorbar"]["title"]["text"]
+    assert spec["data"][1]["text"][0] == "1.5"  # the planted neuron is the first default choice
+    table = page.dataframe[0].value
+    assert len(table) == 64 and table["neuron"].iloc[0] == "1.5" and table["rho"].iloc[0] > 0.999
+    assert page.text_input(key="en-neurons").value.startswith("1.5")
+
+
+def test_neuron_detail_view(page):
+    page.selectbox(key="en-detail-neuron").set_value("1.5").run()
+    spec = chart(page, "W_U singular spectrum")
+    cosines = values(spec["data"][0]["y"])
+    assert cosines[-1] > 0.999  # all of the planted neuron sits in the bottom singular direction
+    assert chart(page, "Tokens neuron 1.5")
+    page.button(key="en-detail-run").click().run()
+    assert not page.exception, page.exception
+    hist = chart(page, "Activation of neuron 1.5")
+    assert sum(values(hist["data"][0]["y"])) == 256
+    contexts = [df.value for df in page.dataframe if "context" in df.value.columns][0]
+    assert len(contexts) == 10 and contexts["context"].str.contains(r"\[\[").all()
+
+
+def test_causal_ablation_view(page):
+    page.number_input(key="en-abl-tokens").set_value(256)
+    page.number_input(key="en-abl-random").set_value(3)
+    page.text_input(key="en-neurons").input("1.5").run()
+    page.button(key="en-abl-run").click().run()
+    assert not page.exception, page.exception
+    bars = chart(page, "Mean |change in loss|")
+    assert bars["data"][0]["x"][0] == "1.5" and len(values(bars["data"][0]["x"])) == 4
+    table = [df.value for df in page.dataframe if "norm share" in df.value.columns][0]
+    planted = table[table["neuron"] == "1.5"].iloc[0]
+    assert planted["|Δloss| direct"] < 1e-4 * planted["|Δloss| total"] and planted["norm share"] > 0.999
+    assert chart(page, "Null-space fraction rho vs norm-mediated share")
+    scatter = chart(page, "Per token: activation of 1.5")
+    assert len(values(scatter["data"][0]["x"])) == 2 * 127  # two 128-token windows, the last token has no target
+
+
+def test_token_frequency_view(page):
+    assert chart(page, "Cosine of each layer-1 neuron")
+    top = [df.value for df in page.dataframe if "unigram_cosine" in df.value.columns and len(df.value) == 20][0]
+    assert top["unigram_cosine"].abs().is_monotonic_decreasing
+    page.number_input(key="en-tf-tokens").set_value(128)
+    page.button(key="en-tf-run").click().run()
+    assert not page.exception, page.exception
+    spec = chart(page, "Token-frequency neurons")
+    assert spec["data"][0]["x"] == list(top["neuron"][:3])
+
+
+def test_induction_view(page):
+    page.text_input(key="en-neurons").input("1.5").run()
+    page.number_input(key="en-ind-seqs").set_value(2)
+    page.number_input(key="en-ind-half").set_value(8)
+    page.number_input(key="en-ind-random").set_value(2)
+    page.button(key="en-ind-run").click().run()
+    assert not page.exception, page.exception
+    spec = chart(page, "Induction")
+    assert len(values(spec["data"][0]["y"])) == 16 and spec["data"][0]["name"] == "1.5"
+    summary = [df.value for df in page.dataframe if "change / std" in df.value.columns][0]
+    assert list(summary["random"]) == [False, True, True]
+
+
+def test_your_text_view(page):
+    page.text_area(key="en-text-text").input("Mr. Darcy danced with Elizabeth.").run()
+    assert not page.exception, page.exception
+    spec = chart(page, "Your text")
+    table = [df.value for df in page.dataframe if "top prediction" in df.value.columns][0]
+    assert len(values(spec["data"][0]["y"])) == len(table) > 3
+    page.text_area(key="en-text-text").input("   ").run()
+    assert any("empty" in w.value for w in page.warning)
+
+
+def test_bad_neuron_text_gets_a_message(page):
+    page.text_input(key="en-neurons").input("1.5, 9.9").run()
+    assert not page.exception
+    assert any("out of range" in e.value for e in page.error)
+    page.text_input(key="en-neurons").input("1.5").run()
+
+
+def test_bundled_model_weight_views(bundled_lm):
+    at = open_page(PAGE)
+    assert not at.exception, at.exception
+    spec = chart(at, "Layer 29 neurons")
+    assert len(values(spec["data"][0]["x"])) == 1536
+    table = at.dataframe[0].value
+    assert table["rho"].is_monotonic_decreasing
+    assert chart(at, "Cosine of each layer-29 neuron")
+    assert chart(at, "Your text")  # the default sentence runs through the model
