@@ -94,16 +94,9 @@ def generated_predictions(lm, texts: list[str], max_new_tokens: int = 4, batch: 
             for row, seq in enumerate(encoded):
                 ids[row, width - len(seq):] = torch.tensor(seq)
                 mask[row, width - len(seq):] = 1
-            ids, mask = ids.to(lm.device), mask.to(lm.device)
-            new_tokens = []
-            for _ in range(max_new_tokens):
-                positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
-                logits = lm.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False).logits
-                step = logits[:, -1].argmax(dim=-1, keepdim=True)
-                new_tokens.append(step)
-                ids = torch.cat([ids, step], dim=1)
-                mask = torch.cat([mask, torch.ones_like(step)], dim=1)
-            generated = torch.cat(new_tokens, dim=1).cpu()
+            output = lm.model.generate(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device),
+                                       max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
+            generated = output[:, width:].cpu()
             predictions += [parse_number(tokenizer.decode(row, skip_special_tokens=True)) for row in generated]
     return np.array(predictions, dtype=np.int64)
 

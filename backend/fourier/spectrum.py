@@ -70,13 +70,22 @@ def embedding_spectrum(lm, n_numbers: int, matrix: str = "embedding") -> Spectru
     return matrix_spectrum(values, model=lm.name, source="embedding", matrix=matrix)
 
 
-def number_hidden_states(lm, n_numbers: int, batch: int = 64, template: str = "{n}") -> np.ndarray:
+def default_number_template(tokenizer) -> str:
+    """'{n}' when the tokenizer puts a BOS token in front itself; else a short context ('Number: {n}'), so the
+    number never sits at position 0, where many models park an attention sink with a huge residual norm."""
+    with_special = tokenizer("7").input_ids
+    without = tokenizer("7", add_special_tokens=False).input_ids
+    return "{n}" if len(with_special) > len(without) else "Number: {n}"
+
+
+def number_hidden_states(lm, n_numbers: int, batch: int = 64, template: str | None = None) -> np.ndarray:
     """Hidden state at each number's last token, per layer: [layers + 1, N, d_model] (float64).
 
     Row 0 is the input of block 0 (embeddings), row l + 1 the residual stream after block l (before any final
     norm). Each number is run on its own (written with `template`), right-padded, so the last real token's
     state is untouched by padding under causal attention.
     """
+    template = template or default_number_template(lm.tokenizer)
     if "{n}" not in template:
         raise InterpscopeError("The number template needs a {n}.")
     tokenizer = lm.tokenizer
@@ -100,7 +109,7 @@ def number_hidden_states(lm, n_numbers: int, batch: int = 64, template: str = "{
     return np.concatenate(states, axis=1)
 
 
-def hidden_spectra(lm, n_numbers: int, top: int = 5, template: str = "{n}") -> LayerSpectra:
+def hidden_spectra(lm, n_numbers: int, top: int = 5, template: str | None = None) -> LayerSpectra:
     """Per-layer spectra of the hidden states at each number's last token, with each layer's top periods.
 
     Magnitudes are normalised per layer (unit L2 over frequencies) so layers of different scale compare.
@@ -131,3 +140,35 @@ def auto_spectrum(lm, n_numbers: int, layer: int | None = None, matrix: str = "e
         raise InterpscopeError(f"Layer {layer} out of range: use -1 (embeddings) .. {lm.adapter.n_layers - 1}.")
     states = number_hidden_states(lm, n_numbers)[layer + 1]
     return matrix_spectrum(states, model=lm.name, source="hidden", matrix="hidden", layer=layer)
+
+
+PAPER_PERIODS = (2.0, 2.5, 5.0, 10.0)
+
+
+@dataclass
+class Regime:
+    """Which of the paper's two regimes a spectrum looks like, and why."""
+
+    fourier_features: bool
+    label: str
+    high_share: float
+    matched_periods: list[float]
+
+
+def describe_regime(spectrum: Spectrum | LayerSpectra, layer: int | None = None, top: int = 5) -> Regime:
+    """'Fourier features' when the strongest frequencies include the paper's periods 2, 2.5, 5 or 10 (pre-trained
+    regime); 'low frequencies only' otherwise (the from-scratch regime). high_share: energy share at periods <= 10."""
+    magnitude = spectrum.magnitude if isinstance(spectrum, Spectrum) else spectrum.magnitude[
+        -1 if layer is None else layer]
+    periods = spectrum.periods
+    order = np.argsort(-magnitude, kind="stable")[:top]
+    matched = sorted({float(p) for p in PAPER_PERIODS if np.any(np.isclose(periods[order], p, rtol=0.02))})
+    energy = magnitude ** 2
+    high_share = float(energy[periods <= 10.0 + 1e-9].sum() / max(energy.sum(), 1e-300))
+    if matched:
+        label = (f"Fourier features: periods {', '.join(f'{p:g}' for p in matched)} are among the {top} strongest "
+                 f"frequencies, as in pre-trained models")
+    else:
+        label = (f"Low frequencies only: none of the periods 2, 2.5, 5, 10 is among the {top} strongest frequencies, "
+                 f"as in models trained from scratch")
+    return Regime(fourier_features=bool(matched), label=label, high_share=high_share, matched_periods=matched)

@@ -1,0 +1,81 @@
+"""The Fourier-features page through streamlit.testing: the adder's spectrum, probe and filter table, and the
+digit-splitting SmolLM2's hidden-state view."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from backend.fourier.addition import run_addition
+from backend.fourier.probe import default_numbers, probe_pairs, single_token_setup
+from backend.models import load_model
+from tests.apptest_util import open_page
+
+
+@pytest.fixture(scope="module")
+def adder_page():
+    at = open_page("pages/fourier.py", model_choice="adder")
+    assert not at.exception, at.exception
+    return at
+
+
+def plotly_array(value) -> np.ndarray:
+    """A trace array from a figure spec (plotly may ship it base64-encoded)."""
+    if isinstance(value, dict) and "bdata" in value:
+        import base64
+
+        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+    return np.asarray(value)
+
+
+def metric_values(at) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def test_spectrum_view_marks_the_outliers(adder_page):
+    spec = json.loads(adder_page.get("plotly_chart")[0].proto.spec)
+    assert "number-token embeddings" in spec["layout"]["title"]["text"]
+    assert spec["layout"]["xaxis"]["title"]["text"].startswith("period")
+    n_numbers = default_numbers(load_model("adder"))
+    magnitude = plotly_array(spec["data"][0]["y"])
+    assert len(magnitude) == n_numbers // 2 and np.all(magnitude >= 0)
+    assert any("Regime" in m.value for m in adder_page.markdown)
+
+
+def test_probe_accuracy_matches_an_independent_argmax(adder_page):
+    lm = load_model("adder")
+    numbers = single_token_setup(lm, None)
+    pairs = probe_pairs(numbers.n_numbers, 200, split="test")
+    result = run_addition(lm, pairs, "{a}+{b}=", numbers=numbers)
+    metrics = metric_values(adder_page)
+    assert metrics["Prompts"] == str(len(pairs))
+    assert metrics["Accuracy"] == f"{result.accuracy:.2%}"
+    assert metrics["Within ±10"] == f"{result.within_10:.2%}"
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in adder_page.get("plotly_chart")]
+    assert any("Attention output in Fourier space" in t for t in titles)
+    assert any("rebuilt from its top Fourier components" in t for t in titles)
+
+
+def test_filter_table_runs_from_the_button(adder_page):
+    adder_page.number_input(key="fourier-filter-prompts").set_value(120).run()
+    adder_page.button(key="fourier-run-filters").click().run()
+    assert not adder_page.exception, adder_page.exception
+    frame = next(d.value for d in adder_page.dataframe if "filter" in d.value.columns)
+    assert list(frame["filter"]) == ["no filter", "high-pass both", "high-pass mlp", "high-pass attn",
+                                     "low-pass both", "low-pass mlp", "low-pass attn"]
+    assert np.all((frame["accuracy"] >= 0) & (frame["accuracy"] <= 1))
+    assert frame["accuracy"].nunique() > 1
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in adder_page.get("plotly_chart")]
+    assert any("by kind of error" in t for t in titles)
+
+
+@pytest.mark.bundled
+def test_digit_tokenizer_shows_hidden_state_spectra(bundled_lm):
+    at = open_page("pages/fourier.py", **{"fourier-prompts": 6, "fourier-n": 30})
+    assert not at.exception, at.exception
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert "hidden state" in spec["layout"]["title"]["text"]
+    assert spec["data"][0]["y"] == ["embed"] + [f"layer {l}" for l in range(bundled_lm.adapter.n_layers)]
+    assert any("splits numbers into digits" in i.value for i in at.info)
+    assert metric_values(at)["Prompts"] == "6"
