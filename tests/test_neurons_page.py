@@ -143,14 +143,3 @@ def test_bad_neuron_text_gets_a_message(page):
     assert not page.exception
     assert any("out of range" in e.value for e in page.error)
     page.text_input(key="en-neurons").input("1.5").run()
-
-
-def test_bundled_model_weight_views(bundled_lm):
-    at = open_page(PAGE)
-    assert not at.exception, at.exception
-    spec = chart(at, "Layer 29 neurons")
-    assert len(values(spec["data"][0]["x"])) == 1536
-    table = at.dataframe[0].value
-    assert table["rho"].is_monotonic_decreasing
-    assert chart(at, "Cosine of each layer-29 neuron")
-    assert chart(at, "Your text")  # the default sentence runs through the model
