@@ -29,10 +29,11 @@ def candidates_scatter(norm: np.ndarray, logit_var: np.ndarray, rho: np.ndarray,
             x=norm[idx], y=shown_var[idx], mode="markers+text", text=[labels[i] for i in idx],
             textposition="top center", name="chosen",
             marker=dict(size=14, color="rgba(0,0,0,0)", line=dict(color=CHOSEN, width=2)), hoverinfo="skip"))
-    fig.update_layout(title=f"Layer {layer} neurons{' of ' + model if model else ''}: weight norm vs LogitVar "
-                            f"(entropy neurons: right, low, bright)",
-                      xaxis_title="||w_out|| (folded)", yaxis_title="LogitVar (log scale)", yaxis_type="log",
-                      template=TEMPLATE, height=520, legend=dict(orientation="h", y=-0.15))
+    fig.update_layout(title=dict(text=f"Layer {layer} neurons{' of ' + model if model else ''}: norm vs LogitVar"
+                                      f"<br><sup>entropy neurons: large norm, low LogitVar, high rho (bright)</sup>"),
+                      xaxis_title="||w_out|| (folded)", yaxis_title="LogitVar (log scale)",
+                      yaxis=dict(type="log", dtick=1, exponentformat="power"),
+                      template=TEMPLATE, height=540, legend=dict(orientation="h", y=-0.15))
     return fig
 
 
