@@ -1,0 +1,228 @@
+"""Activations on disk, read back through a shuffled buffer, so several SAEs train from one pass of the model.
+
+A cache is a folder under data_dir()/activations/<key>/ holding a raw row-major array (float16 or float32,
+[n_rows, d_in]) read as a numpy memmap. It is written into `acts.partial` with a `progress.json` that records the
+rows already flushed (so an interrupted build resumes), then renamed to `acts.bin` and described by `meta.json`
+(written via a temporary file and os.replace): a folder with meta.json is complete by construction.
+
+The first position of every context is left out: it is the attention sink, whose norm is tens of times larger
+than any other token's and would dominate the reconstruction loss.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+
+from backend.capture import hooks
+from backend.config import InterpscopeError, data_dir
+from backend.corpus import token_chunks
+
+Progress = Callable[[int, int], None]
+NP_DTYPES = {"float16": np.float16, "float32": np.float32}
+
+
+@dataclass
+class CacheSpec:
+    """Everything that determines a cache's contents (its hash names the folder)."""
+
+    model_name: str
+    hook_name: str
+    d_in: int
+    n_tokens: int
+    source: str = "austen"
+    split: str = "train"
+    context_size: int = 128
+    dtype: str = "float16"
+
+    def key(self) -> str:
+        text = json.dumps(asdict(self), sort_keys=True)
+        return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def _write_json_atomic(path: Path, value: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(value, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class _StopForward(Exception):
+    """Raised inside a hook once the wanted activation is captured: later layers need not run."""
+
+
+class ActivationCache:
+    """A complete cache folder: `array` is a read-only memmap [n_rows, d_in]."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        meta_file = self.folder / "meta.json"
+        if not meta_file.is_file():
+            raise InterpscopeError(f"{self.folder} is not a complete activation cache (no meta.json).")
+        self.meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        self.spec = CacheSpec(**self.meta["spec"])
+        self.n_rows = int(self.meta["n_rows"])
+        self.array = np.memmap(self.folder / "acts.bin", dtype=NP_DTYPES[self.spec.dtype], mode="r",
+                               shape=(self.n_rows, self.spec.d_in))
+
+    @property
+    def d_in(self) -> int:
+        return self.spec.d_in
+
+    def mean_squared_norm(self, sample_rows: int = 65536, seed: int = 0) -> float:
+        """E||x||^2 over a random sample of rows (used to scale inputs so that E||x||^2 = d_in)."""
+        rng = np.random.default_rng(seed)
+        rows = np.sort(rng.choice(self.n_rows, size=min(sample_rows, self.n_rows), replace=False))
+        sample = torch.from_numpy(np.asarray(self.array[rows], dtype=np.float32))
+        return float(sample.pow(2).sum(-1).mean())
+
+
+def cache_folder(spec: CacheSpec) -> Path:
+    return data_dir() / "activations" / spec.key()
+
+
+def build_activation_cache(loaded, hook_name: str, n_tokens: int, *, source: str | None = None,
+                           split: str = "train", context_size: int = 128, batch_size: int = 8,
+                           dtype: str = "float16", progress: Progress | None = None,
+                           folder: Path | None = None) -> ActivationCache:
+    """Run the model over ~n_tokens corpus tokens and store the activations at hook_name; resumes if interrupted.
+
+    Returns the existing cache at once when an identical one is complete.
+    """
+    if dtype not in NP_DTYPES:
+        raise InterpscopeError(f"Activation cache dtype must be float16 or float32, not {dtype!r}.")
+    adapter = loaded.adapter
+    spec_point = adapter.resolve(hook_name)  # validates the name for this model
+    d_in = adapter.d_model
+    spec = CacheSpec(model_name=loaded.name, hook_name=hook_name, d_in=d_in, n_tokens=int(n_tokens),
+                     source=str(source or "austen"), split=split, context_size=int(context_size), dtype=dtype)
+    folder = Path(folder) if folder else cache_folder(spec)
+    if (folder / "meta.json").is_file():
+        return ActivationCache(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    chunks = token_chunks(loaded.tokenizer, context_size, n_tokens, source=source, split=split)
+    rows_per_chunk = context_size - 1
+    n_rows = chunks.shape[0] * rows_per_chunk
+    partial = folder / "acts.partial"
+    progress_file = folder / "progress.json"
+    done_rows = 0
+    if partial.is_file() and progress_file.is_file():
+        saved = json.loads(progress_file.read_text(encoding="utf-8"))
+        if saved.get("spec") == asdict(spec) and saved.get("n_rows") == n_rows:
+            done_rows = int(saved["rows_done"])
+    mode = "r+" if done_rows else "w+"
+    array = np.memmap(partial, dtype=NP_DTYPES[dtype], mode=mode, shape=(n_rows, d_in))
+    stop_early = spec_point.kind == "post" and hook_name.startswith("blocks.")
+    captured: dict[str, torch.Tensor] = {}
+
+    def grab(tensor: torch.Tensor):
+        captured["x"] = tensor.detach()
+        if stop_early:
+            raise _StopForward
+        return None
+
+    start_chunk = done_rows // rows_per_chunk
+    with loaded.lock, torch.no_grad():
+        for first in range(start_chunk, chunks.shape[0], batch_size):
+            batch = chunks[first:first + batch_size].to(loaded.device)
+            try:
+                with hooks(adapter, {hook_name: grab}):
+                    loaded.model(input_ids=batch, use_cache=False)
+            except _StopForward:
+                pass
+            acts = captured.pop("x")[:, 1:, :].reshape(-1, d_in).float().cpu().numpy()
+            row = first * rows_per_chunk
+            array[row:row + acts.shape[0]] = acts.astype(NP_DTYPES[dtype])
+            done_rows = row + acts.shape[0]
+            array.flush()
+            _write_json_atomic(progress_file, {"spec": asdict(spec), "n_rows": n_rows, "rows_done": done_rows})
+            if progress:
+                progress(done_rows, n_rows)
+    del array
+    os.replace(partial, folder / "acts.bin")
+    _write_json_atomic(folder / "meta.json", {"spec": asdict(spec), "n_rows": n_rows,
+                                             "excluded_positions": [0]})
+    progress_file.unlink(missing_ok=True)
+    return ActivationCache(folder)
+
+
+class ShuffledBuffer:
+    """Endless shuffled batches from a cache: blocks of rows in random order, mixed within a buffer of blocks.
+
+    The order is a pure function of `seed`, so `skip(n)` (used when resuming) lands on the same batches without
+    reading the skipped data.
+    """
+
+    def __init__(self, cache: ActivationCache, batch_size: int, *, buffer_rows: int = 131072,
+                 block_rows: int = 2048, seed: int = 0, scale: float = 1.0):
+        if batch_size < 1:
+            raise InterpscopeError("batch_size must be positive.")
+        self.cache = cache
+        self.batch_size = batch_size
+        self.block_rows = min(block_rows, cache.n_rows)
+        self.n_blocks = max(1, cache.n_rows // self.block_rows)
+        self.blocks_per_fill = max(1, min(self.n_blocks, buffer_rows // self.block_rows))
+        self.seed = seed
+        self.scale = scale
+        self.batches_served = 0
+
+    def _fills(self) -> Iterator[tuple[int, np.ndarray]]:
+        epoch = 0
+        while True:
+            rng = np.random.default_rng([self.seed, epoch])
+            order = rng.permutation(self.n_blocks)
+            for start in range(0, self.n_blocks, self.blocks_per_fill):
+                yield epoch * 1_000_003 + start, order[start:start + self.blocks_per_fill]
+            epoch += 1
+
+    def batches(self) -> Iterator[torch.Tensor]:
+        """Yield float32 tensors [batch_size, d_in], continuing after the batches already served."""
+        skip = self.batches_served
+        for fill_id, blocks in self._fills():
+            n_rows = len(blocks) * self.block_rows
+            n_batches = n_rows // self.batch_size
+            if skip >= n_batches:
+                skip -= n_batches
+                continue
+            rows = (np.sort(blocks)[:, None] * self.block_rows + np.arange(self.block_rows)[None, :]).ravel()
+            data = torch.from_numpy(np.asarray(self.cache.array[rows], dtype=np.float32))
+            if self.scale != 1.0:
+                data.mul_(self.scale)
+            perm = torch.from_numpy(np.random.default_rng([self.seed, fill_id, 7]).permutation(n_rows))
+            for b in range(skip, n_batches):
+                self.batches_served += 1
+                yield data[perm[b * self.batch_size:(b + 1) * self.batch_size]]
+            skip = 0
+
+    def skip(self, n_batches: int) -> None:
+        self.batches_served += int(n_batches)
+
+
+def finalize_partial_cache(folder: str | Path) -> ActivationCache:
+    """Turn an interrupted cache into a complete, smaller one holding the rows already written.
+
+    For when caching the full request would take too long: meta.json then records the true row count.
+    """
+    folder = Path(folder)
+    if (folder / "meta.json").is_file():
+        return ActivationCache(folder)
+    progress_file = folder / "progress.json"
+    if not progress_file.is_file() or not (folder / "acts.partial").is_file():
+        raise InterpscopeError(f"{folder} holds no partial activation cache.")
+    saved = json.loads(progress_file.read_text(encoding="utf-8"))
+    spec = CacheSpec(**saved["spec"])
+    rows = int(saved["rows_done"])
+    if rows < 1:
+        raise InterpscopeError(f"{folder}: no rows written yet.")
+    row_bytes = spec.d_in * np.dtype(NP_DTYPES[spec.dtype]).itemsize
+    os.truncate(folder / "acts.partial", rows * row_bytes)
+    os.replace(folder / "acts.partial", folder / "acts.bin")
+    _write_json_atomic(folder / "meta.json", {"spec": asdict(spec), "n_rows": rows, "excluded_positions": [0],
+                                             "requested_rows": int(saved["n_rows"]), "truncated": True})
+    progress_file.unlink(missing_ok=True)
+    return ActivationCache(folder)

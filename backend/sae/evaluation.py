@@ -1,0 +1,175 @@
+"""How good is an SAE on some text: sparsity, reconstruction, and what splicing it into the model costs.
+
+- L0 = E||f||_0; MSE = E||x - x_hat||^2 / d_in; FVU = E||x - x_hat||^2 / E||x - E x||^2 (explained variance =
+  1 - FVU); cosine = E cos(x, x_hat).
+- Loss recovered = (CE_zero - CE_sae) / (CE_zero - CE_clean): CE_sae with x_hat spliced in at the hook,
+  CE_zero with the activation zeroed, CE_clean untouched; KL = E KL(p_clean || p_sae) over next-token
+  distributions.
+- Shrinkage gamma = E||x_hat||^2 / E[x . x_hat] (< 1 means the SAE shrinks its reconstructions).
+- Feature density = fraction of tokens where f > 0; dead = never fired here; dense = density > dense_threshold.
+The first position of every context (the attention sink) is left untouched and out of every average, as in
+training.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from backend.capture import hooks
+from backend.config import InterpscopeError
+from backend.corpus import token_chunks
+from backend.sae.architectures import SparseAutoencoder
+from backend.sae.folder import check_compatible
+
+DENSE_THRESHOLD = 0.1
+
+
+@dataclass
+class SAEEvaluation:
+    """Evaluation figures of one SAE on n_tokens tokens (density is per feature)."""
+
+    architecture: str
+    hook_name: str
+    model_name: str
+    d_sae: int
+    n_tokens: int
+    l0: float
+    fvu: float
+    explained_variance: float
+    mse: float
+    cosine: float
+    shrinkage: float
+    ce_clean: float
+    ce_sae: float
+    ce_zero: float
+    loss_recovered: float
+    kl: float
+    dead_fraction: float
+    dense_fraction: float
+    dense_threshold: float
+    density: np.ndarray = field(repr=False)
+    log10_density_counts: np.ndarray = field(repr=False)
+    log10_density_edges: np.ndarray = field(repr=False)
+
+    def summary(self) -> dict:
+        """The scalar figures (what `sae eval --json` prints, besides the histogram)."""
+        skip = {"density", "log10_density_counts", "log10_density_edges"}
+        return {k: v for k, v in self.__dict__.items() if k not in skip}
+
+
+def loss_recovered(ce_clean: float, ce_sae: float, ce_zero: float) -> float:
+    """(CE_zero - CE_sae) / (CE_zero - CE_clean): 1 = as good as the clean model, 0 = as bad as zeroing."""
+    gap = ce_zero - ce_clean
+    return (ce_zero - ce_sae) / gap if gap != 0 else math.nan
+
+
+def shrinkage(x: torch.Tensor, x_hat: torch.Tensor) -> float:
+    """gamma = E||x_hat||^2 / E[x . x_hat]."""
+    return float(x_hat.pow(2).sum(-1).mean() / (x * x_hat).sum(-1).mean())
+
+
+def log10_density_histogram(density: np.ndarray, bins: int = 40, floor: float = 1e-7) -> tuple[np.ndarray, np.ndarray]:
+    """Histogram of log10(density) over features that fired at least once (dead ones are counted separately)."""
+    alive = density[density > 0]
+    low = math.floor(math.log10(max(floor, alive.min()))) if alive.size else -7
+    edges = np.linspace(low, 0.0, bins + 1)
+    counts, _ = np.histogram(np.log10(np.clip(alive, floor, 1.0)), bins=edges)
+    return counts, edges
+
+
+def _ce(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Per-position next-token loss for positions 1..T-2 (positions whose activation may be replaced)."""
+    logp = F.log_softmax(logits[:, 1:-1].double(), dim=-1)
+    return -logp.gather(-1, ids[:, 2:, None]).squeeze(-1)
+
+
+@torch.no_grad()
+def evaluate_sae(loaded, sae: SparseAutoencoder, *, hook_name: str | None = None, n_tokens: int = 4096,
+                 context_size: int = 128, batch_size: int = 4, source: str | None = None, split: str = "test",
+                 ids: torch.Tensor | None = None, dense_threshold: float = DENSE_THRESHOLD,
+                 progress: Callable[[int, int], None] | None = None) -> SAEEvaluation:
+    """Evaluate on ~n_tokens tokens of the corpus split (or on `ids` [N, T] given directly)."""
+    hook = check_compatible(sae, loaded.adapter, hook_name, loaded.name)
+    if ids is None:
+        ids = token_chunks(loaded.tokenizer, context_size, n_tokens, source=source, split=split)
+    if ids.dim() != 2 or ids.shape[1] < 3:
+        raise InterpscopeError("Evaluation needs token windows of at least 3 tokens.")
+    sae = sae.eval()
+    dtype = sae.W_enc.dtype
+    sums = {k: 0.0 for k in ("l0", "err", "mse", "cos", "xx", "xhx", "xhxh", "ce_clean", "ce_sae", "ce_zero", "kl")}
+    fired = torch.zeros(sae.cfg.d_sae, dtype=torch.float64)
+    x_sum = torch.zeros(sae.cfg.d_in, dtype=torch.float64)
+    x_sq = 0.0
+    n_rows = 0
+    n_ce = 0
+    state: dict[str, torch.Tensor] = {}
+
+    def record(tensor: torch.Tensor):
+        state["x"] = tensor[:, 1:].detach()
+        return None
+
+    def splice_sae(tensor: torch.Tensor):
+        out = tensor.clone()
+        out[:, 1:] = state["x_hat"].to(tensor.dtype)
+        return out
+
+    def splice_zero(tensor: torch.Tensor):
+        out = tensor.clone()
+        out[:, 1:] = 0
+        return out
+
+    model = loaded.model
+    with loaded.lock:
+        for start in range(0, ids.shape[0], batch_size):
+            batch = ids[start:start + batch_size].to(loaded.device)
+            with hooks(loaded.adapter, {hook: record}):
+                clean_logits = model(input_ids=batch, use_cache=False).logits
+            x = state["x"].to(dtype).cpu()
+            rows = x.reshape(-1, x.shape[-1])
+            f = sae.encode(rows)
+            x_hat_rows = sae.decode(f)
+            state["x_hat"] = x_hat_rows.reshape(x.shape).to(loaded.device)
+            with hooks(loaded.adapter, {hook: splice_sae}):
+                sae_logits = model(input_ids=batch, use_cache=False).logits
+            with hooks(loaded.adapter, {hook: splice_zero}):
+                zero_logits = model(input_ids=batch, use_cache=False).logits
+            r = rows.double()
+            rh = x_hat_rows.double()
+            sums["l0"] += float((f > 0).sum())
+            sums["err"] += float((r - rh).pow(2).sum())
+            sums["cos"] += float(F.cosine_similarity(r, rh, dim=-1).sum())
+            sums["xhxh"] += float(rh.pow(2).sum())
+            sums["xhx"] += float((r * rh).sum())
+            x_sum += r.sum(0)
+            x_sq += float(r.pow(2).sum())
+            fired += (f > 0).double().sum(0)
+            n_rows += rows.shape[0]
+            ce_clean = _ce(clean_logits.cpu(), batch.cpu())
+            sums["ce_clean"] += float(ce_clean.sum())
+            sums["ce_sae"] += float(_ce(sae_logits.cpu(), batch.cpu()).sum())
+            sums["ce_zero"] += float(_ce(zero_logits.cpu(), batch.cpu()).sum())
+            p_log = F.log_softmax(clean_logits[:, 1:-1].cpu().double(), -1)
+            q_log = F.log_softmax(sae_logits[:, 1:-1].cpu().double(), -1)
+            sums["kl"] += float((p_log.exp() * (p_log - q_log)).sum())
+            n_ce += ce_clean.numel()
+            if progress:
+                progress(min(start + batch_size, ids.shape[0]), ids.shape[0])
+    total_var = x_sq - float(x_sum.pow(2).sum()) / n_rows
+    fvu = sums["err"] / total_var if total_var > 0 else math.nan
+    density = (fired / n_rows).numpy()
+    counts, edges = log10_density_histogram(density)
+    ce_clean, ce_sae, ce_zero = sums["ce_clean"] / n_ce, sums["ce_sae"] / n_ce, sums["ce_zero"] / n_ce
+    return SAEEvaluation(
+        architecture=sae.cfg.architecture, hook_name=hook, model_name=loaded.name, d_sae=sae.cfg.d_sae,
+        n_tokens=n_rows, l0=sums["l0"] / n_rows, fvu=fvu, explained_variance=1 - fvu,
+        mse=sums["err"] / (n_rows * sae.cfg.d_in), cosine=sums["cos"] / n_rows,
+        shrinkage=sums["xhxh"] / sums["xhx"] if sums["xhx"] else math.nan,
+        ce_clean=ce_clean, ce_sae=ce_sae, ce_zero=ce_zero, loss_recovered=loss_recovered(ce_clean, ce_sae, ce_zero),
+        kl=sums["kl"] / n_ce, dead_fraction=float((density == 0).mean()),
+        dense_fraction=float((density > dense_threshold).mean()), dense_threshold=dense_threshold,
+        density=density, log10_density_counts=counts, log10_density_edges=edges)
