@@ -22,8 +22,8 @@ from backend.corpus import token_chunks
 from backend.sae import check_compatible, load_sae
 from backend.sae_store.encode import encode_ids
 from backend.sae_store.features import feature_stats
-from backend.sae_store.layout import (FORMAT_VERSION, MANIFEST, StoreSpec, default_store_dir, sae_digest,
-                                      save_array_atomic, write_json_atomic)
+from backend.sae_store.layout import (FORMAT_VERSION, MANIFEST, StoreSpec, default_store_dir, folder_of, portable_path,
+                                      sae_digest, save_array_atomic, write_json_atomic)
 from backend.sae_store.weights import weight_stats
 
 Progress = Callable[[str, int, int], None]
@@ -67,7 +67,7 @@ def store_spec(loaded, sae_folder: str | Path, *, corpus: str | None = None, spl
         raise InterpscopeError(f"--tokens ({n_tokens}) must be at least one window of {context_size} tokens.")
     if context_size < 2 or batch_size < 1:
         raise InterpscopeError("context_size must be >= 2 and batch_size >= 1.")
-    return StoreSpec(sae_path=str(folder), sae_digest=sae_digest(folder), model_name=loaded.name, hook_name=hook,
+    return StoreSpec(sae_path=portable_path(folder), sae_digest=sae_digest(folder), model_name=loaded.name, hook_name=hook,
                      d_sae=sae.cfg.d_sae, corpus=str(corpus or "austen"), split=split, n_tokens=int(n_tokens),
                      context_size=int(context_size), batch_size=int(batch_size), **options)
 
@@ -116,7 +116,7 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
     """Build (or resume, or return the existing) store for the SAE folder over the corpus; returns its folder."""
     spec = store_spec(loaded, sae_folder, corpus=corpus, split=split, n_tokens=n_tokens, context_size=context_size,
                       batch_size=batch_size, **options)
-    out = Path(out).expanduser() if out else default_store_dir(spec.sae_path)
+    out = Path(out).expanduser() if out else default_store_dir(folder_of(spec.sae_path))
     if (out / MANIFEST).is_file() and not force:
         from backend.sae_store.store import read_manifest
 
@@ -124,7 +124,7 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
             return out
         raise InterpscopeError(f"{out} already holds a store built with other settings; pass force (--force) "
                                "to replace it or choose another --out.")
-    sae = load_sae(spec.sae_path)
+    sae = load_sae(folder_of(spec.sae_path))
     partial = out.with_name(out.name + ".partial")
     _prepare_partial(partial, spec)
     started = time.perf_counter()

@@ -42,7 +42,6 @@ def allocate(spec: StoreSpec) -> dict[str, np.ndarray]:
         "int_act": np.zeros((d, I, P), np.float32),
         "int_window": np.full((d, I, P, 2 * spec.window_interval + 1), np.nan, np.float16),
         "hist_counts": np.zeros((d, B), np.int32),
-        "hist_edges": np.zeros((d, B + 1), np.float32),
     }
 
 
@@ -73,9 +72,7 @@ def feature_stats(spec: StoreSpec, tok: np.ndarray, feat: np.ndarray, val: np.nd
         out["top_loc"][i, :k, 1] = top_tok % context
         out["top_act"][i, :k] = seg_val[:k]
         out["top_window"][i, :k] = _windows(top_tok, spec.window_top, context, n_tokens, toks_sorted, vals_by_tok)
-        counts, edges = np.histogram(seg_val, bins=spec.hist_bins, range=(0.0, top_max))
-        out["hist_counts"][i] = counts
-        out["hist_edges"][i] = edges
+        out["hist_counts"][i] = np.histogram(seg_val, bins=spec.hist_bins, range=(0.0, top_max))[0]
         interval = np.clip(np.ceil(seg_val / top_max * I).astype(np.int64) - 1, 0, I - 1)
         rng = np.random.default_rng([spec.seed, i])
         for j in range(I):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from backend.config import ASSETS_DIR, data_dir
+from backend.config import ASSETS_DIR, REPO_ROOT, data_dir
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -30,9 +30,9 @@ ARRAYS = (
     "top_act",           # [K] float32
     "top_window",        # [K, 2 * W_top + 1] float16: the feature's activation on every token around it
     "int_loc", "int_act", "int_window",  # [I, P, 2], [I, P], [I, P, 2 * W_int + 1]: interval samples
-    "hist_counts", "hist_edges",          # [B], [B + 1]: histogram of nonzero activations, 0..max
+    "hist_counts",       # [B]: histogram of nonzero activations, B equal bins from 0 to max_act
     "logit_top_ids", "logit_top_vals", "logit_bottom_ids", "logit_bottom_vals",  # [10] each
-    "logit_hist_counts", "logit_hist_edges",  # [B], [B + 1]: all vocab logit weights
+    "logit_hist_counts", "logit_range",   # [B], [2]: histogram of all vocab logit weights, B bins from min to max
     "neighbour_ids", "neighbour_cos",     # [N]: nearest features by decoder cosine
 )
 
@@ -54,15 +54,27 @@ class StoreSpec:
     top_k: int = 20
     window_top: int = 10
     n_intervals: int = 10
-    per_interval: int = 5
+    per_interval: int = 4
     window_interval: int = 5
-    hist_bins: int = 40
+    hist_bins: int = 32
     n_logits: int = 10
     n_neighbours: int = 10
     seed: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def portable_path(folder: Path) -> str:
+    """The SAE folder as stored in a manifest: relative to the repository when inside it (shipped stores move)."""
+    folder = Path(folder).resolve()
+    return str(folder.relative_to(REPO_ROOT)) if folder.is_relative_to(REPO_ROOT) else str(folder)
+
+
+def folder_of(stored: str) -> Path:
+    """The SAE folder a manifest names (relative paths are inside the repository)."""
+    path = Path(stored)
+    return path if path.is_absolute() else REPO_ROOT / path
 
 
 def sae_digest(folder: Path) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from backend.config import InterpscopeError
-from backend.sae_store.layout import ARRAYS, MANIFEST, default_store_dir
+from backend.sae_store.layout import ARRAYS, MANIFEST, default_store_dir, folder_of
 
 
 def read_manifest(folder: str | Path) -> dict:
@@ -25,6 +25,12 @@ def read_manifest(folder: str | Path) -> dict:
                                "`interpscope sae store --sae DIR`.") from None
     except ValueError as err:
         raise InterpscopeError(f"{path} is not valid JSON ({err}).") from None
+
+
+def _histogram(low: float, high: float, counts: np.ndarray) -> dict:
+    """{edges, counts} of an equal-width histogram stored as its counts and range."""
+    counts = np.asarray(counts)
+    return {"edges": np.linspace(low, high, len(counts) + 1).tolist(), "counts": counts.tolist()}
 
 
 @dataclass
@@ -83,6 +89,10 @@ class FeatureStore:
             raise InterpscopeError(f"No feature store for {sae_folder} yet; build it with "
                                    f"`interpscope sae store --sae {sae_folder}`.")
         return cls(folder)
+
+    def sae_folder(self) -> Path:
+        """The SAE this store describes."""
+        return folder_of(self.spec["sae_path"])
 
     @cached_property
     def vocab(self) -> list[str]:
@@ -179,11 +189,10 @@ class FeatureStore:
         return FeatureCard(
             id=i, density=float(self.density[i]), fire_count=int(a["fire_count"][i]), max_activation=max_act,
             mean_activation=float(a["mean_act"][i]), top_contexts=contexts, intervals=intervals,
-            histogram={"edges": np.asarray(a["hist_edges"][i]).tolist(), "counts": np.asarray(a["hist_counts"][i]).tolist()},
+            histogram=_histogram(0.0, max_act, a["hist_counts"][i]),
             top_logits=logits("logit_top_ids", "logit_top_vals"),
             bottom_logits=logits("logit_bottom_ids", "logit_bottom_vals"),
-            logit_histogram={"edges": np.asarray(a["logit_hist_edges"][i]).tolist(),
-                             "counts": np.asarray(a["logit_hist_counts"][i]).tolist()},
+            logit_histogram=_histogram(*np.asarray(a["logit_range"][i], np.float64), a["logit_hist_counts"][i]),
             neighbours=[[int(n), round(float(c), 5)] for n, c in zip(a["neighbour_ids"][i], a["neighbour_cos"][i])],
             n_tokens=self.n_counted,
             store={"name": self.name, "sae": self.spec["sae_path"], "model": self.spec["model_name"],

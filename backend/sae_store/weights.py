@@ -21,7 +21,7 @@ class WeightStats:
     logit_bottom_ids: np.ndarray
     logit_bottom_vals: np.ndarray
     logit_hist_counts: np.ndarray
-    logit_hist_edges: np.ndarray
+    logit_range: np.ndarray
     neighbour_ids: np.ndarray
     neighbour_cos: np.ndarray
 
@@ -42,15 +42,13 @@ def logit_weights(sae: SparseAutoencoder, adapter, feature_ids: torch.Tensor | l
 
 
 def _row_histograms(values: torch.Tensor, bins: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row equal-width histograms from each row's min to max: counts [R, bins], edges [R, bins + 1]."""
+    """Per-row equal-width histograms from each row's min to max: counts [R, bins], (min, max) [R, 2]."""
     low = values.min(dim=1).values
     high = values.max(dim=1).values
     width = (high - low).clamp_min(1e-12)
     index = ((values - low[:, None]) / width[:, None] * bins).long().clamp(0, bins - 1)
     counts = torch.zeros(values.shape[0], bins, dtype=torch.int64).scatter_add_(1, index, torch.ones_like(index))
-    steps = torch.linspace(0, 1, bins + 1)
-    edges = low[:, None] + steps[None, :] * width[:, None]
-    return counts, edges
+    return counts, torch.stack([low, high], dim=1)
 
 
 @torch.no_grad()
@@ -69,7 +67,7 @@ def weight_stats(sae: SparseAutoencoder, adapter, n_logits: int = 10, n_neighbou
         logits = W_dec[rows] @ W_U
         top = logits.topk(n_logits, dim=1)
         bottom = logits.topk(n_logits, dim=1, largest=False)
-        counts, edges = _row_histograms(logits, bins)
+        counts, value_range = _row_histograms(logits, bins)
         cos = unit[rows] @ unit.T
         cos[torch.arange(cos.shape[0]), torch.arange(rows.start, rows.stop)] = -float("inf")
         near = cos.topk(n_neighbours, dim=1) if n_neighbours > 0 else None
@@ -78,7 +76,7 @@ def weight_stats(sae: SparseAutoencoder, adapter, n_logits: int = 10, n_neighbou
         out["logit_bottom_ids"].append(bottom.indices.int())
         out["logit_bottom_vals"].append(bottom.values)
         out["logit_hist_counts"].append(counts.int())
-        out["logit_hist_edges"].append(edges)
+        out["logit_range"].append(value_range)
         out["neighbour_ids"].append(near.indices.int() if near else torch.zeros(cos.shape[0], 0, dtype=torch.int32))
         out["neighbour_cos"].append(near.values if near else torch.zeros(cos.shape[0], 0))
     return WeightStats(**{name: torch.cat(parts).numpy().astype(np.float32 if parts[0].is_floating_point()
