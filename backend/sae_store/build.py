@@ -22,8 +22,8 @@ from backend.corpus import token_chunks
 from backend.sae import check_compatible, load_sae
 from backend.sae_store.encode import encode_ids
 from backend.sae_store.features import feature_stats
-from backend.sae_store.layout import (FORMAT_VERSION, MANIFEST, StoreSpec, default_store_dir, folder_of, portable_path,
-                                      sae_digest, save_array_atomic, write_json_atomic)
+from backend.sae_store.layout import (FORMAT_VERSION, MANIFEST, StoreSpec, default_store_dir, folder_of,
+                                      portable_path, sae_digest, save_array_atomic, write_json_atomic)
 from backend.sae_store.weights import weight_stats
 
 Progress = Callable[[str, int, int], None]
@@ -67,9 +67,9 @@ def store_spec(loaded, sae_folder: str | Path, *, corpus: str | None = None, spl
         raise InterpscopeError(f"--tokens ({n_tokens}) must be at least one window of {context_size} tokens.")
     if context_size < 2 or batch_size < 1:
         raise InterpscopeError("context_size must be >= 2 and batch_size >= 1.")
-    return StoreSpec(sae_path=portable_path(folder), sae_digest=sae_digest(folder), model_name=loaded.name, hook_name=hook,
-                     d_sae=sae.cfg.d_sae, corpus=str(corpus or "austen"), split=split, n_tokens=int(n_tokens),
-                     context_size=int(context_size), batch_size=int(batch_size), **options)
+    return StoreSpec(sae_path=portable_path(folder), sae_digest=sae_digest(folder), model_name=loaded.name,
+                     hook_name=hook, d_sae=sae.cfg.d_sae, corpus=str(corpus or "austen"), split=split,
+                     n_tokens=int(n_tokens),                     context_size=int(context_size), batch_size=int(batch_size), **options)
 
 
 def run_chunks(loaded, sae, spec: StoreSpec, tokens: torch.Tensor, partial: Path,

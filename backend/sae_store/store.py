@@ -172,7 +172,8 @@ class FeatureStore:
             ctx.max = float(value)
         max_act = float(a["max_act"][i])
         n_int = int(self.spec["n_intervals"])
-        int_loc, int_act, int_win = np.asarray(a["int_loc"][i]), np.asarray(a["int_act"][i]), np.asarray(a["int_window"][i])
+        int_loc, int_act = np.asarray(a["int_loc"][i]), np.asarray(a["int_act"][i])
+        int_win = np.asarray(a["int_window"][i])
         intervals = []
         for j in range(n_int):
             examples = []
