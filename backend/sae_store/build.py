@@ -69,7 +69,8 @@ def store_spec(loaded, sae_folder: str | Path, *, corpus: str | None = None, spl
         raise InterpscopeError("context_size must be >= 2 and batch_size >= 1.")
     return StoreSpec(sae_path=portable_path(folder), sae_digest=sae_digest(folder), model_name=loaded.name,
                      hook_name=hook, d_sae=sae.cfg.d_sae, corpus=str(corpus or "austen"), split=split,
-                     n_tokens=int(n_tokens),                     context_size=int(context_size), batch_size=int(batch_size), **options)
+                     n_tokens=int(n_tokens), context_size=int(context_size), batch_size=int(batch_size),
+                     **options)
 
 
 def run_chunks(loaded, sae, spec: StoreSpec, tokens: torch.Tensor, partial: Path,
