@@ -74,3 +74,6 @@ register_method(Method("ig", "Integrated Gradients", "captum",
                        "captum Integrated Gradients on the token embeddings, zero baseline, 32 steps."))
 register_method(Method("occlusion", "Occlusion", "captum",
                        "captum feature ablation: each token's embedding zeroed in turn; the drop in the target."))
+
+# Family-specific methods living in their own packages register themselves on import.
+import backend.mamba_lrp.method  # noqa: E402,F401  (MambaLRP for family "mamba")

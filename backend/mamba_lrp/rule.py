@@ -1,0 +1,103 @@
+"""MambaLRP as a relevance rule: the pure-PyTorch mixer and RMSNorm forwards swapped in on ONE model instance.
+
+`MambaLRPRule(fixes).apply(adapter)` is a context manager (the relevance engine's Rule protocol): on entry every
+mixer and RMSNorm of that instance gets an instance-level `forward` that runs backend.mamba_lrp.forward with the
+chosen fixes; on exit, also after an exception, the instance attributes are removed and the class's own forward
+is back. Classes are never patched, and only the thread that entered the block sees the rule (others keep the
+plain forward), as for the transformer rules. Callers hold the model's lock (`mamba_lrp` does both).
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import torch
+from torch import nn
+
+from backend.adapters import ModelAdapter, get_adapter
+from backend.config import InterpscopeError
+from backend.mamba_lrp.forward import Fixes, mixer_forward, rmsnorm
+
+_PATCHED = "_mamba_lrp_original_forward"
+
+
+def _check_family(adapter: ModelAdapter) -> None:
+    if adapter.family != "mamba":
+        raise InterpscopeError(f"MambaLRP explains Mamba models; this model is of the {adapter.family} family.")
+
+
+def _mixer_forward(mixer: nn.Module, fixes: Fixes, original: Callable, owner: int) -> Callable:
+    def forward(hidden_states: torch.Tensor, cache=None, attention_mask=None, **kwargs):
+        if threading.get_ident() != owner or cache is not None:
+            return original(hidden_states, cache=cache, attention_mask=attention_mask, **kwargs)
+        if attention_mask is not None:
+            hidden_states = hidden_states * attention_mask[:, :, None].to(hidden_states.dtype)
+        return mixer_forward(mixer, hidden_states, fixes)
+    return forward
+
+
+def _norm_forward(norm: nn.Module, fixes: Fixes, original: Callable, owner: int) -> Callable:
+    def forward(hidden_states: torch.Tensor):
+        if threading.get_ident() != owner:
+            return original(hidden_states)
+        return rmsnorm(norm, hidden_states, fixes.norm)
+    return forward
+
+
+def patched_modules(adapter: ModelAdapter) -> list[tuple[str, nn.Module]]:
+    """('mixer' | 'norm', module) for every module the rule replaces, found through the adapter."""
+    modules: list[tuple[str, nn.Module]] = []
+    for layer in range(adapter.n_layers):
+        modules.append(("norm", adapter.attention_norm(layer)))
+        modules.append(("mixer", adapter.mixer(layer)))
+    modules.append(("norm", adapter.final_norm()))
+    return modules
+
+
+class MambaLRPRule:
+    """MambaLRP (Rezaei Jafari et al. 2024) with each of its four fixes switchable; Fixes.none() = plain
+    Gradient x Input through the same pure-PyTorch forward (the cost and conservation reference)."""
+
+    def __init__(self, fixes: Fixes = Fixes()):
+        self.fixes = fixes
+        self.name = "mambalrp(" + ",".join(fixes.active() or ["none"]) + ")"
+
+    @contextmanager
+    def _patched(self, adapter: ModelAdapter) -> Iterator[None]:
+        _check_family(adapter)
+        owner = threading.get_ident()
+        done: list[nn.Module] = []
+        try:
+            for kind, module in patched_modules(adapter):
+                if _PATCHED in module.__dict__:
+                    raise InterpscopeError("MambaLRP is already applied to this model instance.")
+                original = module.forward
+                make = _mixer_forward if kind == "mixer" else _norm_forward
+                module.__dict__[_PATCHED] = original
+                done.append(module)
+                module.forward = make(module, self.fixes, original, owner)
+            yield
+        finally:
+            for module in done:
+                module.__dict__.pop("forward", None)
+                module.__dict__.pop(_PATCHED, None)
+
+    def apply(self, adapter: ModelAdapter):
+        return self._patched(adapter)
+
+
+def mambalrp_rules(adapter: ModelAdapter, fixes: Fixes = Fixes()) -> list[MambaLRPRule]:
+    """The rule list for the relevance engine (methods registry entry 'mambalrp')."""
+    _check_family(adapter)
+    return [MambaLRPRule(fixes)]
+
+
+@contextmanager
+def mamba_lrp(model_or_lm, fixes: Fixes = Fixes()) -> Iterator[ModelAdapter]:
+    """Hold the model's lock and apply MambaLRP with `fixes` to that instance for the `with` block."""
+    from backend.relevance.locks import lock_of  # the relevance package imports this module's registry entry
+
+    adapter = get_adapter(model_or_lm) if isinstance(model_or_lm, nn.Module) else model_or_lm.adapter
+    with lock_of(model_or_lm), MambaLRPRule(fixes).apply(adapter):
+        yield adapter
