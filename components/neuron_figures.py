@@ -61,7 +61,8 @@ def histogram_figure(counts: np.ndarray, edges: np.ndarray, neuron: str, mean: f
     if mean is not None:
         fig.add_vline(x=mean, line_dash="dash", line_color=CHOSEN, annotation_text=f"mean {mean:.3f}")
     fig.update_layout(title=f"Activation of neuron {neuron} over the corpus sample", xaxis_title="activation",
-                      yaxis_title="tokens (log scale)", yaxis_type="log", template=TEMPLATE, height=380, bargap=0)
+                      yaxis_title="tokens (log scale)", yaxis=dict(type="log", dtick=1), template=TEMPLATE, height=380,
+                      bargap=0)
     return fig
 
 
@@ -86,7 +87,8 @@ def effects_bars(labels: Sequence[str], total: Sequence[float], direct: Sequence
         go.Bar(x=names, y=list(direct), name="direct effect (norm scale frozen)", marker_color="#1f77b4"),
     ])
     fig.update_layout(barmode="group", title=f"Mean |change in {quantity}| when each neuron is mean-ablated",
-                      xaxis_title="neuron", yaxis_title=f"mean |Δ {quantity}| (nats)", template=TEMPLATE,
+                      xaxis_title="neuron", yaxis_title=f"mean |Δ {quantity}| (nats, log scale)",
+                      yaxis=dict(type="log", exponentformat="power"), template=TEMPLATE,
                       height=430, legend=dict(orientation="h", y=-0.3))
     return fig
 
@@ -104,7 +106,7 @@ def share_scatter(rho: Sequence[float], share: Sequence[float | None], entropy_c
         hovertemplate="%{text}<br>rho %{x:.3f}<br>share %{y:.3f}<extra></extra>"))
     fig.update_layout(title="Null-space fraction rho vs norm-mediated share 1 - |direct|/|total| (loss)",
                       xaxis_title="rho", yaxis_title="norm-mediated share", template=TEMPLATE, height=430,
-                      yaxis=dict(range=[-0.05, 1.05]))
+                      xaxis=dict(range=[-0.02, 1.05]), yaxis=dict(range=[-0.05, 1.05]))
     return fig
 
 
@@ -121,7 +123,7 @@ def unigram_histogram(cosines: np.ndarray, layer: int) -> go.Figure:
     fig = go.Figure(go.Histogram(x=cosines, nbinsx=80, marker_color="#9467bd"))
     fig.update_layout(title=f"Cosine of each layer-{layer} neuron's logit effect with the unigram direction",
                       xaxis_title="cosine(w_out W_U, unigram direction)", yaxis_title="neurons (log scale)",
-                      yaxis_type="log", template=TEMPLATE, height=380)
+                      yaxis=dict(type="log", dtick=1), template=TEMPLATE, height=380)
     return fig
 
 
