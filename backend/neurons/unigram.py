@@ -47,9 +47,7 @@ def save_npy_atomic(path: Path, array: np.ndarray) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             np.save(handle, array)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; caches are ordinary files
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; caches are ordinary files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
