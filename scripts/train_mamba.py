@@ -94,40 +94,51 @@ def main() -> int:
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--state", type=int, default=8)
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--seq-len", type=int, default=80)
+    parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--minutes", type=float, default=25.0, help="wall-clock training budget")
-    parser.add_argument("--eval-tokens", type=int, default=40_000, help="held-out tokens for the perplexity")
+    parser.add_argument("--eval-tokens", type=int, default=16_000, help="held-out tokens for the perplexity")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the checkpoint and tokenizer already in --out (fresh optimizer)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    tokenizer = train_tokenizer(args.vocab)
-    tokenizer.save_pretrained(out)
+    previous = {}
+    if args.resume:
+        from transformers import AutoTokenizer, MambaForCausalLM
+
+        tokenizer = AutoTokenizer.from_pretrained(out)
+        model = MambaForCausalLM.from_pretrained(out, dtype=torch.float32)
+        previous = json.loads((out / "interpscope.json").read_text()).get("training", {})
+    else:
+        tokenizer = train_tokenizer(args.vocab)
+        tokenizer.save_pretrained(out)
+        model = build_model(len(tokenizer), args.d_model, args.layers, args.state)
     train_ids = token_stream(tokenizer, paragraphs(split="train"))
     valid_ids = token_stream(tokenizer, paragraphs(split="valid"), max_tokens=args.eval_tokens)
     n_valid = valid_ids.numel() // args.seq_len
     valid_chunks = valid_ids[: n_valid * args.seq_len].view(n_valid, args.seq_len)
     print(f"tokens: train {train_ids.numel()}, valid {valid_chunks.numel()}", flush=True)
 
-    model = build_model(len(tokenizer), args.d_model, args.layers, args.state)
     adapter = get_adapter(model)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"parameters: {n_params}", flush=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95))
     budget = args.minutes * 60
     start = last_save = time.time()
-    step, tokens_seen, smoothed = 0, 0, None
+    step, tokens_seen, smoothed = previous.get("steps", 0), previous.get("tokens_seen", 0), None
+    minutes_before = previous.get("minutes", 0.0)
     model.train()
     while True:
         elapsed = time.time() - start
         if elapsed > budget:
             break
         fraction = elapsed / budget
-        warm = min(1.0, (step + 1) / 50)
+        warm = min(1.0, (time.time() - start) / 60)
         lr = args.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * fraction)))
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -147,7 +158,8 @@ def main() -> int:
             print(f"step {step} t={elapsed:.0f}s lr={lr:.2e} loss={smoothed:.3f}", flush=True)
         if time.time() - last_save > 180:
             model.save_pretrained(out)
-            write_meta(out, {"training": {"steps": step, "tokens_seen": tokens_seen, "train_loss": smoothed}})
+            write_meta(out, {"training": {"steps": step, "tokens_seen": tokens_seen, "train_loss": smoothed,
+                                          "minutes": minutes_before + (time.time() - start) / 60}})
             last_save = time.time()
 
     model.save_pretrained(out)
@@ -155,8 +167,10 @@ def main() -> int:
     baseline_nll = unigram_nll(train_ids, valid_chunks, len(tokenizer))
     validation = {"split": "valid", "tokens": int(valid_chunks[:, 1:].numel()), "perplexity": math.exp(valid_nll),
                   "unigram_perplexity": math.exp(baseline_nll)}
-    training = {"steps": step, "tokens_seen": tokens_seen, "train_loss": smoothed, "minutes": args.minutes,
-                "parameters": n_params, "d_model": args.d_model, "layers": args.layers, "state": args.state,
+    training = {"steps": step, "tokens_seen": tokens_seen, "train_loss": smoothed,
+                "minutes": minutes_before + args.minutes,
+                "parameters": n_params, "d_model": model.config.hidden_size, "layers": model.config.num_hidden_layers,
+                "state": model.config.state_size,
                 "seq_len": args.seq_len, "batch": args.batch, "vocab": len(tokenizer)}
     write_meta(out, {"training": training, "validation": validation})
     print(json.dumps({"training": training, "validation": validation}, indent=2), flush=True)

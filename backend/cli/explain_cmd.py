@@ -7,7 +7,7 @@ from pathlib import Path
 from backend.cli.common import add_model_args, emit_json, load_from_args
 from backend.config import InterpscopeError
 
-METHOD_CHOICES = ["attnlrp", "cplrp", "gradxinput", "ig", "occlusion"]
+METHOD_CHOICES = ["attnlrp", "cplrp", "mambalrp", "gradxinput", "ig", "occlusion"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,7 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--file", help="a .txt/.md file (whole file, or one line with --row), .csv (text column) "
                                        "or .jsonl (\"text\" field)")
     explain.add_argument("--row", type=int, default=None, help="which example of --file (0-based; default 0)")
-    explain.add_argument("--method", default="attnlrp", choices=METHOD_CHOICES, help="default attnlrp")
+    explain.add_argument("--method", default=None, choices=METHOD_CHOICES,
+                         help="default: the family's LRP method (attnlrp for transformers, mambalrp for Mamba)")
     target = explain.add_mutually_exclusive_group()
     target.add_argument("--target-token", help="explain this next token (text of one token, or #id) instead of "
                                                "the predicted one")
@@ -77,6 +78,10 @@ def run_explain(args: argparse.Namespace) -> int:
     if args.png and Path(args.png).suffix.lower() not in (".png", ".svg", ".pdf"):
         raise InterpscopeError("--png must end in .png, .svg or .pdf.")
     lm = load_from_args(args)
+    if args.method is None:
+        from backend.relevance.methods import methods_for_family
+
+        args.method = methods_for_family(lm.family)[0].name
     result = explain(lm, text, args.method, token=args.target_token,
                      contrast=tuple(args.contrast) if args.contrast else None)
     if args.png:

@@ -1,0 +1,39 @@
+"""Figures of the Mamba-only view: relevance against distance from the predicted position, and the conservation
+error of MambaLRP with each of its four fixes switched off in turn. Plain numbers in, plotly figures out."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+
+def distance_figure(distances: np.ndarray, share: np.ndarray, signed: np.ndarray, counts: np.ndarray,
+                    n_prompts: int, method_label: str) -> go.Figure:
+    """Mean share of |relevance| (and the signed mean) per distance back from the predicted position."""
+    hover = "distance %{x}<br>%{y:.4f}<br>prompts reaching it: %{customdata}<extra></extra>"
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=distances, y=share, mode="lines+markers", name="share of |R|",
+                             customdata=counts, hovertemplate=hover, line=dict(color="#d62728")))
+    fig.add_trace(go.Scatter(x=distances, y=signed, mode="lines", name="signed R / sum |R|",
+                             customdata=counts, hovertemplate=hover, line=dict(color="#1f77b4", dash="dot")))
+    fig.update_layout(title=f"{method_label}: relevance vs distance from the predicted position "
+                            f"({n_prompts} prompts)",
+                      template="plotly_white", xaxis_title="tokens back from the predicted position (0 = last)",
+                      yaxis_title="mean relevance per prompt (normalised by sum |R|)", height=420,
+                      legend=dict(orientation="h", y=-0.25), margin=dict(l=70, r=20, t=60, b=100))
+    return fig
+
+
+def fix_error_figure(labels: Sequence[str], errors: Sequence[float], title: str) -> go.Figure:
+    """Bar chart (log scale) of the relative conservation error |sum R + biases - y| / |y| per setting."""
+    floor = 1e-16
+    values = [max(float(e), floor) for e in errors]
+    colors = ["#2ca02c" if i == 0 else "#d62728" if "no fixes" in label else "#ff7f0e"
+              for i, label in enumerate(labels)]
+    fig = go.Figure(go.Bar(x=list(labels), y=values, marker_color=colors, text=[f"{v:.1e}" for v in values],
+                           textposition="outside", hovertemplate="%{x}<br>relative error %{y:.2e}<extra></extra>"))
+    fig.update_layout(title=title, template="plotly_white", yaxis_type="log", height=420,
+                      xaxis_title="MambaLRP setting", yaxis_title="relative conservation error (log)",
+                      margin=dict(l=70, r=20, t=60, b=80))
+    return fig

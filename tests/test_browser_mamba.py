@@ -1,0 +1,41 @@
+"""End to end in a real browser: pick the shipped Mamba LM, see its MambaLRP heatmap and the per-fix chart."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+
+def wait_for_app(page) -> None:
+    page.wait_for_selector("[data-testid='stApp']")
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=180_000)
+
+
+def test_mamba_heatmap_in_the_browser(app_server, browser_page, artefacts):
+    page = browser_page
+    page.goto(app_server)
+    sidebar = page.locator("[data-testid='stSidebar']")
+    sidebar.locator("[data-testid='stSelectbox']").first.wait_for(timeout=180_000)
+    sidebar.locator("[data-testid='stSelectbox']").first.click()
+    page.get_by_role("option", name="mamba-tiny", exact=True).click()
+    wait_for_app(page)
+    sidebar.get_by_role("link", name="Relevance maps").click()
+    page.get_by_text("MambaLRP: relevance for").first.wait_for(timeout=180_000)
+    wait_for_app(page)
+    heatmap = page.locator(".relevance-heatmap").first
+    heatmap.wait_for(timeout=120_000)
+    tokens = heatmap.locator(".relevance-token")
+    assert tokens.count() > 5
+    heatmap.screenshot(path=str(artefacts / "mamba-heatmap.png"))
+    page.get_by_text("Conservation error per disabled fix").first.wait_for(timeout=180_000)
+    page.screenshot(path=str(artefacts / "mamba-relevance-page.png"), full_page=True)
+
+    with page.expect_download() as download_info:
+        page.get_by_role("button", name="JSON").first.click()
+    path = artefacts / "mamba-heatmap.json"
+    download_info.value.save_as(path)
+    exported = json.loads(path.read_text())
+    assert exported["model"] == "mamba-tiny" and exported["method"] == "mambalrp"
+    assert len(exported["relevance"]) == len(exported["tokens"]) == tokens.count()
