@@ -124,18 +124,16 @@ class SparseAutoencoder(nn.Module):
 
     @torch.no_grad()
     def init_from_batch(self, x: torch.Tensor, density: float = 0.03) -> None:
-        """Data-aware start: b_dec = batch mean, and encoder biases (thresholds) set so that each feature fires
-        on about `density` of the batch. Training then starts sparse, where the sparse kernels are cheap."""
+        """Data-aware start: b_dec = batch mean; for ReLU and Gated, encoder biases set so each feature fires on
+        about `density` of the batch, so training starts sparse, where the sparse kernels are cheap. JumpReLU
+        starts dense (threshold 0.001) and lets its L0 penalty prune, as in its paper; TopK needs no bias."""
         self.b_dec.copy_(x.mean(0))
+        if self.architecture not in ("standard", "gated"):
+            return
         pre = self.centred(x) @ self.W_enc
         k = max(1, min(x.shape[0], int(round((1 - density) * x.shape[0]))))
         cut = pre.kthvalue(k, dim=0).values
-        if hasattr(self, "threshold"):
-            self.threshold.copy_(cut.clamp_min(0.0))
-        elif hasattr(self, "b_gate"):
-            self.b_gate.copy_(-cut)
-        elif self.architecture != "topk":
-            self.b_enc.copy_(-cut)
+        getattr(self, "b_gate" if self.architecture == "gated" else "b_enc").copy_(-cut)
 
     @torch.no_grad()
     def fold_input_scale(self, scale: float) -> None:
