@@ -183,3 +183,9 @@ def test_relevance_by_distance_aggregates_shares_from_the_end():
     np.testing.assert_allclose(profile.share, [(0.5 + 1.0) / 2, (0.25 + 0.0) / 2, 0.25])
     np.testing.assert_allclose(profile.signed, [(0.5 + 1.0) / 2, (-0.25 + 0.0) / 2, 0.25])
     assert profile.counts.tolist() == [2, 2, 1] and profile.n_prompts == 2
+
+
+def test_without_conv_bias_and_with_a_float32_residual_the_rules_still_conserve(ids):
+    tiny = tiny_mamba(seed=5, use_conv_bias=False, residual_in_fp32=False).double()
+    result = conservation(tiny, ids, predicted(tiny, ids), Fixes())
+    assert result.conv_bias_sum == 0.0 and result.relative_error < 1e-6

@@ -78,3 +78,17 @@ def test_cli_refuses_attnlrp_on_mamba(capsys):
     code = main(["explain", "--model", "mamba-tiny", "--text", TEXT, "--method", "attnlrp"])
     err = capsys.readouterr().err
     assert code == 2 and ("mambalrp" in err or "MambaLRP" in err)
+
+
+def test_a_local_hf_mamba_checkpoint_is_explained_through_the_adapter(tmp_path, mamba_lm):
+    """A user's own MambaForCausalLM folder (here a tiny random one with the shipped tokenizer) works too."""
+    from backend.relevance.api import explain
+    from tests.tiny_models import tiny_mamba
+
+    tiny_mamba(vocab=len(mamba_lm.tokenizer), seed=2).save_pretrained(tmp_path)
+    mamba_lm.tokenizer.save_pretrained(tmp_path)
+    local = load_model(str(tmp_path), device="cpu", dtype="float64")
+    assert local.family == "mamba"
+    result = explain(local, TEXT, "mambalrp")
+    assert result.conservation.relative_error < 1e-6
+    assert len(result.relevance) == len(local.encode(TEXT)[0])
