@@ -173,3 +173,16 @@ def evaluate_sae(loaded, sae: SparseAutoencoder, *, hook_name: str | None = None
         kl=sums["kl"] / n_ce, dead_fraction=float((density == 0).mean()),
         dense_fraction=float((density > dense_threshold).mean()), dense_threshold=dense_threshold,
         density=density, log10_density_counts=counts, log10_density_edges=edges)
+
+
+def text_windows(tokenizer, text: str, context_size: int = 128, max_tokens: int = 65536) -> torch.Tensor:
+    """A person's text as [N, T] token windows for evaluate_sae (one shorter window if the text is short)."""
+    from backend.corpus import token_stream
+
+    ids = token_stream(tokenizer, [text], max_tokens=max_tokens)
+    if ids.numel() < 3:
+        raise InterpscopeError("The text is too short: evaluating an SAE needs at least 3 tokens.")
+    if ids.numel() < context_size:
+        return ids[None, :]
+    n = ids.numel() // context_size
+    return ids[: n * context_size].view(n, context_size)

@@ -1,0 +1,46 @@
+"""Where SAE folders live: shipped ones in assets/saes/, trained ones in data_dir()/saes/."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from backend.config import ASSETS_DIR, data_dir
+from backend.sae.folder import CFG_FILE, WEIGHTS_FILE
+
+SHIPPED_DIR = ASSETS_DIR / "saes"
+
+
+def trained_dir() -> Path:
+    """Default output folder of SAE training runs started from the app."""
+    path = data_dir() / "saes"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _is_sae_folder(path: Path) -> bool:
+    return (path / CFG_FILE).is_file() and (path / WEIGHTS_FILE).is_file()
+
+
+def list_saes() -> dict[str, Path]:
+    """Label -> folder for every complete SAE folder shipped or trained here (trained runs one level deeper)."""
+    found: dict[str, Path] = {}
+    if SHIPPED_DIR.is_dir():
+        for folder in sorted(SHIPPED_DIR.iterdir()):
+            if _is_sae_folder(folder):
+                found[f"shipped: {folder.name}"] = folder
+    root = data_dir() / "saes"
+    if root.is_dir():
+        for folder in sorted(root.glob("*/*")):
+            if folder.parent.name != "checkpoints" and _is_sae_folder(folder):
+                found[f"trained: {folder.parent.name}/{folder.name}"] = folder
+    return found
+
+
+def describe(folder: Path) -> dict:
+    """The cfg.json facts a page shows next to an SAE."""
+    raw = json.loads((Path(folder) / CFG_FILE).read_text(encoding="utf-8"))
+    meta = raw.get("metadata") or {}
+    return {"architecture": raw.get("architecture", "standard"), "d_in": raw.get("d_in"), "d_sae": raw.get("d_sae"),
+            "model_name": raw.get("model_name") or meta.get("model_name"),
+            "hook_name": raw.get("hook_name") or meta.get("hook_name"),
+            "training_tokens": raw.get("training_tokens") or meta.get("training_tokens"), "dtype": raw.get("dtype")}

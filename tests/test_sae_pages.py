@@ -1,0 +1,94 @@
+"""The SAE overview and SAE training pages under streamlit.testing, on a tiny GPT-2 saved as a model folder."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from backend.sae import load_sae
+from tests.apptest_util import open_page
+from tests.sae_store_tiny import random_sae_folder, tiny_lm
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sae-pages")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("INTERPSCOPE_DATA_DIR", str(root / "data"))
+    lm = tiny_lm()
+    model_dir = root / "tiny-model"
+    lm.model.save_pretrained(model_dir)
+    lm.tokenizer.save_pretrained(model_dir)
+    sae = random_sae_folder(lm, root / "sae", d_sae=48, arch="gated")
+    yield model_dir, sae
+    mp.undo()
+
+
+def _charts(at) -> dict[str, dict]:
+    return {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
+            for c in at.get("plotly_chart")}
+
+
+def test_overview_evaluates_a_folder_and_shows_metrics_and_density(setup):
+    from app import OTHER
+
+    model_dir, sae = setup
+    at = open_page("pages/sae_overview.py", model_choice=OTHER, model_custom=str(model_dir))
+    assert not at.exception, at.exception
+    assert at.title[0].value == "SAE overview"
+    at.selectbox(key="sae_overview_choice").set_value("A folder on this machine…").run()
+    at.text_input(key="sae_overview_path").set_value(str(sae)).run()
+    at.number_input(key="sae_overview_tokens").set_value(256).run()
+    at.button(key="sae_overview_run").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    metrics = {m.label: m.value for m in at.metric}
+    assert set(metrics) >= {"L0", "FVU", "Explained variance", "Loss recovered", "Shrinkage γ", "Dead"}
+    assert 0 < float(metrics["L0"]) < 48
+    density = next(spec for title, spec in _charts(at).items() if title.startswith("Feature density"))
+    assert density["layout"]["xaxis"]["title"]["text"].startswith("log10")
+    assert density["layout"]["yaxis"]["title"]["text"] == "number of features"
+    assert any(b.label == "PNG" for b in at.get("download_button"))
+
+
+def test_overview_explains_a_shape_mismatch(setup, tmp_path):
+    from app import OTHER
+    from backend.sae import SAEConfig, build_sae, save_sae
+
+    model_dir, _ = setup
+    wrong = save_sae(build_sae(SAEConfig(d_in=20, d_sae=8, hook_name="blocks.0.hook_resid_post")), tmp_path / "w")
+    at = open_page("pages/sae_overview.py", model_choice=OTHER, model_custom=str(model_dir))
+    at.selectbox(key="sae_overview_choice").set_value("A folder on this machine…").run()
+    at.text_input(key="sae_overview_path").set_value(str(wrong)).run()
+    at.button(key="sae_overview_run").click().run()
+    assert not at.exception, at.exception
+    assert any("expects d_in=20" in e.value for e in at.error)
+
+
+def test_training_page_trains_two_saes_and_reports(setup):
+    from app import OTHER
+
+    model_dir, _ = setup
+    at = open_page("pages/sae_training.py", model_choice=OTHER, model_custom=str(model_dir))
+    assert not at.exception, at.exception
+    assert at.title[0].value == "SAE training"
+    at.selectbox(key="sae_train_hook").set_value("blocks.0.hook_resid_post")
+    at.number_input(key="sae_train_width").set_value(64)
+    at.number_input(key="sae_train_tokens").set_value(4096)
+    at.number_input(key="sae_train_cache_tokens").set_value(2000)
+    at.number_input(key="sae_train_batch").set_value(256)
+    at.number_input(key="sae_train_lr").set_value(0.003)
+    at.number_input(key="sae_train_eval_tokens").set_value(256)
+    at.text_input(key="sae_train_name").set_value("page-run").run()
+    at.button(key="sae_train_run").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    report = at.session_state["sae_training_result"]
+    assert set(report["saved"]) == {"relu-64-l5", "gated-64-l5"}
+    for folder in report["saved"].values():
+        assert load_sae(folder).cfg.training_tokens == 4096
+        assert Path(folder).parent.name == "page-run"
+    curves = _charts(at)["Training curves"]
+    assert len(curves["data"]) == 2 * 3
+    assert all(0 <= summary["dead_fraction"] <= 1 for summary in report["report"].values())
