@@ -10,7 +10,7 @@ from backend.neurons import ablation as ablation_mod
 from backend.neurons.candidates import candidates
 from backend.neurons.detail import neuron_detail, text_activations
 from backend.neurons.induction import induction_study
-from backend.neurons.store import activation_stores, store_exists
+from backend.neurons.store import DEFAULT_STORE_TOKENS, activation_stores, store_exists
 from backend.neurons.weights import check_layer, default_k
 from components import neuron_figures as figs
 from components.export import export_menu
@@ -89,7 +89,7 @@ with st.container(border=True):
     k = cols[1].number_input("k (bottom singular directions)", min_value=1, max_value=adapter.d_model - 1,
                              value=default_k(adapter.d_model), key="en-k", help="about 1% of d_model")
     store_tokens = cols[2].select_slider("Corpus tokens for means", options=[256, 1024, 2048, 4096, 8192],
-                                         value=4096, key="en-store-tokens",
+                                         value=DEFAULT_STORE_TOKENS, key="en-store-tokens",
                                          help="Mean activations, histograms and top contexts come from this many "
                                               "tokens of the bundled corpus (computed once, cached on disk).")
     with show_errors():
