@@ -88,92 +88,116 @@ def _ce(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return -logp.gather(-1, ids[:, 2:, None]).squeeze(-1)
 
 
-@torch.no_grad()
 def evaluate_sae(loaded, sae: SparseAutoencoder, *, hook_name: str | None = None, n_tokens: int = 4096,
                  context_size: int = 128, batch_size: int = 4, source: str | None = None, split: str = "test",
                  ids: torch.Tensor | None = None, dense_threshold: float = DENSE_THRESHOLD,
                  progress: Callable[[int, int], None] | None = None) -> SAEEvaluation:
     """Evaluate on ~n_tokens tokens of the corpus split (or on `ids` [N, T] given directly)."""
-    hook = check_compatible(sae, loaded.adapter, hook_name, loaded.name)
+    return evaluate_saes(loaded, [sae], hook_name=hook_name, n_tokens=n_tokens, context_size=context_size,
+                         batch_size=batch_size, source=source, split=split, ids=ids,
+                         dense_threshold=dense_threshold, progress=progress)[0]
+
+
+class _Sums:
+    """Running sums for one SAE."""
+
+    def __init__(self, d_sae: int, d_in: int):
+        self.values = {k: 0.0 for k in ("l0", "err", "cos", "xhx", "xhxh", "ce_sae", "kl")}
+        self.fired = torch.zeros(d_sae, dtype=torch.float64)
+
+
+@torch.no_grad()
+def evaluate_saes(loaded, saes: list[SparseAutoencoder], *, hook_name: str | None = None, n_tokens: int = 4096,
+                  context_size: int = 128, batch_size: int = 4, source: str | None = None, split: str = "test",
+                  ids: torch.Tensor | None = None, dense_threshold: float = DENSE_THRESHOLD,
+                  progress: Callable[[int, int], None] | None = None) -> list[SAEEvaluation]:
+    """Evaluate several SAEs reading the same hook on the same tokens: the clean and zero-ablated passes are
+    shared, each SAE adds one spliced pass."""
+    hooks_of = {check_compatible(sae, loaded.adapter, hook_name, loaded.name) for sae in saes}
+    if len(hooks_of) != 1:
+        raise InterpscopeError(f"evaluate_saes needs SAEs on one hook point; got {sorted(hooks_of)}.")
+    hook = hooks_of.pop()
     if ids is None:
         ids = token_chunks(loaded.tokenizer, context_size, n_tokens, source=source, split=split)
     if ids.dim() != 2 or ids.shape[1] < 3:
         raise InterpscopeError("Evaluation needs token windows of at least 3 tokens.")
-    sae = sae.eval()
-    dtype = sae.W_enc.dtype
-    sums = {k: 0.0 for k in ("l0", "err", "mse", "cos", "xx", "xhx", "xhxh", "ce_clean", "ce_sae", "ce_zero", "kl")}
-    fired = torch.zeros(sae.cfg.d_sae, dtype=torch.float64)
-    x_sum = torch.zeros(sae.cfg.d_in, dtype=torch.float64)
-    x_sq = 0.0
-    n_rows = 0
-    n_ce = 0
+    sums = [_Sums(sae.cfg.d_sae, sae.cfg.d_in) for sae in saes]
+    d_in = saes[0].cfg.d_in
+    x_sum = torch.zeros(d_in, dtype=torch.float64)
+    x_sq = ce_clean_sum = ce_zero_sum = 0.0
+    n_rows = n_ce = 0
     state: dict[str, torch.Tensor] = {}
 
     def record(tensor: torch.Tensor):
         state["x"] = tensor[:, 1:].detach()
         return None
 
-    def splice_sae(tensor: torch.Tensor):
+    def splice(tensor: torch.Tensor):
         out = tensor.clone()
-        out[:, 1:] = state["x_hat"].to(tensor.dtype)
-        return out
-
-    def splice_zero(tensor: torch.Tensor):
-        out = tensor.clone()
-        out[:, 1:] = 0
+        out[:, 1:] = state["replacement"].to(tensor.dtype)
         return out
 
     model = loaded.model
     with loaded.lock:
         for start in range(0, ids.shape[0], batch_size):
             batch = ids[start:start + batch_size].to(loaded.device)
+            targets = batch.cpu()
             with hooks(loaded.adapter, {hook: record}):
-                clean_logits = model(input_ids=batch, use_cache=False).logits
-            x = state["x"].to(dtype).cpu()
-            rows = x.reshape(-1, x.shape[-1])
-            f = sae.encode(rows)
-            x_hat_rows = sae.decode(f)
-            state["x_hat"] = x_hat_rows.reshape(x.shape).to(loaded.device)
-            with hooks(loaded.adapter, {hook: splice_sae}):
-                sae_logits = model(input_ids=batch, use_cache=False).logits
-            with hooks(loaded.adapter, {hook: splice_zero}):
-                zero_logits = model(input_ids=batch, use_cache=False).logits
-            r = rows.double()
-            rh = x_hat_rows.double()
-            sums["l0"] += float((f > 0).sum())
-            sums["err"] += float((r - rh).pow(2).sum())
-            sums["cos"] += float(F.cosine_similarity(r, rh, dim=-1).sum())
-            sums["xhxh"] += float(rh.pow(2).sum())
-            sums["xhx"] += float((r * rh).sum())
+                clean_logits = model(input_ids=batch, use_cache=False).logits.cpu()
+            x_model = state["x"]
+            state["replacement"] = torch.zeros_like(x_model)
+            with hooks(loaded.adapter, {hook: splice}):
+                zero_logits = model(input_ids=batch, use_cache=False).logits.cpu()
+            ce_clean = _ce(clean_logits, targets)
+            ce_clean_sum += float(ce_clean.sum())
+            ce_zero_sum += float(_ce(zero_logits, targets).sum())
+            n_ce += ce_clean.numel()
+            p_log = F.log_softmax(clean_logits[:, 1:-1].double(), -1)
+            r = x_model.reshape(-1, d_in).double().cpu()
             x_sum += r.sum(0)
             x_sq += float(r.pow(2).sum())
-            fired += (f > 0).double().sum(0)
-            n_rows += rows.shape[0]
-            ce_clean = _ce(clean_logits.cpu(), batch.cpu())
-            sums["ce_clean"] += float(ce_clean.sum())
-            sums["ce_sae"] += float(_ce(sae_logits.cpu(), batch.cpu()).sum())
-            sums["ce_zero"] += float(_ce(zero_logits.cpu(), batch.cpu()).sum())
-            p_log = F.log_softmax(clean_logits[:, 1:-1].cpu().double(), -1)
-            q_log = F.log_softmax(sae_logits[:, 1:-1].cpu().double(), -1)
-            sums["kl"] += float((p_log.exp() * (p_log - q_log)).sum())
-            n_ce += ce_clean.numel()
+            n_rows += r.shape[0]
+            for sae, acc in zip(saes, sums):
+                sae.eval()
+                rows = r.to(sae.W_enc.dtype)
+                f = sae.encode(rows)
+                x_hat_rows = sae.decode(f)
+                state["replacement"] = x_hat_rows.reshape(x_model.shape).to(loaded.device)
+                with hooks(loaded.adapter, {hook: splice}):
+                    sae_logits = model(input_ids=batch, use_cache=False).logits.cpu()
+                rh = x_hat_rows.double()
+                v = acc.values
+                v["l0"] += float((f > 0).sum())
+                v["err"] += float((r - rh).pow(2).sum())
+                v["cos"] += float(F.cosine_similarity(r, rh, dim=-1).sum())
+                v["xhxh"] += float(rh.pow(2).sum())
+                v["xhx"] += float((r * rh).sum())
+                acc.fired += (f > 0).double().sum(0)
+                v["ce_sae"] += float(_ce(sae_logits, targets).sum())
+                q_log = F.log_softmax(sae_logits[:, 1:-1].double(), -1)
+                v["kl"] += float((p_log.exp() * (p_log - q_log)).sum())
             if progress:
                 progress(min(start + batch_size, ids.shape[0]), ids.shape[0])
     total_var = x_sq - float(x_sum.pow(2).sum()) / n_rows
-    fvu = sums["err"] / total_var if total_var > 0 else math.nan
-    density = (fired / n_rows).numpy()
-    counts, edges = log10_density_histogram(density)
-    ce_clean, ce_sae, ce_zero = sums["ce_clean"] / n_ce, sums["ce_sae"] / n_ce, sums["ce_zero"] / n_ce
-    return SAEEvaluation(
-        architecture=sae.cfg.architecture, hook_name=hook, model_name=loaded.name, d_sae=sae.cfg.d_sae,
-        n_tokens=n_rows, l0=sums["l0"] / n_rows, fvu=fvu, explained_variance=1 - fvu,
-        mse=sums["err"] / (n_rows * sae.cfg.d_in), cosine=sums["cos"] / n_rows,
-        shrinkage=sums["xhxh"] / sums["xhx"] if sums["xhx"] else math.nan,
-        ce_clean=ce_clean, ce_sae=ce_sae, ce_zero=ce_zero, loss_recovered=loss_recovered(ce_clean, ce_sae, ce_zero),
-        kl=sums["kl"] / n_ce, dead_fraction=float((density == 0).mean()),
-        dense_fraction=float((density > dense_threshold).mean()), dense_threshold=dense_threshold,
-        density=density, log10_density_counts=counts, log10_density_edges=edges)
-
+    ce_clean, ce_zero = ce_clean_sum / n_ce, ce_zero_sum / n_ce
+    results = []
+    for sae, acc in zip(saes, sums):
+        v = acc.values
+        fvu = v["err"] / total_var if total_var > 0 else math.nan
+        density = (acc.fired / n_rows).numpy()
+        counts, edges = log10_density_histogram(density)
+        ce_sae = v["ce_sae"] / n_ce
+        results.append(SAEEvaluation(
+            architecture=sae.cfg.architecture, hook_name=hook, model_name=loaded.name, d_sae=sae.cfg.d_sae,
+            n_tokens=n_rows, l0=v["l0"] / n_rows, fvu=fvu, explained_variance=1 - fvu,
+            mse=v["err"] / (n_rows * d_in), cosine=v["cos"] / n_rows,
+            shrinkage=v["xhxh"] / v["xhx"] if v["xhx"] else math.nan,
+            ce_clean=ce_clean, ce_sae=ce_sae, ce_zero=ce_zero,
+            loss_recovered=loss_recovered(ce_clean, ce_sae, ce_zero), kl=v["kl"] / n_ce,
+            dead_fraction=float((density == 0).mean()), dense_fraction=float((density > dense_threshold).mean()),
+            dense_threshold=dense_threshold, density=density, log10_density_counts=counts,
+            log10_density_edges=edges))
+    return results
 
 def text_windows(tokenizer, text: str, context_size: int = 128, max_tokens: int = 65536) -> torch.Tensor:
     """A person's text as [N, T] token windows for evaluate_sae (one shorter window if the text is short)."""
