@@ -33,9 +33,9 @@ def spectrum_figure(periods: np.ndarray, magnitude: np.ndarray, outlier_periods:
     fig = go.Figure(go.Bar(x=ks, y=magnitude, marker_color=np.where(is_outlier, "#d6604d", "#4393c3"),
                            customdata=periods, name="magnitude",
                            hovertemplate="k = %{x}<br>period = %{customdata:.3g}<br>|F·X| = %{y:.4g}<extra></extra>"))
-    for k in ks[is_outlier]:
+    for rank, k in enumerate(ks[is_outlier]):
         fig.add_annotation(x=k, y=magnitude[k - 1], text=f"T={_period_text(periods[k - 1])}", showarrow=True,
-                           arrowhead=2, ay=-28, font=dict(color="#b2182b"))
+                           arrowhead=2, ax=14 * (rank % 2), ay=-26 - 16 * (rank % 3), font=dict(color="#b2182b"))
     tickvals, ticktext = _period_ticks(periods)
     fig.update_layout(title=title, xaxis=dict(title="period N/k (frequency k = 1 … N/2)", tickvals=tickvals,
                                               ticktext=ticktext),
@@ -114,12 +114,19 @@ def error_kinds_figure(row_labels: Sequence[str], counts: Sequence[dict], prompt
 
 
 def error_histogram_figure(row_labels: Sequence[str], errors: Sequence[np.ndarray], clip: int = 30) -> go.Figure:
-    """Histogram of prediction - answer (wrong answers only, clipped to +-clip) for each filter."""
-    fig = go.Figure()
-    for label, values in zip(row_labels, errors):
-        wrong = values[~np.isnan(values) & (values != 0)]
-        if wrong.size:
-            fig.add_trace(go.Histogram(x=np.clip(wrong, -clip, clip), name=label, xbins=dict(size=1), opacity=0.7))
-    fig.update_layout(barmode="overlay", title=f"Errors (prediction − answer), clipped to ±{clip}",
-                      xaxis=dict(title="error", dtick=5), yaxis_title="prompts", height=420, **LAYOUT)
+    """Filters (rows) x error value (prediction - answer, wrong answers only, clipped to +-clip): prompt counts."""
+    values = np.arange(-clip, clip + 1)
+    counts = []
+    for row in errors:
+        wrong = row[~np.isnan(row) & (row != 0)]
+        clipped = np.clip(wrong, -clip, clip).astype(int) + clip
+        counts.append(np.bincount(clipped, minlength=len(values)))
+    fig = go.Figure(go.Heatmap(z=np.array(counts), x=values, y=list(row_labels), colorscale="Blues",
+                               colorbar=dict(title="prompts"),
+                               hovertemplate="%{y}<br>error %{x}<br>%{z} prompts<extra></extra>"))
+    for edge in (-10, 10):
+        fig.add_vline(x=edge, line=dict(color="#d6604d", dash="dot", width=1))
+    fig.update_layout(title=f"Error histograms: prediction − answer of wrong answers (ends collect |e| ≥ {clip})",
+                      xaxis=dict(title="error", dtick=5), yaxis=dict(title="filter", autorange="reversed"),
+                      height=120 + 40 * len(row_labels), **LAYOUT)
     return fig

@@ -72,7 +72,7 @@ def test_filter_table_runs_from_the_button(adder_page):
 
 @pytest.mark.bundled
 def test_digit_tokenizer_shows_hidden_state_spectra(bundled_lm):
-    at = open_page("pages/fourier.py", **{"fourier-prompts": 6, "fourier-n": 30})
+    at = open_page("pages/fourier.py", **{"fourier-prompts-smollm2-135m": 6, "fourier-n-smollm2-135m": 30})
     assert not at.exception, at.exception
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert "hidden state" in spec["layout"]["title"]["text"]
