@@ -1,0 +1,143 @@
+"""Figures and HTML for SAE feature cards, the prompt view and steering (plain data in, no models run here).
+
+Context highlighting: each token's background is orange with opacity activation / scale (scale = the feature's
+max activation over the corpus, so contexts are comparable); hovering shows the value; the token the context is
+centred on is underlined; tokens outside the stored window are not shown.
+"""
+from __future__ import annotations
+
+import html
+import math
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+ORANGE = (230, 120, 20)
+ACTIVATION_SCALE = [[0.0, "rgb(255,255,255)"], [1.0, f"rgb{ORANGE}"]]
+
+
+def _visible(token: str) -> str:
+    return html.escape(token).replace("\n", "↵").replace("\t", "⇥") or "∅"
+
+
+def context_html(tokens: Sequence[str], activations: Sequence[float | None], centre: int | None,
+                 scale: float) -> str:
+    """One context as a line of highlighted tokens (hover = activation)."""
+    spans = []
+    for index, (token, value) in enumerate(zip(tokens, activations)):
+        value = 0.0 if value is None else float(value)
+        alpha = min(1.0, value / scale) if scale > 0 and value > 0 else 0.0
+        underline = "text-decoration:underline;font-weight:600;" if index == centre else ""
+        title = html.escape(f"{token!r}: {value:.4g}", quote=True)
+        spans.append(f'<span class="feature-token" title="{title}" style="background:rgba{ORANGE + (round(alpha, 3),)};'
+                     f'{underline}border-radius:2px;white-space:pre-wrap">{_visible(token)}</span>')
+    return f'<div style="font-family:monospace;font-size:0.85em;line-height:1.8">{"".join(spans)}</div>'
+
+
+def contexts_table_html(contexts: Sequence[dict], scale: float) -> str:
+    """Contexts (dicts with tokens, activations, centre, max) one per row, with their activation in front."""
+    rows = []
+    for ctx in contexts:
+        rows.append('<tr><td style="padding:0 8px;text-align:right;font-family:monospace;color:#444">'
+                    f'{ctx["max"]:.3g}</td><td>{context_html(ctx["tokens"], ctx["activations"], ctx["centre"], scale)}'
+                    "</td></tr>")
+    legend = ('<div style="font-size:0.8em;color:#555">colour: activation / the feature\'s max activation; hover a '
+              "token for its value; the underlined token is the one the row is ranked by</div>")
+    return f'<table class="feature-contexts" style="border:none">{"".join(rows)}</table>{legend}'
+
+
+def histogram_figure(edges: Sequence[float], counts: Sequence[int], title: str, x_title: str,
+                     y_log: bool = False, color: str = "rgb(230,120,20)") -> go.Figure:
+    """Bar histogram from {edges, counts}."""
+    edges = np.asarray(edges, float)
+    centres = (edges[:-1] + edges[1:]) / 2 if edges.size > 1 else edges
+    fig = go.Figure(go.Bar(x=centres, y=list(counts), width=np.diff(edges) if edges.size > 1 else None,
+                           marker_color=color, hovertemplate="%{x:.4g}: %{y}<extra></extra>"))
+    fig.update_layout(title=title, xaxis_title=x_title, yaxis_title="count", height=300, bargap=0.02,
+                      margin=dict(l=50, r=20, t=50, b=50))
+    if y_log:
+        fig.update_yaxes(type="log")
+    return fig
+
+
+def density_figure(density: np.ndarray, bins: int = 40) -> go.Figure:
+    """log10 feature density across all features that fired (dead features are counted apart)."""
+    alive = density[density > 0]
+    low = math.floor(np.log10(alive.min())) if alive.size else -6
+    edges = np.linspace(low, 0.0, bins + 1)
+    counts = np.histogram(np.log10(alive), bins=edges)[0] if alive.size else np.zeros(bins, int)
+    return histogram_figure(edges, counts, f"Feature density ({alive.size} of {density.size} features fired)",
+                            "log10 density (fraction of tokens where the feature is > 0)", color="rgb(60,110,180)")
+
+
+def logits_figure(top: Sequence[Sequence], bottom: Sequence[Sequence], title: str) -> go.Figure:
+    """Top (promoted) and bottom (suppressed) logit-weight tokens as horizontal bars."""
+    rows = list(reversed([tuple(r) for r in top])) + [tuple(r) for r in bottom]
+    tokens = [repr(t) for t, _ in rows]
+    weights = [w for _, w in rows]
+    fig = go.Figure(go.Bar(x=weights, y=list(range(len(rows))), orientation="h",
+                           marker_color=["rgb(214,39,40)" if w < 0 else "rgb(44,160,44)" for w in weights],
+                           hovertext=tokens, hovertemplate="%{hovertext}: %{x:.4f}<extra></extra>"))
+    fig.update_yaxes(tickvals=list(range(len(rows))), ticktext=tokens, autorange="reversed")
+    fig.update_layout(title=title, xaxis_title="logit weight (W_dec[i] · diag(γ) · W_U)", height=520,
+                      margin=dict(l=120, r=20, t=50, b=50))
+    return fig
+
+
+def prompt_heatmap_figure(tokens: Sequence[str], features: Sequence[int], values: np.ndarray,
+                          title: str) -> go.Figure:
+    """Tokens (x) x top features (y) heatmap of activations, colorbar = activation.
+
+    The colour scale ends at the largest activation from token 1 on: token 0 (the attention sink) can be orders of
+    magnitude larger and would wash out everything else; its cells saturate and hover still shows the value."""
+    labels = [f"{i}: {t!r}" for i, t in enumerate(tokens)]
+    values = np.asarray(values, float)
+    ranked = values[1:] if values.shape[0] > 1 else values
+    zmax = float(ranked.max()) if ranked.size and ranked.max() > 0 else 1.0
+    fig = go.Figure(go.Heatmap(z=values.T, x=list(range(len(tokens))), y=[f"#{f}" for f in features],
+                               zmin=0.0, zmax=zmax, colorscale=ACTIVATION_SCALE,
+                               colorbar=dict(title="activation<br>(token 0 off scale)" if values[:1].max(initial=0)
+                                             > zmax else "activation"),
+                               customdata=[[lab for lab in labels] for _ in features],
+                               hovertemplate="%{customdata} · feature %{y}: %{z:.4g}<extra></extra>"))
+    step = max(1, len(tokens) // 40)
+    fig.update_xaxes(tickvals=list(range(0, len(tokens), step)),
+                     ticktext=[tokens[i].replace("\n", "↵")[:10] for i in range(0, len(tokens), step)],
+                     tickangle=-60, title="token")
+    fig.update_yaxes(title="feature", autorange="reversed", type="category")
+    fig.update_layout(title=title, height=max(320, 60 + 22 * len(features)), margin=dict(l=70, r=20, t=50, b=90))
+    return fig
+
+
+def steering_figure(clean_top: Sequence[dict], edited_top: Sequence[dict], title: str) -> go.Figure:
+    """Next-token probabilities of the clean and the edited run (union of both top lists)."""
+    order = []
+    for row in list(clean_top) + list(edited_top):
+        if row["token"] not in order:
+            order.append(row["token"])
+    clean = {r["token"]: r["prob"] for r in clean_top}
+    edited = {r["token"]: r["prob"] for r in edited_top}
+    labels = [repr(t) for t in order]
+    fig = go.Figure([go.Bar(name="clean", x=labels, y=[clean.get(t) for t in order], marker_color="rgb(120,120,120)"),
+                     go.Bar(name="edited", x=labels, y=[edited.get(t) for t in order],
+                            marker_color="rgb(230,120,20)")])
+    fig.update_layout(title=title, barmode="group", xaxis_title="next token (top 10 of either run; blank = not in "
+                      "that run's top 10)", yaxis_title="probability", height=360, margin=dict(l=50, r=20, t=50, b=90))
+    return fig
+
+
+def logprob_change_figure(tokens: Sequence[str], change: Sequence[float], title: str) -> go.Figure:
+    """Change of log p(actual next token) at each position, edited minus clean."""
+    labels = [f"{i}: {t!r}" for i, t in enumerate(tokens[1:], start=1)]
+    change = list(change)
+    fig = go.Figure(go.Bar(x=list(range(1, len(change) + 1)), y=change, hovertext=labels,
+                           marker_color=["rgb(214,39,40)" if c < 0 else "rgb(44,160,44)" for c in change],
+                           hovertemplate="predicting %{hovertext}: %{y:+.4f}<extra></extra>"))
+    step = max(1, len(change) // 40)
+    fig.update_xaxes(tickvals=list(range(1, len(change) + 1, step)),
+                     ticktext=[tokens[i].replace("\n", "↵")[:10] for i in range(1, len(change) + 1, step)],
+                     tickangle=-60, title="token being predicted")
+    fig.update_layout(title=title, yaxis_title="Δ log p (edited − clean)", height=320,
+                      margin=dict(l=60, r=20, t=50, b=90))
+    return fig

@@ -1,0 +1,226 @@
+"""The SAE feature browser's live views (prompt view, attribution, steering) and its store-building section.
+
+These run the SAE's own model (the one named in the store), not necessarily the sidebar's choice.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import streamlit as st
+
+from backend.config import ASSETS_DIR, InterpscopeError
+from backend.models import load_model
+from backend.relevance import methods_for_family
+from backend.sae import load_sae
+from backend.sae_store import FeatureStore, build_store
+from backend.sae_store.prompt import FeatureAttribution, PromptFeatures, feature_attribution, prompt_features
+from backend.sae_store.steering import MAX_NEW_TOKENS, SteeringResult, steer
+from components.export import export_menu
+from components.feature_card import logprob_change_figure, prompt_heatmap_figure, steering_figure
+from components.token_heatmap import heatmap_figure, token_heatmap
+from pages._common import text_source
+
+VIEWS_LIVE = ["Prompt", "Attribution", "Steering"]
+DEFAULT_PROMPT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
+                  "must be in want of a wife.")
+MAX_TOKEN_PILLS = 160
+
+
+def _device_dtype() -> tuple[str, str]:
+    return st.session_state.get("device", "auto"), st.session_state.get("dtype", "float32")
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _sae(folder: str):
+    return load_sae(folder)
+
+
+def _lm(store: FeatureStore, model_key: tuple):
+    return load_model(store.spec["model_name"], device=model_key[1], dtype=model_key[2])
+
+
+def model_for(store: FeatureStore, quiet: bool = False):
+    """The store's model (loaded once per process), or None after a message."""
+    device, dtype = _device_dtype()
+    try:
+        with st.spinner(f"Loading {store.spec['model_name']}…"):
+            return load_model(store.spec["model_name"], device=device, dtype=dtype)
+    except InterpscopeError as err:
+        if not quiet:
+            st.error(f"This store's SAE reads {store.spec['model_name']}, which could not be loaded: {err}")
+        return None
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _prompt(store_path: str, model_key: tuple, text: str, n_top: int) -> PromptFeatures:
+    store = FeatureStore(store_path)
+    return prompt_features(_lm(store, model_key), _sae(str(store.sae_folder())), text, n_top)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _attribution(store_path: str, model_key: tuple, text: str, feature: int, position: int,
+                 method: str) -> FeatureAttribution:
+    store = FeatureStore(store_path)
+    return feature_attribution(_lm(store, model_key), _sae(str(store.sae_folder())), text, feature, position, method)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _steer(store_path: str, model_key: tuple, text: str, feature: int, mode: str, strength: float,
+           n_new: int) -> SteeringResult:
+    store = FeatureStore(store_path)
+    return steer(_lm(store, model_key), _sae(str(store.sae_folder())), text, feature, mode, strength, n_new)
+
+
+def _feature_input(store: FeatureStore, key: str) -> int:
+    st.session_state.setdefault(key, int(st.session_state.get("sae_feature", 0)))
+    return int(st.number_input(f"Feature (0–{store.d_sae - 1})", min_value=0, max_value=store.d_sae - 1, step=1,
+                               key=key))
+
+
+def show_prompt(store: FeatureStore, lm, text: str, open_feature: Callable[[int], None]) -> None:
+    n_top = st.slider("Features in the heatmap", 5, 50, 20, key="sae-prompt-top")
+    result = _prompt(str(store.folder), (lm.name,) + _device_dtype(), text, n_top)
+    if not result.top_features:
+        st.info("No feature fires on this text (position 0, the attention sink, is not ranked).")
+        return
+    title = f"Top {len(result.top_features)} features on the prompt ({store.name})"
+    fig = prompt_heatmap_figure(result.tokens, result.top_features, result.top_values, title)
+    st.plotly_chart(fig, width="stretch", key="sae-prompt-heatmap")
+    export_menu(fig, result.heatmap_data(), key="sae-prompt", filename=f"{store.name}-prompt")
+    st.subheader("Features active at a token")
+    positions = list(range(len(result.tokens)))
+    default = int(np.argmax(result.top_values[:, 0]))
+    label = lambda i: f"{i}: {result.tokens[i]!r}"  # noqa: E731
+    if len(positions) <= MAX_TOKEN_PILLS:
+        chosen = st.pills("Click a token", positions, default=default, format_func=lambda i: result.tokens[i] or "∅",
+                          key="sae-prompt-token")
+    else:
+        chosen = st.selectbox("Token", positions, index=default, format_func=label, key="sae-prompt-token-select")
+    if chosen is None:
+        st.caption("Pick a token to list its active features.")
+        return
+    active = result.active_at(int(chosen))
+    if not active:
+        st.info(f"No feature is active at {label(int(chosen))}.")
+        return
+    st.caption(f"{len(active)} features active at {label(int(chosen))} (largest first); click one to open its page.")
+    columns = st.columns(4)
+    for k, row in enumerate(active[:40]):
+        logit = store.card(row["feature"]).top_logits[0][0]
+        columns[k % 4].button(f"#{row['feature']} · {row['activation']:.3g} · → {logit!r}",
+                              key=f"sae-active-{row['feature']}", on_click=open_feature, args=(row["feature"],),
+                              width="stretch")
+    export_menu(None, active, key="sae-active", filename=f"{store.name}-token-{chosen}-features")
+
+
+def _attribution_block(result: FeatureAttribution, leave_out_first: bool, key: str) -> None:
+    st.markdown(f"**{result.method}** · feature {result.feature} at token {result.position} "
+                f"({result.tokens[result.position]!r})")
+    token_heatmap(result.tokens, result.relevance, leave_out_first)
+    st.caption(f"activation {result.activation:.4g} = relevance reaching the hook {result.at_hook:.4g} + SAE biases "
+               f"{result.sae_bias_share:.4g}; sum over input tokens {result.input_sum:.4g}")
+    title = f"{result.method}: relevance for feature {result.feature} at token {result.position}"
+    export_menu(heatmap_figure(result.tokens, result.relevance, title, leave_out_first), result, key=key,
+                filename=f"feature-{result.feature}-attribution-{key}")
+
+
+def show_attribution(store: FeatureStore, lm, text: str) -> None:
+    feature = _feature_input(store, "sae-attr-feature")
+    view = _prompt(str(store.folder), (lm.name,) + _device_dtype(), text, 20)
+    column = view.activations[:, feature]
+    if not np.any(column[1:] > 0):
+        st.info(f"Feature {feature} does not fire on this text (beyond position 0); pick another feature or text.")
+    positions = list(range(len(view.tokens)))
+    best = int(np.argmax(column[1:]) + 1) if len(column) > 1 else 0
+    position = st.selectbox("Position", positions, index=best, key=f"sae-attr-pos-{feature}",
+                            format_func=lambda i: f"{i}: {view.tokens[i]!r} (activation {column[i]:.3g})")
+    lrp = [m for m in methods_for_family(lm.family) if m.kind == "lrp"]
+    names = [m.name for m in lrp]
+    method = st.radio("Method", names, format_func=lambda n: {m.name: m.label for m in lrp}[n], horizontal=True,
+                      key="sae-attr-method") if names else None
+    leave_out_first = st.checkbox("Leave the first token out of the colour scale", value=True, key="sae-attr-first")
+    left, right = st.columns(2)
+    if method:
+        with left:
+            _attribution_block(_attribution(str(store.folder), (lm.name,) + _device_dtype(), text, feature,
+                                            int(position), method), leave_out_first, "lrp")
+    with right if method else left:
+        _attribution_block(_attribution(str(store.folder), (lm.name,) + _device_dtype(), text, feature,
+                                        int(position), "gradxinput"), leave_out_first, "gxi")
+
+
+def show_steering(store: FeatureStore, lm, text: str) -> None:
+    feature = _feature_input(store, "sae-steer-feature")
+    max_act = float(store.max_activation[feature]) or 1.0
+    cols = st.columns(3)
+    mode = cols[0].radio("Edit", ["add", "ablate"], horizontal=True, key="sae-steer-mode",
+                         format_func=lambda m: {"add": "Add the direction", "ablate": "Remove the feature"}[m])
+    strength = cols[1].number_input("Strength (activation units)", value=round(4 * max_act, 3), step=max_act / 2,
+                                    key=f"sae-steer-strength-{feature}", disabled=mode == "ablate",
+                                    help=f"Adds strength × W_dec[{feature}] at every position; this feature's "
+                                         f"max activation on the corpus is {max_act:.3g}.")
+    n_new = cols[2].slider("Tokens to generate", 0, MAX_NEW_TOKENS, 12, key="sae-steer-new")
+    result = _steer(str(store.folder), (lm.name,) + _device_dtype(), text, feature, mode, float(strength), n_new)
+    verb = f"+ {result.strength:.3g} × direction" if mode == "add" else "removed"
+    st.metric("KL(clean ‖ edited), next token", f"{result.kl:.4f}")
+    left, right = st.columns(2)
+    left.markdown("**Clean continuation**")
+    left.code(text[-200:] + "⟶" + result.clean_continuation, language=None, wrap_lines=True)
+    right.markdown(f"**Feature {feature} {verb}**")
+    right.code(text[-200:] + "⟶" + result.edited_continuation, language=None, wrap_lines=True)
+    fig = steering_figure(result.clean_top, result.edited_top, f"Next token: clean vs feature {feature} {verb}")
+    st.plotly_chart(fig, width="stretch", key="sae-steer-chart")
+    export_menu(fig, result, key="sae-steer", filename=f"{store.name}-feature-{feature}-{mode}")
+    fig = logprob_change_figure(result.tokens, result.logprob_change,
+                                f"Per-token effect: Δ log p(next token), feature {feature} {verb}")
+    st.plotly_chart(fig, width="stretch", key="sae-steer-change")
+    export_menu(fig, {"tokens": result.tokens[1:], "logprob_change": result.logprob_change}, key="sae-steer-change",
+                filename=f"{store.name}-feature-{feature}-{mode}-per-token")
+
+
+def live_view(view: str, store: FeatureStore, open_feature: Callable[[int], None]) -> None:
+    """Prompt / Attribution / Steering: a text box shared by the three, then the chosen view."""
+    text = text_source("sae-prompt", "Prompt", default=DEFAULT_PROMPT)
+    if text is None:
+        return
+    lm = model_for(store)
+    if lm is None:
+        return
+    if view == "Prompt":
+        show_prompt(store, lm, text, open_feature)
+    elif view == "Attribution":
+        show_attribution(store, lm, text)
+    else:
+        show_steering(store, lm, text)
+
+
+def shipped_saes() -> list[Path]:
+    root = ASSETS_DIR / "saes"
+    return sorted(p for p in root.iterdir() if (p / "cfg.json").is_file()) if root.is_dir() else []
+
+
+def build_section() -> None:
+    """Pick an SAE folder and build its store with a progress bar (resumes a build that was interrupted)."""
+    options = [str(p) for p in shipped_saes()]
+    choice = st.selectbox("SAE folder", options + ["Other folder…"], key="sae-build-choice")
+    folder = st.text_input("SAE folder path", key="sae-build-path") if choice == "Other folder…" else choice
+    tokens = st.number_input("Corpus tokens", min_value=256, max_value=2_000_000, value=65536, step=8192,
+                             key="sae-build-tokens")
+    if not st.button("Build store", key="sae-build-go", disabled=not folder):
+        return
+    bar = st.progress(0.0, text="Starting…")
+
+    def progress(stage: str, done: int, total: int) -> None:
+        bar.progress(min(1.0, done / max(1, total)), text=f"{stage}: {done:,} / {total:,}")
+
+    try:
+        sae = load_sae(folder)
+        device, dtype = _device_dtype()
+        lm = load_model(sae.cfg.model_name or "smollm2-135m", device=device, dtype=dtype)
+        out = build_store(lm, folder, n_tokens=int(tokens), eval_tokens=2048, progress=progress)
+    except InterpscopeError as err:
+        st.error(str(err))
+        return
+    st.success(f"Store ready: {out}")

@@ -1,0 +1,232 @@
+"""SAE feature browser: overview and search, feature pages, prompt view, attribution and steering.
+
+Everything in the overview and on feature pages comes from a precomputed feature store (memory-mapped, instant);
+the prompt, attribution and steering views run the SAE's model live. The URL's query parameters (store, view,
+feature) make every feature page a permanent link.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from backend.config import InterpscopeError
+from backend.sae_store import FeatureStore, list_stores
+from backend.sae_store.search import search
+from components.export import export_menu
+from components.feature_card import contexts_table_html, density_figure, histogram_figure, logits_figure
+from pages._sae_live import VIEWS_LIVE, build_section, live_view
+from pages._common import show_errors
+
+VIEWS = ["Overview", "Feature", *VIEWS_LIVE]
+SEARCH_KINDS = {"Feature id": "id", "Token in top logits": "logit", "Word in top contexts": "context"}
+DENSE = 0.1
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def open_store(path: str) -> FeatureStore:
+    return FeatureStore(path)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def overview_table(path: str) -> pd.DataFrame:
+    return pd.DataFrame(open_store(path).overview())
+
+
+def open_feature(feature: int) -> None:
+    """Button/selection callback: show this feature's page."""
+    st.session_state["sae_feature"] = int(feature)
+    st.session_state["sae_view"] = "Feature"
+
+
+def step_feature(delta: int, d_sae: int) -> None:
+    st.session_state["sae_feature"] = int(np.clip(st.session_state.get("sae_feature", 0) + delta, 0, d_sae - 1))
+
+
+def random_feature(store_path: str) -> None:
+    """Open a random feature that fired at least once (any feature if none did)."""
+    store = open_store(store_path)
+    alive = np.flatnonzero(np.asarray(store.arrays["fire_count"]) > 0)
+    pool = alive if alive.size else np.arange(store.d_sae)
+    st.session_state["sae_feature"] = int(np.random.default_rng().choice(pool))
+
+
+def select_from_table(table_key: str, ids: list[int]) -> None:
+    """Dataframe selection callback: open the selected row's feature."""
+    rows = st.session_state[table_key].selection.rows
+    if rows:
+        open_feature(ids[rows[0]])
+
+
+def apply_query_params(stores: dict[str, str]) -> None:
+    """On a session's first run, take store / view / feature from the URL."""
+    if st.session_state.get("sae_params_read"):
+        return
+    st.session_state["sae_params_read"] = True
+    params = st.query_params
+    if params.get("store") in stores:
+        st.session_state["sae_store"] = params["store"]
+    if params.get("view") in VIEWS:
+        st.session_state["sae_view"] = params["view"]
+    if str(params.get("feature", "")).isdigit():
+        st.session_state["sae_feature"] = int(params["feature"])
+        st.session_state.setdefault("sae_view", "Feature")
+
+
+def show_overview(store: FeatureStore, path: str) -> None:
+    metrics = store.manifest.get("metrics") or {}
+    density = store.density
+    dead = int((density == 0).sum())
+    dense = int((density > DENSE).sum())
+    cols = st.columns(6)
+    cols[0].metric("Features", f"{store.d_sae:,}")
+    cols[1].metric("Dead (never fired)", f"{dead:,}")
+    cols[2].metric(f"Dense (> {DENSE:.0%} of tokens)", f"{dense:,}")
+    cols[3].metric("Corpus tokens", f"{store.n_counted:,}")
+    if metrics:
+        cols[4].metric("L0", f"{metrics['l0']:.1f}")
+        cols[5].metric("Loss recovered", f"{metrics['loss_recovered']:.1%}")
+        st.caption(f"Evaluated on {metrics['n_tokens']:,} held-out tokens: explained variance "
+                   f"{metrics['explained_variance']:.3f}, FVU {metrics['fvu']:.3f}, cosine {metrics['cosine']:.3f}, "
+                   f"CE clean {metrics['ce_clean']:.3f} / with SAE {metrics['ce_sae']:.3f} / zero-ablated "
+                   f"{metrics['ce_zero']:.3f}, KL {metrics['kl']:.4f}.")
+    fig = density_figure(density)
+    st.plotly_chart(fig, width="stretch", key="sae-density-chart")
+    export_menu(fig, {"density": density}, key="sae-density", filename=f"{store.name}-density")
+
+    st.subheader("Search")
+    left, right = st.columns([1, 2])
+    kind = left.radio("Search by", list(SEARCH_KINDS), key="sae_search_kind")
+    query = right.text_input("Search", key="sae_search_query", placeholder="a feature id, a token or a word")
+    if query.strip():
+        try:
+            tokenizer = _tokenizer_for(store) if SEARCH_KINDS[kind] == "context" else None
+            results = search(store, query, SEARCH_KINDS[kind], tokenizer)
+        except InterpscopeError as err:
+            st.warning(str(err))
+            results = None
+        if results is not None and not results:
+            st.info(f"No feature matches {query.strip()!r}.")
+        elif results:
+            frame = pd.DataFrame(results[:200])
+            st.caption(f"{len(results)} features; click a row to open it.")
+            st.dataframe(frame, hide_index=True, on_select=lambda: select_from_table(
+                "sae-search-table", frame["feature"].tolist()), selection_mode="single-row", key="sae-search-table")
+            export_menu(None, results, key="sae-search", filename=f"{store.name}-search")
+
+    st.subheader("All features")
+    table = overview_table(path)
+    st.caption("Click a column header to sort, a row to open the feature.")
+    st.dataframe(table, hide_index=True, height=360, on_select=lambda: select_from_table(
+        "sae-feature-table", table["feature"].tolist()), selection_mode="single-row", key="sae-feature-table",
+                 column_config={"density": st.column_config.NumberColumn(format="%.2e"),
+                                "max_activation": st.column_config.NumberColumn(format="%.3g"),
+                                "mean_activation": st.column_config.NumberColumn(format="%.3g")})
+    export_menu(None, table, key="sae-table", filename=f"{store.name}-features")
+
+
+def _tokenizer_for(store: FeatureStore):
+    """The tokenizer of the store's model, for multi-token words (None if the model cannot be loaded)."""
+    from pages._sae_live import model_for
+
+    lm = model_for(store, quiet=True)
+    return lm.tokenizer if lm is not None else None
+
+
+def show_feature(store: FeatureStore, path: str) -> None:
+    nav = st.columns([2, 1, 1, 1, 4])
+    feature = int(nav[0].number_input(f"Feature (0–{store.d_sae - 1})", min_value=0, max_value=store.d_sae - 1,
+                                      step=1, key="sae_feature"))
+    nav[1].button("◀ Prev", on_click=step_feature, args=(-1, store.d_sae), key="sae-prev", width="stretch")
+    nav[2].button("Next ▶", on_click=step_feature, args=(1, store.d_sae), key="sae-next", width="stretch")
+    nav[3].button("Random", on_click=random_feature, args=(path,), key="sae-random", width="stretch")
+    nav[4].markdown(f"Permanent link: [`?store={store.name}&view=Feature&feature={feature}`]"
+                    f"(?store={store.name}&view=Feature&feature={feature})")
+    card = store.card(feature)
+    cols = st.columns(4)
+    cols[0].metric("Density", f"{card.density:.3e}" if card.density else "dead")
+    cols[1].metric("Fires on", f"{card.fire_count:,} tokens")
+    cols[2].metric("Max activation", f"{card.max_activation:.4g}")
+    cols[3].metric("Mean (when > 0)", f"{card.mean_activation:.4g}")
+    export_menu(None, card, key="sae-card", filename=f"{store.name}-feature-{feature}")
+    if card.fire_count == 0:
+        st.info("This feature never fired on the store's corpus: no contexts or activation histogram.")
+    else:
+        st.subheader("Top activating contexts")
+        contexts = [vars(c) for c in card.top_contexts]
+        st.html(contexts_table_html(contexts, card.max_activation))
+    left, right = st.columns(2)
+    with left:
+        if card.fire_count:
+            fig = histogram_figure(card.histogram["edges"], card.histogram["counts"],
+                                   f"Feature {feature}: activations when > 0", "activation")
+            st.plotly_chart(fig, width="stretch", key="sae-act-hist")
+            export_menu(fig, card.histogram, key="sae-act-hist", filename=f"{store.name}-feature-{feature}-hist")
+        fig = histogram_figure(card.logit_histogram["edges"], card.logit_histogram["counts"],
+                               f"Feature {feature}: logit weights over the vocabulary", "logit weight", y_log=True,
+                               color="rgb(100,100,100)")
+        st.plotly_chart(fig, width="stretch", key="sae-logit-hist")
+        export_menu(fig, card.logit_histogram, key="sae-logit-hist",
+                    filename=f"{store.name}-feature-{feature}-logit-hist")
+    with right:
+        fig = logits_figure(card.top_logits, card.bottom_logits, f"Feature {feature}: top and bottom logit weights")
+        st.plotly_chart(fig, width="stretch", key="sae-logits")
+        export_menu(fig, {"top": card.top_logits, "bottom": card.bottom_logits}, key="sae-logits",
+                    filename=f"{store.name}-feature-{feature}-logits")
+    st.subheader("Nearest features (decoder cosine)")
+    neighbour_cols = st.columns(5)
+    for k, (other, cosine) in enumerate(card.neighbours):
+        neighbour_cols[k % 5].button(f"#{other} · cos {cosine:.2f}", key=f"sae-neighbour-{k}", on_click=open_feature,
+                                     args=(other,), width="stretch")
+    if card.fire_count:
+        st.subheader("Samples from activation intervals")
+        st.caption("Equal-width intervals of activation from 0 to the max (intervals, not quantiles), a few random "
+                   "examples each.")
+        for interval in reversed(card.intervals):
+            label = f"({interval['low']:.3g}, {interval['high']:.3g}] — {len(interval['examples'])} examples"
+            with st.expander(label, expanded=False):
+                if interval["examples"]:
+                    st.html(contexts_table_html([vars(c) for c in interval["examples"]], card.max_activation))
+                else:
+                    st.caption("No activation in this interval.")
+
+
+def main() -> None:
+    st.title("SAE feature browser")
+    st.caption("Feature dashboards for sparse autoencoders: what each feature fires on across a corpus, what it "
+               "writes to the logits, and what it does on your own text.")
+    stores = {p.name: str(p) for p in list_stores()}
+    apply_query_params(stores)
+    if not stores:
+        st.info("No feature store yet. Build one for an SAE below (or with `interpscope sae store --sae DIR`).")
+        build_section()
+        return
+    if st.session_state.get("sae_store") not in stores:
+        st.session_state["sae_store"] = next(iter(stores))
+    name = st.selectbox("Feature store", list(stores), key="sae_store",
+                        help="Each store describes one SAE over one corpus sample (built once, browsed instantly).")
+    path = stores[name]
+    with show_errors():
+        store = open_store(path)
+    spec = store.spec
+    architecture = store.manifest["sae_cfg"]["architecture"]
+    st.caption(f"SAE `{spec['sae_path']}` · {architecture} · {store.d_sae:,} features · "
+               f"reads `{spec['hook_name']}` of {spec['model_name']} · corpus {spec['corpus']} ({spec['split']}, "
+               f"{store.n_counted:,} tokens)")
+    st.session_state.setdefault("sae_view", "Overview")
+    view = st.segmented_control("View", VIEWS, key="sae_view") or "Overview"
+    st.session_state.setdefault("sae_feature", 0)
+    st.session_state["sae_feature"] = int(np.clip(st.session_state["sae_feature"], 0, store.d_sae - 1))
+    with show_errors():
+        if view == "Overview":
+            show_overview(store, path)
+        elif view == "Feature":
+            show_feature(store, path)
+        else:
+            live_view(view, store, open_feature)
+    st.query_params.update({"store": name, "view": view, "feature": str(st.session_state["sae_feature"])})
+    with st.expander("Build another store"):
+        build_section()
+
+
+main()
