@@ -25,8 +25,12 @@ def model_key() -> tuple[str, str, str]:
 def current_model() -> LoadedModel | None:
     """The model chosen in the sidebar, loaded once per (name, device, dtype) for all sessions; None on error."""
     name, device, dtype = model_key()
+    from backend.models import smollm2
+
+    first = name == "smollm2-135m" and not smollm2.is_converted()
+    message = f"Loading {name}" + (" (first use: converting the bundled GGUF once, ~30 s)…" if first else "…")
     try:
-        with st.spinner(f"Loading {name} (the first load of the bundled model converts it once, ~30 s)…"):
+        with st.spinner(message):
             return _load(name, device, dtype)
     except InterpscopeError as err:
         st.error(f"Could not load model: {err}")
