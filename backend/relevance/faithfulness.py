@@ -50,8 +50,9 @@ def perturbation_curves(adapter: ModelAdapter, input_ids: torch.Tensor, target: 
     most_first = np.argsort(-relevance, kind="stable")
     least_first = most_first[::-1].copy()
     keep_masks = []
-    for order in (most_first, least_first):
-        for count in counts:
+    inner = counts[1:-1]  # none and all removed are the same for both orders: run them once
+    for order, chosen in ((most_first, counts), (least_first, inner)):
+        for count in chosen:
             keep = torch.ones(n_tokens, dtype=torch.bool)
             keep[torch.as_tensor(order[:count].copy(), dtype=torch.long)] = False
             keep_masks.append(keep)
@@ -66,6 +67,7 @@ def perturbation_curves(adapter: ModelAdapter, input_ids: torch.Tensor, target: 
             values.append(target.value(logits).double().cpu())
     values_all = torch.cat(values).numpy()
     fractions = np.array(counts, dtype=np.float64) / n_tokens
-    morf, lerf = values_all[:len(counts)], values_all[len(counts):]
+    morf = values_all[:len(counts)]
+    lerf = np.concatenate([morf[:1], values_all[len(counts):], morf[-1:]]) if len(counts) > 1 else morf.copy()
     return PerturbationCurves(fractions=fractions, morf=morf, lerf=lerf,
                               abpc=_area(fractions, lerf) - _area(fractions, morf))
