@@ -1,0 +1,197 @@
+"""The SAE feature browser page under streamlit.testing: every view, navigation, search, empty and oversized input.
+
+The store is built for a tiny GPT-2 saved as a local model folder (so the page can load it by name) with a random
+SAE, in a temporary data directory; shipped stores are hidden so the page sees exactly this one.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from backend.models import load_model
+from backend.sae_store import FeatureStore, build_store
+from backend.sae_store import layout
+from tests.apptest_util import ROOT
+from tests.sae_store_tiny import random_sae_folder, tiny_lm
+
+PAGE = "pages/sae_features.py"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """(store, model folder, SAE folder) with INTERPSCOPE_DATA_DIR pointing at a fresh directory."""
+    monkeypatch = pytest.MonkeyPatch()
+    root = tmp_path_factory.mktemp("browser")
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(root / "data"))
+    monkeypatch.setattr(layout, "SHIPPED_STORES_DIR", root / "no-shipped-stores")
+    model_dir = root / "tiny-model"
+    tiny = tiny_lm()
+    tiny.model.save_pretrained(model_dir)
+    tiny.tokenizer.save_pretrained(model_dir)
+    lm = load_model(str(model_dir), device="cpu")
+    sae = random_sae_folder(lm, root / "sae")
+    store = FeatureStore(build_store(lm, sae, n_tokens=2048, context_size=64, batch_size=4, eval_tokens=256))
+    yield store, model_dir, sae
+    monkeypatch.undo()
+
+
+def run_page(**state) -> AppTest:
+    """The page on its own (the sidebar's defaults: device auto, float32); navigation is covered in the browser."""
+    at = AppTest.from_file(str(ROOT / PAGE), default_timeout=180)
+    for key, value in state.items():
+        at.session_state[key] = value
+    return at.run()
+
+
+def open_browser(store, view: str | None = None, feature: int | None = None) -> AppTest:
+    state = {"sae_store": store.name}
+    if view:
+        state["sae_view"] = view
+    if feature is not None:
+        state["sae_feature"] = feature
+    at = run_page(**state)
+    assert not at.exception, at.exception
+    return at
+
+
+def metrics(at) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def test_overview_metrics_density_and_table(env):
+    store, _, _ = env
+    at = open_browser(store)
+    shown = metrics(at)
+    assert shown["Features"] == "48"
+    assert shown["Dead (never fired)"] == str(int((store.density == 0).sum()))
+    assert shown["Dense (> 10% of tokens)"] == str(int((store.density > 0.1).sum()))
+    assert shown["L0"] == f"{store.manifest['metrics']['l0']:.1f}"
+    charts = at.get("plotly_chart")
+    spec = json.loads(charts[0].proto.spec)
+    assert sum(spec["data"][0]["y"]) == int((store.density > 0).sum())
+    assert "log10 density" in spec["layout"]["xaxis"]["title"]["text"]
+    table = at.dataframe[-1].value
+    assert len(table) == 48 and list(table["feature"]) == list(range(48))
+    np.testing.assert_allclose(table["density"], store.density)
+
+
+def test_search_views(env):
+    store, _, _ = env
+    at = open_browser(store)
+    at.text_input(key="sae_search_query").input("#5").run()
+    assert not at.exception
+    assert list(at.dataframe[0].value["feature"]) == [5]
+    token = store.card(9).top_logits[0][0]
+    at.radio(key="sae_search_kind").set_value("Token in top logits").run()
+    at.text_input(key="sae_search_query").input(token).run()
+    assert 9 in list(at.dataframe[0].value["feature"])
+    at.radio(key="sae_search_kind").set_value("Word in top contexts").run()
+    at.text_input(key="sae_search_query").input("qqzzxxq").run()
+    assert any("No feature matches" in i.value for i in at.info)
+    at.text_input(key="sae_search_query").input("x" * 500).run()
+    assert any("limit is 100" in w.value for w in at.warning)
+    at.radio(key="sae_search_kind").set_value("Feature id").run()
+    at.text_input(key="sae_search_query").input("99999").run()
+    assert any("0 to 47" in w.value for w in at.warning)
+    at.text_input(key="sae_search_query").input("   ").run()
+    assert not at.exception and len(at.dataframe) == 1  # only the feature table
+
+
+def test_feature_page_navigation(env):
+    store, _, _ = env
+    at = open_browser(store, "Feature", 4)
+    card = store.card(4)
+    shown = metrics(at)
+    assert shown["Max activation"] == f"{card.max_activation:.4g}"
+    assert shown["Fires on"] == f"{card.fire_count:,} tokens"
+    html = " ".join(h.proto.body for h in at.get("html"))
+    assert html.count("<tr>") >= len(card.top_contexts)
+    assert "feature=4" in " ".join(m.value for m in at.markdown)
+    assert at.query_params["feature"] == "4" and at.query_params["view"] == "Feature"
+    at.button(key="sae-next").click().run()
+    assert at.session_state["sae_feature"] == 5 and at.query_params["feature"] == "5"
+    at.button(key="sae-prev").click().run()
+    at.button(key="sae-prev").click().run()
+    assert at.session_state["sae_feature"] == 3
+    neighbour = store.card(3).neighbours[0][0]
+    at.button(key="sae-neighbour-0").click().run()
+    assert at.session_state["sae_feature"] == neighbour
+    at.button(key="sae-random").click().run()
+    assert not at.exception and 0 <= at.session_state["sae_feature"] < 48
+    at.number_input(key="sae_feature").set_value(47).run()
+    at.button(key="sae-next").click().run()
+    assert at.session_state["sae_feature"] == 47  # clamped at the last feature
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    assert any("activations when > 0" in t for t in titles) and any("logit weights" in t for t in titles)
+
+
+def test_permalink_query_parameters_open_the_feature(env):
+    store, _, _ = env
+    at = AppTest.from_file(str(ROOT / PAGE), default_timeout=180)
+    at.query_params["store"] = store.name
+    at.query_params["view"] = "Feature"
+    at.query_params["feature"] = "11"
+    at.run()
+    assert not at.exception
+    assert at.session_state["sae_feature"] == 11 and at.session_state["sae_view"] == "Feature"
+    assert metrics(at)["Max activation"] == f"{store.card(11).max_activation:.4g}"
+
+
+def test_prompt_view_click_token_then_feature(env):
+    store, _, _ = env
+    at = open_browser(store, "Prompt")
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert spec["data"][0]["type"] == "heatmap" and spec["layout"]["yaxis"]["type"] == "category"
+    at.pills(key="sae-prompt-token").set_value(3).run()
+    buttons = [b for b in at.button if b.key and b.key.startswith("sae-active-")]
+    assert buttons, "token 3 should have active features"
+    feature = int(buttons[0].key.rsplit("-", 1)[1])
+    buttons[0].click().run()
+    assert not at.exception
+    assert at.session_state["sae_view"] == "Feature" and at.session_state["sae_feature"] == feature
+    assert at.query_params["feature"] == str(feature)
+
+
+@pytest.mark.parametrize("view", ["Prompt", "Attribution", "Steering"])
+def test_live_views_reject_empty_and_oversized_text(env, view):
+    store, _, _ = env
+    at = open_browser(store, view)
+    at.text_area(key="sae-prompt-text").input("  \n ").run()
+    assert not at.exception and any("empty" in w.value for w in at.warning)
+    at.text_area(key="sae-prompt-text").input("word " * 3000).run()
+    assert not at.exception and any("tokens long" in e.value for e in at.error)
+
+
+def test_attribution_and_steering_views(env):
+    store, _, _ = env
+    at = open_browser(store, "Attribution", 2)
+    assert not at.exception
+    labels = " ".join(m.value for m in at.markdown)
+    assert "AttnLRP" in labels and "Gradient x Input" in labels
+    at.radio(key="sae-attr-method").set_value("cplrp").run()
+    assert "CP-LRP" in " ".join(m.value for m in at.markdown)
+    at.segmented_control(key="sae_view").set_value("Steering").run()
+    assert not at.exception
+    kl = float(metrics(at)["KL(clean ‖ edited), next token"])
+    assert kl >= 0
+    at.radio(key="sae-steer-mode").set_value("ablate").run()
+    assert not at.exception and len(at.get("plotly_chart")) == 2
+    assert any("removed" in json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart"))
+
+
+def test_no_store_offers_a_build_that_works(env, tmp_path, monkeypatch):
+    _, model_dir, sae = env
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path))
+    at = run_page()
+    assert not at.exception
+    assert any("No feature store yet" in i.value for i in at.info)
+    at.selectbox(key="sae-build-choice").set_value("Other folder…").run()
+    at.text_input(key="sae-build-path").input(str(sae)).run()
+    at.number_input(key="sae-build-tokens").set_value(512).run()
+    at.button(key="sae-build-go").click().run()
+    assert not at.exception
+    assert any("Store ready" in s.value for s in at.success)
+    assert len(list((tmp_path / "sae_stores").iterdir())) == 1
