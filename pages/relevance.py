@@ -93,9 +93,9 @@ settings = st.columns(3)
 method = settings[0].selectbox("Method", list(labels), format_func=labels.get, key="relevance-method")
 target_kind = settings[1].radio("Explain", ["Predicted next token", "A token I pick", "A rather than B",
                                             "A continuation"], key="relevance-target")
-leave_out_first = settings[2].toggle("Leave out the first token (attention sink) and renormalise",
+leave_out_first = settings[2].toggle("Leave out first token", help="Drop the first token (often an attention sink) and renormalise the colours by the rest.",
                                      key="relevance-sink")
-compare = settings[2].toggle("Compare with a second method", key="relevance-compare")
+compare = settings[2].toggle("Compare two methods", key="relevance-compare")
 
 with show_errors():
     top = _top(model_key(), text)
