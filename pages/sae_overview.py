@@ -100,13 +100,16 @@ def main() -> None:
     if not stored or stored[0] != path:
         return
     result: SAEEvaluation = stored[2]
-    cols = st.columns(6)
-    cols[0].metric("L0", f"{result.l0:.1f}", help=METRIC_HELP["L0"])
-    cols[1].metric("FVU", f"{result.fvu:.3f}", help=METRIC_HELP["FVU"])
-    cols[2].metric("Explained variance", f"{result.explained_variance:.3f}", help=METRIC_HELP["Explained variance"])
-    cols[3].metric("Loss recovered", f"{result.loss_recovered:.3f}", help=METRIC_HELP["Loss recovered"])
-    cols[4].metric("Shrinkage γ", f"{result.shrinkage:.3f}", help=METRIC_HELP["Shrinkage γ"])
-    cols[5].metric("Dead", f"{result.dead_fraction:.1%}", help=METRIC_HELP["Dead"])
+    row1, row2 = st.columns(4), st.columns(4)
+    row1[0].metric("L0", f"{result.l0:.1f}", help=METRIC_HELP["L0"])
+    row1[1].metric("FVU", f"{result.fvu:.3f}", help=METRIC_HELP["FVU"])
+    row1[2].metric("Explained variance", f"{result.explained_variance:.3f}", help=METRIC_HELP["Explained variance"])
+    row1[3].metric("Loss recovered", f"{result.loss_recovered:.3f}", help=METRIC_HELP["Loss recovered"])
+    row2[0].metric("Shrinkage γ", f"{result.shrinkage:.3f}", help=METRIC_HELP["Shrinkage γ"])
+    row2[1].metric("KL (nats/token)", f"{result.kl:.3f}", help="E KL(p_clean || p_sae) of next-token distributions.")
+    row2[2].metric("Dead", f"{result.dead_fraction:.1%}", help=METRIC_HELP["Dead"])
+    row2[3].metric("Dense", f"{result.dense_fraction:.1%}",
+                   help=f"Fraction of features firing on more than {result.dense_threshold:.0%} of tokens.")
     summary = result.summary()
     table = [{"metric": key, "value": value} for key, value in summary.items()]
     st.dataframe(table, hide_index=True, width="stretch", height=38 + 35 * min(len(table), 10))

@@ -1,0 +1,56 @@
+"""In a real browser: the SAE overview evaluates the shipped Gated SAE on the bundled SmolLM2 and exports its
+density histogram; the SAE training page renders its form. Screenshots go to test-artefacts/."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import Image
+
+from tests.test_browser_home import wait_for_app
+
+pytestmark = [pytest.mark.browser, pytest.mark.bundled]
+
+
+def test_sae_overview_shipped_gated(app_server, browser_page, artefacts):
+    page = browser_page
+    page.goto(app_server + "/sae_overview")
+    page.wait_for_selector("text=SAE overview", timeout=180_000)
+    wait_for_app(page)
+    page.get_by_role("button", name="Evaluate").wait_for(timeout=180_000)
+    page.wait_for_selector("text=gated SAE · 4,608 features on blocks.15.hook_resid_post of smollm2-135m")
+    tokens = page.get_by_label("Tokens", exact=True).and_(page.get_by_test_id("stNumberInputField"))
+    tokens.fill("256")
+    tokens.press("Enter")
+    wait_for_app(page)
+    page.get_by_role("button", name="Evaluate").click()
+    page.wait_for_selector(".js-plotly-plot", timeout=300_000)
+    wait_for_app(page)
+    page.wait_for_selector("text=Loss recovered")
+    page.screenshot(path=str(artefacts / "sae_overview.png"), full_page=True)
+    page.locator(".js-plotly-plot").first.screenshot(path=str(artefacts / "sae_overview-density.png"))
+    with page.expect_download() as download_info:
+        page.get_by_role("button", name="JSON").first.click()
+    path = artefacts / "sae_overview-export.json"
+    download_info.value.save_as(path)
+    exported = json.loads(path.read_text())
+    assert exported["summary"]["architecture"] == "gated" and exported["summary"]["d_sae"] == 4608
+    assert exported["summary"]["n_tokens"] == 2 * 127
+    assert len(exported["density"]) == 4608
+    with page.expect_download() as download_info:
+        page.get_by_role("button", name="PNG").first.click()
+    png = artefacts / "sae_overview-export.png"
+    download_info.value.save_as(png)
+    with Image.open(png) as image:
+        assert image.format == "PNG" and image.width >= 400
+
+
+def test_sae_training_page_renders(app_server, browser_page, artefacts):
+    page = browser_page
+    page.goto(app_server + "/sae_training")
+    page.wait_for_selector("text=SAE training", timeout=180_000)
+    wait_for_app(page)
+    page.wait_for_selector("text=Start / resume training", timeout=180_000)
+    width = page.get_by_label("Width (features)", exact=True).and_(page.get_by_test_id("stNumberInputField"))
+    assert width.input_value() == "4608"  # 8 x d_model of the bundled model
+    page.screenshot(path=str(artefacts / "sae_training.png"), full_page=True)
