@@ -136,3 +136,26 @@ def test_bad_training_requests_are_explained(lm, tmp_path):
                    context_size=32, batch_size=256)
     with pytest.raises(InterpscopeError, match="Unknown hook point"):
         train_saes(lm, "blocks.0.resid", [SAESpec("relu", 64)], tmp_path / "x", tokens=1024)
+
+
+def test_outlier_rows_are_dropped_and_do_not_set_the_scale(tmp_path):
+    from dataclasses import asdict
+
+    from backend.sae.activations import ActivationCache, CacheSpec
+
+    rows, d = 4000, 8
+    data = np.random.default_rng(0).normal(size=(rows, d)).astype(np.float32)
+    data[123] *= 1000.0  # an attention-sink-like row
+    folder = tmp_path / "synthetic"
+    folder.mkdir()
+    data.tofile(folder / "acts.bin")
+    spec = CacheSpec("m", HOOK, d, rows, dtype="float32")
+    (folder / "meta.json").write_text(json.dumps({"spec": asdict(spec), "n_rows": rows}))
+    cache = ActivationCache(folder)
+    typical = float((data ** 2).sum(-1)[np.arange(rows) != 123].mean())
+    assert cache.mean_squared_norm() == pytest.approx(typical, rel=1e-5)
+    buffer = ShuffledBuffer(cache, 100, buffer_rows=1000, block_rows=100, max_norm=10 * math.sqrt(typical))
+    batches = buffer.batches()
+    seen = torch.cat([next(batches) for _ in range(40)])
+    assert seen.shape[0] == rows - 1 and buffer.rows_dropped == 1
+    assert float(seen.norm(dim=-1).max()) < 10 * math.sqrt(typical)

@@ -75,11 +75,12 @@ class ActivationCache:
         return self.spec.d_in
 
     def mean_squared_norm(self, sample_rows: int = 65536, seed: int = 0) -> float:
-        """E||x||^2 over a random sample of rows (used to scale inputs so that E||x||^2 = d_in)."""
+        """E||x||^2 over a random sample of rows, outliers left out (used to scale inputs to E||x||^2 = d_in)."""
         rng = np.random.default_rng(seed)
         rows = np.sort(rng.choice(self.n_rows, size=min(sample_rows, self.n_rows), replace=False))
-        sample = torch.from_numpy(np.asarray(self.array[rows], dtype=np.float32))
-        return float(sample.pow(2).sum(-1).mean())
+        squared = torch.from_numpy(np.asarray(self.array[rows], dtype=np.float32)).pow(2).sum(-1)
+        typical = squared <= 100 * squared.median()  # leave out attention-sink outliers (norm > 10x typical)
+        return float(squared[typical].mean())
 
 
 def cache_folder(spec: CacheSpec) -> Path:
@@ -155,11 +156,12 @@ class ShuffledBuffer:
     """Endless shuffled batches from a cache: blocks of rows in random order, mixed within a buffer of blocks.
 
     The order is a pure function of `seed`, so `skip(n)` (used when resuming) lands on the same batches without
-    reading the skipped data.
+    reading the skipped data. Rows with norm above `max_norm` (after scaling) are dropped: a rare token that acts
+    as an attention sink mid-text has a norm ~100x the typical one, and one such row can wreck a training step.
     """
 
     def __init__(self, cache: ActivationCache, batch_size: int, *, buffer_rows: int = 131072,
-                 block_rows: int = 2048, seed: int = 0, scale: float = 1.0):
+                 block_rows: int = 2048, seed: int = 0, scale: float = 1.0, max_norm: float | None = None):
         if batch_size < 1:
             raise InterpscopeError("batch_size must be positive.")
         self.cache = cache
@@ -169,7 +171,9 @@ class ShuffledBuffer:
         self.blocks_per_fill = max(1, min(self.n_blocks, buffer_rows // self.block_rows))
         self.seed = seed
         self.scale = scale
+        self.max_norm = max_norm
         self.batches_served = 0
+        self.rows_dropped = 0
 
     def _fills(self) -> Iterator[tuple[int, np.ndarray]]:
         epoch = 0
@@ -196,7 +200,13 @@ class ShuffledBuffer:
             perm = torch.from_numpy(np.random.default_rng([self.seed, fill_id, 7]).permutation(n_rows))
             for b in range(skip, n_batches):
                 self.batches_served += 1
-                yield data[perm[b * self.batch_size:(b + 1) * self.batch_size]]
+                batch = data[perm[b * self.batch_size:(b + 1) * self.batch_size]]
+                if self.max_norm is not None:
+                    keep = batch.norm(dim=-1) <= self.max_norm
+                    if not bool(keep.all()):
+                        self.rows_dropped += int((~keep).sum())
+                        batch = batch[keep]
+                yield batch
             skip = 0
 
     def skip(self, n_batches: int) -> None:

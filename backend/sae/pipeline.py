@@ -17,6 +17,7 @@ from backend.sae.architectures import SAEConfig, build_sae, canonical_architectu
 from backend.sae.folder import hook_width, save_sae
 from backend.sae.training import TrainConfig, Trainer, TrainRun
 
+OUTLIER_FACTOR = 10.0  # training drops rows whose norm exceeds 10x the RMS norm (mid-text attention sinks)
 DEFAULT_SPARSITY = {"standard": 5.0, "gated": 5.0, "jumprelu": 0.5, "topk": 0.0}
 
 
@@ -93,7 +94,7 @@ def train_saes(loaded, hook_name: str, specs: list[SAESpec], out_dir: str | Path
     if cache.n_rows < batch_size:
         raise InterpscopeError(f"Only {cache.n_rows} cached activations; need at least one batch of {batch_size}.")
     scale = input_scale(cache)
-    buffer = ShuffledBuffer(cache, batch_size, seed=seed, scale=scale)
+    buffer = ShuffledBuffer(cache, batch_size, seed=seed, scale=scale, max_norm=OUTLIER_FACTOR * math.sqrt(width))
     runs = make_runs(specs, width, loaded.name, hook_name, context_size, str(source or "austen"), seed=seed)
     cfg = TrainConfig(total_tokens=int(tokens), batch_size=batch_size, lr=lr, warmup_steps=warmup_steps,
                       decay_fraction=decay_fraction, resample_at=resample_at, dead_window_tokens=dead_window_tokens,
