@@ -54,16 +54,16 @@ def accuracy(model, data, batch: int = 2048) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="assets/models/adder")
-    parser.add_argument("--numbers", type=int, default=200, help="N: numbers 0..N-1 are tokens")
+    parser.add_argument("--numbers", type=int, default=100, help="N: numbers 0..N-1 are tokens")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=4000)
+    parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--weight-decay", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
@@ -95,7 +95,7 @@ def main() -> int:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        if step % 500 == 0 or step == args.steps:
+        if step % 250 == 0 or step == args.steps:
             model.eval()
             print(json.dumps({"step": step, "loss": round(loss.item(), 4), "valid_acc": round(accuracy(model, valid), 4),
                               "seconds": round(time.time() - start, 1)}), flush=True)
@@ -116,7 +116,7 @@ def main() -> int:
         "description": (f"Small GPT-2-style addition model trained from scratch: numbers 0..{args.numbers - 1} are "
                         f"single tokens, a + b with a, b < {args.numbers // 2}; test accuracy "
                         f"{figures['test_accuracy_plain']:.2%} on '{DEFAULT_TEMPLATE}'"),
-        "rebuild": "nice -n 10 .venv/bin/python scripts/train_adder.py " + " ".join(sys.argv[1:]),
+        "rebuild": "nice -n 10 .venv/bin/python scripts/train_adder.py --out " + args.out,
         "numbers": args.numbers,
         "templates": list(TEMPLATES),
         "training": {k: v for k, v in vars(args).items() if k not in ("out", "threads")},
