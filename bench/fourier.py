@@ -49,6 +49,7 @@ def adder_figures(n_prompts: int) -> dict:
     spectra = {matrix: embedding_spectrum(lm, n_numbers, matrix=matrix) for matrix in ("embedding", "unembedding")}
     lens = module_lens(lm, numbers, test)
     table = filter_table(lm, numbers, test)
+    table_all_tokens = filter_table(lm, numbers, test, positions="all")
     timing_pairs = probe_pairs(n_numbers, n_prompts, split="all", seed=1)
     filter_table(lm, numbers, timing_pairs[:8])  # warm-up
     start = time.perf_counter()
@@ -65,8 +66,9 @@ def adder_figures(n_prompts: int) -> dict:
                              "high_share": round(describe_regime(s).high_share, 4)} for matrix, s in spectra.items()},
         "lens": {"tau": lens.tau, "logit_lens_accuracy": np.round(lens.lens_accuracy, 4),
                  "low_share_attn": np.round(lens.low_share_attn, 4), "low_share_mlp": np.round(lens.low_share_mlp, 4)},
-        "filter_table": {"tau": table.tau, "prompts": table.prompts, "rows": table_rows(table),
-                         "warnings": table.warnings},
+        "filter_table": {"tau": table.tau, "prompts": table.prompts, "positions": table.positions,
+                         "rows": table_rows(table), "warnings": table.warnings},
+        "filter_table_all_tokens": {"positions": "all", "rows": table_rows(table_all_tokens)},
         "filter_table_timing": {"prompts": timed.prompts, "seconds": round(seconds, 2), "target_seconds": 60},
     }
 

@@ -8,7 +8,7 @@ import streamlit as st
 
 from backend.fourier.addition import run_addition, small_sum_pairs
 from backend.fourier.data import TEMPLATES, check_template
-from backend.fourier.filters import KINDS, filter_table
+from backend.fourier.filters import KINDS, POSITIONS, filter_table
 from backend.fourier.lens import default_tau, module_lens, top_components
 from backend.fourier.numbers import splits_digits
 from backend.fourier.probe import check_numbers, default_numbers, probe_pairs, single_token_setup
@@ -185,19 +185,23 @@ with filter_tab, show_errors():
                 "number. Pick **adder** (or a GPT-2 model) in the sidebar.")
     else:
         numbers_f = N_DEFAULT
-        columns = st.columns(4)
+        columns = st.columns(5)
         tau_f = int(columns[0].number_input("τ (k < τ is low)", 1, numbers_f // 2, default_tau(numbers_f),
                                             key=f"fourier-filter-tau-{lm.name}"))
         prompts_f = int(columns[1].number_input("Prompts", 1, 20000, 500, key="fourier-filter-prompts"))
         split_f = columns[2].selectbox("Split", ["test", "valid", "train", "all"], key="fourier-filter-split")
         template_f = check_template(columns[3].selectbox("Template", list(TEMPLATES), key="fourier-filter-template"))
-        st.caption(f"Low-pass = {KINDS['low']}; high-pass = {KINDS['high']}. Every layer, every token.")
-        params = (KEY, numbers_f, tau_f, prompts_f, split_f, template_f)
+        positions_f = columns[4].selectbox("Positions", list(POSITIONS), format_func=POSITIONS.get,
+                                           key="fourier-filter-positions")
+        st.caption(f"Low-pass = {KINDS['low']}; high-pass = {KINDS['high']}. Applied in every layer. Each filter "
+                   f"removes one direction of d_model per removed basis row: the rank column says how many.")
+        params = (KEY, numbers_f, tau_f, prompts_f, split_f, template_f, positions_f)
         if st.button("Run filter table", type="primary", key="fourier-run-filters"):
             numbers = single_token_setup(lm, numbers_f)
             pairs = probe_pairs(numbers.n_numbers, prompts_f, split=split_f)
             st.session_state["fourier-table"] = (params, filter_table(
-                lm, numbers, pairs, template=template_f, tau=tau_f, progress=_progress("Filters:")))
+                lm, numbers, pairs, template=template_f, tau=tau_f, progress=_progress("Filters:"),
+                positions=positions_f))
         stored = st.session_state.get("fourier-table")
         if stored is None or stored[0] != params:
             st.info("Press **Run filter table** (7 runs over the prompts).")
@@ -213,7 +217,8 @@ with filter_tab, show_errors():
                                    **{f"errors: {k}": v for k, v in r.error_counts.items()}}
                                   for label, r in zip(labels, table.rows)])
             st.markdown(f"**Filter table** ({table.prompts} prompts, N = {table.numbers}, τ = {table.tau}, "
-                        f"d_model = {table.d_model}, {table.seconds:.1f} s)")
+                        f"d_model = {table.d_model}, filtered at {POSITIONS[table.positions]}, "
+                        f"{table.seconds:.1f} s)")
             st.dataframe(frame, hide_index=True, key="fourier-filter-frame")
             by_filter = {(r.kind, r.modules): r.accuracy for r in table.rows}
             if {("none", "none"), ("high", "both"), ("low", "both")} <= set(by_filter):

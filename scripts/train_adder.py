@@ -97,11 +97,13 @@ def main() -> int:
         schedule.step()
         if step % 250 == 0 or step == args.steps:
             model.eval()
-            print(json.dumps({"step": step, "loss": round(loss.item(), 4), "valid_acc": round(accuracy(model, valid), 4),
+            print(json.dumps({"step": step, "loss": round(loss.item(), 4),
+                              "valid_acc": round(accuracy(model, valid), 4),
                               "seconds": round(time.time() - start, 1)}), flush=True)
             model.train()
     model.eval()
-    figures = {"test_accuracy_plain": accuracy(model, test_plain), "test_accuracy_all_templates": accuracy(model, test_all),
+    figures = {"test_accuracy_plain": accuracy(model, test_plain),
+               "test_accuracy_all_templates": accuracy(model, test_all),
                "valid_accuracy": accuracy(model, valid), "train_accuracy": accuracy(model, train),
                "train_seconds": round(time.time() - start, 1)}
     out = Path(args.out)

@@ -148,3 +148,19 @@ def test_error_counts():
     errors = np.array([0, 10, -20, 3, -5, 7, np.nan, 0])
     counts = error_counts(errors)
     assert counts == {"wrong": 6, "multiple_of_10": 2, "small_lt_6": 2, "other": 1, "not_a_number": 1}
+
+
+def test_last_position_edit_touches_only_the_answer_position():
+    import torch
+
+    from backend.fourier.filters import projection_edit
+
+    matrix = torch.as_tensor(np.diag([1.0, 0.0, 1.0]))
+    output = torch.arange(24, dtype=torch.float64).reshape(2, 4, 3) + 1
+    where = {"last": torch.tensor([3, 1])}
+    edited = projection_edit(matrix, where)(output)
+    assert edited[0, 3, 1] == 0 and edited[1, 1, 1] == 0
+    untouched = torch.ones(2, 4, dtype=torch.bool)
+    untouched[0, 3] = untouched[1, 1] = False
+    assert torch.equal(edited[untouched], output[untouched])
+    assert torch.equal(projection_edit(matrix)(output)[..., 1], torch.zeros(2, 4, dtype=torch.float64))

@@ -36,6 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         command.add_argument("--prompts", type=int, default=500, help="how many a+b prompts (default 500)")
         command.add_argument("--numbers", type=int, help="N (default: all single-token numbers up to 520)")
         command.add_argument("--split", choices=["train", "valid", "test", "all"], default="test")
+        command.add_argument("--positions", choices=["last", "all"], default="last",
+                             help="filter at the answer position only (default) or at every token")
         command.add_argument("--template", default="{a}+{b}=", help="prompt template with {a} and {b}")
         command.add_argument("--json", action="store_true", help="print JSON")
         command.set_defaults(func=run_filter)
@@ -91,10 +93,11 @@ def run_filter(args: argparse.Namespace) -> int:
                                     [(k, m) for k in ("high", "low") for m in ("both", "mlp", "attn")])
     with tqdm(total=len(configs), disable=args.json, desc="filters") as bar:
         table = filter_table(lm, numbers, pairs, template=template, tau=args.tau, configs=configs,
-                             progress=lambda fraction, label: bar.update(1))
+                             progress=lambda fraction, label: bar.update(1), positions=args.positions)
     rows = [_row_payload(row) for row in table.rows]
     payload = {"model": table.model, "template": table.template, "numbers": table.numbers, "tau": table.tau,
-               "d_model": table.d_model, "prompts": table.prompts, "split": args.split, "seconds": table.seconds,
+               "d_model": table.d_model, "prompts": table.prompts, "split": args.split, "positions": table.positions,
+               "seconds": table.seconds,
                "warnings": table.warnings}
     if args.fourier_command == "filter":
         payload.update(rows[1])

@@ -3,8 +3,9 @@
 A filter removes chosen Fourier components from what a module output says about the numbers: it projects the
 output h onto null(M), M = B F W_U_num^T (B picks the basis rows to remove), P = I - M^+ M. Then
 B F W_U_num^T (P h) = 0 while the rest of h is kept. If rank(M) = d_model the null space is {0} and the filter
-zeroes the whole output: that is checked and reported. The filter runs on every token of every layer through
-backend.capture.hooks on blocks.{l}.hook_attn_out / blocks.{l}.hook_mlp_out.
+zeroes the whole output: that is checked and reported. The filter runs in every layer through
+backend.capture.hooks on blocks.{l}.hook_attn_out / blocks.{l}.hook_mlp_out, at the answer position (default) or
+at every token.
 """
 from __future__ import annotations
 
@@ -94,6 +95,7 @@ class FilterTable:
     tau: int
     d_model: int
     prompts: int
+    positions: str
     rows: list[FilterRow]
     seconds: float
     warnings: list[str] = field(default_factory=list)
@@ -112,14 +114,20 @@ def error_counts(errors: np.ndarray) -> dict:
             "not_a_number": int(len(wrong) - len(numeric))}
 
 
-def evaluate(lm, numbers: NumberTokens, texts: list[str], answers: np.ndarray, edits: dict, batch: int = 512):
-    """Loss (cross-entropy of the answer token) and predictions with the given hook edits active."""
+def evaluate(lm, numbers: NumberTokens, texts: list[str], answers: np.ndarray, edits: dict, batch: int = 512,
+             where: dict | None = None):
+    """Loss (cross-entropy of the answer token) and predictions with the given hook edits active.
+
+    where: if given, where["last"] is set to each batch's last-token indices before its forward pass, for edits
+    that act on the answer position only."""
     lookup = token_to_number(numbers)
     answer_tokens = torch.as_tensor(numbers.ids[answers])
     losses, predictions = [], []
     with lm.lock, torch.no_grad(), hooks(lm.adapter, edits):
         for start in range(0, len(texts), batch):
             ids, mask, last = pad_right(lm.tokenizer, texts[start:start + batch])
+            if where is not None:
+                where["last"] = last.to(lm.device)
             logits = lm.model(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device), use_cache=False).logits
             final = logits[torch.arange(len(ids)), last.to(lm.device)].float()
             target = answer_tokens[start:start + batch].to(final.device)
@@ -128,15 +136,30 @@ def evaluate(lm, numbers: NumberTokens, texts: list[str], answers: np.ndarray, e
     return sum(losses) / len(texts), np.array(predictions, dtype=np.int64)
 
 
-def projection_edit(matrix: torch.Tensor):
+POSITIONS = {"last": "the answer position (the prompt's last token)", "all": "every token"}
+
+
+def projection_edit(matrix: torch.Tensor, where: dict | None = None):
+    """Hook edit applying h -> P h (P symmetric) at every token, or only at where["last"] when where is given."""
     def apply(output: torch.Tensor) -> torch.Tensor:
-        return output @ matrix.to(output.dtype)
+        projected = output @ matrix.to(output.dtype)
+        if where is None:
+            return projected
+        rows = torch.arange(output.shape[0], device=output.device)
+        edited = output.clone()
+        edited[rows, where["last"]] = projected[rows, where["last"]]
+        return edited
     return apply
 
 
 def filter_table(lm, numbers: NumberTokens, pairs: np.ndarray, template: str = "{a}+{b}=", tau: int | None = None,
-                 configs: list[tuple[str, str]] | None = None, progress=None) -> FilterTable:
-    """Loss, accuracy and error histogram with no filter and each (kind, modules) filter in all layers."""
+                 configs: list[tuple[str, str]] | None = None, progress=None, positions: str = "last") -> FilterTable:
+    """Loss, accuracy and error histogram with no filter and each (kind, modules) filter in all layers.
+
+    positions: 'last' filters the module outputs at the answer position only (where W_U reads them), 'all' at
+    every token (operand positions too)."""
+    if positions not in POSITIONS:
+        raise InterpscopeError(f"Unknown positions {positions!r}: choose last or all.")
     start_time = time.perf_counter()
     n_numbers = numbers.n_numbers
     tau = check_tau(default_tau(n_numbers) if tau is None else tau, n_numbers)
@@ -151,27 +174,30 @@ def filter_table(lm, numbers: NumberTokens, pairs: np.ndarray, template: str = "
     rows, warnings = [], []
     for index, (kind, modules) in enumerate(configs):
         edits: dict = {}
-        projection = None
+        projection, where = None, None
         if kind != "none":
             if modules not in MODULES:
                 raise InterpscopeError(f"Unknown modules {modules!r}: choose attn, mlp or both.")
             projection = projections[kind]
             matrix = torch.as_tensor(projection.matrix, device=lm.device)
-            edits = {f"blocks.{l}.{point}": projection_edit(matrix)
+            where = {} if positions == "last" else None
+            edits = {f"blocks.{l}.{point}": projection_edit(matrix, where)
                      for l in range(lm.adapter.n_layers) for point in MODULES[modules]}
             if projection.zeroes_everything:
                 warnings.append(f"{KINDS[kind]} on {modules}: rank(B F W_U) = {projection.rank} = d_model, so the "
                                 f"filter zeroes the whole output (raise d_model or change tau).")
-        loss, predictions = evaluate(lm, numbers, texts, answers, edits)
+        loss, predictions = evaluate(lm, numbers, texts, answers, edits, where=where if edits else None)
         errors = np.where(predictions >= 0, predictions - answers, np.nan).astype(np.float64)
         exact, near, rough = score(predictions, answers)
         rows.append(FilterRow(
             kind=kind, modules=modules,
             removed="nothing" if kind == "none" else ("high" if kind == "low" else "low") + " frequencies",
             loss=loss, accuracy=exact, within_2=near, within_10=rough,
-            rank=projection.rank if projection else 0, zeroes_everything=bool(projection and projection.zeroes_everything),
+            rank=projection.rank if projection else 0,
+            zeroes_everything=bool(projection and projection.zeroes_everything),
             errors=errors, error_counts=error_counts(errors)))
         if progress is not None:
             progress((index + 1) / len(configs), f"{kind} on {modules}")
     return FilterTable(model=lm.name, template=template, numbers=n_numbers, tau=tau, d_model=lm.adapter.d_model,
-                       prompts=len(pairs), rows=rows, seconds=time.perf_counter() - start_time, warnings=warnings)
+                       prompts=len(pairs), positions=positions, rows=rows, seconds=time.perf_counter() - start_time,
+                       warnings=warnings)
