@@ -33,6 +33,41 @@ def _timed(fn, *args, **kwargs):
     return value, time.perf_counter() - start
 
 
+def _cpu_timed(fn, *args, **kwargs):
+    """(value, wall seconds, process CPU seconds): CPU time is the fairer figure on a shared machine."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    value = fn(*args, **kwargs)
+    return value, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def timing_only(lm, layer: int, n_tokens: int, store_tokens: int) -> dict:
+    """Ablation cost split into the clean pass and the per-neuron work (final-layer fast path and an earlier
+    layer, which needs a forward pass per neuron), from runs with 1 and 3 neurons."""
+    from backend import corpus
+    from backend.neurons.ablation import Neuron, token_effects
+    from backend.neurons.unigram import token_counts as counts_of
+
+    tokens = corpus.token_chunks(lm.tokenizer, 128, n_tokens, split="valid")
+    middle = lm.adapter.n_layers // 2
+    means = {layer: activation_stores(lm, [layer], n_tokens=store_tokens)[layer].mean}
+    counts = counts_of(lm.tokenizer, lm.adapter.vocab_size)
+    runs = {}
+    for label, neurons in (("final_1", [Neuron(layer, 0)]), ("final_3", [Neuron(layer, i) for i in range(3)])):
+        _, wall, cpu = _cpu_timed(token_effects, lm, neurons, tokens, means, counts)
+        runs[label] = (wall, cpu)
+    means[middle] = activation_stores(lm, [middle], n_tokens=store_tokens)[middle].mean
+    _, wall, cpu = _cpu_timed(token_effects, lm, [Neuron(middle, 0)], tokens, means, counts)
+    scale = 10_000 / tokens[:, 1:].numel()
+    per_final = [(runs["final_3"][i] - runs["final_1"][i]) / 2 for i in range(2)]
+    clean = [runs["final_1"][i] - per_final[i] for i in range(2)]
+    return {"tokens": int(tokens[:, 1:].numel()),
+            "clean_pass_per_10k_s": {"wall": round(clean[0] * scale, 1), "cpu": round(clean[1] * scale, 1)},
+            "per_final_layer_neuron_per_10k_s": {"wall": round(per_final[0] * scale, 1),
+                                                 "cpu": round(per_final[1] * scale, 1)},
+            f"one_layer{middle}_neuron_incl_clean_per_10k_s": {"wall": round(wall * scale, 1),
+                                                               "cpu": round(cpu * scale, 1)}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="smollm2-135m")
@@ -42,12 +77,21 @@ def main() -> None:
     parser.add_argument("--random", type=int, default=8)
     parser.add_argument("--induction-seqs", type=int, default=8)
     parser.add_argument("--half-len", type=int, default=50)
+    parser.add_argument("--timing-only", action="store_true", help="only the weight and ablation timings")
     args = parser.parse_args()
 
     lm, load_s = _timed(load_model, args.model)
     token_counts(lm.tokenizer, lm.adapter.vocab_size)  # the on-disk count cache is not part of the weight timing
     stats, cold_s = _timed(candidates, lm)
     warm = [_timed(candidates, lm)[1] for _ in range(3)]
+    if args.timing_only:
+        import os
+
+        print(json.dumps({"model": lm.name, "device": str(lm.device), "torch_threads": __import__("torch").get_num_threads(),
+                          "load_average": os.getloadavg(), "weight_analysis_cold_s": round(cold_s, 3),
+                          "weight_analysis_warm_s": round(min(warm), 3),
+                          "ablation": timing_only(lm, stats.layer, args.tokens, args.mean_tokens)}, indent=1))
+        return
     null_norm = stats.rho * stats.norm
     by_rho = [int(i) for i in stats.ranking()[: args.top]]
     by_null_norm = [int(i) for i in np.argsort(-null_norm)[: args.top]]
