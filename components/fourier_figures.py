@@ -16,26 +16,27 @@ def _period_text(period: float) -> str:
 def _period_ticks(periods: np.ndarray, max_ticks: int = 14) -> tuple[list[int], list[str]]:
     """Ticks on the frequency axis (k = 1..N/2) labelled by period, always including periods 10, 5, 2.5, 2."""
     n_freq = len(periods)
-    ks = set(np.unique(np.linspace(1, n_freq, num=min(max_ticks, n_freq)).round().astype(int)).tolist())
-    for special in (10.0, 5.0, 2.5, 2.0):
-        match = np.flatnonzero(np.isclose(periods, special))
-        if match.size:
-            ks.add(int(match[0]) + 1)
-    ordered = sorted(ks)
+    special = [int(np.flatnonzero(np.isclose(periods, p))[0]) + 1 for p in (10.0, 5.0, 2.5, 2.0)
+               if np.any(np.isclose(periods, p))]
+    spacing = max(1, n_freq // (2 * max_ticks))
+    even = np.unique(np.linspace(1, n_freq, num=min(max_ticks, n_freq)).round().astype(int)).tolist()
+    ordered = sorted(set(special) | {k for k in even if all(abs(k - s) > spacing for s in special)})
     return ordered, [_period_text(periods[k - 1]) for k in ordered]
 
 
 def spectrum_figure(periods: np.ndarray, magnitude: np.ndarray, outlier_periods: Sequence[float],
-                    title: str) -> go.Figure:
-    """Magnitude per frequency, the x-axis labelled by period N/k, outliers marked in red."""
+                    title: str, labelled: int = 5) -> go.Figure:
+    """Magnitude per frequency, the x-axis labelled by period N/k, outliers in red (the strongest `labelled`
+    of them annotated with their period)."""
     ks = np.arange(1, len(periods) + 1)
     is_outlier = np.isin(np.round(periods, 9), np.round(np.asarray(list(outlier_periods), dtype=float), 9))
     fig = go.Figure(go.Bar(x=ks, y=magnitude, marker_color=np.where(is_outlier, "#d6604d", "#4393c3"),
                            customdata=periods, name="magnitude",
                            hovertemplate="k = %{x}<br>period = %{customdata:.3g}<br>|F·X| = %{y:.4g}<extra></extra>"))
-    for rank, k in enumerate(ks[is_outlier]):
+    strongest = sorted(ks[is_outlier], key=lambda k: -magnitude[k - 1])[:labelled]
+    for rank, k in enumerate(sorted(strongest)):
         fig.add_annotation(x=k, y=magnitude[k - 1], text=f"T={_period_text(periods[k - 1])}", showarrow=True,
-                           arrowhead=2, ax=14 * (rank % 2), ay=-26 - 16 * (rank % 3), font=dict(color="#b2182b"))
+                           arrowhead=2, ax=0, ay=-22 - 24 * (rank % 2), font=dict(color="#b2182b"))
     tickvals, ticktext = _period_ticks(periods)
     fig.update_layout(title=title, xaxis=dict(title="period N/k (frequency k = 1 … N/2)", tickvals=tickvals,
                                               ticktext=ticktext),
