@@ -10,18 +10,26 @@ import plotly.graph_objects as go
 
 def distance_figure(distances: np.ndarray, share: np.ndarray, signed: np.ndarray, counts: np.ndarray,
                     n_prompts: int, method_label: str) -> go.Figure:
-    """Mean share of |relevance| (and the signed mean) per distance back from the predicted position."""
-    hover = "distance %{x}<br>%{y:.4f}<br>prompts reaching it: %{customdata}<extra></extra>"
+    """Mean share of |relevance| per distance back from the predicted position (log axis, so the long tail
+    shows), and the cumulative share within d tokens (right axis). `signed` rides along in the hover."""
+    share = np.asarray(share, dtype=np.float64)
+    cumulative = np.cumsum(share) / (share.sum() or 1.0)
+    custom = np.stack([np.asarray(counts), np.asarray(signed, dtype=np.float64)], axis=-1)
+    hover = ("distance %{x}<br>%{y:.4g}<br>signed R / sum |R|: %{customdata[1]:.4g}"
+             "<br>prompts reaching it: %{customdata[0]}<extra></extra>")
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=distances, y=share, mode="lines+markers", name="share of |R|",
-                             customdata=counts, hovertemplate=hover, line=dict(color="#d62728")))
-    fig.add_trace(go.Scatter(x=distances, y=signed, mode="lines", name="signed R / sum |R|",
-                             customdata=counts, hovertemplate=hover, line=dict(color="#1f77b4", dash="dot")))
+    fig.add_trace(go.Scatter(x=distances, y=np.maximum(share, 1e-12), mode="lines+markers", name="share of |R|",
+                             customdata=custom, hovertemplate=hover, line=dict(color="#d62728")))
+    fig.add_trace(go.Scatter(x=distances, y=cumulative, mode="lines", name="cumulative share (right axis)",
+                             yaxis="y2", line=dict(color="#1f77b4", dash="dot"),
+                             hovertemplate="within %{x} tokens: %{y:.1%}<extra></extra>"))
     fig.update_layout(title=f"{method_label}: relevance vs distance from the predicted position "
                             f"({n_prompts} prompts)",
                       template="plotly_white", xaxis_title="tokens back from the predicted position (0 = last)",
-                      yaxis_title="mean relevance per prompt (normalised by sum |R|)", height=420,
-                      legend=dict(orientation="h", y=-0.25), margin=dict(l=70, r=20, t=60, b=100))
+                      yaxis=dict(title="mean share of |R| per prompt (log)", type="log", exponentformat="power"),
+                      yaxis2=dict(title="cumulative share of |R|", overlaying="y", side="right", range=[0, 1.02],
+                                  tickformat=".0%", showgrid=False),
+                      height=440, legend=dict(orientation="h", y=-0.25), margin=dict(l=80, r=80, t=60, b=100))
     return fig
 
 
@@ -33,7 +41,8 @@ def fix_error_figure(labels: Sequence[str], errors: Sequence[float], title: str)
               for i, label in enumerate(labels)]
     fig = go.Figure(go.Bar(x=list(labels), y=values, marker_color=colors, text=[f"{v:.1e}" for v in values],
                            textposition="outside", hovertemplate="%{x}<br>relative error %{y:.2e}<extra></extra>"))
-    fig.update_layout(title=title, template="plotly_white", yaxis_type="log", height=420,
+    fig.update_layout(title=title, template="plotly_white", height=420,
+                      yaxis=dict(type="log", exponentformat="power"),
                       xaxis_title="MambaLRP setting", yaxis_title="relative conservation error (log)",
                       margin=dict(l=70, r=20, t=60, b=80))
     return fig

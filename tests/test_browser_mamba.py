@@ -18,11 +18,15 @@ def test_mamba_heatmap_in_the_browser(app_server, browser_page, artefacts):
     page.goto(app_server)
     sidebar = page.locator("[data-testid='stSidebar']")
     sidebar.locator("[data-testid='stSelectbox']").first.wait_for(timeout=180_000)
+    sidebar.get_by_role("link", name="Relevance maps").click()
+    page.locator(".relevance-heatmap").first.wait_for(timeout=180_000)
+    wait_for_app(page)
     sidebar.locator("[data-testid='stSelectbox']").first.click()
     page.get_by_role("option", name="mamba-tiny", exact=True).click()
-    wait_for_app(page)
-    sidebar.get_by_role("link", name="Relevance maps").click()
-    page.get_by_text("MambaLRP: relevance for").first.wait_for(timeout=180_000)
+    try:
+        page.get_by_text("MambaLRP: relevance for").first.wait_for(timeout=180_000)
+    finally:
+        page.screenshot(path=str(artefacts / "mamba-relevance-page-first.png"), full_page=True)
     wait_for_app(page)
     heatmap = page.locator(".relevance-heatmap").first
     heatmap.wait_for(timeout=120_000)
@@ -30,7 +34,12 @@ def test_mamba_heatmap_in_the_browser(app_server, browser_page, artefacts):
     assert tokens.count() > 5
     heatmap.screenshot(path=str(artefacts / "mamba-heatmap.png"))
     page.get_by_text("Conservation error per disabled fix").first.wait_for(timeout=180_000)
-    page.screenshot(path=str(artefacts / "mamba-relevance-page.png"), full_page=True)
+    page.locator(".js-plotly-plot").filter(has_text="Conservation error per disabled fix").screenshot(
+        path=str(artefacts / "mamba-fix-errors.png"))
+    page.get_by_role("button", name="Compute relevance vs distance").click()
+    distance = page.locator(".js-plotly-plot").filter(has_text="relevance vs distance")
+    distance.wait_for(timeout=180_000)
+    distance.screenshot(path=str(artefacts / "mamba-distance.png"))
 
     with page.expect_download() as download_info:
         page.get_by_role("button", name="JSON").first.click()
