@@ -1,0 +1,137 @@
+"""In a real browser: overview -> feature page -> prompt view -> click a feature -> its page, then download its JSON.
+
+Runs its own `streamlit run app.py` with a temporary data directory holding one store (tiny GPT-2 saved as a model
+folder, random SAE), so the flow does not depend on which stores are shipped.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from backend.models import load_model
+from backend.sae_store import FeatureStore, build_store
+from tests.conftest import ROOT, _free_port
+from tests.sae_store_tiny import random_sae_folder, tiny_lm
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def store_app(tmp_path_factory, artefacts):
+    """(URL of a running app whose data directory holds one tiny store, that store)."""
+    root = tmp_path_factory.mktemp("browser-store")
+    data = root / "data"
+    old = os.environ.get("INTERPSCOPE_DATA_DIR")
+    os.environ["INTERPSCOPE_DATA_DIR"] = str(data)
+    try:
+        model_dir = root / "tiny-model"
+        tiny = tiny_lm()
+        tiny.model.save_pretrained(model_dir)
+        tiny.tokenizer.save_pretrained(model_dir)
+        lm = load_model(str(model_dir), device="cpu")
+        store = FeatureStore(build_store(lm, random_sae_folder(lm, root / "sae"), n_tokens=2048, context_size=64,
+                                         batch_size=4))
+    finally:
+        if old is None:
+            os.environ.pop("INTERPSCOPE_DATA_DIR")
+        else:
+            os.environ["INTERPSCOPE_DATA_DIR"] = old
+    port = _free_port()
+    log = open(artefacts / "sae-browser-server.log", "w")
+    env = dict(os.environ, INTERPSCOPE_DATA_DIR=str(data), OMP_NUM_THREADS="1")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
+         "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
+         "--server.fileWatcherType", "none"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as response:
+                if response.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        process.kill()
+        raise RuntimeError("streamlit did not start; see test-artefacts/sae-browser-server.log")
+    yield url, store
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    log.close()
+
+
+def wait_for_app(page) -> None:
+    page.wait_for_selector("[data-testid='stApp']")
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=180_000)
+
+
+def feature_in_url(page) -> int:
+    match = re.search(r"[?&]feature=(\d+)", page.url)
+    assert match, page.url
+    return int(match.group(1))
+
+
+def test_overview_feature_prompt_click_and_json(store_app, browser_page, artefacts):
+    try:
+        _flow(store_app, browser_page, artefacts)
+    except Exception:
+        browser_page.screenshot(path=str(artefacts / "sae-browser-failure.png"), full_page=True)
+        raise
+
+
+def _flow(store_app, page, artefacts) -> None:
+    url, store = store_app
+    page.goto(url)
+    sidebar = page.locator("[data-testid='stSidebar']")
+    sidebar.get_by_role("link", name="SAE feature browser").click()
+    page.get_by_text("Feature density").first.wait_for(timeout=180_000)
+    wait_for_app(page)
+    assert f"store={store.name}" in page.url
+    page.screenshot(path=str(artefacts / "sae-browser-overview.png"), full_page=True)
+
+    page.get_by_role("radiogroup", name="View").get_by_role("radio", name="Feature", exact=True).click()
+    page.get_by_text("Top activating contexts").wait_for(timeout=120_000)
+    page.get_by_role("button", name="Next ▶").click()
+    page.wait_for_function("() => /feature=1(&|$)/.test(window.location.search)", timeout=60_000)
+    wait_for_app(page)
+    page.screenshot(path=str(artefacts / "sae-browser-feature.png"), full_page=True)
+
+    page.get_by_role("radiogroup", name="View").get_by_role("radio", name="Prompt", exact=True).click()
+    page.get_by_text("Features active at a token").wait_for(timeout=300_000)
+    wait_for_app(page)
+    page.screenshot(path=str(artefacts / "sae-browser-prompt.png"), full_page=True)
+    page.get_by_role("radiogroup", name="Click a token").get_by_role("radio", name="truth", exact=True).click()
+    wait_for_app(page)
+    feature_button = page.get_by_role("button", name=re.compile(r"^#\d+ · ")).first
+    feature_button.wait_for(timeout=60_000)
+    clicked = int(re.match(r"#(\d+)", feature_button.inner_text()).group(1))
+    feature_button.click()
+    page.get_by_text("Top activating contexts").wait_for(timeout=120_000)
+    page.wait_for_function(f"() => /feature={clicked}(&|$)/.test(window.location.search)", timeout=60_000)
+    wait_for_app(page)
+    assert feature_in_url(page) == clicked
+    card = store.card(clicked)
+    page.get_by_text(f"{card.max_activation:.4g}", exact=True).first.wait_for(timeout=30_000)
+    page.screenshot(path=str(artefacts / "sae-browser-clicked-feature.png"), full_page=True)
+
+    with page.expect_download() as download_info:
+        page.get_by_role("button", name="JSON").first.click()
+    path = artefacts / "sae-browser-feature.json"
+    download_info.value.save_as(path)
+    exported = json.loads(path.read_text())
+    assert exported["id"] == clicked
+    assert exported["max_activation"] == pytest.approx(card.max_activation)
+    assert len(exported["top_contexts"]) == len(card.top_contexts)
+    assert {"tokens", "activations", "max"} <= set(exported["top_contexts"][0])
+    assert exported["neighbours"] == [list(n) for n in card.neighbours]
