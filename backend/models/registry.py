@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 import json
+import warnings
 
 from backend.config import ASSETS_DIR
 from backend.models import smollm2
@@ -49,7 +50,12 @@ def _discover_asset_models() -> None:
     if not MODELS_DIR.is_dir():
         return
     for meta_path in sorted(MODELS_DIR.glob("*/interpscope.json")):
-        meta = json.loads(meta_path.read_text())
+        try:
+            meta = json.loads(meta_path.read_text())
+            meta["name"], meta["family"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            warnings.warn(f"skipping bundled model folder {meta_path.parent.name}: bad interpscope.json ({err})")
+            continue
         folder = meta_path.parent
         register(BundledModel(name=meta["name"], family=meta["family"], description=meta.get("description", ""),
                               folder=lambda folder=folder: folder))
