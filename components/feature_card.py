@@ -52,13 +52,12 @@ def histogram_figure(edges: Sequence[float], counts: Sequence[int], title: str, 
     """Bar histogram from {edges, counts}."""
     edges = np.asarray(edges, float)
     centres = (edges[:-1] + edges[1:]) / 2 if edges.size > 1 else edges
-    fig = go.Figure(go.Bar(x=centres, y=list(counts), width=np.diff(edges) if edges.size > 1 else None,
-                           marker_color=color, hovertemplate="%{x:.4g}: %{y}<extra></extra>"))
-    fig.update_layout(title=title, xaxis_title=x_title, yaxis_title="count", height=300, bargap=0.02,
-                      margin=dict(l=50, r=20, t=50, b=50))
-    if y_log:
-        fig.update_yaxes(type="log")
-    return fig
+    bar = go.Bar(x=centres.tolist(), y=list(counts), width=np.diff(edges).tolist() if edges.size > 1 else None,
+                 marker=dict(color=color), hovertemplate="%{x:.4g}: %{y}<extra></extra>")
+    return go.Figure(data=[bar], layout=dict(
+        title=dict(text=title), xaxis=dict(title=dict(text=x_title)),
+        yaxis=dict(title=dict(text="count"), type="log" if y_log else "linear"), height=300, bargap=0.02,
+        margin=dict(l=50, r=20, t=50, b=50)))
 
 
 def density_figure(density: np.ndarray, bins: int = 40) -> go.Figure:
@@ -76,13 +75,13 @@ def logits_figure(top: Sequence[Sequence], bottom: Sequence[Sequence], title: st
     rows = list(reversed([tuple(r) for r in top])) + [tuple(r) for r in bottom]
     tokens = [repr(t) for t, _ in rows]
     weights = [w for _, w in rows]
-    fig = go.Figure(go.Bar(x=weights, y=list(range(len(rows))), orientation="h",
-                           marker_color=["rgb(214,39,40)" if w < 0 else "rgb(44,160,44)" for w in weights],
-                           hovertext=tokens, hovertemplate="%{hovertext}: %{x:.4f}<extra></extra>"))
-    fig.update_yaxes(tickvals=list(range(len(rows))), ticktext=tokens, autorange="reversed")
-    fig.update_layout(title=title, xaxis_title="logit weight (W_dec[i] · diag(γ) · W_U)", height=520,
-                      margin=dict(l=120, r=20, t=50, b=50))
-    return fig
+    bar = go.Bar(x=weights, y=list(range(len(rows))), orientation="h",
+                 marker=dict(color=["rgb(214,39,40)" if w < 0 else "rgb(44,160,44)" for w in weights]),
+                 hovertext=tokens, hovertemplate="%{hovertext}: %{x:.4f}<extra></extra>")
+    return go.Figure(data=[bar], layout=dict(
+        title=dict(text=title), xaxis=dict(title=dict(text="logit weight (W_dec[i] · diag(γ) · W_U)")),
+        yaxis=dict(tickvals=list(range(len(rows))), ticktext=tokens, autorange="reversed"), height=520,
+        margin=dict(l=120, r=20, t=50, b=50)))
 
 
 def prompt_heatmap_figure(tokens: Sequence[str], features: Sequence[int], values: np.ndarray,
