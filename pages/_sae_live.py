@@ -33,8 +33,8 @@ def _device_dtype() -> tuple[str, str]:
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
-def _sae(folder: str):
-    return load_sae(folder)
+def _sae(store_path: str):
+    return FeatureStore(store_path).load_sae()
 
 
 def _lm(store: FeatureStore, model_key: tuple):
@@ -56,21 +56,21 @@ def model_for(store: FeatureStore, quiet: bool = False):
 @st.cache_data(show_spinner=False, max_entries=32)
 def _prompt(store_path: str, model_key: tuple, text: str, n_top: int) -> PromptFeatures:
     store = FeatureStore(store_path)
-    return prompt_features(_lm(store, model_key), _sae(str(store.sae_folder())), text, n_top)
+    return prompt_features(_lm(store, model_key), _sae(store_path), text, n_top)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _attribution(store_path: str, model_key: tuple, text: str, feature: int, position: int,
                  method: str) -> FeatureAttribution:
     store = FeatureStore(store_path)
-    return feature_attribution(_lm(store, model_key), _sae(str(store.sae_folder())), text, feature, position, method)
+    return feature_attribution(_lm(store, model_key), _sae(store_path), text, feature, position, method)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def _steer(store_path: str, model_key: tuple, text: str, feature: int, mode: str, strength: float,
            n_new: int) -> SteeringResult:
     store = FeatureStore(store_path)
-    return steer(_lm(store, model_key), _sae(str(store.sae_folder())), text, feature, mode, strength, n_new)
+    return steer(_lm(store, model_key), _sae(store_path), text, feature, mode, strength, n_new)
 
 
 def _feature_input(store: FeatureStore, key: str) -> int:

@@ -171,3 +171,15 @@ def test_bad_store_inputs(lm, tmp_path):
     other = save_sae(build_sae(SAEConfig(d_in=16, d_sae=8, model_name="other", hook_name=HOOK)), tmp_path / "sae2")
     with pytest.raises(InterpscopeError, match="Shape mismatch"):
         build_store(lm, other, tmp_path / "s2", n_tokens=1024, context_size=CONTEXT)
+
+
+def test_store_refuses_an_sae_changed_after_the_build(lm, tmp_path):
+    folder = random_sae_folder(lm, tmp_path / "sae")
+    store = FeatureStore(build_store(lm, folder, tmp_path / "s", n_tokens=512, context_size=CONTEXT))
+    assert store.load_sae().cfg.d_sae == 48
+    sae = load_sae(folder)
+    with torch.no_grad():
+        sae.b_enc.add_(0.1)
+    save_sae(sae, folder)
+    with pytest.raises(InterpscopeError, match="changed after the store"):
+        store.load_sae()

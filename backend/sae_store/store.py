@@ -94,6 +94,18 @@ class FeatureStore:
         """The SAE this store describes."""
         return folder_of(self.spec["sae_path"])
 
+    def load_sae(self):
+        """The SAE this store was built for; an error if its weights changed since (the store would be stale)."""
+        from backend.sae import load_sae
+        from backend.sae_store.layout import sae_digest
+
+        folder = self.sae_folder()
+        sae = load_sae(folder)
+        if sae_digest(folder) != self.spec["sae_digest"]:
+            raise InterpscopeError(f"The SAE at {folder} changed after the store {self.name} was built; rebuild the "
+                                   f"store with `interpscope sae store --sae {folder} --force`.")
+        return sae
+
     @cached_property
     def vocab(self) -> list[str]:
         return json.loads((self.folder / "vocab.json").read_text(encoding="utf-8"))
