@@ -219,7 +219,7 @@ def build_section() -> None:
         sae = load_sae(folder)
         device, dtype = _device_dtype()
         lm = load_model(sae.cfg.model_name or "smollm2-135m", device=device, dtype=dtype)
-        out = build_store(lm, folder, n_tokens=int(tokens), eval_tokens=2048, progress=progress)
+        out = build_store(lm, folder, n_tokens=int(tokens), eval_tokens=2048, progress=progress, use_cache=True)
     except InterpscopeError as err:
         st.error(str(err))
         return

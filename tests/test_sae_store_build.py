@@ -183,3 +183,27 @@ def test_store_refuses_an_sae_changed_after_the_build(lm, tmp_path):
     save_sae(sae, folder)
     with pytest.raises(InterpscopeError, match="changed after the store"):
         store.load_sae()
+
+
+def test_store_from_an_activation_cache_matches_the_model_pass(lm, tmp_path, monkeypatch):
+    from backend.sae.activations import build_activation_cache
+
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
+    folder = random_sae_folder(lm, tmp_path / "sae")
+    options = dict(n_tokens=1024, context_size=CONTEXT, batch_size=BATCH)
+    live = FeatureStore(build_store(lm, folder, tmp_path / "live", **options))
+    assert live.spec["activations"] == "model"
+    cache = build_activation_cache(lm, HOOK, 4096, context_size=CONTEXT, dtype="float32")
+    cached = FeatureStore(build_store(lm, folder, tmp_path / "cached", use_cache=True, **options))
+    assert cached.spec["activations"] == "cache"
+    np.testing.assert_array_equal(cached.arrays["fire_count"], live.arrays["fire_count"])
+    np.testing.assert_array_equal(cached.arrays["top_loc"], live.arrays["top_loc"])
+    np.testing.assert_allclose(cached.arrays["top_act"], live.arrays["top_act"], rtol=1e-4)
+    np.testing.assert_array_equal(cached.arrays["tokens"], live.arrays["tokens"])
+
+    rows = np.memmap(cache.folder / "acts.bin", dtype=np.float32, mode="r+", shape=(cache.n_rows, cache.d_in))
+    rows[:] = rows[::-1].copy()  # a cache of other text: the live check must reject it
+    rows.flush()
+    rejected = FeatureStore(build_store(lm, folder, tmp_path / "rejected", use_cache=True, **options))
+    assert rejected.spec["activations"] == "model"
+    np.testing.assert_array_equal(rejected.arrays["top_loc"], live.arrays["top_loc"])

@@ -41,7 +41,7 @@ def _store(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     out = build_store(loaded, args.sae, args.out, corpus=args.corpus, split=args.split, n_tokens=args.tokens,
                       context_size=args.context, batch_size=args.batch_size, eval_tokens=args.eval_tokens,
-                      force=args.force, progress=progress)
+                      force=args.force, progress=progress, use_cache=args.from_cache)
     for bar in bars.values():
         bar.close()
     from backend.sae_store import read_manifest
@@ -103,6 +103,9 @@ def register(sae_sub) -> None:
                        "for the overview's metrics (0 = skip)")
     store.add_argument("--out", default=None, help="store folder (default: the SAE's store in the data dir)")
     store.add_argument("--force", action="store_true", help="replace an existing store built with other settings")
+    store.add_argument("--from-cache", action="store_true",
+                       help="encode a matching SAE-training activation cache instead of running the model, when one "
+                            "covers the corpus windows (checked against one live window)")
     store.set_defaults(func=_store)
 
     feature = sae_sub.add_parser("feature", help="print one feature's card from a store")

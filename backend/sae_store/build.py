@@ -20,6 +20,7 @@ import torch
 from backend.config import InterpscopeError
 from backend.corpus import token_chunks
 from backend.sae import check_compatible, load_sae
+from backend.sae_store.cached import cached_batch, find_cache
 from backend.sae_store.encode import encode_ids
 from backend.sae_store.features import feature_stats
 from backend.sae_store.layout import (FORMAT_VERSION, MANIFEST, StoreSpec, default_store_dir, folder_of,
@@ -74,8 +75,12 @@ def store_spec(loaded, sae_folder: str | Path, *, corpus: str | None = None, spl
 
 
 def run_chunks(loaded, sae, spec: StoreSpec, tokens: torch.Tensor, partial: Path,
-               progress: Progress | None = None, stop: Callable[[], bool] | None = None) -> int:
-    """Pass 1: write every missing chunk; returns the number of chunks. `stop()` true = stop after this chunk."""
+               progress: Progress | None = None, stop: Callable[[], bool] | None = None,
+               cached_rows: np.ndarray | None = None) -> int:
+    """Pass 1: write every missing chunk; returns the number of chunks. `stop()` true = stop after this chunk.
+
+    With `cached_rows` (an activation cache covering the windows) the SAE encodes those instead of a model pass.
+    """
     n_chunks = -(-tokens.shape[0] // spec.batch_size)
     context = spec.context_size
     for index in range(n_chunks):
@@ -83,7 +88,12 @@ def run_chunks(loaded, sae, spec: StoreSpec, tokens: torch.Tensor, partial: Path
         first = index * spec.batch_size
         batch = tokens[first:first + spec.batch_size]
         if not path.is_file():
-            acts = encode_ids(loaded, sae, batch, spec.hook_name)
+            if cached_rows is None:
+                acts = encode_ids(loaded, sae, batch, spec.hook_name)
+            else:
+                x = cached_batch(cached_rows, first, batch.shape[0], context)
+                with torch.no_grad():
+                    acts = sae.encode(x.to(sae.W_enc.dtype)).float()
             acts[:, 0, :] = 0.0
             seq, pos, feat = torch.nonzero(acts > 0, as_tuple=True)
             val = acts[seq, pos, feat].numpy().astype(np.float32)
@@ -113,10 +123,19 @@ def vocabulary(tokenizer, size: int) -> list[str]:
 def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *, corpus: str | None = None,
                 split: str = "train", n_tokens: int = 65536, context_size: int = 128, batch_size: int = 8,
                 eval_tokens: int = 0, force: bool = False, progress: Progress | None = None,
-                stop: Callable[[], bool] | None = None, **options) -> Path:
-    """Build (or resume, or return the existing) store for the SAE folder over the corpus; returns its folder."""
+                stop: Callable[[], bool] | None = None, use_cache: bool = False, **options) -> Path:
+    """Build (or resume, or return the existing) store for the SAE folder over the corpus; returns its folder.
+
+    use_cache: take the hook activations from a matching SAE-training activation cache when one covers the
+    corpus windows (backend.sae_store.cached), instead of running the model.
+    """
     spec = store_spec(loaded, sae_folder, corpus=corpus, split=split, n_tokens=n_tokens, context_size=context_size,
                       batch_size=batch_size, **options)
+    tokens = token_chunks(loaded.tokenizer, context_size, n_tokens, source=corpus, split=split)
+    cached_rows = None
+    if use_cache:
+        cached_rows = find_cache(loaded, spec.hook_name, spec.corpus, split, context_size, tokens.shape[0], tokens[0])
+        spec.activations = "cache" if cached_rows is not None else "model"
     out = Path(out).expanduser() if out else default_store_dir(folder_of(spec.sae_path))
     if (out / MANIFEST).is_file() and not force:
         from backend.sae_store.store import read_manifest
@@ -129,8 +148,7 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
     partial = out.with_name(out.name + ".partial")
     _prepare_partial(partial, spec)
     started = time.perf_counter()
-    tokens = token_chunks(loaded.tokenizer, context_size, n_tokens, source=corpus, split=split)
-    n_chunks = run_chunks(loaded, sae, spec, tokens, partial, progress, stop)
+    n_chunks = run_chunks(loaded, sae, spec, tokens, partial, progress, stop, cached_rows)
     pass1_seconds = time.perf_counter() - started
     tok, feat, val = _load_chunks(partial, n_chunks)
     final = partial / "final"

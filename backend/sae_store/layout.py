@@ -60,6 +60,7 @@ class StoreSpec:
     n_logits: int = 10
     n_neighbours: int = 10
     seed: int = 0
+    activations: str = "model"  # "model": run up to the hook; "cache": an SAE-training activation cache
 
     def to_dict(self) -> dict:
         return asdict(self)
