@@ -5,7 +5,7 @@ figures and context HTML, for 100 random features; p50/p95/max in milliseconds. 
 already open (as the page keeps it) and with the store opened afresh for every feature (cold).
 
     nice -n 10 .venv/bin/python bench/sae_store.py --sae assets/saes/smollm2-135m-blocks.15-gated-4608 \
-        [--store DIR] [--build --tokens 65536] [--out bench-sae-store.json]
+        [--store DIR] [--build --tokens 65536 [--from-cache]] [--out bench-sae-store.json]
 """
 from __future__ import annotations
 
@@ -58,6 +58,7 @@ def main() -> None:
     parser.add_argument("--store", default=None, help="store folder (default: the SAE's default store)")
     parser.add_argument("--build", action="store_true", help="build (or resume) the store first and time it")
     parser.add_argument("--tokens", type=int, default=65536)
+    parser.add_argument("--from-cache", action="store_true", help="build from a matching SAE-training activation cache")
     parser.add_argument("--features", type=int, default=100)
     parser.add_argument("--out", default=None, help="also write the JSON here")
     args = parser.parse_args()
@@ -71,13 +72,14 @@ def main() -> None:
 
         lm = load_model(load_sae(args.sae).cfg.model_name or "smollm2-135m", device="cpu")
         start = time.perf_counter()
-        build_store(lm, args.sae, store_path, n_tokens=args.tokens, eval_tokens=2048)
+        build_store(lm, args.sae, store_path, n_tokens=args.tokens, eval_tokens=2048, use_cache=args.from_cache)
         report["build_wall_seconds"] = time.perf_counter() - start
         report["torch_threads"] = torch.get_num_threads()
     manifest = read_manifest(store_path)
     n_tokens = manifest["n_seqs"] * manifest["spec"]["context_size"]
     build = manifest["build_seconds"]
     report.update({
+        "activations_from": manifest["spec"].get("activations", "model"),
         "features": manifest["spec"]["d_sae"], "corpus_tokens": n_tokens, "nonzero_activations": manifest["n_nonzero"],
         "store_bytes": folder_size(store_path), "build_seconds": build,
         "tokens_per_second_activation_pass": n_tokens / build["activations"],
