@@ -6,6 +6,9 @@ cost: seconds of one MambaLRP relevance pass / one plain gradient pass (target l
 faithfulness: token-flipping curves (MoRF / LeRF, embeddings zeroed, 10 steps) and ABPC (area between them,
   higher = better) of MambaLRP, Gradient x Input and Integrated Gradients (captum, 32 steps) on --prompts held-out
   prompts (Austen, test split), each explained for its predicted next token; mean curves on a common grid.
+  Zeroing the LAST token's embedding zeroes a Mamba's logit outright (in_proj has no bias, so the gate SiLU(z) is
+  0 at that position in every layer), so the standard curves mostly test where a map ranks the last token; the
+  "context" curves therefore also flip only the earlier tokens, the last one always kept.
 
 Run:  OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/mamba_lrp.py --out bench/results/mamba_lrp.json
 """
@@ -31,6 +34,8 @@ from backend.mamba_lrp.rule import mamba_lrp  # noqa: E402
 from backend.models import load_model  # noqa: E402
 from backend.relevance.api import explain, faithfulness, make_target  # noqa: E402
 from backend.relevance.engine import forward_logits  # noqa: E402
+from backend.relevance.faithfulness import removal_counts  # noqa: E402
+from backend.relevance.locks import lock_of  # noqa: E402
 from backend.relevance.targets import Target  # noqa: E402
 
 METHODS = ("mambalrp", "gradxinput", "ig")
@@ -61,12 +66,34 @@ def cost(lm, n_tokens: int, repeat: int) -> dict:
             "gradient_s": statistics.median(grad), "ratio": ratio, "target_ratio": 2.0, "meets_target": ratio <= 2.0}
 
 
+def context_curves(lm, ids: torch.Tensor, target: Target, relevance: np.ndarray, steps: int = 10):
+    """MoRF / LeRF values flipping only tokens 0..T-2 (embedding zeroed), the last token kept; (fractions, morf,
+    lerf, abpc)."""
+    n_context = int(ids.shape[1]) - 1
+    counts = removal_counts(n_context, steps)
+    most_first = np.argsort(-np.asarray(relevance[:n_context]), kind="stable")
+    masks = []
+    for order in (most_first, most_first[::-1]):
+        for count in counts:
+            keep = torch.ones(ids.shape[1], dtype=torch.bool)
+            keep[torch.as_tensor(order[:count].copy(), dtype=torch.long)] = False
+            masks.append(keep)
+    with torch.no_grad():
+        embeds = lm.adapter.embedding()(ids)
+        batch = embeds.expand(len(masks), -1, -1) * torch.stack(masks)[:, :, None].to(embeds.dtype)
+        values = target.value(forward_logits(lm.model, batch, [target.position])[:, 0]).double().cpu().numpy()
+    fractions = np.array(counts, dtype=np.float64) / n_context
+    morf, lerf = values[:len(counts)], values[len(counts):]
+    return fractions, morf, lerf, float(np.trapezoid(lerf, fractions) - np.trapezoid(morf, fractions))
+
+
 def faithfulness_study(lm, n_prompts: int) -> dict:
     texts = sample_prompts(n_prompts, split="test")
     abpc = {m: [] for m in METHODS}
     morf = {m: [] for m in METHODS}
     lerf = {m: [] for m in METHODS}
     seconds = {m: 0.0 for m in METHODS}
+    context = {m: {"abpc": [], "morf": [], "lerf": []} for m in METHODS}
     for index, text in enumerate(texts):
         ids = lm.encode(text)
         target = make_target(lm, ids)
@@ -77,15 +104,27 @@ def faithfulness_study(lm, n_prompts: int) -> dict:
             abpc[method].append(curves.abpc)
             morf[method].append(np.interp(GRID, curves.fractions, curves.morf))
             lerf[method].append(np.interp(GRID, curves.fractions, curves.lerf))
+            with lock_of(lm):
+                fractions, c_morf, c_lerf, c_abpc = context_curves(lm, ids, target, result.relevance)
+            context[method]["abpc"].append(c_abpc)
+            context[method]["morf"].append(np.interp(GRID, fractions, c_morf))
+            context[method]["lerf"].append(np.interp(GRID, fractions, c_lerf))
         print(f"prompt {index + 1}/{len(texts)}", file=sys.stderr, flush=True)
     summary = {}
     for m in METHODS:
         summary[m] = {"mean_abpc": float(np.mean(abpc[m])), "std_abpc": float(np.std(abpc[m])),
                       "sem_abpc": float(np.std(abpc[m]) / np.sqrt(len(abpc[m]))),
                       "mean_morf": np.mean(morf[m], axis=0).tolist(), "mean_lerf": np.mean(lerf[m], axis=0).tolist(),
-                      "seconds_total": seconds[m]}
+                      "seconds_total": seconds[m],
+                      "context_only": {"mean_abpc": float(np.mean(context[m]["abpc"])),
+                                       "sem_abpc": float(np.std(context[m]["abpc"]) / np.sqrt(len(texts))),
+                                       "mean_morf": np.mean(context[m]["morf"], axis=0).tolist(),
+                                       "mean_lerf": np.mean(context[m]["lerf"], axis=0).tolist()}}
     wins = {f"mambalrp_beats_{m}": int(np.sum(np.array(abpc["mambalrp"]) > np.array(abpc[m])))
             for m in METHODS if m != "mambalrp"}
+    wins.update({f"context_only_mambalrp_beats_{m}": int(np.sum(np.array(context["mambalrp"]["abpc"])
+                                                                 > np.array(context[m]["abpc"])))
+                 for m in METHODS if m != "mambalrp"})
     return {"prompts": len(texts), "fractions": GRID.tolist(), "methods": summary, "per_prompt_wins": wins}
 
 
