@@ -9,7 +9,7 @@ import streamlit as st
 from backend.fourier.addition import run_addition, small_sum_pairs
 from backend.fourier.data import TEMPLATES, check_template
 from backend.fourier.filters import KINDS, POSITIONS, filter_table
-from backend.fourier.lens import default_tau, module_lens, top_components
+from backend.fourier.lens import default_tau, module_lens, prompt_fourier, top_components
 from backend.fourier.numbers import splits_digits
 from backend.fourier.probe import check_numbers, default_numbers, probe_pairs, single_token_setup
 from backend.fourier.spectrum import describe_regime, embedding_spectrum, hidden_spectra
@@ -144,25 +144,30 @@ with probe_tab, show_errors():
         export_menu(fig, {"exact": lens.lens_accuracy, "within_2": lens.lens_within_2,
                           "within_10": lens.lens_within_10}, "fourier-lens-acc", "fourier-logit-lens-accuracy")
         layer_names = [f"layer {l}" for l in range(len(lens.attn_fourier))]
-        heat = st.columns(2)
-        for column, name, values in ((heat[0], "Attention", lens.attn_fourier), (heat[1], "MLP", lens.mlp_fourier)):
-            fig = figs.layer_frequency_heatmap(values, lens.periods, layer_names,
-                                               f"{name} output in Fourier space (mean over prompts)", "|F·W_U·h|")
-            with column:
-                st.plotly_chart(fig, width="stretch", key=f"fourier-heat-{name}")
-                export_menu(fig, {"periods": lens.periods, "magnitude": values}, f"fourier-heat-{name}",
-                            f"fourier-{name.lower()}-frequency")
-        shares = pd.DataFrame({"layer": layer_names, "attention: low-frequency share": lens.low_share_attn,
-                               "MLP: low-frequency share": lens.low_share_mlp})
-        st.markdown(f"**Low (k < τ = {lens.tau}, period > {numbers_n / lens.tau:.3g}) vs high frequencies**: share "
-                    "of each module's Fourier energy (number logits at the last token) that is low-frequency.")
-        st.dataframe(shares, hide_index=True)
-        export_menu(None, shares, "fourier-shares", "fourier-low-high-split")
         index = int(st.number_input("One prompt (row of the table below)", 0, len(result.answers) - 1, 0,
                                     key="fourier-row"))
         answer = int(result.answers[index])
         st.markdown(f"Prompt **{template.format(a=int(result.pairs[index, 0]), b=int(result.pairs[index, 1]))}** → "
                     f"answer {answer}, prediction {int(result.predictions[index])}")
+        view = st.radio("Fourier heatmaps", ["mean over prompts", "this prompt"], horizontal=True,
+                        key="fourier-heat-view")
+        attn_heat, mlp_heat = ((lens.attn_fourier, lens.mlp_fourier) if view == "mean over prompts"
+                               else prompt_fourier(lens, index))
+        heat = st.columns(2)
+        for column, name, values in ((heat[0], "Attention", attn_heat), (heat[1], "MLP", mlp_heat)):
+            fig = figs.layer_frequency_heatmap(values, lens.periods, layer_names,
+                                               f"{name} output in Fourier space ({view})", "|F·W_U·h|")
+            with column:
+                st.plotly_chart(fig, width="stretch", key=f"fourier-heat-{name}")
+                export_menu(fig, {"periods": lens.periods, "magnitude": values, "view": view},
+                            f"fourier-heat-{name}", f"fourier-{name.lower()}-frequency")
+        shares = pd.DataFrame({"layer": layer_names, "attention: low-frequency share": lens.low_share_attn,
+                               "MLP: low-frequency share": lens.low_share_mlp})
+        st.markdown(f"**Low (k < τ = {lens.tau}, period > {numbers_n / lens.tau:.3g}) vs high frequencies**: share "
+                    "of each module's Fourier energy (number logits at the last token, all prompts) that is "
+                    "low-frequency.")
+        st.dataframe(shares, hide_index=True)
+        export_menu(None, shares, "fourier-shares", "fourier-low-high-split")
         one = st.columns(2)
         for column, name, logits in ((one[0], "Attention", lens.attn_logits[index]),
                                      (one[1], "MLP", lens.mlp_logits[index])):

@@ -57,6 +57,15 @@ def test_probe_accuracy_matches_an_independent_argmax(adder_page):
     assert any("rebuilt from its top Fourier components" in t for t in titles)
 
 
+def test_heatmaps_switch_to_one_prompt(adder_page):
+    adder_page.number_input(key="fourier-row").set_value(3).run()
+    adder_page.radio(key="fourier-heat-view").set_value("this prompt").run()
+    assert not adder_page.exception, adder_page.exception
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in adder_page.get("plotly_chart")]
+    assert "MLP output in Fourier space (this prompt)" in titles
+    assert any("numbers around the answer" in t for t in titles)
+
+
 def test_filter_table_runs_from_the_button(adder_page):
     adder_page.number_input(key="fourier-filter-prompts").set_value(120).run()
     adder_page.button(key="fourier-run-filters").click().run()

@@ -143,3 +143,12 @@ def top_components(logits: np.ndarray, top: int = 5) -> TopComponents:
                          periods=np.array([len(logits) / basis.frequency[i] for i in order]),
                          coefficients=coefficients[order], logits=logits, rebuilt=rebuilt,
                          predicted=int(np.argmax(logits)), rebuilt_argmax=int(np.argmax(rebuilt)))
+
+
+def prompt_fourier(lens: ModuleLens, index: int) -> tuple[np.ndarray, np.ndarray]:
+    """Fourier magnitudes [layers, N/2] of one prompt's attention and MLP number logits."""
+    if not 0 <= index < len(lens.answers):
+        raise InterpscopeError(f"Prompt {index} out of range 0..{len(lens.answers) - 1}.")
+    basis = fourier_basis(lens.attn_logits.shape[2])
+    return (np.stack([frequency_magnitude(basis, row) for row in lens.attn_logits[index]]),
+            np.stack([frequency_magnitude(basis, row) for row in lens.mlp_logits[index]]))

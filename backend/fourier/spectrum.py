@@ -166,7 +166,7 @@ def describe_regime(spectrum: Spectrum | LayerSpectra, layer: int | None = None,
     energy = magnitude ** 2
     high_share = float(energy[periods <= 10.0 + 1e-9].sum() / max(energy.sum(), 1e-300))
     if matched:
-        label = (f"Fourier features: periods {', '.join(f'{p:g}' for p in matched)} are among the {top} strongest "
+        label = (f"Fourier features: period(s) {', '.join(f'{p:g}' for p in matched)} among the {top} strongest "
                  f"frequencies, as in pre-trained models")
     else:
         label = (f"Low frequencies only: none of the periods 2, 2.5, 5, 10 is among the {top} strongest frequencies, "
