@@ -159,3 +159,33 @@ def test_outlier_rows_are_dropped_and_do_not_set_the_scale(tmp_path):
     seen = torch.cat([next(batches) for _ in range(40)])
     assert seen.shape[0] == rows - 1 and buffer.rows_dropped == 1
     assert float(seen.norm(dim=-1).max()) < 10 * math.sqrt(typical)
+
+
+def test_resampling_reinitialises_only_dead_features_towards_badly_reconstructed_inputs():
+    from backend.sae import SAEConfig, build_sae
+    from backend.sae.training import TrainConfig, Trainer, TrainRun
+
+    sae = build_sae(SAEConfig(d_in=6, d_sae=10, architecture="gated"), dtype=torch.float64)
+    run = TrainRun("g", sae, 1.0)
+    trainer = Trainer([run], None, TrainConfig(total_tokens=640, batch_size=64, dead_window_tokens=64 * 3))
+    x = torch.randn(64, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    sae.loss(x, 1.0).total.backward()
+    trainer._adam_step(run, 1e-3)
+    trainer.step = 5
+    run.last_fired = torch.tensor([5, 0, 5, 0, 5, 5, 5, 5, 5, 1])  # features 1, 3, 9 silent for >= 3 steps
+    before = {name: p.detach().clone() for name, p in sae.named_parameters()}
+    assert trainer._resample(run, x) == 3
+    dead = torch.tensor([1, 3, 9])
+    alive = torch.tensor([0, 2, 4, 5, 6, 7, 8])
+    assert torch.equal(sae.W_dec[alive], before["W_dec"][alive])
+    assert torch.equal(sae.W_enc[:, alive], before["W_enc"][:, alive])
+    torch.testing.assert_close(sae.W_dec[dead].norm(dim=1), torch.ones(3, dtype=torch.float64))
+    centred = x - sae.b_dec
+    cosines = (sae.W_dec[dead] @ (centred / centred.norm(dim=1, keepdim=True)).T)
+    assert torch.allclose(cosines.max(dim=1).values, torch.ones(3, dtype=torch.float64))  # each is an input
+    for name in ("b_gate", "r_mag", "b_mag"):
+        assert torch.count_nonzero(getattr(sae, name)[dead]) == 0
+    assert torch.count_nonzero(run.state["W_dec"]["v"][dead]) == 0
+    assert torch.count_nonzero(run.state["W_enc"]["v"][:, dead]) == 0
+    assert torch.count_nonzero(run.state["W_dec"]["v"][alive]) > 0
+    assert torch.equal(run.last_fired[dead], torch.full((3,), 5))
