@@ -3,6 +3,12 @@
 # (of 30), width 4608 (8 x d_model 576), trained together from one cached activation set of the bundled corpus.
 # Resumable: rerun the same command after an interruption. If it has to stop early, export the newest checkpoint
 # with:  .venv/bin/python -c "from backend.sae.pipeline import export_checkpoint; export_checkpoint('$OUT', 'float16')"
+#
+# How the shipped pair was actually made (this shared 2-core CPU, ~15-60 s per step for both SAEs): the same command,
+# but the activation cache was cut short at 55,880 rows (backend.sae.activations.finalize_partial_cache) and the
+# run was stopped before 5M tokens and exported with export_checkpoint; cfg.json "training_tokens" and
+# metadata.interpscope ("cache_rows", "final_log") record how far it got. On a free machine the command below
+# caches all ~297k rows and trains the full 5M tokens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/interpscope_sae_run}

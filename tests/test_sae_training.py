@@ -69,7 +69,7 @@ def test_shuffled_buffer_covers_each_row_once_per_epoch_and_skips_exactly(lm, tm
     rows_per_epoch = buffer.n_blocks * buffer.block_rows
     batches = buffer.batches()
     epoch = torch.cat([next(batches) for _ in range(rows_per_epoch // 62)])
-    data = torch.from_numpy(np.asarray(cache.array[:rows_per_epoch], dtype=np.float32))
+    data = torch.from_numpy(np.array(cache.array[:rows_per_epoch], dtype=np.float32))
     assert torch.equal(epoch[epoch[:, 0].argsort()], data[data[:, 0].argsort()])
     later = [next(batches) for _ in range(5)]
     other = ShuffledBuffer(cache, 62, buffer_rows=1240, block_rows=124, seed=3)
