@@ -147,9 +147,17 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
     sae = load_sae(folder_of(spec.sae_path))
     partial = out.with_name(out.name + ".partial")
     _prepare_partial(partial, spec)
-    started = time.perf_counter()
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        seconds[name] = now - clock
+        clock = now
+
     n_chunks = run_chunks(loaded, sae, spec, tokens, partial, progress, stop, cached_rows)
-    pass1_seconds = time.perf_counter() - started
+    lap("activations")
     tok, feat, val = _load_chunks(partial, n_chunks)
     final = partial / "final"
     if final.exists():
@@ -157,23 +165,26 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
     final.mkdir()
     arrays = feature_stats(spec, tok, feat, val, tokens.shape[0],
                            progress=(lambda d, t: progress("features", d, t)) if progress else None)
+    lap("features")
     weights = weight_stats(sae, loaded.adapter, spec.n_logits, spec.n_neighbours, spec.hist_bins)
     arrays.update(weights.__dict__)
     arrays["tokens"] = tokens.numpy().astype(np.int32)
     for name, array in arrays.items():
         save_array_atomic(final / f"{name}.npy", array)
     write_json_atomic(final / "vocab.json", vocabulary(loaded.tokenizer, loaded.adapter.vocab_size))
+    lap("weights_and_files")
     metrics = {}
     if eval_tokens > 0:
         from backend.sae.evaluation import evaluate_sae
 
         metrics = evaluate_sae(loaded, sae, n_tokens=eval_tokens, context_size=min(context_size, eval_tokens)).summary()
+        lap("evaluation")
+    seconds["total"] = sum(seconds.values())
     n_counted = tokens.shape[0] * (context_size - 1)
     write_json_atomic(final / MANIFEST, {
         "format_version": FORMAT_VERSION, "spec": spec.to_dict(), "n_seqs": int(tokens.shape[0]),
         "n_counted_tokens": int(n_counted), "n_nonzero": int(val.size), "sae_cfg": sae.cfg.to_dict(),
-        "metrics": metrics, "build_seconds": {"activations": pass1_seconds,
-                                              "total": time.perf_counter() - started},
+        "metrics": metrics, "build_seconds": seconds,
         "excluded_positions": [0]})
     if out.exists():
         shutil.rmtree(out)
