@@ -134,7 +134,7 @@ def _tokenizer_for(store: FeatureStore):
 
 
 def show_feature(store: FeatureStore, path: str) -> None:
-    nav = st.columns([2, 1, 1, 1, 4])
+    nav = st.columns([2, 1.2, 1.2, 1.4, 4])
     feature = int(nav[0].number_input(f"Feature (0–{store.d_sae - 1})", min_value=0, max_value=store.d_sae - 1,
                                       step=1, key="sae_feature"))
     nav[1].button("◀ Prev", on_click=step_feature, args=(-1, store.d_sae), key="sae-prev", width="stretch")
@@ -145,7 +145,7 @@ def show_feature(store: FeatureStore, path: str) -> None:
     card = store.card(feature)
     cols = st.columns(4)
     cols[0].metric("Density", f"{card.density:.3e}" if card.density else "dead")
-    cols[1].metric("Fires on", f"{card.fire_count:,} tokens")
+    cols[1].metric("Tokens it fires on", f"{card.fire_count:,}")
     cols[2].metric("Max activation", f"{card.max_activation:.4g}")
     cols[3].metric("Mean (when > 0)", f"{card.mean_activation:.4g}")
     export_menu(None, card, key="sae-card", filename=f"{store.name}-feature-{feature}")

@@ -106,7 +106,7 @@ def test_feature_page_navigation(env):
     card = store.card(4)
     shown = metrics(at)
     assert shown["Max activation"] == f"{card.max_activation:.4g}"
-    assert shown["Fires on"] == f"{card.fire_count:,} tokens"
+    assert shown["Tokens it fires on"] == f"{card.fire_count:,}"
     html = " ".join(h.proto.body for h in at.get("html"))
     assert html.count("<tr>") >= len(card.top_contexts)
     assert "feature=4" in " ".join(m.value for m in at.markdown)
