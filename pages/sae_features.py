@@ -28,6 +28,11 @@ def open_store(path: str) -> FeatureStore:
     return FeatureStore(path)
 
 
+@st.cache_data(show_spinner=False, max_entries=8, ttl=60)
+def store_is_stale(path: str) -> bool:
+    return open_store(path).is_stale()
+
+
 @st.cache_data(show_spinner=False, max_entries=8)
 def overview_table(path: str) -> pd.DataFrame:
     return pd.DataFrame(open_store(path).overview())
@@ -213,6 +218,9 @@ def main() -> None:
     st.caption(f"SAE `{spec['sae_path']}` · {architecture} · {store.d_sae:,} features · "
                f"reads `{spec['hook_name']}` of {spec['model_name']} · corpus {spec['corpus']} ({spec['split']}, "
                f"{store.n_counted:,} tokens)")
+    if store_is_stale(path):
+        st.warning(f"The SAE `{spec['sae_path']}` changed (or is missing) since this store was built: what is shown "
+                   f"describes the old weights. Rebuild it: `interpscope sae store --sae {spec['sae_path']} --force`.")
     st.session_state.setdefault("sae_view", "Overview")
     view = st.segmented_control("View", VIEWS, key="sae_view") or "Overview"
     st.session_state.setdefault("sae_feature", 0)

@@ -176,11 +176,12 @@ def test_bad_store_inputs(lm, tmp_path):
 def test_store_refuses_an_sae_changed_after_the_build(lm, tmp_path):
     folder = random_sae_folder(lm, tmp_path / "sae")
     store = FeatureStore(build_store(lm, folder, tmp_path / "s", n_tokens=512, context_size=CONTEXT))
-    assert store.load_sae().cfg.d_sae == 48
+    assert store.load_sae().cfg.d_sae == 48 and not store.is_stale()
     sae = load_sae(folder)
     with torch.no_grad():
         sae.b_enc.add_(0.1)
     save_sae(sae, folder)
+    assert store.is_stale()
     with pytest.raises(InterpscopeError, match="changed after the store"):
         store.load_sae()
 

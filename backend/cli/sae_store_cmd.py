@@ -102,7 +102,7 @@ def register(sae_sub) -> None:
     store.add_argument("--eval-tokens", type=int, default=2048, help="evaluate the SAE on this many test tokens "
                        "for the overview's metrics (0 = skip)")
     store.add_argument("--out", default=None, help="store folder (default: the SAE's store in the data dir)")
-    store.add_argument("--force", action="store_true", help="replace an existing store built with other settings")
+    store.add_argument("--force", action="store_true", help="replace an existing store built with other settings (one built with the same is kept)")
     store.add_argument("--from-cache", action="store_true",
                        help="encode a matching SAE-training activation cache instead of running the model, when one "
                             "covers the corpus windows (checked against one live window)")

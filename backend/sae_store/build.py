@@ -58,6 +58,12 @@ def _prepare_partial(partial: Path, spec: StoreSpec) -> None:
     write_json_atomic(progress_file, {"spec": spec.to_dict()})
 
 
+def _same_contents(built: dict, wanted: dict) -> bool:
+    """Specs that describe the same store (whether activations came from the model or a cache does not matter)."""
+    ignore = {"activations"}
+    return {k: v for k, v in built.items() if k not in ignore} == {k: v for k, v in wanted.items() if k not in ignore}
+
+
 def store_spec(loaded, sae_folder: str | Path, *, corpus: str | None = None, split: str = "train",
                n_tokens: int = 65536, context_size: int = 128, batch_size: int = 8, **options) -> StoreSpec:
     """The spec of a store for this SAE and corpus (checks that the SAE fits the model)."""
@@ -137,13 +143,14 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
         cached_rows = find_cache(loaded, spec.hook_name, spec.corpus, split, context_size, tokens.shape[0], tokens[0])
         spec.activations = "cache" if cached_rows is not None else "model"
     out = Path(out).expanduser() if out else default_store_dir(folder_of(spec.sae_path))
-    if (out / MANIFEST).is_file() and not force:
+    if (out / MANIFEST).is_file():
         from backend.sae_store.store import read_manifest
 
-        if read_manifest(out).get("spec") == spec.to_dict():
+        if _same_contents(read_manifest(out).get("spec") or {}, spec.to_dict()):
             return out
-        raise InterpscopeError(f"{out} already holds a store built with other settings; pass force (--force) "
-                               "to replace it or choose another --out.")
+        if not force:
+            raise InterpscopeError(f"{out} already holds a store built with other settings; pass force (--force) "
+                                   "to replace it or choose another --out.")
     sae = load_sae(folder_of(spec.sae_path))
     partial = out.with_name(out.name + ".partial")
     _prepare_partial(partial, spec)

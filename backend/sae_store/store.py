@@ -94,6 +94,15 @@ class FeatureStore:
         """The SAE this store describes."""
         return folder_of(self.spec["sae_path"])
 
+    def is_stale(self) -> bool:
+        """True when the SAE folder's weights differ from those the store was built for (or the SAE is gone)."""
+        from backend.sae_store.layout import sae_digest
+
+        try:
+            return sae_digest(self.sae_folder()) != self.spec["sae_digest"]
+        except OSError:
+            return True
+
     def load_sae(self):
         """The SAE this store was built for; an error if its weights changed since (the store would be stale)."""
         from backend.sae import load_sae
