@@ -34,9 +34,10 @@ def _store(args: argparse.Namespace) -> int:
     bars: dict[str, tqdm] = {}
 
     def progress(stage: str, done: int, total: int) -> None:
-        bar = bars.setdefault(stage, tqdm(total=total, desc=stage, unit="tok" if stage == "activations" else "feat",
-                                          file=sys.stderr))
-        bar.update(done - bar.n)
+        if stage not in bars:
+            bars[stage] = tqdm(total=total, desc=stage, unit="tok" if stage == "activations" else "feat",
+                               file=sys.stderr)
+        bars[stage].update(done - bars[stage].n)
 
     started = time.perf_counter()
     out = build_store(loaded, args.sae, args.out, corpus=args.corpus, split=args.split, n_tokens=args.tokens,
