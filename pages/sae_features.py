@@ -85,8 +85,8 @@ def show_overview(store: FeatureStore, path: str) -> None:
     dense = int((density > DENSE).sum())
     cols = st.columns(6)
     cols[0].metric("Features", f"{store.d_sae:,}")
-    cols[1].metric("Dead (never fired)", f"{dead:,}")
-    cols[2].metric(f"Dense (> {DENSE:.0%} of tokens)", f"{dense:,}")
+    cols[1].metric("Dead", f"{dead:,}", help="features that never fired on the corpus")
+    cols[2].metric("Dense", f"{dense:,}", help=f"features active on more than {DENSE:.0%} of tokens")
     cols[3].metric("Corpus tokens", f"{store.n_counted:,}")
     if metrics:
         cols[4].metric("L0", f"{metrics['l0']:.1f}")

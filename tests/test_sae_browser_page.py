@@ -66,8 +66,8 @@ def test_overview_metrics_density_and_table(env):
     at = open_browser(store)
     shown = metrics(at)
     assert shown["Features"] == "48"
-    assert shown["Dead (never fired)"] == str(int((store.density == 0).sum()))
-    assert shown["Dense (> 10% of tokens)"] == str(int((store.density > 0.1).sum()))
+    assert shown["Dead"] == str(int((store.density == 0).sum()))
+    assert shown["Dense"] == str(int((store.density > 0.1).sum()))
     assert shown["L0"] == f"{store.manifest['metrics']['l0']:.1f}"
     charts = at.get("plotly_chart")
     spec = json.loads(charts[0].proto.spec)
