@@ -8,14 +8,16 @@ import streamlit as st
 from backend.models.registry import BUNDLED, DEFAULT_MODEL
 
 ROOT = Path(__file__).resolve().parent
+# URL paths differ on purpose from the file names: Streamlit maps a first request for /<file stem> straight to
+# pages/<file stem>.py (its old pages/ folder convention), skipping this entry script, its sidebar and navigation.
 PAGES = [
-    ("pages/home.py", "Home", ":material/home:"),
-    ("pages/relevance.py", "Relevance maps", ":material/gradient:"),
-    ("pages/sae_overview.py", "SAE overview", ":material/grid_view:"),
-    ("pages/sae_features.py", "SAE feature browser", ":material/search:"),
-    ("pages/sae_training.py", "SAE training", ":material/model_training:"),
-    ("pages/entropy_neurons.py", "Entropy neurons", ":material/thermostat:"),
-    ("pages/fourier.py", "Fourier features", ":material/graphic_eq:"),
+    ("pages/home.py", "Home", ":material/home:", ""),
+    ("pages/relevance.py", "Relevance maps", ":material/gradient:", "relevance-maps"),
+    ("pages/sae_overview.py", "SAE overview", ":material/grid_view:", "sae-metrics"),
+    ("pages/sae_features.py", "SAE feature browser", ":material/search:", "feature-browser"),
+    ("pages/sae_training.py", "SAE training", ":material/model_training:", "train-sae"),
+    ("pages/entropy_neurons.py", "Entropy neurons", ":material/thermostat:", "neurons"),
+    ("pages/fourier.py", "Fourier features", ":material/graphic_eq:", "numbers-fourier"),
 ]
 OTHER = "Other: Hugging Face id or local folder…"
 
@@ -40,8 +42,8 @@ def model_picker() -> None:
 def main() -> None:
     st.set_page_config(page_title="Interpscope", page_icon=":material/biotech:", layout="wide")
     model_picker()
-    pages = [st.Page(str(ROOT / path), title=title, icon=icon, default=(path == "pages/home.py"))
-             for path, title, icon in PAGES if (ROOT / path).is_file()]
+    pages = [st.Page(str(ROOT / path), title=title, icon=icon, default=not url, url_path=url or None)
+             for path, title, icon, url in PAGES if (ROOT / path).is_file()]
     st.navigation(pages, position="sidebar").run()
 
 

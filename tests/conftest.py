@@ -43,35 +43,42 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def app_server(artefacts):
-    """URL of `streamlit run app.py` on a free localhost port, stopped after the session."""
+def start_app(log_path: Path, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """Start `streamlit run app.py` on a free localhost port; return the process and its URL once healthy."""
     port = _free_port()
-    log = open(artefacts / "streamlit-server.log", "w")
+    log = open(log_path, "w")
     process = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
          "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
          "--server.fileWatcherType", "none"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
+    deadline = time.time() + 90
     while time.time() < deadline:
         try:
             with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as response:
                 if response.status == 200:
-                    break
+                    return process, url
         except OSError:
             time.sleep(0.5)
-    else:
-        process.kill()
-        raise RuntimeError("streamlit did not start; see test-artefacts/streamlit-server.log")
-    yield url
+    process.kill()
+    raise RuntimeError(f"streamlit did not start; see {log_path}")
+
+
+def stop_app(process: subprocess.Popen) -> None:
     process.terminate()
     try:
         process.wait(timeout=10)
     except subprocess.TimeoutExpired:
         process.kill()
-    log.close()
+
+
+@pytest.fixture(scope="session")
+def app_server(artefacts):
+    """URL of `streamlit run app.py` on a free localhost port, stopped after the session."""
+    process, url = start_app(artefacts / "streamlit-server.log")
+    yield url
+    stop_app(process)
 
 
 @pytest.fixture(scope="session")

@@ -48,3 +48,23 @@ def test_home_prediction_and_exports(app_server, browser_page, artefacts):
     assert exported["predictions"][0]["token"] == " Paris"
     probs = [p["prob"] for p in exported["predictions"]]
     assert probs == sorted(probs, reverse=True)
+
+
+def test_a_page_link_opened_first_keeps_the_app_around_it(browser_page, artefacts):
+    """A shared link to a page, as the very first request to a fresh server, still runs app.py: the sidebar
+    shows the navigation titles and the model picker (not Streamlit's file-name list of pages/)."""
+    from tests.conftest import start_app, stop_app
+
+    process, url = start_app(artefacts / "streamlit-first-link.log")
+    try:
+        page = browser_page
+        page.goto(url + "/neurons")
+        sidebar = page.locator("[data-testid='stSidebar']")
+        sidebar.get_by_text("Device").wait_for(timeout=120_000)
+        page.get_by_role("heading", name="Entropy neurons").first.wait_for(timeout=120_000)
+        for title in ("Home", "Relevance maps", "Entropy neurons", "Fourier features"):
+            assert sidebar.get_by_role("link", name=title).count() == 1, title
+        assert sidebar.get_by_text("common", exact=True).count() == 0
+        page.screenshot(path=str(artefacts / "first-link.png"))
+    finally:
+        stop_app(process)

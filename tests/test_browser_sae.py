@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.bundled]
 
 def test_sae_overview_shipped_gated(app_server, browser_page, artefacts):
     page = browser_page
-    page.goto(app_server + "/sae_overview")
+    page.goto(app_server + "/sae-metrics")
     page.wait_for_selector("text=SAE overview", timeout=180_000)
     wait_for_app(page)
     page.get_by_role("button", name="Evaluate").wait_for(timeout=180_000)
@@ -47,7 +47,7 @@ def test_sae_overview_shipped_gated(app_server, browser_page, artefacts):
 
 def test_sae_training_page_renders(app_server, browser_page, artefacts):
     page = browser_page
-    page.goto(app_server + "/sae_training")
+    page.goto(app_server + "/train-sae")
     page.wait_for_selector("text=SAE training", timeout=180_000)
     wait_for_app(page)
     page.wait_for_selector("text=Start / resume training", timeout=180_000)

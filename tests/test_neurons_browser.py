@@ -14,7 +14,7 @@ pytestmark = pytest.mark.browser
 
 def test_candidates_scatter_and_export(app_server, browser_page, artefacts):
     page = browser_page
-    page.goto(app_server + "/entropy_neurons")
+    page.goto(app_server + "/neurons")
     page.wait_for_selector("text=Entropy neurons", timeout=180_000)
     wait_for_app(page)
     plot = page.locator(".js-plotly-plot").first
