@@ -10,8 +10,9 @@ pytestmark = pytest.mark.browser
 
 def test_relevance_heatmap_and_svg_export(app_server, browser_page, artefacts):
     page = browser_page
-    page.goto(app_server + "/relevance-maps")
-    page.wait_for_selector("text=Relevance maps", timeout=180_000)
+    page.goto(app_server)
+    page.get_by_role("link", name="Relevance maps").click()  # through the sidebar navigation, as a user would
+    page.wait_for_selector("h1:has-text('Relevance maps')", timeout=180_000)
     box = page.get_by_role("textbox", name="Text to explain")
     box.fill("Elizabeth was delighted to see her sister walk into the")
     box.press("Control+Enter")
