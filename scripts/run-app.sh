@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/streamlit run app.py --server.port "${PORT:-8501}" --server.headless true \
+exec .venv/bin/python scripts/serve_app.py --server.port "${PORT:-8501}" --server.headless true \
   --browser.gatherUsageStats false "$@"

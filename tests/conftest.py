@@ -48,7 +48,7 @@ def start_app(log_path: Path, env: dict | None = None) -> tuple[subprocess.Popen
     port = _free_port()
     log = open(log_path, "w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
+        [sys.executable, str(ROOT / "scripts" / "serve_app.py"), "--server.port", str(port),
          "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
          "--server.fileWatcherType", "none"],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)

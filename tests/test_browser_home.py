@@ -65,6 +65,7 @@ def test_a_page_link_opened_first_keeps_the_app_around_it(browser_page, artefact
         for title in ("Home", "Relevance maps", "Entropy neurons", "Fourier features"):
             assert sidebar.get_by_role("link", name=title).count() == 1, title
         assert sidebar.get_by_text("common", exact=True).count() == 0
+        assert page.get_by_text("Page not found").count() == 0
         page.screenshot(path=str(artefacts / "first-link.png"))
     finally:
         stop_app(process)
