@@ -14,11 +14,13 @@ pytestmark = [pytest.mark.browser, pytest.mark.bundled]
 
 def test_sae_overview_shipped_gated(app_server, browser_page, artefacts):
     page = browser_page
-    page.goto(app_server + "/sae-metrics")
+    page.goto(app_server)
+    page.get_by_role("link", name="SAE overview").click()
     page.wait_for_selector("text=SAE overview", timeout=180_000)
     wait_for_app(page)
     page.get_by_role("button", name="Evaluate").wait_for(timeout=180_000)
     page.wait_for_selector("text=gated SAE · 4,608 features on blocks.15.hook_resid_post of smollm2-135m")
+    wait_for_app(page)
     tokens = page.get_by_label("Tokens", exact=True).and_(page.get_by_test_id("stNumberInputField"))
     tokens.fill("256")
     tokens.press("Enter")
@@ -47,7 +49,8 @@ def test_sae_overview_shipped_gated(app_server, browser_page, artefacts):
 
 def test_sae_training_page_renders(app_server, browser_page, artefacts):
     page = browser_page
-    page.goto(app_server + "/train-sae")
+    page.goto(app_server)
+    page.get_by_role("link", name="SAE training").click()
     page.wait_for_selector("text=SAE training", timeout=180_000)
     wait_for_app(page)
     page.wait_for_selector("text=Start / resume training", timeout=180_000)
