@@ -225,6 +225,8 @@ def main() -> None:
     view = st.segmented_control("View", VIEWS, key="sae_view") or "Overview"
     st.session_state.setdefault("sae_feature", 0)
     st.session_state["sae_feature"] = int(np.clip(st.session_state["sae_feature"], 0, store.d_sae - 1))
+    permalink = {"store": name, "view": view}
+    st.query_params.update({**permalink, "feature": str(st.session_state["sae_feature"])})  # before the slow part
     with show_errors():
         if view == "Overview":
             show_overview(store, path)
@@ -232,7 +234,7 @@ def main() -> None:
             show_feature(store, path)
         else:
             live_view(view, store, open_feature)
-    st.query_params.update({"store": name, "view": view, "feature": str(st.session_state["sae_feature"])})
+    st.query_params.update({**permalink, "feature": str(st.session_state["sae_feature"])})
     with st.expander("Build another store"):
         build_section()
 
