@@ -2,7 +2,6 @@
 probe with a Fourier-space logit lens, and low/high-pass filters on attention and MLP outputs."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 

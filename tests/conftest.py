@@ -73,6 +73,13 @@ def stop_app(process: subprocess.Popen) -> None:
         process.kill()
 
 
+def wait_for_app(page) -> None:
+    """Wait in a browser page until Streamlit has finished running the script."""
+    page.wait_for_selector("[data-testid='stApp']")
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=180_000)
+
+
 @pytest.fixture(scope="session")
 def app_server(artefacts):
     """URL of `streamlit run app.py` on a free localhost port, stopped after the session."""

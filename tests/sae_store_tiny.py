@@ -20,6 +20,14 @@ def tiny_lm(seed: int = 0):
     return wrap_loaded(tiny_gpt2(seed=seed), gpt2_tokenizer(), name="tiny-gpt2")
 
 
+def save_tiny_lm(folder: Path, seed: int = 0) -> Path:
+    """The tiny GPT-2 and its tokenizer saved as a local model folder, so the app and command line load it by path."""
+    lm = tiny_lm(seed)
+    lm.model.save_pretrained(folder)
+    lm.tokenizer.save_pretrained(folder)
+    return Path(folder)
+
+
 def random_sae_folder(lm, folder: Path, d_sae: int = 48, arch: str = "standard", seed: int = 3,
                       hook: str = HOOK) -> Path:
     """A random SAE whose features fire on ~1-20% of tokens, saved to folder.

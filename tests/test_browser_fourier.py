@@ -8,12 +8,9 @@ import re
 import pytest
 from PIL import Image
 
+from tests.conftest import wait_for_app
+
 pytestmark = pytest.mark.browser
-
-
-def wait_for_app(page) -> None:
-    page.wait_for_selector("[data-testid='stApp']")
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=180_000)
 
 
 def test_filter_table_runs_and_exports(app_server, browser_page, artefacts):

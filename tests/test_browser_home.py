@@ -6,14 +6,9 @@ import json
 import pytest
 from PIL import Image
 
+from tests.conftest import start_app, stop_app, wait_for_app
+
 pytestmark = pytest.mark.browser
-
-
-def wait_for_app(page) -> None:
-    """Wait until Streamlit has finished running the script."""
-    page.wait_for_selector("[data-testid='stApp']")
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=180_000)
 
 
 def test_home_prediction_and_exports(app_server, browser_page, artefacts):
@@ -53,8 +48,6 @@ def test_home_prediction_and_exports(app_server, browser_page, artefacts):
 def test_a_page_link_opened_first_keeps_the_app_around_it(browser_page, artefacts):
     """A shared link to a page, as the very first request to a fresh server, still runs app.py: the sidebar
     shows the navigation titles and the model picker (not Streamlit's file-name list of pages/)."""
-    from tests.conftest import start_app, stop_app
-
     process, url = start_app(artefacts / "streamlit-first-link.log")
     try:
         page = browser_page

@@ -5,12 +5,9 @@ import json
 
 import pytest
 
+from tests.conftest import wait_for_app
+
 pytestmark = pytest.mark.browser
-
-
-def wait_for_app(page) -> None:
-    page.wait_for_selector("[data-testid='stApp']")
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=180_000)
 
 
 def test_mamba_heatmap_in_the_browser(app_server, browser_page, artefacts):

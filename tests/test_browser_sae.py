@@ -7,7 +7,7 @@ import json
 import pytest
 from PIL import Image
 
-from tests.test_browser_home import wait_for_app
+from tests.conftest import wait_for_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.bundled]
 

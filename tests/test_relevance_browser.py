@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_browser_home import wait_for_app
+from tests.conftest import wait_for_app
 
 pytestmark = pytest.mark.browser
 

@@ -8,17 +8,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
-import time
-import urllib.request
 
 import pytest
 
 from backend.models import load_model
 from backend.sae_store import FeatureStore, build_store
-from tests.conftest import ROOT, _free_port
-from tests.sae_store_tiny import random_sae_folder, tiny_lm
+from tests.conftest import start_app, stop_app, wait_for_app
+from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
 
 pytestmark = pytest.mark.browser
 
@@ -31,11 +27,7 @@ def store_app(tmp_path_factory, artefacts):
     old = os.environ.get("INTERPSCOPE_DATA_DIR")
     os.environ["INTERPSCOPE_DATA_DIR"] = str(data)
     try:
-        model_dir = root / "tiny-model"
-        tiny = tiny_lm()
-        tiny.model.save_pretrained(model_dir)
-        tiny.tokenizer.save_pretrained(model_dir)
-        lm = load_model(str(model_dir), device="cpu")
+        lm = load_model(str(save_tiny_lm(root / "tiny-model")), device="cpu")
         store = FeatureStore(build_store(lm, random_sae_folder(lm, root / "sae"), n_tokens=2048, context_size=64,
                                          batch_size=4))
     finally:
@@ -43,37 +35,10 @@ def store_app(tmp_path_factory, artefacts):
             os.environ.pop("INTERPSCOPE_DATA_DIR")
         else:
             os.environ["INTERPSCOPE_DATA_DIR"] = old
-    port = _free_port()
-    log = open(artefacts / "sae-browser-server.log", "w")
     env = dict(os.environ, INTERPSCOPE_DATA_DIR=str(data), OMP_NUM_THREADS="1")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
-         "--server.fileWatcherType", "none"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as response:
-                if response.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        process.kill()
-        raise RuntimeError("streamlit did not start; see test-artefacts/sae-browser-server.log")
+    process, url = start_app(artefacts / "sae-browser-server.log", env=env)
     yield url, store
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-    log.close()
-
-
-def wait_for_app(page) -> None:
-    page.wait_for_selector("[data-testid='stApp']")
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=180_000)
+    stop_app(process)
 
 
 def feature_in_url(page) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from backend.cli import main
-from tests.sae_store_tiny import tiny_lm
+from tests.sae_store_tiny import save_tiny_lm
 
 EVAL_KEYS = ("l0", "fvu", "explained_variance", "mse", "loss_recovered", "ce_clean", "ce_sae", "ce_zero",
              "shrinkage", "dead_fraction", "dense_fraction")
@@ -17,11 +17,7 @@ EVAL_KEYS = ("l0", "fvu", "explained_variance", "mse", "loss_recovered", "ce_cle
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    lm = tiny_lm()
-    folder = tmp_path_factory.mktemp("tiny-model")
-    lm.model.save_pretrained(folder)
-    lm.tokenizer.save_pretrained(folder)
-    return folder
+    return save_tiny_lm(tmp_path_factory.mktemp("tiny-model"))
 
 
 @pytest.fixture(autouse=True)

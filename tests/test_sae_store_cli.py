@@ -17,7 +17,7 @@ import pytest
 
 from backend.cli import main
 from backend.sae_store import FeatureStore, build_store
-from tests.sae_store_tiny import random_sae_folder, tiny_lm
+from tests.sae_store_tiny import random_sae_folder, save_tiny_lm, tiny_lm
 
 ROOT = Path(__file__).resolve().parent.parent
 CARD_FIELDS = {"id", "density", "max_activation", "top_contexts", "top_logits", "bottom_logits", "histogram",
@@ -26,12 +26,7 @@ CARD_FIELDS = {"id", "density", "max_activation", "top_contexts", "top_logits", 
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    """The tiny GPT-2 saved as a local model folder, so the command line can load it by path."""
-    lm = tiny_lm()
-    folder = tmp_path_factory.mktemp("tiny-model")
-    lm.model.save_pretrained(folder)
-    lm.tokenizer.save_pretrained(folder)
-    return folder
+    return save_tiny_lm(tmp_path_factory.mktemp("tiny-model"))
 
 
 def test_store_then_feature_json(tiny_model_dir, tmp_path, monkeypatch, capsys):
