@@ -15,6 +15,7 @@ from backend.sae import load_sae
 from backend.sae.activations import ShuffledBuffer, build_activation_cache
 from backend.sae.evaluation import evaluate_sae
 from backend.sae.pipeline import SAESpec, export_checkpoint, train_saes
+from backend.sae.training import TrainConfig
 from tests.sae_store_tiny import HOOK, tiny_lm
 
 
@@ -104,6 +105,16 @@ def test_short_training_lowers_the_loss_and_reports_finite_figures(lm, tmp_path)
         assert report.density.shape == (128,) and report.log10_density_counts.sum() == (report.density > 0).sum()
         if name.startswith("topk"):
             assert report.l0 == pytest.approx(8, abs=0.5)
+
+
+def test_training_never_stops_short_of_the_requested_tokens(lm, tmp_path):
+    """A budget that is not a whole number of batches rounds up: 3 batches and one row asked -> 4 batches seen."""
+    assert TrainConfig(total_tokens=4096 * 1220 + 2880, batch_size=4096).total_steps == 1221
+    assert TrainConfig(total_tokens=4096 * 1220, batch_size=4096).total_steps == 1220
+    saved = train_saes(lm, HOOK, SPECS[:1], tmp_path / "run", tokens=256 * 3 + 1, cache_tokens=6000, context_size=32,
+                       batch_size=256, warmup_steps=1, checkpoint_every=0)
+    history = json.loads((saved["relu-128-l1"] / "history.json").read_text())
+    assert load_sae(saved["relu-128-l1"]).cfg.training_tokens == 256 * 4 == history[-1]["tokens"]
 
 
 def test_interrupted_training_resumes_to_identical_weights(lm, tmp_path):

@@ -49,7 +49,8 @@ class TrainConfig:
 
     @property
     def total_steps(self) -> int:
-        return max(1, self.total_tokens // self.batch_size)
+        """Steps to see at least total_tokens (the last batch may overshoot; never fewer tokens than asked)."""
+        return max(1, -(-self.total_tokens // self.batch_size))
 
 
 @dataclass
