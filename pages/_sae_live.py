@@ -14,6 +14,7 @@ from backend.config import ASSETS_DIR, InterpscopeError
 from backend.models import load_model
 from backend.relevance import methods_for_family
 from backend.sae import load_sae
+from backend.sae.sinks import SINK_FACTOR
 from backend.sae_store import FeatureStore, build_store
 from backend.sae_store.prompt import FeatureAttribution, PromptFeatures, feature_attribution, prompt_features
 from backend.sae_store.steering import MAX_NEW_TOKENS, SteeringResult, steer
@@ -82,6 +83,10 @@ def _feature_input(store: FeatureStore, key: str) -> int:
 def show_prompt(store: FeatureStore, lm, text: str, open_feature: Callable[[int], None]) -> None:
     n_top = st.slider("Features in the heatmap", 5, 50, 20, key="sae-prompt-top")
     result = _prompt(str(store.folder), (lm.name,) + _device_dtype(), text, n_top)
+    if result.sink_positions:
+        shown = ", ".join(f"{i}: {result.tokens[i]!r}" for i in result.sink_positions[:8])
+        st.caption(f"Massive activation (norm > {SINK_FACTOR:g}x the prompt's median, an attention sink the SAE was "
+                   f"not trained on) at {shown}: no feature is read there.")
     if not result.top_features:
         st.info("No feature fires on this text (position 0, the attention sink, is not ranked).")
         return

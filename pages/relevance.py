@@ -119,7 +119,7 @@ if target_kind == "A continuation":
         matrix, sequence = explain_continuation(lm, text, int(n_new), method if method in kinds else kinds[0])
     generated = [lm.tokenizer.decode([i]) for i in matrix.generated_ids]
     st.markdown("**Continuation:** " + repr("".join(generated)))
-    fig = continuation_figure(generated, sequence, matrix.matrix, f"Relevance of each token for each generated token")
+    fig = continuation_figure(generated, sequence, matrix.matrix, "Relevance of each token for each generated token")
     st.plotly_chart(fig, key="relevance-continuation")
     export_menu(fig, {"generated": generated, "sequence": sequence, "matrix": matrix.matrix,
                       "logits": matrix.logits}, key="continuation", filename="relevance-continuation")

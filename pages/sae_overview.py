@@ -12,6 +12,7 @@ from backend.config import InterpscopeError
 from backend.sae import check_compatible, load_sae
 from backend.sae.catalog import describe, list_saes
 from backend.sae.evaluation import SAEEvaluation, evaluate_sae, text_windows
+from backend.sae.sinks import SINK_FACTOR
 from components.export import export_menu
 from pages._common import current_model, show_errors, text_source
 
@@ -117,6 +118,10 @@ def main() -> None:
     st.plotly_chart(fig, width="stretch", key="sae_overview_density")
     st.caption(f"Dead: {result.dead_fraction:.1%} of features never fired on these {result.n_tokens:,} tokens. "
                f"Dense: {result.dense_fraction:.1%} fire on more than {result.dense_threshold:.0%} of tokens.")
+    if result.sink_tokens:
+        st.caption(f"{result.sink_tokens:,} mid-text token(s) with a massive activation (norm > {SINK_FACTOR:g}x the "
+                   "batch median, attention sinks the SAE was not trained on) were left untouched and out of the "
+                   "reconstruction figures, like position 0; the next-token losses include them.")
     export_menu(fig, {"summary": summary, "density": result.density,
                       "log10_density_edges": result.log10_density_edges,
                       "log10_density_counts": result.log10_density_counts},

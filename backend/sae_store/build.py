@@ -5,7 +5,8 @@ to the SAE's hook; each batch's nonzero feature activations are saved as one chu
 a build that is killed resumes at the first missing chunk and ends with exactly the same chunks.
 Pass 2 (numpy only, seconds): per-feature statistics from all chunks, weight-based statistics, the corpus tokens
 and vocabulary strings, written into `<store>.partial/final/` and renamed to `<store>` with manifest.json last.
-Position 0 of every window (the attention sink, tens of times the norm of other tokens) is left out, as in training.
+Position 0 of every window (the attention sink, tens of times the norm of other tokens) and the rare mid-text tokens
+with a massive activation (backend.sae.sinks) are left out, as in training.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import torch
 from backend.config import InterpscopeError
 from backend.corpus import token_chunks
 from backend.sae import check_compatible, load_sae
+from backend.sae.sinks import zero_sink_features
 from backend.sae_store.cached import cached_batch, find_cache
 from backend.sae_store.encode import encode_ids
 from backend.sae_store.features import feature_stats
@@ -97,9 +99,11 @@ def run_chunks(loaded, sae, spec: StoreSpec, tokens: torch.Tensor, partial: Path
             if cached_rows is None:
                 acts = encode_ids(loaded, sae, batch, spec.hook_name)
             else:
-                x = cached_batch(cached_rows, first, batch.shape[0], context)
+                x = cached_batch(cached_rows, first, batch.shape[0], context).to(sae.W_enc.dtype)
                 with torch.no_grad():
-                    acts = sae.encode(x.to(sae.W_enc.dtype)).float()
+                    acts = sae.encode(x)
+                    zero_sink_features(x, acts)
+                    acts = acts.float()
             acts[:, 0, :] = 0.0
             seq, pos, feat = torch.nonzero(acts > 0, as_tuple=True)
             val = acts[seq, pos, feat].numpy().astype(np.float32)

@@ -9,6 +9,7 @@ import torch
 
 from backend.capture import hooks
 from backend.sae import SparseAutoencoder, check_compatible
+from backend.sae.sinks import zero_sink_features
 
 
 class _StopForward(Exception):
@@ -35,9 +36,19 @@ def hook_activations(loaded, hook_name: str, input_ids: torch.Tensor) -> torch.T
 
 
 @torch.no_grad()
-def encode_ids(loaded, sae: SparseAutoencoder, input_ids: torch.Tensor, hook_name: str | None = None) -> torch.Tensor:
-    """SAE feature activations [B, T, d_sae] (float32, CPU) for input_ids [B, T]."""
+def encode_with_sinks(loaded, sae: SparseAutoencoder, input_ids: torch.Tensor,
+                      hook_name: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """SAE feature activations [B, T, d_sae] (float32, CPU) for input_ids [B, T], zero at massive-activation
+    positions (backend.sae.sinks), and the mask [B, T - 1] of those positions among 1..T-1."""
     hook = check_compatible(sae, loaded.adapter, hook_name, loaded.name)
     with loaded.lock:
         x = hook_activations(loaded, hook, input_ids)
-    return sae.encode(x.to(device=sae.W_enc.device, dtype=sae.W_enc.dtype)).float().cpu()
+    x = x.to(device=sae.W_enc.device, dtype=sae.W_enc.dtype)
+    features = sae.encode(x)
+    sinks = zero_sink_features(x, features)
+    return features.float().cpu(), sinks.cpu()
+
+
+def encode_ids(loaded, sae: SparseAutoencoder, input_ids: torch.Tensor, hook_name: str | None = None) -> torch.Tensor:
+    """SAE feature activations [B, T, d_sae] (float32, CPU) for input_ids [B, T] (zero at mid-text sinks)."""
+    return encode_with_sinks(loaded, sae, input_ids, hook_name)[0]

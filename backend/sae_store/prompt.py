@@ -1,7 +1,8 @@
 """Live views on a person's own text: which features fire on which tokens, and which tokens drive one feature.
 
 Prompt view: every feature's activation on every token [T, d_sae]; the heatmap shows the `n_top` features with the
-largest activation anywhere in the prompt. Position 0 (the attention sink) is computed but never used to rank.
+largest activation anywhere in the prompt. Position 0 (the attention sink) is computed but never used to rank, and
+mid-text tokens with a massive activation (backend.sae.sinks; the SAE never saw such inputs) read as no feature.
 
 Attribution: relevance of each input token for one feature's activation f_i(x_p) at position p, through the
 relevance engine (AttnLRP / CP-LRP rules, or plain Gradient x Input). The explained scalar is read at the SAE's
@@ -19,7 +20,7 @@ from backend.config import InterpscopeError
 from backend.relevance import attribute, get_method
 from backend.relevance.locks import lock_of
 from backend.sae import SparseAutoencoder, check_compatible
-from backend.sae_store.encode import encode_ids
+from backend.sae_store.encode import encode_with_sinks
 
 ATTRIBUTION_METHODS = ("attnlrp", "cplrp", "gradxinput")
 
@@ -33,6 +34,7 @@ class PromptFeatures:
     activations: np.ndarray
     top_features: list[int]
     top_values: np.ndarray
+    sink_positions: list[int]
 
     def active_at(self, position: int, limit: int = 50) -> list[dict]:
         """Features active at one token, largest first: [{feature, activation}]."""
@@ -51,13 +53,15 @@ class PromptFeatures:
 def prompt_features(loaded, sae: SparseAutoencoder, text: str, n_top: int = 20) -> PromptFeatures:
     """Encode a text at the SAE's hook; pick the n_top features with the largest activation (positions >= 1)."""
     ids = loaded.encode(text)
-    acts = encode_ids(loaded, sae, ids)[0].numpy()
+    features, sinks = encode_with_sinks(loaded, sae, ids)
+    acts = features[0].numpy()
     ranked = acts[1:] if acts.shape[0] > 1 else np.zeros((0, acts.shape[1]), np.float32)
     peak = ranked.max(axis=0) if ranked.size else np.zeros(acts.shape[1], np.float32)
     alive = np.flatnonzero(peak > 0)
     top = alive[np.argsort(-peak[alive], kind="stable")][:n_top]
     return PromptFeatures(tokens=loaded.token_strings(ids[0]), token_ids=ids[0].tolist(), activations=acts,
-                          top_features=[int(i) for i in top], top_values=acts[:, top])
+                          top_features=[int(i) for i in top], top_values=acts[:, top],
+                          sink_positions=[int(i) + 1 for i in torch.nonzero(sinks[0]).flatten()])
 
 
 class _FeatureTarget:
