@@ -94,7 +94,9 @@ def show_overview(store: FeatureStore, path: str) -> None:
         st.caption(f"Evaluated on {metrics['n_tokens']:,} held-out tokens: explained variance "
                    f"{metrics['explained_variance']:.3f}, FVU {metrics['fvu']:.3f}, cosine {metrics['cosine']:.3f}, "
                    f"CE clean {metrics['ce_clean']:.3f} / with SAE {metrics['ce_sae']:.3f} / zero-ablated "
-                   f"{metrics['ce_zero']:.3f}, KL {metrics['kl']:.4f}.")
+                   f"{metrics['ce_zero']:.3f}, KL {metrics['kl']:.4f}."
+                   + (f" {metrics['sink_tokens']} massive-activation (attention-sink) token(s) left out of the "
+                      "reconstruction figures." if metrics.get("sink_tokens") else ""))
     fig = density_figure(density)
     st.plotly_chart(fig, width="stretch", key="sae-density-chart")
     export_menu(fig, {"density": density}, key="sae-density", filename=f"{store.name}-density")
