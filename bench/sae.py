@@ -7,11 +7,13 @@ sweep: ReLU and Gated SAEs at several sparsity coefficients each, all trained to
 throughput: activation caching (tokens/s through the model up to the hook), SAE training (tokens/s for the whole
   sweep, and per SAE), evaluation; peak resident memory of the process.
 
-The budget is deliberately small (CPU shared by several jobs): widths and tokens are far below the paper's; read
-the comparison as a small-budget replication, not the paper's setting.
+Widths and tokens are far below the paper's; read the comparison as a small-budget replication, not the paper's
+setting. The figures in the closing note came from (quiet 2-core CPU, 16 min):
+  nice -n 5 .venv/bin/python bench/sae.py --width 2304 --tokens 1048576 --batch-size 4096 --lr 7e-4 \
+      --relu-l1 1,2,5 --gated-l1 1,2,5 --eval-tokens 4096 --caching-tokens 8192 \
+      --out bench/results/sae.json --plot bench/results/sae_pareto.png
 
-Run:  OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/sae.py --out bench/results/sae.json \
-          --plot bench/results/sae_pareto.png
+Quick run (defaults, a few minutes):  OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/sae.py --out bench/results/sae.json
 """
 from __future__ import annotations
 
