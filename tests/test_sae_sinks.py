@@ -1,6 +1,6 @@
-"""Massive activations (mid-text attention sinks) are treated like position 0 wherever an SAE reads activations.
+"""Massive activations (attention sinks past position 0) are treated like position 0 wherever an SAE reads activations.
 
-A tiny GPT-2 whose embedding of one token is scaled up ~1000x plays SmolLM2's digit sinks: that token's residual
+A tiny GPT-2 whose embedding of one token is scaled up ~1000x plays SmolLM2's extra sinks: that token's residual
 stream is then hundreds of times the median norm. Evaluation must leave those rows untouched and out of the
 reconstruction averages (FVU checked against a hand computation), the feature store must never rank them, and the
 prompt view must say where they are.

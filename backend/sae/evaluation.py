@@ -8,9 +8,9 @@
 - Shrinkage gamma = E||x_hat||^2 / E[x . x_hat] (< 1 means the SAE shrinks its reconstructions).
 - Feature density = fraction of tokens where f > 0; dead = never fired here; dense = density > dense_threshold.
 The first position of every context (the attention sink) is left untouched and out of every average, as in
-training; so are the rare mid-text rows with a massive activation (backend.sae.sinks, counted in `sink_tokens`),
-which the SAE never saw in training and which would otherwise swamp MSE, FVU and gamma (one SmolLM2 digit token
-at ~150x the median norm turns an FVU of 0.2 into 70). The next-token losses are averaged over every position.
+training; so are the rare other rows with a massive activation (backend.sae.sinks, counted in `sink_tokens`),
+which the SAE never saw in training and which would otherwise swamp MSE, FVU and gamma (two SmolLM2 tokens at ~150x
+the median norm in 16k turn an FVU of 0.2 into 70). The next-token losses are averaged over every position.
 """
 from __future__ import annotations
 

@@ -1,10 +1,12 @@
-"""Massive activations: tokens whose residual-stream norm is tens to hundreds of times the typical one.
+"""Massive activations: tokens whose residual-stream norm is a hundred times or more the typical one.
 
-Position 0 of every context is one (the attention sink), and SmolLM2 makes a few more mid-text (digits such as "0"
-after some contexts reach ~150x the median norm at layer 15). An SAE is trained without them (they would dominate
-the reconstruction loss), so it is undefined there: fed one, it can return a reconstruction ten times larger still.
-Everywhere an SAE reads activations, rows above SINK_FACTOR x the median row norm are treated like position 0:
-dropped in training, left untouched and out of every average in evaluation, never ranked in stores and prompt views.
+Position 0 of every context is one (the attention sink). SmolLM2 sometimes puts the sink's massive activation on
+later positions too: on position 1 after some first tokens (5 of the 297,561 cached training rows, all at position
+1), and on every repeat of a repeated first token ("000 l., ..." gives three sinks at ~140x the median norm at
+layer 15). An SAE is trained without them (they would dominate the reconstruction loss), so it is undefined there:
+fed one, it can return a reconstruction ten times larger still. Everywhere an SAE reads activations, rows above
+SINK_FACTOR x the median row norm are treated like position 0: dropped in training, left untouched and out of every
+average in evaluation, never ranked in stores and prompt views.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ to the SAE's hook; each batch's nonzero feature activations are saved as one chu
 a build that is killed resumes at the first missing chunk and ends with exactly the same chunks.
 Pass 2 (numpy only, seconds): per-feature statistics from all chunks, weight-based statistics, the corpus tokens
 and vocabulary strings, written into `<store>.partial/final/` and renamed to `<store>` with manifest.json last.
-Position 0 of every window (the attention sink, tens of times the norm of other tokens) and the rare mid-text tokens
+Position 0 of every window (the attention sink, tens of times the norm of other tokens) and the rare later tokens
 with a massive activation (backend.sae.sinks) are left out, as in training.
 """
 from __future__ import annotations

@@ -50,5 +50,5 @@ def encode_with_sinks(loaded, sae: SparseAutoencoder, input_ids: torch.Tensor,
 
 
 def encode_ids(loaded, sae: SparseAutoencoder, input_ids: torch.Tensor, hook_name: str | None = None) -> torch.Tensor:
-    """SAE feature activations [B, T, d_sae] (float32, CPU) for input_ids [B, T] (zero at mid-text sinks)."""
+    """SAE feature activations [B, T, d_sae] (float32, CPU) for input_ids [B, T] (zero at sinks past position 0)."""
     return encode_with_sinks(loaded, sae, input_ids, hook_name)[0]

@@ -2,7 +2,7 @@
 
 Prompt view: every feature's activation on every token [T, d_sae]; the heatmap shows the `n_top` features with the
 largest activation anywhere in the prompt. Position 0 (the attention sink) is computed but never used to rank, and
-mid-text tokens with a massive activation (backend.sae.sinks; the SAE never saw such inputs) read as no feature.
+other tokens with a massive activation (backend.sae.sinks; the SAE never saw such inputs) read as no feature.
 
 Attribution: relevance of each input token for one feature's activation f_i(x_p) at position p, through the
 relevance engine (AttnLRP / CP-LRP rules, or plain Gradient x Input). The explained scalar is read at the SAE's
