@@ -119,9 +119,10 @@ def main() -> None:
     st.caption(f"Dead: {result.dead_fraction:.1%} of features never fired on these {result.n_tokens:,} tokens. "
                f"Dense: {result.dense_fraction:.1%} fire on more than {result.dense_threshold:.0%} of tokens.")
     if result.sink_tokens:
-        st.caption(f"{result.sink_tokens:,} token(s) past position 0 with a massive activation (norm > {SINK_FACTOR:g}x the "
-                   "batch median, attention sinks the SAE was not trained on) were left untouched and out of the "
-                   "reconstruction figures, like position 0; the next-token losses include them.")
+        st.caption(f"{result.sink_tokens:,} token(s) past position 0 with a massive activation (norm > "
+                   f"{SINK_FACTOR:g}x the batch median, attention sinks the SAE was not trained on) were left "
+                   "untouched and out of the reconstruction figures, like position 0; the next-token losses include "
+                   "them.")
     export_menu(fig, {"summary": summary, "density": result.density,
                       "log10_density_edges": result.log10_density_edges,
                       "log10_density_counts": result.log10_density_counts},

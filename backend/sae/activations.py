@@ -23,6 +23,7 @@ import torch
 from backend.capture import hooks
 from backend.config import InterpscopeError, data_dir
 from backend.corpus import token_chunks
+from backend.sae.sinks import sink_rows
 
 Progress = Callable[[int, int], None]
 NP_DTYPES = {"float16": np.float16, "float32": np.float32}
@@ -78,9 +79,8 @@ class ActivationCache:
         """E||x||^2 over a random sample of rows, outliers left out (used to scale inputs to E||x||^2 = d_in)."""
         rng = np.random.default_rng(seed)
         rows = np.sort(rng.choice(self.n_rows, size=min(sample_rows, self.n_rows), replace=False))
-        squared = torch.from_numpy(np.asarray(self.array[rows], dtype=np.float32)).pow(2).sum(-1)
-        typical = squared <= 100 * squared.median()  # leave out attention-sink outliers (norm > 10x typical)
-        return float(squared[typical].mean())
+        x = torch.from_numpy(np.asarray(self.array[rows], dtype=np.float32))
+        return float(x[~sink_rows(x)].pow(2).sum(-1).mean())  # massive activations left out
 
 
 def cache_folder(spec: CacheSpec) -> Path:

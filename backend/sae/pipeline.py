@@ -18,7 +18,7 @@ from backend.sae.folder import hook_width, save_sae
 from backend.sae.sinks import SINK_FACTOR
 from backend.sae.training import TrainConfig, Trainer, TrainRun
 
-OUTLIER_FACTOR = SINK_FACTOR  # training drops rows whose norm exceeds 10x the RMS norm (attention sinks past position 0)
+OUTLIER_FACTOR = SINK_FACTOR  # training drops rows whose norm exceeds 10x the RMS norm (sinks past position 0)
 DEFAULT_SPARSITY = {"standard": 5.0, "gated": 5.0, "jumprelu": 0.5, "topk": 0.0}
 
 
