@@ -73,6 +73,15 @@ def stop_app(process: subprocess.Popen) -> None:
         process.kill()
 
 
+def open_from_sidebar(page, url: str, link: str):
+    """Open the app at url and go to one page through the sidebar navigation, as a user would; returns the sidebar."""
+    page.goto(url)
+    sidebar = page.locator("[data-testid='stSidebar']")
+    sidebar.locator("[data-testid='stSelectbox']").first.wait_for(timeout=180_000)
+    sidebar.get_by_role("link", name=link).click()
+    return sidebar
+
+
 def wait_for_app(page) -> None:
     """Wait in a browser page until Streamlit has finished running the script."""
     page.wait_for_selector("[data-testid='stApp']")

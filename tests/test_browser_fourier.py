@@ -8,17 +8,14 @@ import re
 import pytest
 from PIL import Image
 
-from tests.conftest import wait_for_app
+from tests.conftest import open_from_sidebar, wait_for_app
 
 pytestmark = pytest.mark.browser
 
 
 def test_filter_table_runs_and_exports(app_server, browser_page, artefacts):
     page = browser_page
-    page.goto(app_server)
-    sidebar = page.locator("[data-testid='stSidebar']")
-    sidebar.locator("[data-testid='stSelectbox']").first.wait_for(timeout=180_000)
-    sidebar.get_by_role("link", name="Fourier features").click()
+    sidebar = open_from_sidebar(page, app_server, "Fourier features")
     page.get_by_role("tab", name="Filters").wait_for(timeout=180_000)
     sidebar.locator("[data-testid='stSelectbox']").first.click()
     page.get_by_role("option", name="adder", exact=True).click()

@@ -5,17 +5,14 @@ import json
 
 import pytest
 
-from tests.conftest import wait_for_app
+from tests.conftest import open_from_sidebar, wait_for_app
 
 pytestmark = pytest.mark.browser
 
 
 def test_mamba_heatmap_in_the_browser(app_server, browser_page, artefacts):
     page = browser_page
-    page.goto(app_server)
-    sidebar = page.locator("[data-testid='stSidebar']")
-    sidebar.locator("[data-testid='stSelectbox']").first.wait_for(timeout=180_000)
-    sidebar.get_by_role("link", name="Relevance maps").click()
+    sidebar = open_from_sidebar(page, app_server, "Relevance maps")
     page.locator(".relevance-heatmap").first.wait_for(timeout=180_000)
     wait_for_app(page)
     sidebar.locator("[data-testid='stSelectbox']").first.click()

@@ -7,15 +7,14 @@ import json
 import pytest
 from PIL import Image
 
-from tests.conftest import wait_for_app
+from tests.conftest import open_from_sidebar, wait_for_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.bundled]
 
 
 def test_sae_overview_shipped_gated(app_server, browser_page, artefacts):
     page = browser_page
-    page.goto(app_server)
-    page.get_by_role("link", name="SAE overview").click()
+    open_from_sidebar(page, app_server, "SAE overview")
     page.wait_for_selector("text=SAE overview", timeout=180_000)
     wait_for_app(page)
     page.get_by_role("button", name="Evaluate").wait_for(timeout=180_000)
@@ -49,8 +48,7 @@ def test_sae_overview_shipped_gated(app_server, browser_page, artefacts):
 
 def test_sae_training_page_renders(app_server, browser_page, artefacts):
     page = browser_page
-    page.goto(app_server)
-    page.get_by_role("link", name="SAE training").click()
+    open_from_sidebar(page, app_server, "SAE training")
     page.wait_for_selector("text=SAE training", timeout=180_000)
     wait_for_app(page)
     page.wait_for_selector("text=Start / resume training", timeout=180_000)

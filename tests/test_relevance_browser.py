@@ -3,15 +3,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import wait_for_app
+from tests.conftest import open_from_sidebar, wait_for_app
 
 pytestmark = pytest.mark.browser
 
 
 def test_relevance_heatmap_and_svg_export(app_server, browser_page, artefacts):
     page = browser_page
-    page.goto(app_server)
-    page.get_by_role("link", name="Relevance maps").click()  # through the sidebar navigation, as a user would
+    open_from_sidebar(page, app_server, "Relevance maps")
     page.wait_for_selector("h1:has-text('Relevance maps')", timeout=180_000)
     box = page.get_by_role("textbox", name="Text to explain")
     box.fill("Elizabeth was delighted to see her sister walk into the")

@@ -13,7 +13,7 @@ import pytest
 
 from backend.models import load_model
 from backend.sae_store import FeatureStore, build_store
-from tests.conftest import start_app, stop_app, wait_for_app
+from tests.conftest import open_from_sidebar, start_app, stop_app, wait_for_app
 from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
 
 pytestmark = pytest.mark.browser
@@ -57,9 +57,7 @@ def test_overview_feature_prompt_click_and_json(store_app, browser_page, artefac
 
 def _flow(store_app, page, artefacts) -> None:
     url, store = store_app
-    page.goto(url)
-    sidebar = page.locator("[data-testid='stSidebar']")
-    sidebar.get_by_role("link", name="SAE feature browser").click()
+    open_from_sidebar(page, url, "SAE feature browser")
     page.get_by_text("Feature density").first.wait_for(timeout=180_000)
     wait_for_app(page)
     if f"store={store.name}" not in page.url:  # shipped stores are listed first
