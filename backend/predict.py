@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from backend.capture import assert_unedited
 from backend.models.loading import LoadedModel
 
 
@@ -29,10 +30,15 @@ class Prediction:
 
 
 def predict_next(lm: LoadedModel, text: str, top: int = 10) -> Prediction:
-    """Top-`top` next-token probabilities after `text`, highest first."""
+    """Top-`top` next-token probabilities after `text`, highest first.
+
+    A plain forward pass: it needs no lock, because every hook on the shared model is scoped to the run that
+    registered it (backend.capture); it refuses to run inside this run's own edits, so a cached prediction is
+    always of the unedited model."""
     if top < 1:
         raise ValueError("top must be at least 1")
     ids = lm.encode(text)
+    assert_unedited(lm.model)
     start = time.perf_counter()
     with torch.no_grad():
         logits = lm.model(input_ids=ids, use_cache=False).logits[0, -1].float()

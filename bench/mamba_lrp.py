@@ -35,7 +35,7 @@ from backend.models import load_model  # noqa: E402
 from backend.relevance.api import explain, faithfulness, make_target  # noqa: E402
 from backend.relevance.engine import forward_logits  # noqa: E402
 from backend.relevance.faithfulness import removal_counts  # noqa: E402
-from backend.relevance.locks import lock_of  # noqa: E402
+from backend.capture import model_lock
 from backend.relevance.targets import Target  # noqa: E402
 
 METHODS = ("mambalrp", "gradxinput", "ig")
@@ -104,7 +104,7 @@ def faithfulness_study(lm, n_prompts: int) -> dict:
             abpc[method].append(curves.abpc)
             morf[method].append(np.interp(GRID, curves.fractions, curves.morf))
             lerf[method].append(np.interp(GRID, curves.fractions, curves.lerf))
-            with lock_of(lm):
+            with model_lock(lm):
                 fractions, c_morf, c_lerf, c_abpc = context_curves(lm, ids, target, result.relevance)
             context[method]["abpc"].append(c_abpc)
             context[method]["morf"].append(np.interp(GRID, fractions, c_morf))

@@ -6,6 +6,7 @@ from pathlib import Path
 import torch
 
 from backend.corpus import token_chunks
+from backend.capture import model_lock
 from backend.models.tokenizers import gpt2_tokenizer
 from backend.neurons.synthetic import loaded as wrap_loaded
 from backend.sae import SAEConfig, build_sae, save_sae
@@ -41,7 +42,7 @@ def random_sae_folder(lm, folder: Path, d_sae: int = 48, arch: str = "standard",
     sae = build_sae(cfg, seed=seed)
     generator = torch.Generator().manual_seed(seed)
     sample = token_chunks(lm.tokenizer, 64, 2048, split="valid")
-    with lm.lock:
+    with model_lock(lm):
         x = hook_activations(lm, hook, sample)[:, 1:].reshape(-1, d_in).float()
     with torch.no_grad():
         pre = x @ sae.W_enc

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from backend.adapters import get_adapter
-from backend.relevance import apply_rules, attnlrp_rules, cplrp_rules, lock_of
+from backend.capture import model_lock
+from backend.relevance import apply_rules, attnlrp_rules, cplrp_rules
 from backend.relevance.api import run_method
 from backend.relevance.targets import Target
 from tests.relevance_tiny import tiny_ids, tiny_model
@@ -64,21 +65,21 @@ def test_rules_are_undone_after_an_exception(family):
     assert hook_count(model) == hooks_before
     after_logits, after_grad = logits_and_grad(model, ids)
     assert torch.equal(after_logits, before_logits) and torch.equal(after_grad, before_grad)
-    assert lock_of(model).acquire(blocking=False)  # the lock was released too
-    lock_of(model).release()
+    assert model_lock(model).acquire(blocking=False)  # the lock was released too
+    model_lock(model).release()
 
 
 def test_lock_is_shared_between_loaded_model_and_bare_model():
-    class Loaded:  # the shape of backend.models.LoadedModel: a model and its lock
+    class Loaded:  # the shape of backend.models.LoadedModel: it holds the model
         def __init__(self, model):
             self.model = model
-            self.lock = threading.RLock()
 
     model = tiny_model("llama", seed=7)
     loaded = Loaded(model)
-    assert lock_of(loaded) is loaded.lock
-    assert lock_of(model) is loaded.lock
-    assert lock_of(tiny_model("llama", seed=7)) is not loaded.lock
+    assert model_lock(loaded) is model_lock(Loaded(model))
+    assert model_lock(model) is model_lock(loaded)
+    assert model_lock(get_adapter(model)) is model_lock(loaded)
+    assert model_lock(tiny_model("llama", seed=7)) is not model_lock(loaded)
 
 
 def test_two_threads_match_sequential_results():

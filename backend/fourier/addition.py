@@ -15,6 +15,7 @@ import torch
 from backend.config import InterpscopeError
 from backend.fourier.data import render
 from backend.fourier.numbers import NumberTokens
+from backend.capture import model_lock
 
 
 @dataclass
@@ -62,7 +63,7 @@ def single_token_predictions(lm, numbers: NumberTokens, texts: list[str], batch:
     """The argmax next token after each prompt, as a number (-1 when the top token is not a number)."""
     lookup = token_to_number(numbers)
     predictions = []
-    with lm.lock, torch.no_grad():
+    with model_lock(lm), torch.no_grad():
         for start in range(0, len(texts), batch):
             ids, mask, last = pad_right(lm.tokenizer, texts[start:start + batch])
             logits = lm.model(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device), use_cache=False).logits
@@ -85,7 +86,7 @@ def generated_predictions(lm, texts: list[str], max_new_tokens: int = 4, batch: 
     tokenizer = lm.tokenizer
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     predictions = []
-    with lm.lock, torch.no_grad():
+    with model_lock(lm), torch.no_grad():
         for start in range(0, len(texts), batch):
             encoded = [tokenizer(text).input_ids for text in texts[start:start + batch]]
             width = max(len(seq) for seq in encoded)

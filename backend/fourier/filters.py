@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from backend.capture import hooks
+from backend.capture import hooks, model_lock
 from backend.config import InterpscopeError
 from backend.fourier.addition import pad_right, score, token_to_number
 from backend.fourier.basis import FourierBasis, fourier_basis
@@ -123,7 +123,7 @@ def evaluate(lm, numbers: NumberTokens, texts: list[str], answers: np.ndarray, e
     lookup = token_to_number(numbers)
     answer_tokens = torch.as_tensor(numbers.ids[answers])
     losses, predictions = [], []
-    with lm.lock, torch.no_grad(), hooks(lm.adapter, edits):
+    with model_lock(lm), torch.no_grad(), hooks(lm.adapter, edits):
         for start in range(0, len(texts), batch):
             ids, mask, last = pad_right(lm.tokenizer, texts[start:start + batch])
             if where is not None:

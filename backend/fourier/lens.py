@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from backend.capture import capture
+from backend.capture import capture, model_lock
 from backend.config import InterpscopeError
 from backend.fourier.addition import pad_right, score
 from backend.fourier.basis import fourier_basis, frequency_magnitude
@@ -80,7 +80,7 @@ def module_lens(lm, numbers: NumberTokens, pairs: np.ndarray, template: str = "{
     names = [f"blocks.{l}.{point}" for l in range(n_layers) for point in ("hook_attn_out", "hook_mlp_out",
                                                                              "hook_resid_post")]
     attn, mlp, resid, final = [], [], [], []
-    with lm.lock:
+    with model_lock(lm):
         for start in range(0, len(texts), batch):
             ids, mask, last = pad_right(lm.tokenizer, texts[start:start + batch])
             rows = torch.arange(len(ids))

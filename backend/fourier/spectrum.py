@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from backend.capture import capture
+from backend.capture import capture, model_lock
 from backend.config import InterpscopeError
 from backend.fourier.basis import Outlier, find_outliers, fourier_basis, frequency_magnitude
 from backend.fourier.numbers import number_embeddings, number_tokens, number_unembedding, splits_digits
@@ -93,7 +93,7 @@ def number_hidden_states(lm, n_numbers: int, batch: int = 64, template: str | No
     states: list[np.ndarray] = []
     names = ["blocks.0.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in range(lm.adapter.n_layers)]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    with lm.lock:
+    with model_lock(lm):
         for start in range(0, n_numbers, batch):
             encoded = [tokenizer(text).input_ids for text in texts[start:start + batch]]
             width = max(len(ids) for ids in encoded)

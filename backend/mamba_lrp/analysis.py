@@ -13,7 +13,7 @@ from backend.adapters import ModelAdapter, get_adapter
 from backend.mamba_lrp.forward import FIX_NAMES, Fixes
 from backend.mamba_lrp.rule import MambaLRPRule, _check_family
 from backend.relevance.engine import forward_logits
-from backend.relevance.locks import lock_of
+from backend.capture import model_lock
 from backend.relevance.targets import Target
 
 
@@ -52,7 +52,7 @@ def conservation(model_or_lm, input_ids: torch.Tensor, target: Target, fixes: Fi
     _check_family(adapter)
     conv, other = _biases(adapter)
     biases = conv + other
-    with lock_of(model_or_lm), MambaLRPRule(fixes).apply(adapter), torch.enable_grad():
+    with model_lock(model_or_lm), MambaLRPRule(fixes).apply(adapter), torch.enable_grad():
         flags = [b.requires_grad for b in biases]
         try:
             for bias in biases:

@@ -1,25 +1,23 @@
 """MambaLRP as a relevance rule: the pure-PyTorch mixer and RMSNorm forwards swapped in on ONE model instance.
 
 `MambaLRPRule(fixes).apply(adapter)` is a context manager (the relevance engine's Rule protocol): on entry every
-mixer and RMSNorm of that instance gets an instance-level `forward` that runs backend.mamba_lrp.forward with the
-chosen fixes; on exit, also after an exception, the instance attributes are removed and the class's own forward
-is back. Classes are never patched, and only the thread that entered the block sees the rule (others keep the
-plain forward), as for the transformer rules. Callers hold the model's lock (`mamba_lrp` does both).
+mixer and RMSNorm of that instance runs backend.mamba_lrp.forward with the chosen fixes, through
+backend.capture.override_forward, which swaps the forward for the current run only (other sessions keep the
+plain forward); on exit, also after an exception, the class's own forward is back. Classes are never patched.
+Callers hold the model's lock (`mamba_lrp` does both).
 """
 from __future__ import annotations
 
-import threading
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Callable, Iterator
 
 import torch
 from torch import nn
 
 from backend.adapters import ModelAdapter, get_adapter
+from backend.capture import model_lock, override_forward
 from backend.config import InterpscopeError
 from backend.mamba_lrp.forward import Fixes, mixer_forward, rmsnorm
-
-_PATCHED = "_mamba_lrp_original_forward"
 
 
 def _check_family(adapter: ModelAdapter) -> None:
@@ -27,9 +25,9 @@ def _check_family(adapter: ModelAdapter) -> None:
         raise InterpscopeError(f"MambaLRP explains Mamba models; this model is of the {adapter.family} family.")
 
 
-def _mixer_forward(mixer: nn.Module, fixes: Fixes, original: Callable, owner: int) -> Callable:
+def _mixer_forward(mixer: nn.Module, fixes: Fixes, original: Callable) -> Callable:
     def forward(hidden_states: torch.Tensor, cache=None, attention_mask=None, **kwargs):
-        if threading.get_ident() != owner or cache is not None:
+        if cache is not None:
             return original(hidden_states, cache=cache, attention_mask=attention_mask, **kwargs)
         if attention_mask is not None:
             hidden_states = hidden_states * attention_mask[:, :, None].to(hidden_states.dtype)
@@ -37,10 +35,8 @@ def _mixer_forward(mixer: nn.Module, fixes: Fixes, original: Callable, owner: in
     return forward
 
 
-def _norm_forward(norm: nn.Module, fixes: Fixes, original: Callable, owner: int) -> Callable:
+def _norm_forward(norm: nn.Module, fixes: Fixes) -> Callable:
     def forward(hidden_states: torch.Tensor):
-        if threading.get_ident() != owner:
-            return original(hidden_states)
         return rmsnorm(norm, hidden_states, fixes.norm)
     return forward
 
@@ -66,22 +62,13 @@ class MambaLRPRule:
     @contextmanager
     def _patched(self, adapter: ModelAdapter) -> Iterator[None]:
         _check_family(adapter)
-        owner = threading.get_ident()
-        done: list[nn.Module] = []
-        try:
+        with ExitStack() as stack:
             for kind, module in patched_modules(adapter):
-                if _PATCHED in module.__dict__:
-                    raise InterpscopeError("MambaLRP is already applied to this model instance.")
-                original = module.forward
-                make = _mixer_forward if kind == "mixer" else _norm_forward
-                module.__dict__[_PATCHED] = original
-                done.append(module)
-                module.forward = make(module, self.fixes, original, owner)
+                original = type(module).forward.__get__(module)
+                forward = (_mixer_forward(module, self.fixes, original) if kind == "mixer"
+                           else _norm_forward(module, self.fixes))
+                stack.enter_context(override_forward(module, forward))
             yield
-        finally:
-            for module in done:
-                module.__dict__.pop("forward", None)
-                module.__dict__.pop(_PATCHED, None)
 
     def apply(self, adapter: ModelAdapter):
         return self._patched(adapter)
@@ -96,8 +83,8 @@ def mambalrp_rules(adapter: ModelAdapter, fixes: Fixes = Fixes()) -> list[MambaL
 @contextmanager
 def mamba_lrp(model_or_lm, fixes: Fixes = Fixes()) -> Iterator[ModelAdapter]:
     """Hold the model's lock and apply MambaLRP with `fixes` to that instance for the `with` block."""
-    from backend.relevance.locks import lock_of  # the relevance package imports this module's registry entry
+    from backend.capture import model_lock
 
     adapter = get_adapter(model_or_lm) if isinstance(model_or_lm, nn.Module) else model_or_lm.adapter
-    with lock_of(model_or_lm), MambaLRPRule(fixes).apply(adapter):
+    with model_lock(model_or_lm), MambaLRPRule(fixes).apply(adapter):
         yield adapter

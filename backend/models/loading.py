@@ -35,7 +35,6 @@ class LoadedModel:
     dtype: torch.dtype
     source: str
     load_seconds: float
-    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     @property
     def family(self) -> str:

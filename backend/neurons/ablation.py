@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from backend.adapters import ModelAdapter
-from backend.capture import capture, hooks
+from backend.capture import capture, hooks, model_lock
 from backend.config import InterpscopeError
 from backend.neurons.folding import final_norm, unembed_bias
 from backend.neurons.metrics import freeze_unigram, kl_to_unigram, loss_and_entropy, norm_mediated_share
@@ -126,7 +126,7 @@ def token_effects(lm, neurons: list[Neuron], tokens: torch.Tensor, means: dict[i
             "loss_direct_frozen_unigram"]
     parts: dict[str, list] = {key: [] for key in keys}
     n_windows = tokens.shape[0]
-    with lm.lock, torch.no_grad():
+    with model_lock(lm), torch.no_grad():
         for start in range(0, n_windows, batch_size):
             batch = tokens[start:start + batch_size].to(lm.device)
             clean = capture(adapter, batch, names, to_cpu=False)

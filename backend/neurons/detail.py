@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from backend.capture import capture
+from backend.capture import capture, model_lock
 from backend.neurons.ablation import parse_neurons
 from backend.neurons.folding import folded_W_out
 from backend.neurons.metrics import entropy_of
@@ -111,7 +111,7 @@ def text_activations(lm, text: str, neurons) -> TextActivations:
     chosen = parse_neurons(neurons, lm.adapter)
     ids = lm.encode(text)
     names = sorted({f"blocks.{n.layer}.mlp.hook_post" for n in chosen})
-    with lm.lock, torch.no_grad():
+    with model_lock(lm), torch.no_grad():
         run = capture(lm.adapter, ids, names)
     logits = run.logits.float()
     probs = torch.softmax(logits, dim=-1)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from backend.capture import capture
+from backend.capture import capture, model_lock
 from backend.config import InterpscopeError
 from backend.neurons.ablation import Neuron, parse_neurons, random_neurons, token_effects
 from backend.neurons.metrics import loss_and_entropy
@@ -78,7 +78,7 @@ def induction_study(lm, neurons, n_sequences: int = 8, half_len: int = 50, n_ran
     tokens = repeated_sequences(lm.tokenizer, adapter.vocab_size, n_sequences, half_len, seed, counts)
     layers = sorted({n.layer for n in everyone})
     names = [f"blocks.{layer}.mlp.hook_post" for layer in layers]
-    with lm.lock, torch.no_grad():
+    with model_lock(lm), torch.no_grad():
         run = capture(adapter, tokens.to(lm.device), names, to_cpu=True)
     logits = run.logits.reshape(n_sequences, tokens.shape[1], -1).float()
     loss, entropy = loss_and_entropy(logits[:, 1:-1], tokens[:, 2:])

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from backend import corpus
-from backend.capture import hooks
+from backend.capture import StopForward, hooks, model_lock
 from backend.config import InterpscopeError, data_dir
 from backend.neurons.unigram import source_key, save_npy_atomic
 from backend.neurons.weights import check_layer
@@ -51,9 +51,6 @@ class ActivationStore:
         return int(self.tokens.size)
 
 
-class _StopForward(Exception):
-    """Raised by a hook once the last layer needed has been read, to skip the rest of the forward pass."""
-
 
 def _sample_dir(lm, n_tokens: int, seq_len: int, source, split: str) -> Path:
     return data_dir() / "neurons" / "acts" / model_key(lm) / f"{source_key(source, split)}-{seq_len}x{n_tokens}"
@@ -72,17 +69,17 @@ def run_layers(lm, token_batches: torch.Tensor, layers: list[int], batch_size: i
         def read(tensor: torch.Tensor) -> None:
             outputs[layer].append(tensor.detach().float().cpu().numpy())
             if layer == last:
-                raise _StopForward
+                raise StopForward
         return read
 
     n = token_batches.shape[0]
-    with lm.lock, torch.no_grad(), hooks(adapter, {f"blocks.{layer}.mlp.hook_post": reader(layer)
+    with model_lock(lm), torch.no_grad(), hooks(adapter, {f"blocks.{layer}.mlp.hook_post": reader(layer)
                                                    for layer in layers}):
         for start in range(0, n, batch_size):
             batch = token_batches[start:start + batch_size].to(lm.device)
             try:
                 lm.model(input_ids=batch, use_cache=False)
-            except _StopForward:
+            except StopForward:
                 pass
             if progress:
                 progress(min(1.0, (start + batch.shape[0]) / n), f"corpus activations {start + batch.shape[0]}/{n}")

@@ -7,7 +7,6 @@ contribution to the residual norm (and so to the final norm's scale) is large.
 """
 from __future__ import annotations
 
-import threading
 
 import torch
 
@@ -81,4 +80,4 @@ def loaded(model, tokenizer, name: str = "tiny"):
 
     return LoadedModel(name=name, model=model, tokenizer=tokenizer, adapter=get_adapter(model),
                        device=torch.device("cpu"), dtype=next(model.parameters()).dtype, source="memory",
-                       load_seconds=0.0, lock=threading.RLock())
+                       load_seconds=0.0)

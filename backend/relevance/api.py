@@ -18,7 +18,7 @@ from backend.relevance import baselines
 from backend.relevance.continuation import ContinuationRelevance, continuation_relevance
 from backend.relevance.engine import Attribution, Conservation, LatentRelevance, attribute, forward_logits
 from backend.relevance.faithfulness import DEFAULT_STEPS, PerturbationCurves, perturbation_curves
-from backend.relevance.locks import lock_of
+from backend.capture import model_lock
 from backend.relevance.methods import get_method
 from backend.relevance.targets import Target, resolve_target
 
@@ -53,7 +53,7 @@ def next_token_logits(model_or_lm, input_ids: torch.Tensor, position: int | None
     """Logits [vocab] predicting the token after `position` (default: the last input token)."""
     adapter = _adapter(model_or_lm)
     position = input_ids.shape[1] - 1 if position is None else position
-    with lock_of(model_or_lm), torch.no_grad():
+    with model_lock(model_or_lm), torch.no_grad():
         return forward_logits(adapter.model, adapter.embedding()(input_ids), [position])[0, 0]
 
 
@@ -62,7 +62,7 @@ def run_method(model_or_lm, input_ids: torch.Tensor, method: str, target: Target
     """(attribution, seconds of the attribution itself) for one method on input_ids [1, T]."""
     adapter = _adapter(model_or_lm)
     spec = get_method(method, adapter.family)
-    with lock_of(model_or_lm):
+    with model_lock(model_or_lm):
         start = time.perf_counter()
         if spec.kind == "lrp":
             result = attribute(adapter, input_ids, target, spec.rules(adapter), latent=latent)
@@ -106,7 +106,7 @@ def faithfulness(lm, result: RelevanceResult, steps: int = DEFAULT_STEPS) -> Per
     ids = torch.tensor([result.token_ids], device=lm.device)
     target = Target(result.target["position"], result.target["id"], result.target.get("contrast_id"),
                     bool(result.target.get("vs_rest", False)))
-    with lock_of(lm):
+    with model_lock(lm):
         return perturbation_curves(lm.adapter, ids, target, result.relevance, steps=steps)
 
 
@@ -152,7 +152,7 @@ def explain_continuation(lm, text: str, n_new: int, method: str = "attnlrp") -> 
         raise InterpscopeError(f"Generate between 1 and {MAX_NEW_TOKENS} tokens (asked for {n_new}).")
     ids = lm.encode(text, max_tokens=lm.token_cap - n_new)
     rules = spec.rules(lm.adapter) if spec.rules else []
-    with lock_of(lm):
+    with model_lock(lm):
         matrix = continuation_relevance(lm.adapter, ids, n_new, rules)
     return matrix, lm.token_strings(matrix.sequence_ids)
 

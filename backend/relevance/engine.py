@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from backend.adapters import ModelAdapter
-from backend.relevance.rules import Rule, applied, this_thread_only
+from backend.capture import Handle, on_input, on_output
+from backend.relevance.rules import Rule, applied
 from backend.relevance.targets import Target
 
 
@@ -69,7 +70,7 @@ class _Taps:
     def __init__(self) -> None:
         self.tensors: dict[str, torch.Tensor] = {}
         self.registered: set[str] = set()
-        self.handles: list = []
+        self.handles: list[Handle] = []
 
     def output(self, module: nn.Module, name: str, leaf: bool = False) -> None:
         self.registered.add(name)
@@ -81,13 +82,13 @@ class _Taps:
                 return tensor if not isinstance(output, tuple) else (tensor, *output[1:])
             self.tensors[name] = tensor
             return None
-        self.handles.append(module.register_forward_hook(this_thread_only(hook), prepend=True))
+        self.handles.append(on_output(module, hook, role="rule" if leaf else "read", prepend=True))
 
     def input(self, module: nn.Module, name: str) -> None:
         self.registered.add(name)
         def hook(mod, args, kwargs):
             self.tensors[name] = args[0] if args else kwargs["hidden_states"]
-        self.handles.append(module.register_forward_pre_hook(this_thread_only(hook), prepend=True, with_kwargs=True))
+        self.handles.append(on_input(module, hook, prepend=True))
 
     def remove(self) -> None:
         for handle in self.handles:

@@ -9,7 +9,6 @@ A rule is any object with `apply(adapter) -> context manager`; other families (e
 """
 from __future__ import annotations
 
-import threading
 from contextlib import ExitStack, contextmanager
 from typing import Callable, Iterator, Protocol, Sequence
 
@@ -17,6 +16,8 @@ import torch
 from torch import nn
 
 from backend.adapters import ModelAdapter
+from backend.capture import model_lock, scoped
+
 
 class Rule(Protocol):
     """A change to the backward pass of one model instance, active inside `with rule.apply(adapter):`."""
@@ -46,34 +47,15 @@ def safe_divisor(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x == 0, torch.ones_like(x), x)
 
 
-def this_thread_only(fn: Callable) -> Callable:
-    """Wrap a hook so it acts only on forward passes run by the thread that registered it.
-
-    The model is shared: another session may run plain inference on it (without the lock) while rules are on.
-    """
-    owner = threading.get_ident()
-
-    def hook(*args):
-        if threading.get_ident() != owner:
-            return None
-        return fn(*args)
-    return hook
-
-
 @contextmanager
 def output_hooks(pairs: Sequence[tuple[nn.Module, Callable]]) -> Iterator[None]:
     """Register forward hooks `fn(module, args, output) -> new output` on the given modules; remove on exit.
 
-    Hooks act only on this thread's forward passes (see `this_thread_only`).
+    They go through backend.capture, so they act only on this run's forward passes: another session may run plain
+    inference on the shared model (without the lock) while rules are on.
     """
-    handles = []
-    try:
-        for module, fn in pairs:
-            handles.append(module.register_forward_hook(this_thread_only(fn)))
+    with scoped(pairs, role="rule"):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def _replace_first(output, new: torch.Tensor):
@@ -221,7 +203,7 @@ def cplrp_rules(adapter: ModelAdapter) -> list[Rule]:
 def applied(adapter: ModelAdapter, rules: Sequence[Rule]) -> Iterator[None]:
     """Enter every rule on the adapter's model instance; all are undone on exit, also after an exception.
 
-    The caller holds the model's lock (see backend.relevance.locks); `apply_rules` does both.
+    The caller holds the model's lock (backend.capture.model_lock); `apply_rules` does both.
     """
     with ExitStack() as stack:
         for rule in rules:
@@ -233,9 +215,8 @@ def applied(adapter: ModelAdapter, rules: Sequence[Rule]) -> Iterator[None]:
 def apply_rules(model_or_lm, rules: Sequence[Rule] | Callable[[ModelAdapter], Sequence[Rule]]) -> Iterator[ModelAdapter]:
     """Hold the model's lock and apply `rules` (a list, or a function of the adapter) for the `with` block."""
     from backend.adapters import get_adapter
-    from backend.relevance.locks import lock_of
 
     adapter = get_adapter(model_or_lm) if isinstance(model_or_lm, nn.Module) else model_or_lm.adapter
     chosen = rules(adapter) if callable(rules) else rules
-    with lock_of(model_or_lm), applied(adapter, chosen):
+    with model_lock(model_or_lm), applied(adapter, chosen):
         yield adapter

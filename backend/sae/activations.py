@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from backend.capture import hooks
+from backend.capture import StopForward, hooks, model_lock
 from backend.config import InterpscopeError, data_dir
 from backend.corpus import token_chunks
 from backend.sae.sinks import sink_rows
@@ -52,9 +52,6 @@ def _write_json_atomic(path: Path, value: dict) -> None:
     tmp.write_text(json.dumps(value, indent=2), encoding="utf-8")
     os.replace(tmp, path)
 
-
-class _StopForward(Exception):
-    """Raised inside a hook once the wanted activation is captured: later layers need not run."""
 
 
 class ActivationCache:
@@ -124,17 +121,17 @@ def build_activation_cache(loaded, hook_name: str, n_tokens: int, *, source: str
     def grab(tensor: torch.Tensor):
         captured["x"] = tensor.detach()
         if stop_early:
-            raise _StopForward
+            raise StopForward
         return None
 
     start_chunk = done_rows // rows_per_chunk
-    with loaded.lock, torch.no_grad():
+    with model_lock(loaded), torch.no_grad():
         for first in range(start_chunk, chunks.shape[0], batch_size):
             batch = chunks[first:first + batch_size].to(loaded.device)
             try:
                 with hooks(adapter, {hook_name: grab}):
                     loaded.model(input_ids=batch, use_cache=False)
-            except _StopForward:
+            except StopForward:
                 pass
             acts = captured.pop("x")[:, 1:, :].reshape(-1, d_in).float().cpu().numpy()
             row = first * rows_per_chunk

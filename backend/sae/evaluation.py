@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from backend.capture import hooks
+from backend.capture import hooks, model_lock
 from backend.config import InterpscopeError
 from backend.corpus import token_chunks
 from backend.sae.architectures import SparseAutoencoder
@@ -143,7 +143,7 @@ def evaluate_saes(loaded, saes: list[SparseAutoencoder], *, hook_name: str | Non
         return out
 
     model = loaded.model
-    with loaded.lock:
+    with model_lock(loaded):
         for start in range(0, ids.shape[0], batch_size):
             batch = ids[start:start + batch_size].to(loaded.device)
             targets = batch.cpu()

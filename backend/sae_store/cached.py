@@ -16,6 +16,7 @@ import torch
 
 from backend.config import data_dir
 from backend.sae_store.encode import hook_activations
+from backend.capture import model_lock
 
 TOLERANCE = 2e-2  # relative, float16 storage of activations whose norm is in the tens
 
@@ -48,7 +49,7 @@ def find_cache(loaded, hook_name: str, corpus: str, split: str, context_size: in
 
 
 def _matches(loaded, hook_name: str, rows: np.ndarray, window: torch.Tensor) -> bool:
-    with loaded.lock:
+    with model_lock(loaded):
         live = hook_activations(loaded, hook_name, window[None])[0, 1:].float().cpu()
     cached = torch.from_numpy(np.array(rows[: live.shape[0]], dtype=np.float32))
     return bool((cached - live).norm() <= TOLERANCE * live.norm())

@@ -7,28 +7,25 @@ from __future__ import annotations
 
 import torch
 
-from backend.capture import hooks
+from backend.capture import StopForward, hooks, model_lock
 from backend.sae import SparseAutoencoder, check_compatible
 from backend.sae.sinks import zero_sink_features
 
 
-class _StopForward(Exception):
-    """Raised inside the hook once the activation is captured: later layers need not run."""
-
 
 @torch.no_grad()
 def hook_activations(loaded, hook_name: str, input_ids: torch.Tensor) -> torch.Tensor:
-    """Activations [B, T, d] at hook_name for input_ids [B, T] (the caller holds loaded.lock)."""
+    """Activations [B, T, d] at hook_name for input_ids [B, T] (the caller holds model_lock(loaded))."""
     captured: dict[str, torch.Tensor] = {}
 
     def grab(tensor: torch.Tensor):
         captured["x"] = tensor.detach()
-        raise _StopForward
+        raise StopForward
 
     try:
         with hooks(loaded.adapter, {hook_name: grab}):
             loaded.model(input_ids=input_ids.to(loaded.device), use_cache=False)
-    except _StopForward:
+    except StopForward:
         pass
     if "x" not in captured:
         raise RuntimeError(f"the hook {hook_name} was never reached")
@@ -41,7 +38,7 @@ def encode_with_sinks(loaded, sae: SparseAutoencoder, input_ids: torch.Tensor,
     """SAE feature activations [B, T, d_sae] (float32, CPU) for input_ids [B, T], zero at massive-activation
     positions (backend.sae.sinks), and the mask [B, T - 1] of those positions among 1..T-1."""
     hook = check_compatible(sae, loaded.adapter, hook_name, loaded.name)
-    with loaded.lock:
+    with model_lock(loaded):
         x = hook_activations(loaded, hook, input_ids)
     x = x.to(device=sae.W_enc.device, dtype=sae.W_enc.dtype)
     features = sae.encode(x)

@@ -18,7 +18,7 @@ import torch
 
 from backend.config import InterpscopeError
 from backend.relevance import attribute, get_method
-from backend.relevance.locks import lock_of
+from backend.capture import model_lock
 from backend.sae import SparseAutoencoder, check_compatible
 from backend.sae_store.encode import encode_with_sinks
 
@@ -116,7 +116,7 @@ def feature_attribution(loaded, sae: SparseAutoencoder, text: str, feature: int,
     from backend.capture import hooks
 
     rules = spec.rules(loaded.adapter) if spec.kind == "lrp" else []
-    with lock_of(loaded), hooks(loaded.adapter, {hook: read_feature}):
+    with model_lock(loaded), hooks(loaded.adapter, {hook: read_feature}):
         result = attribute(loaded.adapter, ids, target, rules, conservation=False, points=[hook])
     at_hook = float(result.points[hook].sum())
     return FeatureAttribution(feature=feature, position=position, method=spec.label,

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from backend.capture import hooks
+from backend.capture import hooks, model_lock
 from backend.config import InterpscopeError
 from backend.sae import SparseAutoencoder, check_compatible
 
@@ -88,7 +88,7 @@ def steer(loaded, sae: SparseAutoencoder, text: str, feature: int, mode: str = "
         captured["x"] = tensor.detach()
 
     edit = _editor(sae, feature, mode, float(strength))
-    with loaded.lock:
+    with model_lock(loaded):
         with hooks(loaded.adapter, {hook: record}):
             clean_logits = loaded.model(input_ids=ids, use_cache=False).logits[0].double()
         with hooks(loaded.adapter, {hook: edit}):
