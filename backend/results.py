@@ -10,10 +10,16 @@ import numpy as np
 
 
 def to_plain(value: Any) -> Any:
-    """Convert dataclasses, numpy and torch values into JSON-ready Python values (NaN/inf -> None)."""
+    """Convert dataclasses, numpy and torch values into JSON-ready Python values (NaN/inf -> None).
+
+    The one JSON path of the project: page exports and the command line's --json both go through it. A dataclass
+    may list derived properties to include in `__plain_extras__` (e.g. a target's label)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)
-                if not f.name.startswith("_")}
+        plain = {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+                 if not f.name.startswith("_")}
+        for name in getattr(type(value), "__plain_extras__", ()):  # derived facts a reader needs (labels)
+            plain[name] = to_plain(getattr(value, name))
+        return plain
     if isinstance(value, dict):
         return {str(k): to_plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

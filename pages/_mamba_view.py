@@ -7,7 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 from backend.corpus import sample_prompts
-from backend.mamba_lrp.analysis import conservation_by_disabled_fix, distance_profile
+from backend.relevance.mamba.analysis import conservation_by_disabled_fix, distance_profile
 from backend.relevance.api import make_target
 from components.export import export_menu
 from components.mamba_charts import distance_figure, fix_error_figure

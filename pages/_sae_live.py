@@ -12,7 +12,7 @@ import streamlit as st
 
 from backend.config import ASSETS_DIR, InterpscopeError
 from backend.models import load_model
-from backend.relevance import methods_for_family
+from backend.relevance import methods_for
 from backend.sae import load_sae
 from backend.sae.sinks import SINK_FACTOR
 from backend.sae_store import FeatureStore, build_store
@@ -141,7 +141,7 @@ def show_attribution(store: FeatureStore, lm, text: str) -> None:
     best = int(np.argmax(column[1:]) + 1) if len(column) > 1 else 0
     position = st.selectbox("Position", positions, index=best, key=f"sae-attr-pos-{feature}",
                             format_func=lambda i: f"{i}: {view.tokens[i]!r} (activation {column[i]:.3g})")
-    lrp = [m for m in methods_for_family(lm.family) if m.kind == "lrp"]
+    lrp = [m for m in methods_for(lm.adapter) if m.kind == "lrp"]
     names = [m.name for m in lrp]
     method = st.radio("Method", names, format_func=lambda n: {m.name: m.label for m in lrp}[n], horizontal=True,
                       key="sae-attr-method") if names else None

@@ -10,7 +10,7 @@ from backend.inputs import parse_examples
 from backend.predict import predict_next
 from backend.relevance.api import (RelevanceResult, explain, explain_continuation, faithfulness,
                                    faithfulness_batch, top_heads, top_neurons)
-from backend.relevance.methods import methods_for_family
+from backend.relevance.methods import methods_for
 from components.export import export_menu
 from components.relevance_charts import (abpc_bar, continuation_figure, curves_figure, latent_figure,
                                          top_bar)
@@ -25,12 +25,12 @@ st.caption("Which input tokens made the model say it? AttnLRP propagates the tar
 lm = current_model()
 if lm is None:
     st.stop()
-methods = methods_for_family(lm.family)
+methods = methods_for(lm.adapter)
 if not methods:
     st.warning(f"No relevance method is available for {lm.family} models yet.")
     st.stop()
 labels = {m.name: m.label for m in methods}
-backward_methods = [m.name for m in methods if m.kind in ("lrp", "gradient")]  # one backward pass each
+backward_methods = [m.name for m in methods if m.one_backward_pass]
 
 
 @st.cache_data(show_spinner=False, max_entries=128)
@@ -42,14 +42,6 @@ def _explain(key: tuple, text: str, method: str, token: str | None, contrast: tu
 @st.cache_data(show_spinner=False, max_entries=64)
 def _top(key: tuple, text: str) -> list[str]:
     return [p.token for p in predict_next(current_model(), text, top=10).predictions]
-
-
-def result_data(result: RelevanceResult) -> dict:
-    conservation = None if result.conservation is None else {
-        k: v for k, v in vars(result.conservation).items()}
-    return {"model": result.model, "method": result.method, "tokens": result.tokens,
-            "relevance": result.relevance, "target": result.target, "logit": result.logit,
-            "conservation": conservation, "seconds": result.seconds}
 
 
 def conservation_readout(result: RelevanceResult) -> None:
@@ -71,14 +63,12 @@ def conservation_readout(result: RelevanceResult) -> None:
 
 
 def show_map(result: RelevanceResult, leave_out_first: bool, key: str) -> None:
-    target = result.target
-    label = repr(target["token"]) + (f" rather than {target['contrast_token']!r}" if "contrast_token" in target else "")
-    title = f"{result.method_label}: relevance for {label} ({result.model})"
+    title = f"{result.method_label}: relevance for {result.target.label} ({result.model})"
     map_column, readout_column = st.columns([3, 1])
     with map_column:
         st.markdown(f"**{title}** · {result.seconds:.2f} s")
         token_heatmap(result.tokens, result.relevance, leave_out_first)
-        export_menu(heatmap_figure(result.tokens, result.relevance, title, leave_out_first), result_data(result),
+        export_menu(heatmap_figure(result.tokens, result.relevance, title, leave_out_first), result,
                     key=f"map-{key}", filename=f"relevance-{result.method}")
     with readout_column:
         conservation_readout(result)

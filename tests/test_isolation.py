@@ -153,7 +153,7 @@ def test_fourier_filters_do_not_reach_other_threads():
 
 
 def test_mamba_forward_override_does_not_reach_other_threads():
-    from backend.mamba_lrp.rule import mamba_lrp
+    from backend.relevance.mamba.rule import mamba_lrp
     from backend.models import load_model
 
     mamba = load_model("mamba-tiny", device="cpu")

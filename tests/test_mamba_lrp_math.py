@@ -10,11 +10,11 @@ import torch.nn.functional as F
 
 from backend.adapters import get_adapter
 from backend.config import InterpscopeError
-from backend.mamba_lrp.analysis import conservation, conservation_by_disabled_fix, relevance_by_distance
-from backend.mamba_lrp.forward import (FIX_NAMES, Fixes, backbone_forward, gate_product, selective_scan_chunked,
+from backend.relevance.mamba.analysis import conservation, conservation_by_disabled_fix, relevance_by_distance
+from backend.relevance.mamba.forward import (FIX_NAMES, Fixes, backbone_forward, gate_product, selective_scan_chunked,
                                        selective_scan_sequential, silu, stabilise)
-from backend.mamba_lrp.rule import MambaLRPRule, mamba_lrp
-from backend.relevance import attribute, get_method, methods_for_family
+from backend.relevance.mamba.rule import MambaLRPRule, mamba_lrp
+from backend.relevance import attribute, get_method, methods_for
 from backend.relevance.targets import Target
 from tests.tiny_models import tiny_llama, tiny_mamba
 
@@ -128,14 +128,15 @@ def test_silu_identity_rule_keeps_the_value_and_passes_x_times_ratio():
 def test_engine_attribute_matches_the_accounting_and_mambalrp_is_offered_for_mamba(model, ids):
     target = predicted(model, ids)
     adapter = get_adapter(model)
-    via_engine = attribute(adapter, ids, target, get_method("mambalrp", "mamba").rules(adapter))
+    via_engine = attribute(adapter, ids, target, get_method("mambalrp", adapter).rules(adapter))
     direct = conservation(model, ids, target, Fixes())
     np.testing.assert_allclose(via_engine.relevance, direct.relevance, atol=1e-12)
     assert via_engine.conservation.relative_error < 1e-6
-    assert methods_for_family("mamba")[0].name == "mambalrp"
-    assert "mambalrp" not in [m.name for m in methods_for_family("llama")]
-    with pytest.raises(InterpscopeError):
-        get_method("mambalrp", "llama")
+    assert methods_for(adapter)[0].name == "mambalrp"
+    llama = get_adapter(tiny_llama())
+    assert "mambalrp" not in [m.name for m in methods_for(llama)]
+    with pytest.raises(InterpscopeError, match="state_space"):
+        get_method("mambalrp", llama)
     with pytest.raises(InterpscopeError):
         MambaLRPRule().apply(get_adapter(tiny_llama())).__enter__()
 

@@ -67,11 +67,11 @@ def test_cli_explain_on_mamba_same_json(capsys, tmp_path, mamba_lm, method):
     assert data["model"] == "mamba-tiny" and data["method"] == (method or "mambalrp")
     assert data["tokens"] == mamba_lm.token_strings(mamba_lm.encode(TEXT)[0])
     assert len(data["relevance"]) == len(data["tokens"])
-    assert set(data["conservation"]) == {"input_sum", "bias_sum", "softmax_sum", "relative_error"}
     if (method or "mambalrp") == "mambalrp":
+        assert {"input_sum", "bias_sum", "softmax_sum", "relative_error"} <= set(data["conservation"])
         assert data["conservation"]["relative_error"] < 1e-3 and data["conservation"]["softmax_sum"] == 0.0
     else:
-        assert data["conservation"]["relative_error"] is None
+        assert data["conservation"] is None
 
 
 def test_cli_refuses_attnlrp_on_mamba(capsys):

@@ -18,7 +18,7 @@ FAMILIES = ["gpt2", "llama", "gpt_neox"]
 
 def _randomise_gamma(model) -> None:
     """A non-trivial final-norm gain, so the tests see whether gamma is folded into W_U."""
-    weight = get_adapter(model).final_norm_weight()
+    weight = get_adapter(model).final_norm().weight
     with torch.no_grad():
         weight.copy_(torch.rand(weight.shape[0], dtype=weight.dtype) * 1.5 + 0.25)
 

@@ -8,7 +8,7 @@ import torch
 from backend.adapters import get_adapter
 from backend.config import InterpscopeError
 from backend.models.tokenizers import gpt2_tokenizer
-from backend.relevance import attnlrp_rules, attribute, cplrp_rules, get_method, methods_for_family
+from backend.relevance import attnlrp_rules, attribute, cplrp_rules, get_method, methods_for
 from backend.relevance.baselines import integrated_gradients, occlusion
 from backend.relevance.continuation import continuation_relevance
 from backend.relevance.faithfulness import perturbation_curves, removal_counts
@@ -93,13 +93,19 @@ def test_target_resolution_and_messages():
         token_id_of(tokenizer, "")
 
 
-def test_method_registry_is_driven_by_family():
-    transformer = [m.name for m in methods_for_family("llama")]
+def test_method_registry_is_driven_by_capabilities():
+    from backend.adapters import get_adapter
+    from tests.tiny_models import tiny_llama, tiny_mamba
+
+    llama, mamba = get_adapter(tiny_llama()), get_adapter(tiny_mamba())
+    transformer = [m.name for m in methods_for(llama)]
     assert transformer[:2] == ["attnlrp", "cplrp"] and {"gradxinput", "ig", "occlusion"} <= set(transformer)
-    mamba = [m.name for m in methods_for_family("mamba")]
-    assert "attnlrp" not in mamba and "gradxinput" in mamba
-    with pytest.raises(InterpscopeError, match="not available for mamba"):
-        get_method("attnlrp", "mamba")
+    ssm = [m.name for m in methods_for(mamba)]
+    assert "attnlrp" not in ssm and "gradxinput" in ssm and ssm[0] == "mambalrp"
+    with pytest.raises(InterpscopeError, match="transformer_lrp"):
+        get_method("attnlrp", mamba)
+    llama.lrp_exact = False  # a family computing something no rule covers offers no LRP method
+    assert [m.kind for m in methods_for(llama)].count("lrp") == 0
     with pytest.raises(InterpscopeError, match="Unknown method"):
         get_method("saliency")
 

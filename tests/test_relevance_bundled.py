@@ -17,7 +17,7 @@ def test_cplrp_conserves_on_bundled_model(bundled_lm):
     assert conservation.relative_error < 1e-3
     assert abs(result.relevance.sum() - result.logit) / abs(result.logit) < 1e-3  # SmolLM2 has no biases
     assert result.tokens == bundled_lm.token_strings(bundled_lm.encode(TEXT)[0])
-    assert result.target["position"] == len(result.tokens) - 1
+    assert result.target.position == len(result.tokens) - 1
     assert result.seconds > 0
 
 
@@ -39,7 +39,7 @@ def test_attnlrp_on_bundled_model_with_latent_relevance(bundled_lm):
 
 def test_contrast_and_faithfulness_on_bundled_model(bundled_lm):
     result = explain(bundled_lm, TEXT, "cplrp", contrast=(" her", " him"))
-    assert result.target["token"] == " her" and result.target["contrast_token"] == " him"
+    assert result.target.token == " her" and result.target.contrast_token == " him"
     curves = faithfulness(bundled_lm, result, steps=5)
     assert curves.morf[0] == pytest.approx(result.logit, rel=1e-3, abs=1e-3)
     assert np.isfinite(curves.abpc)

@@ -28,16 +28,22 @@ def test_explain_json_fields(capsys, tmp_path, bundled_lm, method):
     assert data["model"] == "smollm2-135m" and data["method"] == method
     assert data["tokens"] == bundled_lm.token_strings(bundled_lm.encode(TEXT)[0])
     assert len(data["relevance"]) == len(data["tokens"]) and all(isinstance(v, float) for v in data["relevance"])
-    assert set(data["target"]) >= {"token", "id", "position"} and data["target"]["position"] == len(data["tokens"]) - 1
+    assert set(data["target"]) >= {"token", "token_id", "position", "label", "kind"}
+    assert data["target"]["position"] == len(data["tokens"]) - 1 and data["target"]["kind"] == "logit"
     assert isinstance(data["logit"], float) and data["seconds"] > 0
     conservation = data["conservation"]
-    assert set(conservation) == {"input_sum", "bias_sum", "softmax_sum", "relative_error"}
     if method in ("attnlrp", "cplrp"):
+        assert {"input_sum", "bias_sum", "softmax_sum", "relative_error"} <= set(conservation)
         assert conservation["relative_error"] < 1e-3
         assert abs(conservation["input_sum"] + conservation["bias_sum"] + conservation["softmax_sum"]
                    - data["logit"]) < 1e-3 * abs(data["logit"])
     else:
-        assert all(v is None for v in conservation.values())
+        assert conservation is None
+    if method == "ig":  # completeness: relevance sums to f(x) - f(baseline), up to the integral's gap
+        completeness = data["completeness"]
+        assert abs(sum(data["relevance"]) - completeness["relevance_sum"]) < 1e-6
+        assert abs(completeness["gap"] - (completeness["relevance_sum"] - completeness["value"]
+                                          + completeness["baseline_value"])) < 1e-6
     assert data["target"]["token"] in stdout  # the human summary is printed too
 
 
@@ -48,6 +54,7 @@ def test_explain_json_to_stdout_with_contrast_and_png(capsys, tmp_path, bundled_
     assert code == 0
     data = json.loads(stdout)
     assert data["target"]["token"] == " other" and data["target"]["contrast_token"] == " same"
+    assert data["target"]["kind"] == "logit difference" and data["target"]["label"] == "' other' rather than ' same'"
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.stat().st_size > 5000
 
 

@@ -92,7 +92,7 @@ def test_weight_statistics_match_brute_force(lm, tmp_path):
                                      batch_size=BATCH))
     sae = load_sae(folder)
     W_dec = sae.W_dec.detach().double()
-    gamma = lm.adapter.final_norm_weight().detach().double()
+    gamma = lm.adapter.final_norm().weight.detach().double()
     logits = (W_dec * gamma) @ lm.adapter.unembedding().weight.detach().double().T
     unit = W_dec / W_dec.norm(dim=1, keepdim=True)
     cos = unit @ unit.T

@@ -22,6 +22,56 @@ _BLOCK_HOOK = re.compile(r"^blocks\.(\d+)\.(hook_resid_pre|hook_resid_mid|hook_r
 
 
 @dataclass(frozen=True)
+class NormSpec:
+    """How a family's normalisation computes: y = centre(x) / sqrt(mean(centre(x)^2) + eps) * gamma + beta.
+
+    centred: LayerNorm removes the mean first, RMSNorm does not. weight_offset: Gemma's RMSNorm multiplies by
+    (1 + weight), so its gamma is weight + 1. A module without a weight has gamma 1 (OLMo's LayerNorm).
+    """
+
+    centred: bool
+    weight_offset: float = 0.0
+    default_eps: float = 1e-5
+
+    @property
+    def kind(self) -> str:
+        return "layernorm" if self.centred else "rmsnorm"
+
+
+RMSNORM = NormSpec(centred=False, default_eps=1e-6)
+LAYERNORM = NormSpec(centred=True, default_eps=1e-5)
+
+
+@dataclass
+class FoldedNorm:
+    """One norm module as plain tensors: gamma [d] (offset applied; ones when weightless), beta [d] or None, eps.
+
+    normed = gamma * centre(x) / scale(x) + beta, with `scale` replaceable by a frozen one (the direct effect)."""
+
+    spec: NormSpec
+    gamma: torch.Tensor
+    beta: torch.Tensor | None
+    eps: float
+
+    @property
+    def centres(self) -> bool:
+        return self.spec.centred
+
+    def centre(self, x: torch.Tensor) -> torch.Tensor:
+        return x - x.mean(-1, keepdim=True) if self.centres else x
+
+    def scale(self, x: torch.Tensor) -> torch.Tensor:
+        """The per-position divisor [...]: sqrt(mean square of centre(x) + eps)."""
+        return torch.sqrt(self.centre(x).pow(2).mean(-1) + self.eps)
+
+    def apply(self, x: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+        """The norm's output; with `scale` given, that scale is used instead of x's own (frozen norm)."""
+        scale = self.scale(x) if scale is None else scale
+        out = self.gamma * self.centre(x) / scale.unsqueeze(-1)
+        return out + self.beta if self.beta is not None else out
+
+
+@dataclass(frozen=True)
 class HookSpec:
     """Where a named activation is read: the input ('pre') or output ('post') of `module`."""
 
@@ -34,9 +84,13 @@ class ModelAdapter:
     """Base adapter. Subclasses fill in the family-specific module lookups."""
 
     family: str = "unknown"
-    norm_kind: Literal["rmsnorm", "layernorm"] = "layernorm"
+    model_types: tuple[str, ...] = ()
+    norm: NormSpec = LAYERNORM
     has_attention: bool = True
     has_mlp: bool = True
+    gated_mlp: bool = False
+    parallel_residual: bool = False
+    lrp_exact: bool = True  # False when the family computes something no LRP rule covers (e.g. clamped q/k/v)
 
     def __init__(self, model: nn.Module):
         self.model = model
@@ -102,8 +156,6 @@ class ModelAdapter:
         raise NotImplementedError
 
     # --- pieces the relevance rules wrap (override where the family has them) -------------------------
-    gated_mlp: bool = False
-
     def attention_qkv(self, layer: int) -> list[tuple[nn.Module, dict[str, torch.Tensor]]]:
         """Modules whose outputs hold queries, keys and values, each with the output-feature indices of every part.
 
@@ -124,15 +176,79 @@ class ModelAdapter:
         """Gated MLPs only: the linear branch multiplied with the activated gate."""
         return None
 
+    def attention_output_norm(self, layer: int) -> nn.Module | None:
+        """A norm on the attention's output before it joins the residual (Gemma 2/3 'sandwich' norms)."""
+        return None
+
+    def mlp_output_norm(self, layer: int) -> nn.Module | None:
+        """A norm on the MLP's output before it joins the residual (Gemma 2/3)."""
+        return None
+
+    def qk_norms(self, layer: int) -> list[nn.Module]:
+        """Norms applied to queries and keys inside attention (Qwen3, Gemma 3, OLMo 2)."""
+        return []
+
     def norms(self) -> list[nn.Module]:
-        """Every residual-stream normalisation module (per-block norms and the final norm)."""
+        """Every normalisation module (per-block, sandwich, query/key and final norms), for the LRP norm rule."""
         found: list[nn.Module] = []
         for layer in range(self.n_layers):
-            for norm in (self.attention_norm(layer), self.mlp_norm(layer)):
+            for norm in (self.attention_norm(layer), self.attention_output_norm(layer), self.mlp_norm(layer),
+                         self.mlp_output_norm(layer), *self.qk_norms(layer)):
                 if norm is not None:
                     found.append(norm)
         found.append(self.final_norm())
         return found
+
+    # --- how norms compute: the one place that knows (LRP rule, neuron folding, SAE logit weights) -------------
+    def norm_spec(self, module: nn.Module) -> NormSpec:
+        """How `module` normalises; the family's kind unless a family mixes kinds."""
+        return self.norm
+
+    def norm_eps(self, module: nn.Module) -> float:
+        for attr in ("variance_epsilon", "eps"):
+            value = getattr(module, attr, None)
+            if value is not None:
+                return float(value)
+        return self.norm_spec(module).default_eps
+
+    def norm_gamma(self, module: nn.Module) -> torch.Tensor | None:
+        """The effective gain (weight + the family's offset), or None when the module multiplies by nothing."""
+        spec = self.norm_spec(module)
+        weight = getattr(module, "weight", None)
+        if weight is None:
+            return None
+        return weight + spec.weight_offset if spec.weight_offset else weight
+
+    def norm_forward(self, module: nn.Module, x: torch.Tensor, detach_scale: bool = False) -> torch.Tensor:
+        """What `module` computes on x, written out (same operation order as the HF modules); with detach_scale
+        the normaliser carries no gradient: the LRP identity rule, exactly linear in the backward pass."""
+        spec = self.norm_spec(module)
+        source = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        centred = source - source.mean(-1, keepdim=True) if spec.centred else source
+        square = (centred.detach() if detach_scale else centred).pow(2).mean(-1, keepdim=True)
+        y = centred * torch.rsqrt(square + self.norm_eps(module))
+        gamma = self.norm_gamma(module)
+        if gamma is not None:
+            y = y * gamma.to(y.dtype)
+        bias = getattr(module, "bias", None)
+        if bias is not None:
+            y = y + bias.to(y.dtype)
+        return y.to(x.dtype)
+
+    def folded_norm(self, module: nn.Module | None = None) -> FoldedNorm:
+        """A norm (default: the final norm) as plain tensors, gamma always present (ones when weightless)."""
+        module = self.final_norm() if module is None else module
+        gamma = self.norm_gamma(module)
+        gamma = torch.ones(self.d_model, device=self.W_U().device) if gamma is None else gamma.detach()
+        bias = getattr(module, "bias", None)
+        return FoldedNorm(spec=self.norm_spec(module), gamma=gamma, beta=None if bias is None else bias.detach(),
+                          eps=self.norm_eps(module))
+
+    def folded_unembedding(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """W_U [d_model, vocab] with the final norm's gamma folded in: what a residual direction does to logits
+        (the norm's scale left out: one positive number per position, it reorders no token)."""
+        W_U = self.W_U().detach().to(dtype)
+        return self.folded_norm().gamma.to(device=W_U.device, dtype=dtype)[:, None] * W_U
 
     def unembedding(self) -> nn.Module:
         raise NotImplementedError
@@ -157,16 +273,6 @@ class ModelAdapter:
         """Token embeddings as [vocab, d_model]."""
         return self.embedding().weight
 
-    def final_norm_weight(self) -> torch.Tensor | None:
-        return getattr(self.final_norm(), "weight", None)
-
-    def final_norm_eps(self) -> float:
-        norm = self.final_norm()
-        for attr in ("variance_epsilon", "eps"):
-            if hasattr(norm, attr):
-                return float(getattr(norm, attr))
-        return 1e-5
-
     # --- hook points ---------------------------------------------------------------------------------
     def hook_points(self) -> list[str]:
         """Every named activation this model offers, in forward order."""
@@ -187,8 +293,6 @@ class ModelAdapter:
             names.append(f"blocks.{layer}.hook_resid_post")
         names.append("ln_final.hook_normalized")
         return names
-
-    parallel_residual: bool = False
 
     def resolve(self, name: str) -> HookSpec:
         """Map a TransformerLens-style hook name onto this model's module and read side."""
@@ -211,9 +315,9 @@ class ModelAdapter:
         lookup: dict[str, tuple[nn.Module | None, HookKind]] = {
             "hook_resid_pre": (block, "pre"),
             "hook_resid_post": (block, "post"),
-            "hook_attn_out": (self.attention(layer), "post"),
+            "hook_attn_out": (self.attention_output_norm(layer) or self.attention(layer), "post"),
             "hook_resid_mid": (None if self.parallel_residual else self.mlp_norm(layer), "pre"),
-            "hook_mlp_out": (self.mlp(layer), "post"),
+            "hook_mlp_out": (self.mlp_output_norm(layer) or self.mlp(layer), "post"),
             "hook_mixer_out": (self.mixer(layer), "post"),
             "mlp.hook_post": (self.mlp_down(layer), "pre"),
         }
@@ -221,6 +325,26 @@ class ModelAdapter:
         if module is None:
             raise InterpscopeError(f"{self.family} models have no {point} (asked for {name!r}).")
         return HookSpec(name, module, kind)
+
+    def capabilities(self) -> frozenset[str]:
+        """What this model offers, for methods to declare what they need (never a family name):
+        'attention', 'mlp_neurons', 'gated_mlp', 'transformer_lrp' (the pieces the AttnLRP/CP-LRP rules wrap),
+        'state_space' (a Mamba mixer), 'position_embedding'."""
+        found = set()
+        if self.has_attention:
+            found.add("attention")
+        if self.has_mlp:
+            found.add("mlp_neurons")
+        if self.gated_mlp:
+            found.add("gated_mlp")
+        if self.position_embedding() is not None:
+            found.add("position_embedding")
+        if self.n_layers and self.mixer(0) is not None:
+            found.add("state_space")
+        if (self.lrp_exact and self.has_attention and self.n_layers and self.attention_qkv(0)
+                and self.attention_out_proj(0) is not None and self.mlp_activation(0) is not None):
+            found.add("transformer_lrp")
+        return frozenset(found)
 
     def describe(self) -> dict:
         """Facts for a model card."""
@@ -231,5 +355,5 @@ class ModelAdapter:
             "heads": self.n_heads,
             "d_mlp": self.d_mlp,
             "vocab": self.vocab_size,
-            "norm": self.norm_kind,
+            "norm": self.norm.kind + (f" (gain 1 + w)" if self.norm.weight_offset else ""),
         }

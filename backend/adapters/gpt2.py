@@ -4,12 +4,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from backend.adapters.base import ModelAdapter
+from backend.adapters.base import LAYERNORM, ModelAdapter
 
 
 class GPT2Adapter(ModelAdapter):
     family = "gpt2"
-    norm_kind = "layernorm"
+    norm = LAYERNORM
     model_types = ("gpt2",)
 
     def _core(self) -> nn.Module:

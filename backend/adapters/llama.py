@@ -1,16 +1,17 @@
-"""Llama family: Llama, SmolLM2, Qwen2, Mistral (RMSNorm, gated SiLU MLP, rotary attention)."""
+"""Llama family: Llama, SmolLM2, Qwen2, Qwen3, Mistral (RMSNorm, gated SiLU MLP, rotary attention)."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from backend.adapters.base import ModelAdapter
+from backend.adapters.base import RMSNORM, ModelAdapter
 
 
 class LlamaAdapter(ModelAdapter):
     family = "llama"
-    norm_kind = "rmsnorm"
-    model_types = ("llama", "qwen2", "mistral", "qwen3", "olmo", "gemma")
+    norm = RMSNORM
+    model_types = ("llama", "qwen2", "mistral", "qwen3")
+    gated_mlp = True
 
     def _core(self) -> nn.Module:
         return self.model.model
@@ -31,11 +32,13 @@ class LlamaAdapter(ModelAdapter):
     def mlp(self, layer: int) -> nn.Module:
         return self.blocks()[layer].mlp
 
-    gated_mlp = True
-
     def attention_qkv(self, layer: int) -> list[tuple[nn.Module, dict[str, torch.Tensor]]]:
         parts = self.attention_projections(layer)
         return [(parts[name], {name: torch.arange(parts[name].out_features)}) for name in ("q", "k", "v")]
+
+    def qk_norms(self, layer: int) -> list[nn.Module]:
+        attn = self.attention(layer)
+        return [norm for norm in (getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)) if norm is not None]
 
     def attention_out_proj(self, layer: int) -> nn.Module:
         return self.attention(layer).o_proj

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from torch import nn
 
-from backend.adapters.base import ModelAdapter
+from backend.adapters.base import RMSNORM, ModelAdapter
 
 
 class MambaAdapter(ModelAdapter):
     family = "mamba"
-    norm_kind = "rmsnorm"
+    norm = RMSNORM
     has_attention = False
     has_mlp = False
     model_types = ("mamba",)

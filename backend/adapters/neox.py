@@ -4,12 +4,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from backend.adapters.base import ModelAdapter
+from backend.adapters.base import LAYERNORM, ModelAdapter
 
 
 class NeoXAdapter(ModelAdapter):
     family = "gpt_neox"
-    norm_kind = "layernorm"
+    norm = LAYERNORM
     model_types = ("gpt_neox",)
 
     @property

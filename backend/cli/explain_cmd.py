@@ -7,8 +7,6 @@ from pathlib import Path
 from backend.cli.common import add_model_args, emit_json, load_from_args
 from backend.config import InterpscopeError
 
-METHOD_CHOICES = ["attnlrp", "cplrp", "mambalrp", "gradxinput", "ig", "occlusion"]
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     explain = subparsers.add_parser(
@@ -21,7 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--file", help="a .txt/.md file (whole file, or one line with --row), .csv (text column) "
                                        "or .jsonl (\"text\" field)")
     explain.add_argument("--row", type=int, default=None, help="which example of --file (0-based; default 0)")
-    explain.add_argument("--method", default=None, choices=METHOD_CHOICES,
+    from backend.relevance import method_names
+
+    explain.add_argument("--method", default=None, choices=method_names(),
                          help="default: the family's LRP method (attnlrp for transformers, mambalrp for Mamba)")
     target = explain.add_mutually_exclusive_group()
     target.add_argument("--target-token", help="explain this next token (text of one token, or #id) instead of "
@@ -55,22 +55,6 @@ def _text_from_args(args: argparse.Namespace) -> str:
     return examples[row]
 
 
-def result_json(result) -> dict:
-    """The documented JSON shape of one explanation."""
-    conservation = result.conservation
-    fields = ("input_sum", "bias_sum", "softmax_sum", "relative_error")
-    return {
-        "model": result.model,
-        "method": result.method,
-        "tokens": result.tokens,
-        "relevance": [float(v) for v in result.relevance],
-        "target": result.target,
-        "logit": result.logit,
-        "conservation": {f: (getattr(conservation, f) if conservation is not None else None) for f in fields},
-        "seconds": result.seconds,
-    }
-
-
 def run_explain(args: argparse.Namespace) -> int:
     from backend.relevance.api import explain
 
@@ -79,19 +63,18 @@ def run_explain(args: argparse.Namespace) -> int:
         raise InterpscopeError("--png must end in .png, .svg or .pdf.")
     lm = load_from_args(args)
     if args.method is None:
-        from backend.relevance.methods import methods_for_family
+        from backend.relevance.methods import methods_for
 
-        args.method = methods_for_family(lm.family)[0].name
+        args.method = methods_for(lm.adapter)[0].name
     result = explain(lm, text, args.method, token=args.target_token,
                      contrast=tuple(args.contrast) if args.contrast else None)
     if args.png:
         from backend.relevance.render import save_heatmap
 
-        target = result.target
-        label = repr(target["token"]) + (f" rather than {target['contrast_token']!r}" if "contrast_token" in target else "")
-        save_heatmap(args.png, result.tokens, result.relevance, f"{result.method_label} relevance for {label} ({lm.name})")
+        save_heatmap(args.png, result.tokens, result.relevance,
+                     f"{result.method_label} relevance for {result.target.label} ({lm.name})")
     if args.json:
-        emit_json(result_json(result), args.json)
+        emit_json(result, args.json)  # the one JSON path (backend.results.to_plain), as the page's export
     if args.json != "-":
         _print_human(result)
     return 0
@@ -99,10 +82,8 @@ def run_explain(args: argparse.Namespace) -> int:
 
 def _print_human(result) -> None:
     target = result.target
-    contrast = f" rather than {target['contrast_token']!r}" if "contrast_token" in target else ""
-    print(f"{result.method_label} on {result.model}: target {target['token']!r}{contrast} "
-          f"(id {target['id']}) after position {target['position']}, value {result.logit:.4f}, "
-          f"{result.seconds:.3f} s")
+    print(f"{result.method_label} on {result.model}: target {target.label} (id {target.token_id}) after position "
+          f"{target.position}, {target.kind} {result.logit:.4f}, {result.seconds:.3f} s")
     for token, value in zip(result.tokens, result.relevance):
         print(f"{value:+10.4f}  {token!r}")
     if result.conservation is not None:

@@ -7,52 +7,18 @@ freeze `scale` at its clean value (the direct effect) or let it move (the total 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from backend.adapters import ModelAdapter
+from backend.adapters import FoldedNorm, ModelAdapter
 
 
-@dataclass
-class FinalNorm:
-    """What the final norm does, as plain tensors: kind, gain gamma [d], bias beta [d] or None, eps."""
-
-    kind: str
-    gamma: torch.Tensor
-    beta: torch.Tensor | None
-    eps: float
-
-    @property
-    def centres(self) -> bool:
-        return self.kind == "layernorm"
-
-    def centre(self, x: torch.Tensor) -> torch.Tensor:
-        """Remove the mean over d_model (LayerNorm) or leave x as it is (RMSNorm)."""
-        return x - x.mean(-1, keepdim=True) if self.centres else x
-
-    def scale(self, x: torch.Tensor) -> torch.Tensor:
-        """The per-position divisor [...]: sqrt(var + eps) for LayerNorm, sqrt(mean square + eps) for RMSNorm."""
-        centred = self.centre(x)
-        return torch.sqrt(centred.pow(2).mean(-1) + self.eps)
-
-    def apply(self, x: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
-        """The norm's output; with `scale` given, that scale is used instead of x's own (frozen norm)."""
-        scale = self.scale(x) if scale is None else scale
-        out = self.gamma * self.centre(x) / scale.unsqueeze(-1)
-        return out + self.beta if self.beta is not None else out
+FinalNorm = FoldedNorm
 
 
-def final_norm(adapter: ModelAdapter) -> FinalNorm:
-    """The adapter's final norm as a FinalNorm (Gemma's RMSNorm multiplies by 1 + weight)."""
-    weight = adapter.final_norm_weight()
-    d_model = adapter.d_model
-    gamma = weight.detach() if weight is not None else torch.ones(d_model, device=adapter.W_U().device)
-    if str(getattr(adapter.config, "model_type", "")).startswith("gemma"):
-        gamma = 1.0 + gamma
-    bias = getattr(adapter.final_norm(), "bias", None)
-    beta = bias.detach() if bias is not None else None
-    return FinalNorm(kind=adapter.norm_kind, gamma=gamma, beta=beta, eps=adapter.final_norm_eps())
+def final_norm(adapter: ModelAdapter) -> FoldedNorm:
+    """The adapter's final norm as plain tensors (its gamma folded the family's way: Gemma's 1 + w, ones when the
+    norm has no weight)."""
+    return adapter.folded_norm()
 
 
 def unembed_bias(adapter: ModelAdapter) -> torch.Tensor | None:
@@ -80,8 +46,8 @@ def folded_unembedding(adapter: ModelAdapter, dtype: torch.dtype | None = None) 
     """
     W_U = adapter.W_U().detach()
     dtype = dtype or (W_U.dtype if W_U.dtype in (torch.float32, torch.float64) else torch.float32)
-    folded = W_U.to(dtype) * final_norm(adapter).gamma.to(dtype)[:, None]
-    if adapter.norm_kind == "layernorm":
+    folded = adapter.folded_unembedding(dtype)
+    if adapter.norm.centred:
         folded = folded - folded.mean(0, keepdim=True)
     return folded - folded.mean(1, keepdim=True)
 
@@ -91,6 +57,6 @@ def folded_W_out(adapter: ModelAdapter, layer: int, dtype: torch.dtype | None = 
     W_out = adapter.W_out(layer).detach()
     dtype = dtype or (W_out.dtype if W_out.dtype in (torch.float32, torch.float64) else torch.float32)
     W_out = W_out.to(dtype)
-    if adapter.norm_kind == "layernorm":
+    if adapter.norm.centred:
         W_out = W_out - W_out.mean(1, keepdim=True)
     return W_out

@@ -41,7 +41,7 @@ _BASES_LOCK = threading.Lock()
 
 def _weights_version(adapter: ModelAdapter) -> tuple:
     W_U = adapter.W_U()
-    gamma = adapter.final_norm_weight()
+    gamma = getattr(adapter.final_norm(), "weight", None)
     return (W_U.data_ptr(), W_U._version, None if gamma is None else (gamma.data_ptr(), gamma._version))
 
 
@@ -51,7 +51,7 @@ def _writable_space(adapter: ModelAdapter, gram: torch.Tensor) -> torch.Tensor:
     it must not take one of the k bottom slots)."""
     d_model = gram.shape[0]
     identity = torch.eye(d_model, dtype=gram.dtype, device=gram.device)
-    if adapter.norm_kind != "layernorm":
+    if not adapter.norm.centred:
         return identity
     ones = torch.ones(d_model, 1, dtype=gram.dtype, device=gram.device) / d_model ** 0.5
     basis, _ = torch.linalg.qr(torch.cat([ones, identity[:, : d_model - 1]], dim=1))

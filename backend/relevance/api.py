@@ -14,9 +14,8 @@ from torch import nn
 
 from backend.adapters import ModelAdapter, get_adapter
 from backend.config import InterpscopeError
-from backend.relevance import baselines
 from backend.relevance.continuation import ContinuationRelevance, continuation_relevance
-from backend.relevance.engine import Attribution, Conservation, LatentRelevance, attribute, forward_logits
+from backend.relevance.engine import Attribution, Completeness, Conservation, LatentRelevance, forward_logits
 from backend.relevance.faithfulness import DEFAULT_STEPS, PerturbationCurves, perturbation_curves
 from backend.capture import model_lock
 from backend.relevance.methods import get_method
@@ -36,11 +35,13 @@ class RelevanceResult:
     tokens: list[str]
     token_ids: list[int]
     relevance: np.ndarray
-    target: dict
+    target: Target
     logit: float
     conservation: Conservation | None
     seconds: float
     latent: LatentRelevance | None = None
+    completeness: Completeness | None = None
+    law: str = "none"
 
 
 def _adapter(model_or_lm) -> ModelAdapter:
@@ -61,20 +62,10 @@ def run_method(model_or_lm, input_ids: torch.Tensor, method: str, target: Target
                latent: bool = False) -> tuple[Attribution, float]:
     """(attribution, seconds of the attribution itself) for one method on input_ids [1, T]."""
     adapter = _adapter(model_or_lm)
-    spec = get_method(method, adapter.family)
+    spec = get_method(method, adapter)
     with model_lock(model_or_lm):
         start = time.perf_counter()
-        if spec.kind == "lrp":
-            result = attribute(adapter, input_ids, target, spec.rules(adapter), latent=latent)
-        elif spec.kind == "gradient":
-            result = attribute(adapter, input_ids, target, [], latent=latent, conservation=False)
-        else:
-            compute = baselines.integrated_gradients if spec.name == "ig" else baselines.occlusion
-            relevance = compute(adapter, input_ids, target)
-            with torch.no_grad():
-                embeds = adapter.embedding()(input_ids)
-                logit = float(target.value(forward_logits(adapter.model, embeds, [target.position])[0, 0]))
-            result = Attribution(relevance=relevance.cpu().numpy(), logit=logit, conservation=None, latent=None)
+        result = spec.compute(adapter, input_ids, target, latent)
         seconds = time.perf_counter() - start
     return result, seconds
 
@@ -96,18 +87,16 @@ def explain(lm, text: str | None = None, method: str = "attnlrp", *, token: str 
     attribution, seconds = run_method(lm, ids, method, target, latent=latent)
     spec = get_method(method)
     return RelevanceResult(model=lm.name, method=spec.name, method_label=spec.label, tokens=lm.token_strings(ids[0]),
-                           token_ids=ids[0].tolist(), relevance=attribution.relevance,
-                           target=target.describe(lm.tokenizer), logit=attribution.logit,
-                           conservation=attribution.conservation, seconds=seconds, latent=attribution.latent)
+                           token_ids=ids[0].tolist(), relevance=attribution.relevance, target=target,
+                           logit=attribution.logit, conservation=attribution.conservation, seconds=seconds,
+                           latent=attribution.latent, completeness=attribution.completeness, law=spec.law)
 
 
 def faithfulness(lm, result: RelevanceResult, steps: int = DEFAULT_STEPS) -> PerturbationCurves:
     """MoRF / LeRF curves and ABPC of a relevance map on its own input."""
     ids = torch.tensor([result.token_ids], device=lm.device)
-    target = Target(result.target["position"], result.target["id"], result.target.get("contrast_id"),
-                    bool(result.target.get("vs_rest", False)))
     with model_lock(lm):
-        return perturbation_curves(lm.adapter, ids, target, result.relevance, steps=steps)
+        return perturbation_curves(lm.adapter, ids, result.target, result.relevance, steps=steps)
 
 
 @dataclass
@@ -144,8 +133,8 @@ def faithfulness_batch(lm, texts: Sequence[str], methods: Sequence[str], steps: 
 
 def explain_continuation(lm, text: str, n_new: int, method: str = "attnlrp") -> tuple[ContinuationRelevance, list[str]]:
     """Generate `n_new` tokens and the output x input relevance matrix; also the sequence's token strings."""
-    spec = get_method(method, lm.family)
-    if spec.kind not in ("lrp", "gradient"):
+    spec = get_method(method, lm.adapter)
+    if not spec.one_backward_pass:
         raise InterpscopeError(f"Continuation matrices use one backward pass per token: choose an LRP method or "
                                f"Gradient x Input, not {spec.label}.")
     if not 1 <= n_new <= MAX_NEW_TOKENS:

@@ -22,7 +22,7 @@ def _target_function(adapter: ModelAdapter, target: Target):
     return forward
 
 
-def _embeds(adapter: ModelAdapter, input_ids: torch.Tensor) -> torch.Tensor:
+def embeds_of(adapter: ModelAdapter, input_ids: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         return adapter.embedding()(input_ids).detach()
 
@@ -32,7 +32,7 @@ def integrated_gradients(adapter: ModelAdapter, input_ids: torch.Tensor, target:
     """captum IntegratedGradients on the embeddings (zero baseline), summed over d: relevance [T] (float64)."""
     from captum.attr import IntegratedGradients
 
-    embeds = _embeds(adapter, input_ids)
+    embeds = embeds_of(adapter, input_ids)
     batch = max(1, TOKENS_PER_BATCH // input_ids.shape[1])
     with torch.enable_grad():
         attributions = IntegratedGradients(_target_function(adapter, target)).attribute(
@@ -44,7 +44,7 @@ def occlusion(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target) ->
     """captum FeatureAblation, one feature per token (its embedding zeroed): the target's drop, relevance [T]."""
     from captum.attr import FeatureAblation
 
-    embeds = _embeds(adapter, input_ids)
+    embeds = embeds_of(adapter, input_ids)
     n_tokens = input_ids.shape[1]
     mask = torch.arange(n_tokens, device=embeds.device).reshape(1, n_tokens, 1).expand_as(embeds)
     per_eval = max(1, min(n_tokens, TOKENS_PER_BATCH // n_tokens))

@@ -39,6 +39,18 @@ class Conservation:
 
 
 @dataclass
+class Completeness:
+    """Integrated Gradients' law: relevance sums to f(x) - f(baseline), up to the integral's discretisation gap."""
+
+    value: float
+    baseline_value: float
+    relevance_sum: float
+    gap: float
+    relative_gap: float
+    steps: int
+
+
+@dataclass
 class LatentRelevance:
     """Relevance inside the model for one target.
 
@@ -58,6 +70,7 @@ class Attribution:
     conservation: Conservation | None
     latent: LatentRelevance | None
     points: dict[str, np.ndarray] = field(default_factory=dict)
+    completeness: Completeness | None = None
 
 
 def _first(value) -> torch.Tensor:

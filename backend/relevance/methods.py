@@ -1,39 +1,65 @@
-"""The attribution methods the explorer offers, and which model families each one serves.
+"""The attribution methods the explorer offers: a registry, and one way to run any of them.
 
-Pages and the command line list methods from this registry, so a family-specific method (e.g. MambaLRP) appears
-for its family by registering a `Method` here; nothing else needs to change.
+A method is one `Method` registered here: what it needs from a model (capabilities the adapter declares, never a
+family name), how it computes an Attribution, and which law its readout checks. Pages and the command line list
+methods from this registry and run them through `Method.compute`; adding a method is one module that calls
+`register_method` and is imported by backend/relevance/builtin.py (or by the caller's own code).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 from backend.adapters import ModelAdapter
 from backend.config import InterpscopeError
-from backend.relevance.rules import Rule, attnlrp_rules, cplrp_rules
 
-MethodKind = Literal["lrp", "gradient", "captum"]
-TRANSFORMER_FAMILIES = ("llama", "gpt2", "gpt_neox")
+if TYPE_CHECKING:
+    import torch
+
+    from backend.relevance.engine import Attribution
+    from backend.relevance.rules import Rule
+    from backend.relevance.targets import Target
+
+MethodKind = Literal["lrp", "gradient", "perturbation"]
+Law = Literal["conservation", "completeness", "none"]
+Compute = Callable[[ModelAdapter, "torch.Tensor", "Target", bool], "Attribution"]
 
 
 @dataclass(frozen=True)
 class Method:
-    """An attribution method. `rules` (LRP kinds) builds the rule set for one model; `families` None = all."""
+    """An attribution method.
+
+    requires: adapter capabilities it needs (ModelAdapter.capabilities). compute(adapter, ids, target, latent)
+    returns the Attribution (the caller holds the model's lock). rules: the LRP rule set, for callers that
+    attribute other scalars through the same rules (SAE features, continuations). law: what the readout checks —
+    'conservation' (LRP: relevance sums to the explained value, with bias and softmax shares), 'completeness'
+    (Integrated Gradients: relevance sums to f(x) - f(baseline)), or 'none'.
+    """
 
     name: str
     label: str
     kind: MethodKind
     description: str
-    families: tuple[str, ...] | None = None
-    rules: Callable[[ModelAdapter], Sequence[Rule]] | None = None
+    requires: frozenset[str]
+    compute: Compute
+    rules: Callable[[ModelAdapter], Sequence["Rule"]] | None = None
+    law: Law = "none"
 
     @property
     def conserves(self) -> bool:
         """Whether the method has a conservation readout (the LRP variants)."""
-        return self.kind == "lrp"
+        return self.law == "conservation"
 
-    def serves(self, family: str) -> bool:
-        return self.families is None or family in self.families
+    @property
+    def one_backward_pass(self) -> bool:
+        """Rules or plain gradients: one forward and one backward pass per explained scalar."""
+        return self.kind in ("lrp", "gradient")
+
+    def serves(self, adapter: ModelAdapter) -> bool:
+        return self.requires <= adapter.capabilities()
+
+    def missing(self, adapter: ModelAdapter) -> list[str]:
+        return sorted(self.requires - adapter.capabilities())
 
 
 METHODS: dict[str, Method] = {}
@@ -45,35 +71,24 @@ def register_method(method: Method) -> Method:
     return method
 
 
-def methods_for_family(family: str) -> list[Method]:
-    """Methods available for a model family, LRP variants first, in registration order."""
-    available = [m for m in METHODS.values() if m.serves(family)]
+def methods_for(adapter: ModelAdapter) -> list[Method]:
+    """Methods this model can run, LRP variants first, in registration order."""
+    available = [m for m in METHODS.values() if m.serves(adapter)]
     return sorted(available, key=lambda m: m.kind != "lrp")
 
 
-def get_method(name: str, family: str | None = None) -> Method:
-    """Look a method up by name, with a clear message when unknown or not available for the family."""
+def method_names() -> list[str]:
+    """Every registered method's name (the command line's choices)."""
+    return list(METHODS)
+
+
+def get_method(name: str, adapter: ModelAdapter | None = None) -> Method:
+    """Look a method up by name, with a clear message when unknown or when the model lacks what it needs."""
     method = METHODS.get((name or "").strip().lower())
     if method is None:
         raise InterpscopeError(f"Unknown method {name!r}. Choose one of: {', '.join(METHODS)}.")
-    if family is not None and not method.serves(family):
-        usable = ", ".join(m.name for m in methods_for_family(family))
-        raise InterpscopeError(f"{method.label} is not available for {family} models. Available: {usable}.")
+    if adapter is not None and not method.serves(adapter):
+        usable = ", ".join(m.name for m in methods_for(adapter))
+        raise InterpscopeError(f"{method.label} needs {', '.join(method.missing(adapter))}, which {adapter.family} "
+                               f"models do not offer here. Available: {usable}.")
     return method
-
-
-register_method(Method("attnlrp", "AttnLRP", "lrp",
-                       "LRP for transformers: relevance through attention, softmax kept (Achtibat et al. 2024).",
-                       TRANSFORMER_FAMILIES, attnlrp_rules))
-register_method(Method("cplrp", "CP-LRP", "lrp",
-                       "Conservative propagation: queries, keys and the MLP gate detached; conserves exactly.",
-                       TRANSFORMER_FAMILIES, cplrp_rules))
-register_method(Method("gradxinput", "Gradient x Input", "gradient",
-                       "Plain gradient times input embedding, no rules."))
-register_method(Method("ig", "Integrated Gradients", "captum",
-                       "captum Integrated Gradients on the token embeddings, zero baseline, 32 steps."))
-register_method(Method("occlusion", "Occlusion", "captum",
-                       "captum feature ablation: each token's embedding zeroed in turn; the drop in the target."))
-
-# Family-specific methods living in their own packages register themselves on import.
-import backend.mamba_lrp.method  # noqa: E402,F401  (MambaLRP for family "mamba")

@@ -67,39 +67,24 @@ def _first(output) -> torch.Tensor:
 
 
 class NormRule:
-    """Identity on the normaliser: LayerNorm y = (x - mean) / stopgrad(std) * w + b, RMSNorm y = x * stopgrad(rsqrt) * w.
-
-    The rewritten output is computed in the input's dtype, so the map x -> y is exactly linear in the backward
-    and conserves relevance (HF's RMSNorm computes in float32 internally; in float64 the values then differ by
-    float32 rounding only).
+    """Identity on the normaliser: y = centre(x) * stopgrad(1 / scale(x)) * gamma + beta, for every norm the adapter
+    lists (per-block, sandwich, query/key and final norms), computed as the adapter says its family computes it
+    (LayerNorm or RMSNorm, Gemma's 1 + w gain, weightless norms). The map x -> y is then exactly linear in the
+    backward pass and conserves relevance; the forward values are the module's own (same operations, same order).
     """
 
     name = "norm-identity"
 
-    def _hook(self, kind: str) -> Callable:
+    @staticmethod
+    def _hook(adapter: ModelAdapter) -> Callable:
         def hook(module, args, output):
-            x = args[0]
-            weight = getattr(module, "weight", None)
-            bias = getattr(module, "bias", None)
-            if kind == "rmsnorm":
-                eps = float(getattr(module, "variance_epsilon", getattr(module, "eps", 1e-6)) or 1e-6)
-                scale = torch.rsqrt(x.detach().pow(2).mean(-1, keepdim=True) + eps)
-                y = x * scale
-            else:
-                eps = float(getattr(module, "eps", 1e-5))
-                centred = x - x.mean(-1, keepdim=True)
-                scale = torch.rsqrt(centred.detach().pow(2).mean(-1, keepdim=True) + eps)
-                y = centred * scale
-            if weight is not None:
-                y = y * weight
-            if bias is not None:
-                y = y + bias
+            y = adapter.norm_forward(module, args[0], detach_scale=True)
             return _replace_first(output, y.to(_first(output).dtype))
         return hook
 
     def apply(self, adapter: ModelAdapter):
-        kind = adapter.norm_kind
-        return output_hooks([(norm, self._hook(kind)) for norm in adapter.norms()])
+        hook = self._hook(adapter)
+        return output_hooks([(norm, hook) for norm in adapter.norms()])
 
 
 class ActivationRule:

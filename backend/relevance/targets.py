@@ -14,12 +14,19 @@ from backend.config import InterpscopeError
 
 @dataclass(frozen=True)
 class Target:
-    """Explain `logit[token_id]` at `position` (the prediction for the token after it)."""
+    """Explain `logit[token_id]` at `position` (the prediction for the token after it), or a logit difference.
+
+    token / contrast_token: the tokens' text (filled by resolve_target; empty when built from ids alone).
+    """
 
     position: int
     token_id: int
     contrast_id: int | None = None
     vs_rest: bool = False
+    token: str = ""
+    contrast_token: str | None = None
+
+    __plain_extras__ = ("kind", "label")
 
     def value(self, logits: torch.Tensor) -> torch.Tensor:
         """The explained value from logits [..., vocab] at `position` (one per leading index)."""
@@ -31,13 +38,28 @@ class Target:
             return chosen - others
         return chosen
 
-    def describe(self, tokenizer) -> dict:
-        info = {"token": tokenizer.decode([self.token_id]), "id": self.token_id, "position": self.position}
+    @property
+    def kind(self) -> str:
+        """What the explained number is: a logit, or a logit difference."""
         if self.contrast_id is not None:
-            info.update(contrast_token=tokenizer.decode([self.contrast_id]), contrast_id=self.contrast_id)
-        if self.vs_rest:
-            info["vs_rest"] = True
-        return info
+            return "logit difference"
+        return "logit minus the mean logit" if self.vs_rest else "logit"
+
+    @property
+    def label(self) -> str:
+        """How a page or a figure names the target: 'Paris', 'Paris' rather than 'London', ..."""
+        name = repr(self.token) if self.token else f"#{self.token_id}"
+        if self.contrast_id is not None:
+            other = repr(self.contrast_token) if self.contrast_token else f"#{self.contrast_id}"
+            return f"{name} rather than {other}"
+        return f"{name} against the mean of all others" if self.vs_rest else name
+
+    @property
+    def value_label(self) -> str:
+        """The readout's name for the explained value: 'Target logit' or 'Logit difference (A rather than B)'."""
+        if self.contrast_id is not None:
+            return f"Logit difference ({self.label})"
+        return "Target logit minus the mean logit" if self.vs_rest else "Target logit"
 
 
 def token_id_of(tokenizer, token: str | int, vocab_size: int | None = None) -> int:
@@ -64,6 +86,7 @@ def resolve_target(tokenizer, logits_row: torch.Tensor, position: int, token: st
         first, second = (token_id_of(tokenizer, t, vocab) for t in contrast)
         if first == second:
             raise InterpscopeError("The two contrast tokens are the same token; pick two different ones.")
-        return Target(position, first, contrast_id=second)
+        return Target(position, first, contrast_id=second, token=tokenizer.decode([first]),
+                      contrast_token=tokenizer.decode([second]))
     token_id = int(logits_row.argmax()) if token is None else token_id_of(tokenizer, token, vocab)
-    return Target(position, token_id, vs_rest=vs_rest)
+    return Target(position, token_id, vs_rest=vs_rest, token=tokenizer.decode([token_id]))

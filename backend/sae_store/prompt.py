@@ -17,12 +17,11 @@ import numpy as np
 import torch
 
 from backend.config import InterpscopeError
-from backend.relevance import attribute, get_method
+from backend.relevance import attribute, get_method, methods_for
 from backend.capture import model_lock
 from backend.sae import SparseAutoencoder, check_compatible
 from backend.sae_store.encode import encode_with_sinks
 
-ATTRIBUTION_METHODS = ("attnlrp", "cplrp", "gradxinput")
 
 
 @dataclass
@@ -64,6 +63,11 @@ def prompt_features(loaded, sae: SparseAutoencoder, text: str, n_top: int = 20) 
                           sink_positions=[int(i) + 1 for i in torch.nonzero(sinks[0]).flatten()])
 
 
+def attribution_methods(adapter) -> list:
+    """The registered methods that explain one scalar in one backward pass (LRP rules, Gradient x Input)."""
+    return [m for m in methods_for(adapter) if m.one_backward_pass]
+
+
 class _FeatureTarget:
     """Duck-typed relevance target: the engine asks for `position` and `value(logits)`; the value is the
     feature's activation read at the hook during the same forward pass (logits are ignored)."""
@@ -96,9 +100,10 @@ class FeatureAttribution:
 def feature_attribution(loaded, sae: SparseAutoencoder, text: str, feature: int, position: int,
                         method: str = "attnlrp") -> FeatureAttribution:
     """Which input tokens drive f_feature at `position` (-1 = last token)."""
-    if method not in ATTRIBUTION_METHODS:
-        raise InterpscopeError(f"Feature attribution supports {', '.join(ATTRIBUTION_METHODS)}, not {method!r}.")
-    spec = get_method(method, loaded.family)
+    spec = get_method(method, loaded.adapter)
+    if not spec.one_backward_pass:
+        usable = ", ".join(m.name for m in attribution_methods(loaded.adapter))
+        raise InterpscopeError(f"Feature attribution needs one backward pass per feature ({usable}), not {spec.label}.")
     hook = check_compatible(sae, loaded.adapter, None, loaded.name)
     if not 0 <= feature < sae.cfg.d_sae:
         raise InterpscopeError(f"Feature id must be 0..{sae.cfg.d_sae - 1} (got {feature}).")
@@ -115,7 +120,7 @@ def feature_attribution(loaded, sae: SparseAutoencoder, text: str, feature: int,
 
     from backend.capture import hooks
 
-    rules = spec.rules(loaded.adapter) if spec.kind == "lrp" else []
+    rules = spec.rules(loaded.adapter) if spec.rules else []
     with model_lock(loaded), hooks(loaded.adapter, {hook: read_feature}):
         result = attribute(loaded.adapter, ids, target, rules, conservation=False, points=[hook])
     at_hook = float(result.points[hook].sum())

@@ -27,12 +27,8 @@ class WeightStats:
 
 
 def folded_unembedding(adapter) -> torch.Tensor:
-    """W_U [d_model, vocab] with the final norm's weight folded in (float32, CPU)."""
-    W_U = adapter.W_U().detach().float().cpu()
-    gamma = adapter.final_norm_weight()
-    if gamma is not None:
-        W_U = gamma.detach().float().cpu()[:, None] * W_U
-    return W_U
+    """W_U [d_model, vocab] with the final norm's gamma folded in the family's way (float32, CPU)."""
+    return adapter.folded_unembedding(torch.float32).cpu()
 
 
 def logit_weights(sae: SparseAutoencoder, adapter, feature_ids: torch.Tensor | list[int]) -> torch.Tensor:

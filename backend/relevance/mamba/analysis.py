@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from backend.adapters import ModelAdapter, get_adapter
-from backend.mamba_lrp.forward import FIX_NAMES, Fixes
-from backend.mamba_lrp.rule import MambaLRPRule, _check_family
+from backend.relevance.mamba.forward import FIX_NAMES, Fixes
+from backend.relevance.mamba.rule import MambaLRPRule, _check_family
 from backend.relevance.engine import forward_logits
 from backend.capture import model_lock
 from backend.relevance.targets import Target

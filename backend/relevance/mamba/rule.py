@@ -1,7 +1,7 @@
 """MambaLRP as a relevance rule: the pure-PyTorch mixer and RMSNorm forwards swapped in on ONE model instance.
 
 `MambaLRPRule(fixes).apply(adapter)` is a context manager (the relevance engine's Rule protocol): on entry every
-mixer and RMSNorm of that instance runs backend.mamba_lrp.forward with the chosen fixes, through
+mixer and RMSNorm of that instance runs backend.relevance.mamba.forward with the chosen fixes, through
 backend.capture.override_forward, which swaps the forward for the current run only (other sessions keep the
 plain forward); on exit, also after an exception, the class's own forward is back. Classes are never patched.
 Callers hold the model's lock (`mamba_lrp` does both).
@@ -17,12 +17,13 @@ from torch import nn
 from backend.adapters import ModelAdapter, get_adapter
 from backend.capture import model_lock, override_forward
 from backend.config import InterpscopeError
-from backend.mamba_lrp.forward import Fixes, mixer_forward, rmsnorm
+from backend.relevance.mamba.forward import Fixes, mixer_forward, rmsnorm
 
 
 def _check_family(adapter: ModelAdapter) -> None:
-    if adapter.family != "mamba":
-        raise InterpscopeError(f"MambaLRP explains Mamba models; this model is of the {adapter.family} family.")
+    if "state_space" not in adapter.capabilities():
+        raise InterpscopeError(f"MambaLRP explains state-space (Mamba) models; this {adapter.family} model has no "
+                               "selective-SSM mixer.")
 
 
 def _mixer_forward(mixer: nn.Module, fixes: Fixes, original: Callable) -> Callable:

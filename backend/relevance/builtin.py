@@ -1,0 +1,69 @@
+"""The methods Interpscope ships, registered in backend.relevance.methods: AttnLRP, CP-LRP, MambaLRP, Gradient x
+Input, Integrated Gradients and occlusion. Each names the capabilities it needs and how it computes."""
+from __future__ import annotations
+
+import torch
+
+from backend.adapters import ModelAdapter
+from backend.relevance import baselines
+from backend.relevance.engine import Attribution, Completeness, attribute, forward_logits
+from backend.relevance.mamba.rule import mambalrp_rules
+from backend.relevance.methods import Method, register_method
+from backend.relevance.rules import attnlrp_rules, cplrp_rules
+from backend.relevance.targets import Target
+
+
+def _with_rules(rules):
+    def compute(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool) -> Attribution:
+        return attribute(adapter, ids, target, rules(adapter), latent=latent)
+    return compute
+
+
+def _gradient(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool) -> Attribution:
+    return attribute(adapter, ids, target, [], latent=latent, conservation=False)
+
+
+def _value(adapter: ModelAdapter, embeds: torch.Tensor, target: Target) -> float:
+    with torch.no_grad():
+        return float(target.value(forward_logits(adapter.model, embeds, [target.position])[0, 0]))
+
+
+def _integrated_gradients(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool) -> Attribution:
+    relevance = baselines.integrated_gradients(adapter, ids, target)
+    embeds = baselines.embeds_of(adapter, ids)
+    value, at_baseline = _value(adapter, embeds, target), _value(adapter, torch.zeros_like(embeds), target)
+    total = float(relevance.sum())
+    gap = total - (value - at_baseline)
+    scale = abs(value - at_baseline) or 1.0
+    return Attribution(relevance=relevance.cpu().numpy(), logit=value, conservation=None, latent=None,
+                       completeness=Completeness(value=value, baseline_value=at_baseline, relevance_sum=total,
+                                                 gap=gap, relative_gap=abs(gap) / scale, steps=baselines.IG_STEPS))
+
+
+def _occlusion(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool) -> Attribution:
+    relevance = baselines.occlusion(adapter, ids, target)
+    return Attribution(relevance=relevance.cpu().numpy(), logit=_value(adapter, baselines.embeds_of(adapter, ids),
+                                                                       target), conservation=None, latent=None)
+
+
+TRANSFORMER_LRP = frozenset({"transformer_lrp"})
+
+register_method(Method("attnlrp", "AttnLRP", "lrp",
+                       "LRP for transformers: relevance through attention, softmax kept (Achtibat et al. 2024).",
+                       TRANSFORMER_LRP, _with_rules(attnlrp_rules), attnlrp_rules, "conservation"))
+register_method(Method("cplrp", "CP-LRP", "lrp",
+                       "Conservative propagation: queries, keys and the MLP gate detached; conserves exactly.",
+                       TRANSFORMER_LRP, _with_rules(cplrp_rules), cplrp_rules, "conservation"))
+register_method(Method("mambalrp", "MambaLRP", "lrp",
+                       "LRP for Mamba: detached RMSNorm normaliser, SiLU identity rule, detached selective-SSM "
+                       "parameters, half rule on the gate (Rezaei Jafari et al. 2024).",
+                       frozenset({"state_space"}), _with_rules(mambalrp_rules), mambalrp_rules, "conservation"))
+register_method(Method("gradxinput", "Gradient x Input", "gradient",
+                       "Plain gradient times input embedding, no rules.", frozenset(), _gradient))
+register_method(Method("ig", "Integrated Gradients", "perturbation",
+                       f"captum Integrated Gradients on the token embeddings, zero baseline, {baselines.IG_STEPS} "
+                       "steps; relevance sums to f(x) - f(baseline) up to the integral's gap (completeness).",
+                       frozenset(), _integrated_gradients, law="completeness"))
+register_method(Method("occlusion", "Occlusion", "perturbation",
+                       "captum feature ablation: each token's embedding zeroed in turn; the drop in the target.",
+                       frozenset(), _occlusion))
