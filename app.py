@@ -6,6 +6,7 @@ from pathlib import Path
 import streamlit as st
 
 from backend.models.registry import BUNDLED, DEFAULT_MODEL
+from pages._guard import run_page
 
 ROOT = Path(__file__).resolve().parent
 # URL paths differ on purpose from the file names: Streamlit maps a first request for /<file stem> straight to
@@ -44,7 +45,7 @@ def main() -> None:
     model_picker()
     pages = [st.Page(str(ROOT / path), title=title, icon=icon, default=not url, url_path=url or None)
              for path, title, icon, url in PAGES if (ROOT / path).is_file()]
-    st.navigation(pages, position="sidebar").run()
+    run_page(st.navigation(pages, position="sidebar"))
 
 
 if __name__ == "__main__":
