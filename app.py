@@ -5,7 +5,10 @@ from pathlib import Path
 
 import streamlit as st
 
+from backend.config import InterpscopeError
 from backend.models.registry import BUNDLED, DEFAULT_MODEL
+from backend.paths import model_choice
+from pages._guard import run_page
 
 ROOT = Path(__file__).resolve().parent
 # URL paths differ on purpose from the file names: Streamlit maps a first request for /<file stem> straight to
@@ -21,8 +24,10 @@ PAGES = [
 ]
 OTHER = "Other: Hugging Face id or local folder…"
 
-def model_picker() -> None:
-    """Sidebar choice of model, device and dtype, kept in session_state for every page."""
+def model_picker() -> str | None:
+    """Sidebar choice of model, device and dtype, kept in session_state for every page; returns why a typed
+    model cannot be used (None when it can)."""
+    refusal = None
     with st.sidebar:
         st.header("Model")
         names = list(BUNDLED) + [OTHER]
@@ -31,20 +36,29 @@ def model_picker() -> None:
                                    "the Hugging Face cache.")
         if choice == OTHER:
             custom = st.text_input("Hugging Face id or folder", key="model_custom", placeholder="gpt2 or /path/to/model")
-            st.session_state["model_name"] = custom.strip() or DEFAULT_MODEL
+            try:
+                st.session_state["model_name"] = model_choice(custom) if custom.strip() else DEFAULT_MODEL
+            except InterpscopeError as err:
+                st.session_state.pop("model_name", None)
+                refusal = str(err)
         else:
             st.session_state["model_name"] = choice
         st.selectbox("Device", ["auto", "cpu", "cuda", "mps"], key="device",
                      help="auto = CUDA GPU if present, else Apple MPS, else CPU")
         st.selectbox("Dtype", ["float32", "bfloat16", "float16", "float64"], key="dtype")
+    return refusal
 
 
 def main() -> None:
     st.set_page_config(page_title="Interpscope", page_icon=":material/biotech:", layout="wide")
-    model_picker()
+    refusal = model_picker()
     pages = [st.Page(str(ROOT / path), title=title, icon=icon, default=not url, url_path=url or None)
              for path, title, icon, url in PAGES if (ROOT / path).is_file()]
-    st.navigation(pages, position="sidebar").run()
+    page = st.navigation(pages, position="sidebar")
+    if refusal:
+        st.error(f"Could not load model: {refusal}")
+    else:
+        run_page(page)
 
 
 if __name__ == "__main__":

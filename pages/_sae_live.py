@@ -12,6 +12,7 @@ import streamlit as st
 
 from backend.config import ASSETS_DIR, InterpscopeError
 from backend.models import load_model
+from backend.paths import user_path
 from backend.relevance import methods_for
 from backend.sae import load_sae
 from backend.sae.sinks import SINK_FACTOR
@@ -211,6 +212,11 @@ def build_section() -> None:
     options = [str(p) for p in shipped_saes()]
     choice = st.selectbox("SAE folder", options + ["Other folder…"], key="sae-build-choice")
     folder = st.text_input("SAE folder path", key="sae-build-path") if choice == "Other folder…" else choice
+    try:
+        folder = str(user_path(folder, "SAE folder")) if folder.strip() else ""
+    except InterpscopeError as err:
+        st.error(str(err))
+        folder = ""
     tokens = st.number_input("Corpus tokens", min_value=256, max_value=2_000_000, value=65536, step=8192,
                              key="sae-build-tokens")
     if not st.button("Build store", key="sae-build-go", disabled=not folder):

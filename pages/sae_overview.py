@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from backend.config import InterpscopeError
+from backend.paths import user_path
 from backend.sae import check_compatible, load_sae
 from backend.sae.catalog import describe, list_saes
 from backend.sae.evaluation import SAEEvaluation, evaluate_sae, text_windows
@@ -50,8 +51,15 @@ def pick_sae() -> str | None:
                           help="Shipped SAEs (assets/saes), SAEs trained on the SAE training page, or any folder "
                                "with cfg.json + sae_weights.safetensors (the common SAE library format).")
     if choice == FOLDER:
-        path = st.text_input("SAE folder", key="sae_overview_path", placeholder="/path/to/sae folder")
-        return path.strip() or None
+        typed = st.text_input("SAE folder", key="sae_overview_path", placeholder="/path/to/sae folder")
+        if not typed.strip():
+            st.info("Choose an SAE, or give a folder.")
+            return None
+        try:
+            return str(user_path(typed, "SAE folder"))
+        except InterpscopeError as err:
+            st.error(str(err))
+            return None
     return saes[choice]
 
 
@@ -61,7 +69,6 @@ def main() -> None:
                "density of every feature. The first position of each window (the attention sink) is left as is.")
     path = pick_sae()
     if not path:
-        st.info("Choose an SAE, or give a folder.")
         return
     with show_errors():
         info = describe(path) if (Path(path) / "cfg.json").is_file() else None

@@ -12,6 +12,7 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from backend.config import InterpscopeError
+from backend.paths import PLAIN_NAME, plain_name, user_path
 from backend.sae import load_sae
 from backend.sae.catalog import trained_dir
 from backend.sae.evaluation import evaluate_sae
@@ -38,6 +39,15 @@ def curves_figure(histories: dict[str, list[dict]]) -> go.Figure:
     fig.update_layout(height=360, title="Training curves", margin=dict(t=70, b=50), legend=dict(orientation="h",
                       y=-0.25))
     return fig
+
+
+def default_run_name(model_name: str, hook: str) -> str:
+    """'<model>-<hook>' as a plain name: a model given as a folder contributes its last part, cut to fit."""
+    name = f"{model_name.replace('/', '_')}-{hook}"
+    if PLAIN_NAME.fullmatch(name):
+        return name
+    model = re.sub(r"[^A-Za-z0-9._-]", "_", model_name.rstrip("/\\").replace("\\", "/").split("/")[-1])
+    return f"{model.lstrip('.')[:30] or 'model'}-{hook}"[:64]
 
 
 def settings(lm) -> dict | None:
@@ -74,19 +84,21 @@ def settings(lm) -> dict | None:
                            help="'austen' = the bundled Jane Austen novels, or a .txt/.md/.jsonl file or folder.")
     c1, c2 = st.columns(2)
     run_name = c1.text_input("Run name (rerun the same name to resume)", key="sae_train_name",
-                             value=f"{lm.name.replace('/', '_')}-{hook}")
+                             value=default_run_name(lm.name, hook))
     eval_tokens = int(c2.number_input("Evaluation tokens for the final report", min_value=0, value=1024,
                                       step=128, key="sae_train_eval_tokens"))
     if not archs:
         st.info("Choose at least one architecture.")
         return None
-    if not re.fullmatch(r"[\w.\-]+", run_name or ""):
-        st.warning("The run name may hold letters, digits, '.', '-' and '_' only.")
+    try:
+        run_name = plain_name(run_name, "run name")
+        source = None if corpus.strip() in ("", "austen") else str(user_path(corpus, "corpus file or folder"))
+    except InterpscopeError as err:
+        st.error(str(err))
         return None
     specs = [SAESpec(a, width, k=knobs[a]) if a == "topk" else SAESpec(a, width, knobs[a]) for a in archs]
     return dict(hook=hook, specs=specs, tokens=tokens, cache_tokens=cache_tokens, batch=batch, lr=lr,
-                corpus=None if corpus.strip() in ("", "austen") else corpus.strip(), run_name=run_name,
-                eval_tokens=eval_tokens)
+                corpus=source, run_name=run_name, eval_tokens=eval_tokens)
 
 
 def run_training(lm, cfg: dict) -> None:
