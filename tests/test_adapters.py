@@ -8,7 +8,7 @@ from backend.adapters import get_adapter
 from backend.capture import capture, hooks
 from backend.config import InterpscopeError
 from backend.models.tokenizers import gpt2_tokenizer
-from tests.tiny_models import FACTORIES
+from tests.tiny_models import FACTORIES, FAMILY_OF
 
 FAMILIES = list(FACTORIES)
 
@@ -21,7 +21,7 @@ def family_model(request):
 
 def test_family_detected(family_model):
     family, _, adapter = family_model
-    assert adapter.family == family
+    assert adapter.family == FAMILY_OF.get(family, family)
 
 
 def test_every_hook_point_has_the_right_shape(family_model):
@@ -77,7 +77,31 @@ def test_neuron_activations_times_w_out_give_mlp_out(family):
         neurons = acts[f"blocks.{layer}.mlp.hook_post"]
         bias = adapter.b_out(layer)
         rebuilt = neurons @ adapter.W_out(layer).detach() + (bias.detach() if bias is not None else 0)
+        output_norm = adapter.mlp_output_norm(layer)  # Gemma 3 normalises the MLP's output before the residual
+        if output_norm is not None:
+            with torch.no_grad():
+                rebuilt = adapter.norm_forward(output_norm, rebuilt)
         torch.testing.assert_close(rebuilt, acts[f"blocks.{layer}.hook_mlp_out"], rtol=1e-5, atol=1e-5)
+
+
+def test_folded_final_norm_reproduces_the_logits(family_model):
+    """The adapter's folded norm (gamma the family's way: 1 + w for Gemma, ones for weightless OLMo) and W_U give
+    the model's own logits from the last residual."""
+    family, model, adapter = family_model
+    ids = torch.randint(0, 100, (1, 6))
+    result = capture(adapter, ids, [f"blocks.{adapter.n_layers - 1}.hook_resid_post"])
+    residual = result.activations[f"blocks.{adapter.n_layers - 1}.hook_resid_post"]
+    with torch.no_grad():
+        logits = adapter.folded_norm().apply(residual) @ adapter.W_U().detach()
+        via_unembedding = (adapter.folded_norm().centre(residual) / adapter.folded_norm().scale(residual)[:, None]
+                           ) @ adapter.folded_unembedding()
+    bias = adapter.b_U()
+    if bias is not None:
+        logits, via_unembedding = logits + bias.detach(), via_unembedding + bias.detach()
+    if adapter.folded_norm().beta is not None:
+        via_unembedding = via_unembedding + adapter.folded_norm().beta @ adapter.W_U().detach()
+    torch.testing.assert_close(logits, result.logits, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(via_unembedding, result.logits, rtol=1e-4, atol=1e-4)
 
 
 def test_unembedding_reproduces_logits(family_model):

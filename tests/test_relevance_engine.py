@@ -1,4 +1,4 @@
-"""METHODS.md section 1 checks on tiny random Llama, GPT-2 and GPT-NeoX models in float64."""
+"""METHODS.md section 1 checks on tiny random Llama, GPT-2, GPT-NeoX, Qwen2, Gemma 3 and OLMo models in float64."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +10,8 @@ from backend.adapters import get_adapter
 from backend.relevance import attnlrp_rules, attribute, cplrp_rules
 from backend.relevance.targets import Target
 
-FAMILIES = ["llama", "gpt2", "gpt_neox"]
+FAMILIES = ["llama", "gpt2", "gpt_neox", "qwen2", "gemma3", "olmo"]
+WITH_BIASES = {"gpt2", "gpt_neox", "qwen2"}
 
 
 def predicted_target(model, ids) -> Target:
@@ -45,7 +46,7 @@ def test_cplrp_bias_accounting(family):
     target = predicted_target(model, ids)
     result = attribute(adapter, ids, target, cplrp_rules(adapter))
     conservation = result.conservation
-    if family != "llama":  # GPT-2 / NeoX carry biases: they take a real share
+    if family in WITH_BIASES:  # GPT-2 / NeoX / Qwen2 carry biases: they take a real share
         assert abs(conservation.bias_sum) > 1e-3 * abs(result.logit)
         assert abs(conservation.input_sum - result.logit) > 1e-3 * abs(result.logit)
     assert abs(conservation.input_sum + conservation.bias_sum - result.logit) / abs(result.logit) < 1e-10
@@ -93,6 +94,13 @@ def _capturing_attention(module, query, key, value, attention_mask, scaling=None
     scores = (query @ key.transpose(-1, -2)) * scaling
     n = scores.shape[-1]
     causal = torch.ones(n, n, dtype=torch.bool, device=scores.device).tril()
+    if attention_mask is not None:  # the model's own mask, when it builds one
+        mask = attention_mask[0, 0, :, :n]
+        causal = mask if mask.dtype == torch.bool else mask == 0
+    window = kwargs.get("sliding_window")
+    if window:  # Gemma 3's sliding-window layers: key j is visible from query i when i - j < window
+        rows = torch.arange(n, device=scores.device)
+        causal = causal & ((rows[:, None] - rows[None, :]) < window)
     masked = scores.masked_fill(~causal, float("-inf"))
     probs = torch.softmax(masked, dim=-1)
     if scores.requires_grad:

@@ -34,4 +34,38 @@ def tiny_mamba(vocab: int = 128, seed: int = 0, **overrides) -> MambaForCausalLM
     return MambaForCausalLM(config).eval()
 
 
-FACTORIES = {"llama": tiny_llama, "gpt2": tiny_gpt2, "gpt_neox": tiny_neox, "mamba": tiny_mamba}
+def tiny_gemma3(vocab: int = 128, seed: int = 0, **overrides):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=1, head_dim=16, max_position_embeddings=128,
+                              query_pre_attn_scalar=16, sliding_window=8,
+                              layer_types=["sliding_attention", "full_attention"], pad_token_id=0, eos_token_id=1,
+                              bos_token_id=2, **overrides)
+    return Gemma3ForCausalLM(config).eval()
+
+
+def tiny_qwen2(vocab: int = 128, seed: int = 0, **overrides):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, eos_token_id=0,
+                         bos_token_id=0, **overrides)
+    return Qwen2ForCausalLM(config).eval()
+
+
+def tiny_olmo(vocab: int = 128, seed: int = 0, **overrides):
+    from transformers import OlmoConfig, OlmoForCausalLM
+
+    torch.manual_seed(seed)
+    config = OlmoConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                        num_attention_heads=4, max_position_embeddings=128, pad_token_id=0, eos_token_id=1,
+                        bos_token_id=2, **overrides)
+    return OlmoForCausalLM(config).eval()
+
+
+FACTORIES = {"llama": tiny_llama, "gpt2": tiny_gpt2, "gpt_neox": tiny_neox, "mamba": tiny_mamba,
+             "gemma": tiny_gemma3, "qwen2": tiny_qwen2, "olmo": tiny_olmo}
+FAMILY_OF = {"qwen2": "llama"}  # factories whose adapter family differs from their key
