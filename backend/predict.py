@@ -28,6 +28,11 @@ class Prediction:
     entropy: float
     seconds: float
 
+    def tidy(self) -> list[dict]:
+        """One row per predicted token (the CSV export)."""
+        return [{"rank": rank, "token": p.token, "token_id": p.id, "probability": p.prob, "logit": p.logit,
+                 "model": self.model, "text": self.text} for rank, p in enumerate(self.predictions, 1)]
+
 
 def predict_next(lm: LoadedModel, text: str, top: int = 10) -> Prediction:
     """Top-`top` next-token probabilities after `text`, highest first.

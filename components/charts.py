@@ -11,12 +11,29 @@ def top_tokens_bar(tokens: Sequence[str], probs: Sequence[float], title: str = "
     labels = [repr(t)[1:-1].replace(" ", "␣") or "∅" for t in tokens]
     fig = go.Figure(go.Bar(
         x=list(probs)[::-1], y=[f"{i + 1}. {label}" for i, label in enumerate(labels)][::-1], orientation="h",
-        text=[f"{p:.1%}" for p in probs][::-1], textposition="outside", marker_color="#d6604d",
+        text=[f"{p:.1%}" for p in probs][::-1], textposition="outside", cliponaxis=False, marker_color="#d6604d",
         hovertemplate="%{y}<br>p = %{x:.4f}<extra></extra>"))
+    top = max(probs) if len(probs) else 1.0
     fig.update_layout(title=title, xaxis_title="probability", yaxis_title="token", height=60 + 32 * len(labels),
-                      margin=dict(l=10, r=40, t=50, b=40), xaxis=dict(range=[0, min(1.0, max(probs) * 1.2 + 0.02)]),
-                      template="plotly_white")
+                      margin=dict(l=10, r=60, t=50, b=40), template="plotly_white",
+                      xaxis=dict(range=[0, min(1.0, top * 1.08)], tickformat=".0%" if top >= 0.05 else ".1%"))
     return fig
+
+
+def model_card(card: dict) -> None:
+    """The model's facts as two rows of metrics and an expander with all of them."""
+    import streamlit as st
+
+    st.subheader(f"Model: {card['name']}")
+    rows = [[("Family", card["family"]), ("Parameters", f"{card['parameters'] / 1e6:.1f} M"),
+             ("Layers", card["layers"]), ("d_model", card["d_model"])],
+            [("Heads", card["heads"] or "—"), ("Vocabulary", f"{card['vocab']:,}"),
+             ("Device / dtype", f"{card['device']} / {card['dtype']}"), ("Load time", f"{card['load_seconds']:.1f} s")]]
+    for row in rows:
+        for column, (label, value) in zip(st.columns(4), row):
+            column.metric(label, value)
+    with st.expander("All model facts"):
+        st.json(card)
 
 
 def token_chips(tokens: Sequence[str]) -> str:

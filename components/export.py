@@ -58,11 +58,13 @@ def data_json(data: Any) -> bytes:
 
 
 def data_csv(data: Any) -> bytes:
-    """A table for the data: DataFrames as they are, lists of records, dicts of equal-length columns,
-    otherwise flattened key/value rows."""
+    """A tidy table for the data: a result's own rows (its `tidy()`: one row per token, feature, ...), DataFrames as
+    they are, lists of records, dicts of equal-length columns, otherwise flattened key/value rows."""
     import pandas as pd
 
-    if isinstance(data, pd.DataFrame):
+    if callable(getattr(data, "tidy", None)):
+        frame = pd.DataFrame(to_plain(data.tidy()))
+    elif isinstance(data, pd.DataFrame):
         frame = data
     else:
         plain = to_plain(data)
@@ -99,12 +101,13 @@ def export_menu(fig: go.Figure | None, data: Any, key: str, filename: str) -> No
     formats = (["png", "svg", "pdf", "html"] if fig is not None else []) + (["json", "csv"] if data is not None else [])
     if not formats:
         return
-    columns = st.columns(len(formats) + 1, gap="small")
-    columns[0].caption("Export")
-    for column, fmt in zip(columns[1:], formats):
+    # a wrapping row of content-width buttons: labels are never cut, however narrow the column (compare mode)
+    row = st.container(horizontal=True, wrap=True, gap="small", vertical_alignment="center")
+    row.caption("Export")
+    for fmt in formats:
         if fmt in ("json", "csv"):
             producer = (lambda: data_json(data)) if fmt == "json" else (lambda: data_csv(data))
         else:
             producer = (lambda fmt=fmt: figure_bytes(fig, fmt))
-        column.download_button(fmt.upper(), data=producer, file_name=f"{filename}.{fmt}", mime=MIME[fmt],
-                               key=f"export-{key}-{fmt}", on_click="ignore")
+        row.download_button(fmt.upper(), data=producer, file_name=f"{filename}.{fmt}", mime=MIME[fmt],
+                            key=f"export-{key}-{fmt}", on_click="ignore", width="content")

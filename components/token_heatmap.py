@@ -1,7 +1,8 @@
 """Signed token heatmap: the text with each token's background coloured by its relevance.
 
-Red = positive (speaks for the target), blue = negative, intensity |R| / max |R|; hovering a token shows its
-value. `leave_out_first` drops the first token (often an attention sink) from the normalisation and greys it.
+Red = positive (speaks for the target), blue = negative, intensity |R| / max |R| over the tokens that set the scale;
+hovering a token shows its value. `excluded` positions (attention sinks: position 0 and massive activations) never
+set the scale: they are drawn grey with a dashed outline and named in the legend with their value.
 `heatmap_figure` is the same view as a Plotly figure, for the export menu (PNG/SVG/PDF/HTML).
 """
 from __future__ import annotations
@@ -18,14 +19,28 @@ BLUE = (31, 119, 180)
 COLORSCALE = [[0.0, "rgb(31,119,180)"], [0.5, "rgb(255,255,255)"], [1.0, "rgb(214,39,40)"]]
 
 
-def normalised(relevance: Sequence[float], leave_out_first: bool = False) -> np.ndarray:
-    """Relevance divided by max |R| (over the kept tokens), in [-1, 1]; the left-out first token becomes NaN."""
+def colour_scale(relevance: Sequence[float], excluded: Sequence[int] = ()) -> float:
+    """max |R| over the tokens that set the colour scale (0 when none is left)."""
     values = np.asarray(relevance, dtype=float).copy()
-    if leave_out_first and values.size:
-        values[0] = np.nan
+    values[[i for i in excluded if 0 <= i < values.size]] = np.nan
     finite = values[np.isfinite(values)]
-    scale = float(np.max(np.abs(finite))) if finite.size else 0.0
+    return float(np.max(np.abs(finite))) if finite.size else 0.0
+
+
+def normalised(relevance: Sequence[float], excluded: Sequence[int] = ()) -> np.ndarray:
+    """Relevance divided by max |R| over the scaled tokens, in [-1, 1]; excluded positions become NaN."""
+    values = np.asarray(relevance, dtype=float).copy()
+    values[[i for i in excluded if 0 <= i < values.size]] = np.nan
+    scale = colour_scale(relevance, excluded)
     return values / scale if scale > 0 else np.where(np.isfinite(values), 0.0, np.nan)
+
+
+def excluded_note(tokens: Sequence[str], relevance: Sequence[float], excluded: Sequence[int]) -> str:
+    """The sentence naming the excluded positions and their relevance."""
+    if not excluded:
+        return ""
+    named = ", ".join(f"{i} {tokens[i]!r} (R = {float(relevance[i]):+.3g})" for i in excluded if i < len(tokens))
+    return f"Attention sink{'s' if len(excluded) > 1 else ''} not used for the colour scale: position {named}."
 
 
 def _visible(token: str) -> str:
@@ -39,34 +54,39 @@ def _background(weight: float) -> str:
     return f"rgba({red},{green},{blue},{min(1.0, abs(weight)):.3f})"
 
 
-def heatmap_html(tokens: Sequence[str], relevance: Sequence[float], leave_out_first: bool = False) -> str:
+def heatmap_html(tokens: Sequence[str], relevance: Sequence[float], excluded: Sequence[int] = ()) -> str:
     """HTML of the heatmap: one span per token, hover title with its index and raw value."""
-    weights = normalised(relevance, leave_out_first)
+    weights = normalised(relevance, excluded)
+    scale = colour_scale(relevance, excluded)
     spans = []
     for index, (token, value, weight) in enumerate(zip(tokens, relevance, weights)):
-        note = " (left out)" if not np.isfinite(weight) else ""
+        sink = index in excluded
+        note = " (attention sink: not used for the colour scale)" if sink else ""
         title = html.escape(f"token {index} {token!r}: R = {float(value):+.4f}{note}", quote=True)
+        border = "outline:1px dashed #888;" if sink else ""
         spans.append(f'<span class="relevance-token" title="{title}" style="background:{_background(weight)};'
-                     f'border-radius:3px;padding:1px 0;font-family:monospace;white-space:pre-wrap">'
+                     f'{border}border-radius:3px;padding:1px 0;font-family:monospace;white-space:pre-wrap">'
                      f"{_visible(token)}</span>")
+    note = html.escape(excluded_note(tokens, relevance, excluded))
     legend = ('<div style="font-size:0.8em;color:#555;margin-top:6px">'
               f'<span style="background:rgba{RED + (0.8,)};padding:0 6px">&nbsp;</span> for the target &nbsp; '
               f'<span style="background:rgba{BLUE + (0.8,)};padding:0 6px">&nbsp;</span> against &nbsp; '
-              "(colour: relevance / max |relevance|; hover a token for its value)</div>")
+              f"(full colour at |R| = {scale:.3g}; hover a token for its value) {note}</div>")
     return f'<div class="relevance-heatmap" style="line-height:1.9">{"".join(spans)}</div>{legend}'
 
 
-def token_heatmap(tokens: Sequence[str], relevance: Sequence[float], leave_out_first: bool = False) -> None:
+def token_heatmap(tokens: Sequence[str], relevance: Sequence[float], excluded: Sequence[int] = ()) -> None:
     """Show the heatmap in the page."""
     import streamlit as st
 
-    st.markdown(heatmap_html(tokens, relevance, leave_out_first), unsafe_allow_html=True)
+    st.markdown(heatmap_html(tokens, relevance, excluded), unsafe_allow_html=True)
 
 
-def heatmap_figure(tokens: Sequence[str], relevance: Sequence[float], title: str, leave_out_first: bool = False,
+def heatmap_figure(tokens: Sequence[str], relevance: Sequence[float], title: str, excluded: Sequence[int] = (),
                    per_row: int = 12) -> go.Figure:
-    """The heatmap as a Plotly figure: tokens in reading order, `per_row` to a row, coloured cells, colorbar."""
-    weights = normalised(relevance, leave_out_first)
+    """The heatmap as a Plotly figure: tokens in reading order, `per_row` to a row, coloured cells, and a colour
+    bar in raw relevance (its ends at +-max |R| over the scaled tokens); excluded positions grey."""
+    weights = normalised(relevance, excluded)
     values = np.asarray(relevance, dtype=float)
     n_rows = max(1, int(np.ceil(len(tokens) / per_row)))
     z = np.full((n_rows, per_row), np.nan)
@@ -76,14 +96,18 @@ def heatmap_figure(tokens: Sequence[str], relevance: Sequence[float], title: str
         row, col = divmod(index, per_row)
         z[row, col] = weights[index]
         text[row, col] = html.escape(token.replace("\n", "↵")) or "∅"
-        hover[row, col] = html.escape(f"token {index} {token!r}: R = {values[index]:+.4f}")
-    scale = float(np.nanmax(np.abs(values[1:] if leave_out_first else values))) if len(values) else 0.0
+        sink = " (attention sink: not used for the colour scale)" if index in excluded else ""
+        hover[row, col] = html.escape(f"token {index} {token!r}: R = {values[index]:+.4f}{sink}")
+    scale = colour_scale(relevance, excluded)
     fig = go.Figure(go.Heatmap(
-        z=z, text=text, customdata=hover, texttemplate="%{text}", textfont=dict(family="monospace", size=13),
-        colorscale=COLORSCALE, zmin=-1, zmax=1, xgap=2, ygap=4, hovertemplate="%{customdata}<extra></extra>",
-        colorbar=dict(title=dict(text="R / max|R|", side="right"), tickvals=[-1, 0, 1],
-                      ticktext=[f"-{scale:.3g}", "0", f"+{scale:.3g}"])))
-    fig.update_layout(title=title, template="plotly_white", height=120 + 42 * n_rows, width=1100,
-                      margin=dict(l=20, r=20, t=60, b=20),
+        z=z * scale, text=text, customdata=hover, texttemplate="%{text}", textfont=dict(family="monospace", size=13),
+        colorscale=COLORSCALE, zmin=-scale or -1, zmax=scale or 1, xgap=2, ygap=4,
+        hovertemplate="%{customdata}<extra></extra>", colorbar=dict(title=dict(text="relevance R", side="right"))))
+    note = excluded_note(tokens, relevance, excluded)
+    fig.update_layout(title=title, template="plotly_white", height=140 + 42 * n_rows, width=1100,
+                      margin=dict(l=20, r=20, t=60, b=40 if note else 20),
                       xaxis=dict(visible=False), yaxis=dict(visible=False, autorange="reversed"))
+    if note:
+        fig.add_annotation(text=html.escape(note), xref="paper", yref="paper", x=0, y=-0.02, showarrow=False,
+                           xanchor="left", yanchor="top", font=dict(size=11, color="#555"))
     return fig

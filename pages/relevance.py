@@ -1,7 +1,6 @@
 """Relevance maps: which input tokens made the model predict what it did (AttnLRP, CP-LRP and baselines)."""
 from __future__ import annotations
 
-import numpy as np
 import streamlit as st
 
 from backend.config import InterpscopeError
@@ -12,128 +11,83 @@ from backend.relevance.api import (RelevanceResult, explain, explain_continuatio
                                    faithfulness_batch, top_heads, top_neurons)
 from backend.relevance.methods import methods_for
 from components.export import export_menu
-from components.relevance_charts import (abpc_bar, continuation_figure, curves_figure, latent_figure,
-                                         top_bar)
+from components.relevance_charts import abpc_bar, continuation_figure, curves_figure, latent_figure, top_bar
+from components.relevance_readout import show_readout
 from components.token_heatmap import heatmap_figure, token_heatmap
-from pages._common import current_model, model_key, show_errors, text_source
+from pages._common import (Param, committed, current_model, model_key, progress, shared, show_errors, text_source,
+                           url_inputs, write_url)
 
-st.title("Relevance maps")
-st.caption("Which input tokens made the model say it? AttnLRP propagates the target logit back through the "
-           "network in one backward pass; CP-LRP detaches queries, keys and gates and conserves exactly; captum "
-           "baselines explain the same target.")
-
-lm = current_model()
-if lm is None:
-    st.stop()
-methods = methods_for(lm.adapter)
-if not methods:
-    st.warning(f"No relevance method is available for {lm.family} models yet.")
-    st.stop()
-labels = {m.name: m.label for m in methods}
-backward_methods = [m.name for m in methods if m.one_backward_pass]
+PAGE = "relevance"
+DEFAULT_TEXT = "Mr. Darcy looked at Elizabeth, and Elizabeth looked back at"
+TARGETS = ["Predicted next token", "A token I pick", "A rather than B", "A continuation"]
 
 
-@st.cache_data(show_spinner=False, max_entries=128)
-def _explain(key: tuple, text: str, method: str, token: str | None, contrast: tuple | None,
-             latent: bool) -> RelevanceResult:
-    return explain(current_model(), text, method, token=token, contrast=contrast, latent=latent)
+def params(method_names: list[str]) -> list[Param]:
+    return [Param("relevance-text", "text", DEFAULT_TEXT),
+            Param("relevance-method", "method", method_names[0], choices=method_names),
+            Param("relevance-target", "target", TARGETS[0], choices=TARGETS),
+            Param("relevance-typed", "token", ""), Param("relevance-a", "a", ""), Param("relevance-b", "b", ""),
+            Param("relevance-n-new", "new", 8, int, low=1, high=32),
+            Param("relevance-compare", "compare", False, bool),
+            Param("relevance-second", "second", method_names[min(1, len(method_names) - 1)], choices=method_names),
+            Param("relevance-latent", "latent", False, bool)]
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def _top(key: tuple, text: str) -> list[str]:
-    return [p.token for p in predict_next(current_model(), text, top=10).predictions]
+def _top(text: str) -> list[str]:
+    return shared("top10", (model_key(), text), lambda: [
+        p.token for p in predict_next(current_model(), text, top=10).predictions])
 
 
-def conservation_readout(result: RelevanceResult) -> None:
-    c = result.conservation
-    st.metric("Target logit", f"{result.logit:.4f}")
-    if c is None:
-        st.caption(f"{result.method_label} has no conservation law. Sum of relevance: "
-                   f"{float(np.sum(result.relevance)):.4f}.")
-        return
-    st.metric("Sum of input relevance", f"{c.input_sum:.4f}")
-    st.metric("Bias share", f"{c.bias_sum:.4f}")
-    st.metric("Softmax share", f"{c.softmax_sum:.4f}")
-    st.metric("Relative error", f"{c.relative_error:.1e}")
-    if abs(c.softmax_sum) > 1e-3 * abs(result.logit):
-        st.caption(f"Inputs + biases leave a gap of {c.gap_without_softmax:.1%} of the logit: AttnLRP drops it "
-                   "at the softmaxes (counted above), so it does not conserve on its own.")
-    else:
-        st.caption("Inputs + biases account for the whole logit (conservative).")
+def _explain(text: str, method: str, token: str | None, contrast: tuple | None, latent: bool) -> RelevanceResult:
+    return shared("explain", (model_key(), text, method, token, contrast, latent), lambda: explain(
+        current_model(), text, method, token=token, contrast=contrast, latent=latent))
 
 
-def show_map(result: RelevanceResult, leave_out_first: bool, key: str) -> None:
+def show_map(result: RelevanceResult, key: str) -> None:
+    """The heatmap, its export, and the readout of where the explained value went (below the map, full width)."""
     title = f"{result.method_label}: relevance for {result.target.label} ({result.model})"
-    map_column, readout_column = st.columns([3, 1])
-    with map_column:
-        st.markdown(f"**{title}** · {result.seconds:.2f} s")
-        token_heatmap(result.tokens, result.relevance, leave_out_first)
-        export_menu(heatmap_figure(result.tokens, result.relevance, title, leave_out_first), result,
-                    key=f"map-{key}", filename=f"relevance-{result.method}")
-    with readout_column:
-        conservation_readout(result)
+    st.markdown(f"**{title}** · {result.seconds:.2f} s")
+    token_heatmap(result.tokens, result.relevance, result.sink_positions)
+    export_menu(heatmap_figure(result.tokens, result.relevance, title, result.sink_positions), result,
+                key=f"map-{key}", filename=f"relevance-{result.method}")
+    show_readout(result, key)
 
 
-text = text_source("relevance", label="Text to explain",
-                   default="Mr. Darcy looked at Elizabeth, and Elizabeth looked back at")
-if text is None:
-    st.stop()
+def target_inputs(top: list[str]) -> tuple[str, str | None, tuple | None]:
+    """The target choice and its inputs; returns (kind, token, contrast)."""
+    kind = st.radio("Explain", TARGETS, horizontal=True, key="relevance-target")
+    token, contrast = None, None
+    if kind == "A token I pick":
+        picked = st.selectbox("Next token (top 10)", top, format_func=repr, key="relevance-pick")
+        typed = st.text_input("…or type a token (a single token; '#id' for an id)", key="relevance-typed")
+        token = typed or picked
+    elif kind == "A rather than B":
+        pair = st.columns(2)
+        if not st.session_state.get("relevance-a"):
+            st.session_state["relevance-a"] = top[0]
+        if not st.session_state.get("relevance-b"):
+            st.session_state["relevance-b"] = top[1] if len(top) > 1 else ""
+        contrast = (pair[0].text_input("A", key="relevance-a"), pair[1].text_input("B", key="relevance-b"))
+    return kind, token, contrast
 
-settings = st.columns(3)
-method = settings[0].selectbox("Method", list(labels), format_func=labels.get, key="relevance-method")
-target_kind = settings[1].radio("Explain", ["Predicted next token", "A token I pick", "A rather than B",
-                                            "A continuation"], key="relevance-target")
-leave_out_first = settings[2].toggle("Leave out first token", help="Drop the first token (often an attention sink) and renormalise the colours by the rest.",
-                                     key="relevance-sink")
-compare = settings[2].toggle("Compare two methods", key="relevance-compare")
 
-with show_errors():
-    top = _top(model_key(), text)
-token, contrast = None, None
-if target_kind == "A token I pick":
-    picked = st.selectbox("Next token (top 10)", top, format_func=repr, key="relevance-pick")
-    typed = st.text_input("…or type a token (a single token; '#id' for an id)", key="relevance-typed")
-    token = typed if typed else picked
-elif target_kind == "A rather than B":
-    pair = st.columns(2)
-    first = pair[0].text_input("A", value=top[0], key="relevance-a")
-    second = pair[1].text_input("B", value=top[1] if len(top) > 1 else "", key="relevance-b")
-    contrast = (first, second)
-
-if target_kind == "A continuation":
-    n_new = st.number_input("Tokens to generate", 1, 32, 8, key="relevance-n-new")
-    kinds = backward_methods
-    if method not in kinds:
-        st.info(f"Continuations use one backward pass per token; showing {labels[kinds[0]]}.")
+def continuation_view(lm, text: str, n_new: int, method: str, labels: dict, backward: list[str]) -> None:
+    chosen = method if method in backward else backward[0]
+    if chosen != method:
+        st.info(f"Continuations use one backward pass per token; {labels[method]} needs more, so "
+                f"{labels[chosen]} is shown.")
     with show_errors(), st.spinner("Generating and explaining…"):
-        matrix, sequence = explain_continuation(lm, text, int(n_new), method if method in kinds else kinds[0])
+        matrix, sequence = shared("continuation", (model_key(), text, n_new, chosen),
+                                  lambda: explain_continuation(lm, text, n_new, chosen))
     generated = [lm.tokenizer.decode([i]) for i in matrix.generated_ids]
     st.markdown("**Continuation:** " + repr("".join(generated)))
     fig = continuation_figure(generated, sequence, matrix.matrix, "Relevance of each token for each generated token")
     st.plotly_chart(fig, key="relevance-continuation")
     export_menu(fig, {"generated": generated, "sequence": sequence, "matrix": matrix.matrix,
                       "logits": matrix.logits}, key="continuation", filename="relevance-continuation")
-    st.stop()
 
-show_latent = method in backward_methods and st.toggle(
-    "Show relevance inside the model (layers x tokens, top heads and neurons)", key="relevance-latent")
-with show_errors(), st.spinner(f"Explaining with {labels[method]}…"):
-    result = _explain(model_key(), text, method, token, contrast, bool(show_latent))
 
-if compare:
-    other = st.selectbox("Second method", [m for m in labels if m != method], format_func=labels.get,
-                         key="relevance-second")
-    with show_errors(), st.spinner(f"Explaining with {labels[other]}…"):
-        second = _explain(model_key(), text, other, token, contrast, False)
-    left, right = st.columns(2)
-    with left:
-        show_map(result, leave_out_first, "first")
-    with right:
-        show_map(second, leave_out_first, "second")
-else:
-    show_map(result, leave_out_first, "first")
-
-if show_latent and result.latent is not None:
+def latent_view(result: RelevanceResult) -> None:
     st.subheader("Inside the model")
     fig = latent_figure(result.tokens, result.latent.residual, "Residual-stream relevance, layers x tokens")
     st.plotly_chart(fig, key="relevance-latent-fig")
@@ -149,56 +103,124 @@ if show_latent and result.latent is not None:
             st.plotly_chart(fig, key=f"relevance-{kind}")
             export_menu(fig, [row for _, row in rows], key=kind, filename=f"relevance-top-{kind}")
 
-st.subheader("Faithfulness")
-st.caption("Remove tokens (embedding set to zero) most relevant first (MoRF) or least relevant first (LeRF) and "
-           "track the target logit. ABPC = AUC(LeRF) - AUC(MoRF): higher means the map found what matters.")
-if st.button("Curves for every method on this input", key="relevance-faith"):
+
+def faithfulness_view(lm, run: dict, labels: dict) -> None:
+    st.subheader("Faithfulness")
+    st.caption("Remove tokens (embedding set to zero) most relevant first (MoRF) or least relevant first (LeRF) and "
+               "track the target. ABPC = AUC(LeRF) - AUC(MoRF): higher means the map found what matters.")
+    if not st.button("Curves for every method on this input", key="relevance-faith"):
+        return
     curves, rows = {}, []
-    progress = st.progress(0.0, text="Perturbing…")
-    for index, name in enumerate(labels):
-        with show_errors():
-            explained = _explain(model_key(), text, name, token, contrast, False)
-            curve = faithfulness(lm, explained)
-        curves[labels[name]] = (curve.fractions, curve.morf, curve.lerf, curve.abpc)
-        rows.append({"method": labels[name], "ABPC": curve.abpc, "seconds": explained.seconds})
-        progress.progress((index + 1) / len(labels), text=f"{labels[name]} done")
+    with progress("Perturbing…", PAGE) as report:
+        for index, name in enumerate(labels):
+            with show_errors():
+                explained = _explain(run["text"], name, run["token"], run["contrast"], False)
+                curve = faithfulness(lm, explained)
+            curves[labels[name]] = (curve.fractions, curve.morf, curve.lerf, curve.abpc)
+            rows.append({"method": labels[name], "ABPC": curve.abpc, "seconds": explained.seconds})
+            report(index + 1, len(labels))
     fig = curves_figure(curves, "Perturbation curves on this input")
     st.plotly_chart(fig, key="relevance-curves")
     export_menu(fig, {name: {"fractions": c[0], "morf": c[1], "lerf": c[2], "abpc": c[3]}
                       for name, c in curves.items()}, key="curves", filename="relevance-curves")
     st.dataframe(rows, hide_index=True)
 
-with st.expander("Batch faithfulness over many texts"):
-    source = st.radio("Texts", ["Bundled sample prompts (Austen, test split)", "Upload a file"],
-                      key="relevance-batch-source", horizontal=True)
-    texts: list[str] = []
-    if source.startswith("Bundled"):
-        count = st.slider("How many prompts", 2, 100, 20, key="relevance-batch-n")
-        texts = sample_prompts(count)
+
+def batch_view(lm, labels: dict) -> None:
+    with st.expander("Batch faithfulness over many texts"):
+        source = st.radio("Texts", ["Bundled sample prompts (Austen, test split)", "Upload a file"],
+                          key="relevance-batch-source", horizontal=True)
+        texts: list[str] = []
+        if source.startswith("Bundled"):
+            count = st.slider("How many prompts", 2, 100, 20, key="relevance-batch-n")
+            texts = sample_prompts(count)
+        else:
+            upload = st.file_uploader("One example per line/row (.txt, .md, .csv text column, .jsonl \"text\")",
+                                      type=["txt", "md", "csv", "jsonl"], key="relevance-batch-upload")
+            if upload is not None:
+                try:
+                    texts = parse_examples(upload.getvalue(), upload.name)
+                except InterpscopeError as err:
+                    st.error(str(err))
+            if len(texts) > 200:
+                st.warning(f"The file has {len(texts)} examples; the batch runs the first 200 of them.")
+                texts = texts[:200]
+        chosen = st.multiselect("Methods", list(labels), default=[m for m in labels if m != "occlusion"][:3],
+                                format_func=labels.get, key="relevance-batch-methods")
+        if st.button("Run batch", key="relevance-batch-run", disabled=not texts or not chosen):
+            with progress("Texts", PAGE) as report, show_errors():
+                summary = faithfulness_batch(lm, texts, chosen, progress=report)
+            rows = [{"method": labels[m], "mean ABPC": summary.mean_abpc[m], "std": summary.std_abpc[m],
+                     "texts": summary.n_texts, "seconds": summary.seconds[m]} for m in chosen]
+            st.dataframe(rows, hide_index=True)
+            fig = abpc_bar([labels[m] for m in chosen], [summary.mean_abpc[m] for m in chosen],
+                           [summary.std_abpc[m] for m in chosen], f"Mean ABPC over {summary.n_texts} texts")
+            st.plotly_chart(fig, key="relevance-batch-fig")
+            export_menu(fig, summary, key="batch", filename="relevance-abpc")
+
+
+def main() -> None:
+    st.title("Relevance maps")
+    st.caption("Which input tokens made the model say it? AttnLRP propagates the target logit back through the "
+               "network in one backward pass; CP-LRP detaches queries, keys and gates and conserves exactly; captum "
+               "baselines explain the same target.")
+    lm = current_model()
+    if lm is None:
+        return
+    methods = methods_for(lm.adapter)
+    if not methods:
+        st.warning(f"No relevance method is available for {lm.family} models yet.")
+        return
+    labels = {m.name: m.label for m in methods}
+    backward = [m.name for m in methods if m.one_backward_pass]
+    page_params = params(list(labels))
+    url_inputs(PAGE, page_params)
+
+    text = text_source(PAGE, label="Text to explain", default=DEFAULT_TEXT)
+    if text is None:
+        write_url(page_params)
+        return
+    with show_errors():
+        top = _top(text)
+    kind, token, contrast = target_inputs(top)
+    settings = st.columns([2, 2, 1])
+    method = settings[0].selectbox("Method", list(labels), format_func=labels.get, key="relevance-method")
+    n_new = int(settings[1].number_input("Tokens to generate", 1, 32, key="relevance-n-new")) \
+        if kind == "A continuation" else 0
+    latent = settings[1].toggle("Show relevance inside the model (layers x tokens, top heads and neurons)",
+                                key="relevance-latent", disabled=method not in backward or kind == "A continuation")
+    compare = settings[2].toggle("Compare two methods", key="relevance-compare", disabled=kind == "A continuation")
+    second = settings[2].selectbox("Second method", [m for m in labels if m != method] or [method],
+                                   format_func=labels.get, key="relevance-second") if compare else None
+    submitted = st.button("Run", type="primary", key="relevance-run")
+    inputs = {"text": text, "kind": kind, "token": token, "contrast": contrast, "method": method, "n_new": n_new,
+              "latent": bool(latent and method in backward), "second": second}
+    run = committed(PAGE, inputs, submitted)
+    write_url(page_params, {"run": "1"} if run is not None else None)
+    if run is None:
+        st.info("Choose a method and a target, then press **Run**.")
+        return
+    if run["kind"] == "A continuation":
+        continuation_view(lm, run["text"], run["n_new"], run["method"], labels, backward)
+        return
+    with show_errors(), st.spinner(f"Explaining with {labels[run['method']]}…"):
+        result = _explain(run["text"], run["method"], run["token"], run["contrast"], run["latent"])
+        second_result = (_explain(run["text"], run["second"], run["token"], run["contrast"], False)
+                         if run["second"] else None)
+    if second_result is not None:
+        for column, shown, key in zip(st.columns(2, gap="large"), (result, second_result), ("first", "second")):
+            with column:
+                show_map(shown, key)
     else:
-        upload = st.file_uploader("One example per line/row (.txt, .md, .csv text column, .jsonl \"text\")",
-                                  type=["txt", "md", "csv", "jsonl"], key="relevance-batch-upload")
-        if upload is not None:
-            try:
-                texts = parse_examples(upload.getvalue(), upload.name)[:200]
-            except InterpscopeError as err:
-                st.error(str(err))
-    chosen = st.multiselect("Methods", list(labels), default=[m for m in labels if m != "occlusion"][:3],
-                            format_func=labels.get, key="relevance-batch-methods")
-    if st.button("Run batch", key="relevance-batch-run", disabled=not texts or not chosen):
-        progress = st.progress(0.0, text=f"0 / {len(texts)} texts")
-        with show_errors():
-            summary = faithfulness_batch(lm, texts, chosen, progress=lambda done, total: progress.progress(
-                done / total, text=f"{done} / {total} texts"))
-        rows = [{"method": labels[m], "mean ABPC": summary.mean_abpc[m], "std": summary.std_abpc[m],
-                 "texts": summary.n_texts, "seconds": summary.seconds[m]} for m in chosen]
-        st.dataframe(rows, hide_index=True)
-        fig = abpc_bar([labels[m] for m in chosen], [summary.mean_abpc[m] for m in chosen],
-                       [summary.std_abpc[m] for m in chosen], f"Mean ABPC over {summary.n_texts} texts")
-        st.plotly_chart(fig, key="relevance-batch-fig")
-        export_menu(fig, summary, key="batch", filename="relevance-abpc")
+        show_map(result, "first")
+    if result.latent is not None:
+        latent_view(result)
+    faithfulness_view(lm, run, labels)
+    batch_view(lm, labels)
+    if "state_space" in lm.adapter.capabilities():
+        from pages._mamba_view import mamba_view
 
-if lm.family == "mamba":
-    from pages._mamba_view import mamba_view
+        mamba_view(lm, run["text"], run["token"], run["contrast"], labels)
 
-    mamba_view(lm, text, token, contrast, labels)
+
+main()

@@ -5,7 +5,7 @@ Every call holds the model's lock for the whole attribution (rules are hooks on 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
@@ -19,6 +19,7 @@ from backend.relevance.engine import Attribution, Completeness, Conservation, La
 from backend.relevance.faithfulness import DEFAULT_STEPS, PerturbationCurves, perturbation_curves
 from backend.capture import model_lock
 from backend.relevance.methods import get_method
+from backend.relevance.sinks import sink_positions
 from backend.relevance.targets import Target, resolve_target
 
 
@@ -42,6 +43,20 @@ class RelevanceResult:
     latent: LatentRelevance | None = None
     completeness: Completeness | None = None
     law: str = "none"
+    through_softmax: bool = False
+    sink_positions: list[int] = field(default_factory=lambda: [0])
+
+    def tidy(self) -> list[dict]:
+        """One row per input token (the CSV export): position, token, relevance, its share of the colour scale
+        (R / max |R| over the non-sink tokens), whether it is an attention sink, and what was explained."""
+        values = np.asarray(self.relevance, dtype=float)
+        kept = np.delete(values, [i for i in self.sink_positions if i < values.size])
+        scale = float(np.max(np.abs(kept))) if kept.size else 0.0
+        return [{"position": i, "token": token, "token_id": token_id, "relevance": float(value),
+                 "relevance_scaled": float(value / scale) if scale else 0.0, "sink": i in self.sink_positions,
+                 "method": self.method, "target": self.target.label, "explained": self.target.kind,
+                 "value": self.logit, "model": self.model}
+                for i, (token, token_id, value) in enumerate(zip(self.tokens, self.token_ids, values))]
 
 
 def _adapter(model_or_lm) -> ModelAdapter:
@@ -86,10 +101,12 @@ def explain(lm, text: str | None = None, method: str = "attnlrp", *, token: str 
     target = target or make_target(lm, ids, token=token, contrast=contrast, vs_rest=vs_rest)
     attribution, seconds = run_method(lm, ids, method, target, latent=latent)
     spec = get_method(method)
+    sinks = sink_positions(lm.adapter, ids)
     return RelevanceResult(model=lm.name, method=spec.name, method_label=spec.label, tokens=lm.token_strings(ids[0]),
                            token_ids=ids[0].tolist(), relevance=attribution.relevance, target=target,
                            logit=attribution.logit, conservation=attribution.conservation, seconds=seconds,
-                           latent=attribution.latent, completeness=attribution.completeness, law=spec.law)
+                           latent=attribution.latent, completeness=attribution.completeness, law=spec.law,
+                           through_softmax=spec.through_softmax, sink_positions=sinks)
 
 
 def faithfulness(lm, result: RelevanceResult, steps: int = DEFAULT_STEPS) -> PerturbationCurves:

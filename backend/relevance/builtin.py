@@ -50,7 +50,7 @@ TRANSFORMER_LRP = frozenset({"transformer_lrp"})
 
 register_method(Method("attnlrp", "AttnLRP", "lrp",
                        "LRP for transformers: relevance through attention, softmax kept (Achtibat et al. 2024).",
-                       TRANSFORMER_LRP, _with_rules(attnlrp_rules), attnlrp_rules, "conservation"))
+                       TRANSFORMER_LRP, _with_rules(attnlrp_rules), attnlrp_rules, "conservation", through_softmax=True))
 register_method(Method("cplrp", "CP-LRP", "lrp",
                        "Conservative propagation: queries, keys and the MLP gate detached; conserves exactly.",
                        TRANSFORMER_LRP, _with_rules(cplrp_rules), cplrp_rules, "conservation"))

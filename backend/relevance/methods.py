@@ -33,7 +33,8 @@ class Method:
     returns the Attribution (the caller holds the model's lock). rules: the LRP rule set, for callers that
     attribute other scalars through the same rules (SAE features, continuations). law: what the readout checks —
     'conservation' (LRP: relevance sums to the explained value, with bias and softmax shares), 'completeness'
-    (Integrated Gradients: relevance sums to f(x) - f(baseline)), or 'none'.
+    (Integrated Gradients: relevance sums to f(x) - f(baseline)), or 'none'. through_softmax: the method sends
+    relevance through the attention softmaxes, so the readout shows what they drop (AttnLRP; CP-LRP detaches q/k).
     """
 
     name: str
@@ -44,6 +45,7 @@ class Method:
     compute: Compute
     rules: Callable[[ModelAdapter], Sequence["Rule"]] | None = None
     law: Law = "none"
+    through_softmax: bool = False  # relevance flows through attention softmaxes, which drop a share (AttnLRP)
 
     @property
     def conserves(self) -> bool:

@@ -1,0 +1,95 @@
+"""Where the explained value went: the readout beside a relevance map, led by the split of the value, not by an error.
+
+LRP methods (conservation): the value splits into the input tokens' relevance, what AttnLRP drops at the softmaxes
+(transformers only; CP-LRP and MambaLRP drop nothing there), what biases absorb, and a numerical rest (the relative
+error). Integrated Gradients (completeness): relevance sums to f(x) - f(baseline), up to an integration gap.
+Gradient x Input and occlusion obey no law: their sum is shown beside the value. Every sentence is built from the
+numbers it sits beside.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+
+COLOURS = {"input tokens": "#d6604d", "softmax (dropped by AttnLRP)": "#4393c3", "biases": "#999999",
+           "rest (numerical error)": "#333333", "f(baseline)": "#999999", "integration gap": "#333333"}
+
+
+@dataclass
+class Readout:
+    """The explained value, its label, the parts it splits into (label, value) and the sentence saying so."""
+
+    value_label: str
+    value: float
+    parts: list[tuple[str, float]]
+    sentence: str
+    error_label: str | None = None
+    error: float | None = None
+
+
+def _share(part: float, total: float) -> str:
+    return f" ({part / total:.0%})" if total else ""
+
+
+def readout(result) -> Readout:
+    """The readout of a RelevanceResult (backend.relevance.api), from its own numbers."""
+    target, y = result.target, float(result.logit)
+    label = target.value_label
+    name = label[0].lower() + label[1:]
+    relevance_sum = float(sum(result.relevance))
+    c = result.conservation
+    if result.law == "conservation" and c is not None:
+        softmax_matters = bool(getattr(result, "through_softmax", False))
+        parts = [("input tokens", c.input_sum)]
+        if softmax_matters:
+            parts.append(("softmax (dropped by AttnLRP)", c.softmax_sum))
+        parts.append(("biases", c.bias_sum))
+        parts.append(("rest (numerical error)", y - c.input_sum - c.bias_sum - (c.softmax_sum if softmax_matters else 0)))
+        words = [f"The input tokens carry {c.input_sum:.3g} of the {name} {y:.3g}{_share(c.input_sum, y)}"]
+        if softmax_matters:
+            words.append(f"the softmaxes drop {c.softmax_sum:.3g}{_share(c.softmax_sum, y)}: AttnLRP does not "
+                         "conserve through them on its own")
+        if abs(c.bias_sum) > 1e-6 * max(abs(y), 1e-12):
+            words.append(f"biases (and position embeddings) absorb {c.bias_sum:.3g}{_share(c.bias_sum, y)}")
+        sentence = "; ".join(words) + f". What is left over is numerical (relative error {c.relative_error:.1e})."
+        return Readout(label, y, parts, sentence, "relative error", c.relative_error)
+    completeness = getattr(result, "completeness", None)
+    if result.law == "completeness" and completeness is not None:
+        k = completeness
+        parts = [("input tokens", k.relevance_sum), ("f(baseline)", k.baseline_value),
+                 ("integration gap", k.value - k.baseline_value - k.relevance_sum)]
+        sentence = (f"Integrated Gradients is complete: relevance should sum to f(x) - f(baseline) = {k.value:.3g} - "
+                    f"{k.baseline_value:.3g} = {k.value - k.baseline_value:.3g} (baseline: all-zero embeddings). "
+                    f"It sums to {k.relevance_sum:.3g}; the gap of {k.gap:+.3g} ({k.relative_gap:.1%}) comes from "
+                    f"approximating the integral with {k.steps} steps.")
+        return Readout(label, y, parts, sentence, "completeness gap", k.relative_gap)
+    sentence = (f"{result.method_label} obeys no conservation law: its relevance sums to {relevance_sum:.3g} while "
+                f"the {name} is {y:.3g}.")
+    return Readout(label, y, [("input tokens", relevance_sum)], sentence)
+
+
+def readout_figure(data: Readout, title: str = "") -> go.Figure:
+    """One stacked bar of the parts (negative parts to the left of zero), with the explained value marked."""
+    fig = go.Figure()
+    for label, value in data.parts:
+        fig.add_trace(go.Bar(x=[value], y=[""], orientation="h", name=f"{label}: {value:.3g}",
+                             marker_color=COLOURS.get(label, "#888888"),
+                             hovertemplate=f"{label}: %{{x:.4g}}<extra></extra>"))
+    fig.add_vline(x=data.value, line=dict(color="black", dash="dash"),
+                  annotation_text=f"{data.value_label}: {data.value:.3g}", annotation_position="top")
+    fig.update_layout(barmode="relative", template="plotly_white", height=190, title=title or None,
+                      margin=dict(l=10, r=10, t=50 if title else 30, b=10), xaxis_title=None,
+                      legend=dict(orientation="h", y=-0.25, x=0), yaxis=dict(visible=False))
+    return fig
+
+
+def show_readout(result, key: str) -> None:
+    """The readout in the page: value, split bar, sentence; the error small beside it."""
+    import streamlit as st
+
+    data = readout(result)
+    st.markdown(f"**{data.value_label}:** {data.value:.4g}")
+    if len(data.parts) > 1:
+        st.plotly_chart(readout_figure(data), key=f"readout-{key}", config={"displayModeBar": False})
+    st.caption(data.sentence)
