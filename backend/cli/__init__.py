@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "backend.cli.sae_cmd",
     "backend.cli.neurons_cmd",
     "backend.cli.fourier_cmd",
+    "backend.cli.flow_cmd",
 ]
 
 

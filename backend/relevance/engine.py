@@ -56,11 +56,17 @@ class LatentRelevance:
 
     residual: [n_layers + 1, T], row l = input of block l, last row = output of the last block.
     heads: [n_layers, n_heads] summed over tokens; neurons: [n_layers, d_mlp] summed over tokens.
+    heads_by_position: [n_layers, T, n_heads], each head's output at each (query) position.
+    mlp_by_position: [n_layers, T], each MLP's neurons summed at each position.
+    values_by_position: [n_layers, T, n_kv_heads], what reaches each (key) position's values, per key/value head.
     """
 
     residual: np.ndarray
     heads: np.ndarray | None
     neurons: np.ndarray | None
+    heads_by_position: np.ndarray | None = None
+    mlp_by_position: np.ndarray | None = None
+    values_by_position: np.ndarray | None = None
 
 
 @dataclass
@@ -151,6 +157,15 @@ def _relevance(tensor: torch.Tensor, grad: torch.Tensor | None) -> torch.Tensor:
     return tensor.detach().double() * grad.double()
 
 
+def _value_relevance(adapter: ModelAdapter, per_tensor: dict, layer: int, n_tokens: int) -> np.ndarray:
+    """[T, n_kv_heads]: relevance at each position's value vectors, per key/value head (fused or separate v)."""
+    for i, (_, parts) in enumerate(adapter.attention_qkv(layer)):
+        if "v" in parts:
+            values = per_tensor[f"qkv.{layer}.{i}"][0][:, parts["v"].to(per_tensor[f"qkv.{layer}.{i}"].device)]
+            return values.reshape(n_tokens, -1, adapter.d_head).sum(-1).cpu().numpy()
+    return np.zeros((n_tokens, 0))
+
+
 def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target, rules: Sequence[Rule], *,
               latent: bool = False, conservation: bool = True, points: Sequence[str] = ()) -> Attribution:
     """Relevance of every input token for `target` under `rules` ([] = plain Gradient x Input).
@@ -169,7 +184,7 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target, ru
         if position_embedding is not None:
             taps.output(position_embedding, "pos_embed", leaf=True)
         attn_layers = [l for l in range(n_layers) if adapter.attention_out_proj(l) is not None]
-        if conservation:
+        if conservation or latent:
             for layer in attn_layers:
                 taps.input(adapter.attention_out_proj(layer), f"heads.{layer}")
                 for i, (module, _) in enumerate(adapter.attention_qkv(layer)):
@@ -222,9 +237,18 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target, ru
             heads = torch.stack([per_tensor[f"heads.{l}"][0].reshape(input_ids.shape[1], adapter.n_heads, -1)
                                  .sum(dim=(0, 2)) for l in attn_layers]).cpu().numpy()
         neuron_names = [f"neurons.{l}" for l in range(n_layers)]
-        neurons = (torch.stack([per_tensor[n][0].sum(0) for n in neuron_names]).cpu().numpy()
-                   if all(n in per_tensor for n in neuron_names) else None)
+        has_neurons = all(n in per_tensor for n in neuron_names)
+        neurons = torch.stack([per_tensor[n][0].sum(0) for n in neuron_names]).cpu().numpy() if has_neurons else None
         result.latent = LatentRelevance(residual=residual.cpu().numpy(), heads=heads, neurons=neurons)
+        n_tokens = input_ids.shape[1]
+        if attn_layers:
+            result.latent.heads_by_position = torch.stack([
+                per_tensor[f"heads.{l}"][0].reshape(n_tokens, adapter.n_heads, -1).sum(-1)
+                for l in attn_layers]).cpu().numpy()
+            result.latent.values_by_position = np.stack([_value_relevance(adapter, per_tensor, l, n_tokens)
+                                                         for l in attn_layers])
+        if has_neurons:
+            result.latent.mlp_by_position = torch.stack([per_tensor[n][0].sum(-1) for n in neuron_names]).cpu().numpy()
     for name in points:
         tensor = per_tensor[f"point.{name}"]
         result.points[name] = (tensor[0] if tensor.dim() > 2 and tensor.shape[0] == 1 else tensor).cpu().numpy()

@@ -1,0 +1,65 @@
+"""`interpscope flow`: how information flows to one prediction (logit lens, per-layer contributions, the AttnLRP
+relevance graph of heads and MLPs)."""
+from __future__ import annotations
+
+import argparse
+
+from backend.cli.common import add_model_args, emit_json, load_from_args
+from backend.config import InterpscopeError
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}")
+    return value
+
+
+def register(subparsers) -> None:
+    flow = subparsers.add_parser("flow", help="logit lens, layer contributions and relevance graph of a prediction",
+                                 description="For the next token after a text: the target's probability and rank "
+                                             "after every block (logit lens), each layer's attention and MLP "
+                                             "contribution to its logit, and the heads and MLPs whose AttnLRP "
+                                             "relevance exceeds --threshold x the logit, with token edges.")
+    add_model_args(flow)
+    flow.add_argument("--text", required=True, help="the prompt")
+    target = flow.add_mutually_exclusive_group()
+    target.add_argument("--target-token", help="explain this next token (text of one token, or #id)")
+    target.add_argument("--contrast", nargs=2, metavar=("A", "B"), help="explain logit(A) - logit(B)")
+    flow.add_argument("--threshold", type=_fraction, default=0.05,
+                      help="keep heads/MLPs with |relevance| >= this fraction of |value| (default 0.05)")
+    flow.add_argument("--json", metavar="OUT", help="write JSON to OUT ('-' for stdout)")
+    flow.set_defaults(func=run_flow)
+
+
+def flow_json(result, threshold: float) -> dict:
+    """The documented JSON: lens and contributions per step, the graph at the threshold, the top neurons."""
+    nodes, edges = result.graph(threshold)
+    return {"model": result.model, "method": result.method, "tokens": result.tokens, "target": result.target,
+            "value": result.value, "steps": result.tidy(), "constant_contribution": result.constant_contribution,
+            "threshold": threshold, "nodes": nodes, "edges": edges, "top_neurons": result.top_neurons,
+            "seconds": result.seconds}
+
+
+def run_flow(args: argparse.Namespace) -> int:
+    from backend.relevance.flow import information_flow
+
+    if not args.text.strip():
+        raise InterpscopeError("The text is empty: give a prompt with --text.")
+    lm = load_from_args(args)
+    result = information_flow(lm, args.text, token=args.target_token,
+                              contrast=tuple(args.contrast) if args.contrast else None)
+    if args.json:
+        emit_json(flow_json(result, args.threshold), args.json)
+    if args.json != "-":
+        last = result.tidy()[-1]
+        print(f"{result.method} flow to {result.target.label} on {result.model}: {result.target.kind} "
+              f"{result.value:.4f}, p = {last['probability']:.4f} (rank {last['rank']}), {result.seconds:.2f} s")
+        for row in result.tidy():
+            attn, mlp = row["attention_contribution"], row["mlp_contribution"]
+            parts = "" if attn is None else f"  attention {attn:+8.3f}  MLP {mlp:+8.3f}"
+            print(f"{row['step']:>12}: p {row['probability']:.4f} rank {row['rank']:>6}{parts}")
+    return 0

@@ -1,0 +1,243 @@
+"""Information flow to one prediction (transformers): the logit lens layer by layer, each layer's attention and MLP
+contribution to the explained value, and a token -> component -> prediction graph from AttnLRP's latent relevance.
+
+- Logit lens: the residual stream after the embeddings and after every block, put through the final norm (its own
+  scale at that layer) and the unembedding; the target token's probability and rank at each step. After the last
+  block it is exactly the model's own prediction.
+- Contributions (direct logit attribution): the final norm's scale frozen at its value on the last residual, the
+  explained value is a sum over what was written into the residual stream: the embeddings (and positions), each
+  layer's attention output and MLP output (as they join the residual: after Gemma's output norms), plus constants
+  (the final norm's bias and the unembedding bias). The parts add up to the value exactly.
+- Graph: AttnLRP relevance of every head's output and every MLP, summed over positions; components whose |relevance|
+  is at least `threshold` x |value| are kept. Edges: token s -> head (l, h) carries the relevance reaching position
+  s's values through that head (for grouped-query attention, a key/value head's relevance is split among its query
+  heads in proportion to their output relevance); token t -> MLP l the relevance of that MLP's neurons at position t;
+  component -> prediction its total relevance; token -> prediction each token's input relevance.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from backend.capture import capture, model_lock
+from backend.config import InterpscopeError
+from backend.relevance.api import make_target
+from backend.relevance.engine import LatentRelevance, attribute
+from backend.relevance.methods import get_method
+from backend.relevance.targets import Target
+
+DEFAULT_THRESHOLD = 0.05
+
+
+@dataclass
+class FlowNode:
+    id: str
+    kind: str  # token | head | mlp | prediction
+    label: str
+    relevance: float
+    layer: int | None = None
+    index: int | None = None  # token position or head index
+
+
+@dataclass
+class FlowEdge:
+    source: str
+    target: str
+    relevance: float
+
+
+@dataclass
+class InformationFlow:
+    """Everything the information-flow view shows for one prompt and target."""
+
+    model: str
+    method: str
+    tokens: list[str]
+    target: Target
+    value: float
+    lens_layers: list[str]
+    lens_probability: np.ndarray
+    lens_rank: np.ndarray
+    lens_value: np.ndarray
+    embed_contribution: float
+    attn_contribution: np.ndarray
+    mlp_contribution: np.ndarray
+    constant_contribution: float
+    input_relevance: np.ndarray
+    latent: LatentRelevance = field(repr=False)
+    top_neurons: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def graph(self, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[FlowNode], list[FlowEdge]]:
+        """The token -> component -> prediction graph with components above threshold x |value|."""
+        return flow_graph(self.latent, self.input_relevance, self.tokens, self.value, threshold)
+
+    def tidy(self) -> list[dict]:
+        """One row per lens step (embeddings, then each block), with that block's contributions."""
+        rows = []
+        for i, name in enumerate(self.lens_layers):
+            layer = i - 1
+            rows.append({"step": name, "probability": float(self.lens_probability[i]),
+                         "rank": int(self.lens_rank[i]), "lens_value": float(self.lens_value[i]),
+                         "attention_contribution": float(self.attn_contribution[layer]) if layer >= 0 else None,
+                         "mlp_contribution": float(self.mlp_contribution[layer]) if layer >= 0 else None,
+                         "embedding_contribution": self.embed_contribution if layer < 0 else None,
+                         "target": self.target.label, "model": self.model})
+        return rows
+
+
+def _residuals(adapter, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    n = adapter.n_layers
+    names = ["blocks.0.hook_resid_pre", *(f"blocks.{l}.hook_resid_post" for l in range(n)),
+             *(f"blocks.{l}.hook_attn_out" for l in range(n)), *(f"blocks.{l}.hook_mlp_out" for l in range(n))]
+    return capture(adapter, ids, names).activations
+
+
+def _direction(adapter, target: Target) -> torch.Tensor:
+    """The explained value as a linear function of the normalised residual: W_U' columns (gamma folded in)."""
+    W_U = adapter.folded_unembedding(torch.float64).cpu()
+    column = W_U[:, target.token_id].clone()
+    if target.contrast_id is not None:
+        column -= W_U[:, target.contrast_id]
+    elif target.vs_rest:
+        column -= (W_U.sum(1) - W_U[:, target.token_id]) / (W_U.shape[1] - 1)
+    return column
+
+
+def _constant(adapter, target: Target) -> float:
+    """What the explained value gets whatever the residual: the final norm's bias and the unembedding bias."""
+    norm = adapter.folded_norm()
+    W_U = adapter.W_U().detach().double().cpu()
+    logits = torch.zeros(W_U.shape[1], dtype=torch.float64)
+    if norm.beta is not None:
+        logits += norm.beta.double().cpu() @ W_U
+    if adapter.b_U() is not None:
+        logits += adapter.b_U().detach().double().cpu()
+    return float(target.value(logits))
+
+
+def logit_lens(adapter, acts: dict[str, torch.Tensor], target: Target) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(probability, rank, explained value) of the target after the embeddings and after each block."""
+    norm = adapter.folded_norm()
+    W_U = adapter.W_U().detach().double().cpu()
+    b_U = adapter.b_U()
+    names = ["blocks.0.hook_resid_pre", *(f"blocks.{l}.hook_resid_post" for l in range(adapter.n_layers))]
+    probability, rank, value = [], [], []
+    for name in names:
+        residual = acts[name][target.position].double().cpu()
+        normed = norm.gamma.double().cpu() * norm.centre(residual) / torch.sqrt(
+            norm.centre(residual).pow(2).mean() + norm.eps)
+        logits = (normed + (norm.beta.double().cpu() if norm.beta is not None else 0)) @ W_U
+        if b_U is not None:
+            logits = logits + b_U.detach().double().cpu()
+        probs = torch.softmax(logits, -1)
+        probability.append(float(probs[target.token_id]))
+        rank.append(int((logits > logits[target.token_id]).sum()) + 1)
+        value.append(float(target.value(logits.double())))
+    return np.array(probability), np.array(rank), np.array(value)
+
+
+def contributions(adapter, acts: dict[str, torch.Tensor], target: Target) -> tuple[float, np.ndarray, np.ndarray, float]:
+    """(embeddings, attention per layer, MLP per layer, constants): direct contributions to the explained value with
+    the final norm's scale frozen at the last residual; they add up to the value."""
+    norm = adapter.folded_norm()
+    final = acts[f"blocks.{adapter.n_layers - 1}.hook_resid_post"][target.position].double()
+    scale = float(torch.sqrt(norm.centre(final).pow(2).mean() + norm.eps))
+    direction = _direction(adapter, target)
+
+    def part(name: str) -> float:
+        vector = norm.centre(acts[name][target.position].double().cpu())
+        return float(vector @ direction) / scale
+
+    n = adapter.n_layers
+    attn = np.array([part(f"blocks.{l}.hook_attn_out") for l in range(n)])
+    mlp = np.array([part(f"blocks.{l}.hook_mlp_out") for l in range(n)])
+    return part("blocks.0.hook_resid_pre"), attn, mlp, _constant(adapter, target)
+
+
+def flow_graph(latent: LatentRelevance, input_relevance: np.ndarray, tokens: list[str], value: float,
+               threshold: float) -> tuple[list[FlowNode], list[FlowEdge]]:
+    """Nodes and edges of the token -> component -> prediction graph (components above threshold x |value|)."""
+    if not 0 <= threshold <= 1:
+        raise InterpscopeError(f"The threshold is a fraction of the explained value, 0..1 (got {threshold}).")
+    floor = threshold * abs(value)
+    nodes = [FlowNode(f"t{i}", "token", f"{i}: {tok!r}", float(r), index=i)
+             for i, (tok, r) in enumerate(zip(tokens, input_relevance))]
+    nodes.append(FlowNode("out", "prediction", "prediction", value))
+    edges = [FlowEdge(f"t{i}", "out", float(r)) for i, r in enumerate(input_relevance) if abs(r) >= floor]
+    if latent.heads is not None:
+        n_heads = latent.heads.shape[1]
+        for layer in range(latent.heads.shape[0]):
+            by_kv = latent.values_by_position[layer] if latent.values_by_position is not None else None
+            group = n_heads // by_kv.shape[1] if by_kv is not None and by_kv.shape[1] else 1
+            for head in range(n_heads):
+                total = float(latent.heads[layer, head])
+                if abs(total) < floor:
+                    continue
+                nodes.append(FlowNode(f"h{layer}.{head}", "head", f"L{layer}.H{head}", total, layer, head))
+                edges.append(FlowEdge(f"h{layer}.{head}", "out", total))
+                if by_kv is None:
+                    continue
+                kv = head // group
+                siblings = latent.heads[layer, kv * group:(kv + 1) * group]
+                share = total / float(siblings.sum()) if abs(float(siblings.sum())) > 1e-12 else 1.0 / group
+                for pos in range(by_kv.shape[0]):
+                    weight = float(by_kv[pos, kv]) * share
+                    if abs(weight) >= floor:
+                        edges.append(FlowEdge(f"t{pos}", f"h{layer}.{head}", weight))
+    if latent.mlp_by_position is not None:
+        for layer in range(latent.mlp_by_position.shape[0]):
+            total = float(latent.mlp_by_position[layer].sum())
+            if abs(total) < floor:
+                continue
+            nodes.append(FlowNode(f"m{layer}", "mlp", f"MLP {layer}", total, layer))
+            edges.append(FlowEdge(f"m{layer}", "out", total))
+            for pos, weight in enumerate(latent.mlp_by_position[layer]):
+                if abs(weight) >= floor:
+                    edges.append(FlowEdge(f"t{pos}", f"m{layer}", float(weight)))
+    return nodes, edges
+
+
+def information_flow(lm, text: str, *, token: str | int | None = None, contrast: tuple | None = None,
+                     method: str = "attnlrp") -> InformationFlow:
+    """The logit lens, per-layer contributions and AttnLRP latent relevance for the next-token target after `text`
+    (the graph at any threshold comes from InformationFlow.graph)."""
+    spec = get_method(method, lm.adapter)
+    if not spec.rules or "attention" not in lm.adapter.capabilities():
+        raise InterpscopeError(f"Information flow needs an LRP method on a transformer; {spec.label} on "
+                               f"{lm.family} models does not give relevance inside attention.")
+    start = time.perf_counter()
+    ids = lm.encode(text)
+    target = make_target(lm, ids, token=token, contrast=contrast)
+    with model_lock(lm):
+        acts = _residuals(lm.adapter, ids)
+        attribution = attribute(lm.adapter, ids, target, spec.rules(lm.adapter), latent=True, conservation=False)
+    acts = {name: tensor[0] if tensor.dim() == 3 else tensor for name, tensor in acts.items()}
+    probability, rank, lens_value = logit_lens(lm.adapter, acts, target)
+    embed, attn, mlp, constant = contributions(lm.adapter, acts, target)
+    from backend.relevance.api import top_neurons
+
+    return InformationFlow(
+        model=lm.name, method=spec.label, tokens=lm.token_strings(ids[0]), target=target, value=attribution.logit,
+        lens_layers=["embeddings", *(f"block {l}" for l in range(lm.adapter.n_layers))],
+        lens_probability=probability, lens_rank=rank, lens_value=lens_value, embed_contribution=embed,
+        attn_contribution=attn, mlp_contribution=mlp, constant_contribution=constant,
+        input_relevance=attribution.relevance, latent=attribution.latent,
+        top_neurons=top_neurons(attribution.latent, 20), seconds=time.perf_counter() - start)
+
+
+def attention_pattern(lm, text: str, layer: int, head: int) -> tuple[list[str], np.ndarray]:
+    """One head's attention probabilities [T_query, T_key] on `text` (for the graph's click-through)."""
+    adapter = lm.adapter
+    if not 0 <= layer < adapter.n_layers or not 0 <= head < adapter.n_heads:
+        raise InterpscopeError(f"No head L{layer}.H{head}: this model has {adapter.n_layers} layers of "
+                               f"{adapter.n_heads} heads.")
+    ids = lm.encode(text)
+    with torch.no_grad():
+        out = lm.model(input_ids=ids, output_attentions=True, use_cache=False)
+    if not out.attentions or out.attentions[layer] is None:
+        raise InterpscopeError("This model does not return attention probabilities.")
+    return lm.token_strings(ids[0]), out.attentions[layer][0, head].float().cpu().numpy()
