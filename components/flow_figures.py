@@ -1,0 +1,93 @@
+"""Figures of the information-flow view: logit lens, per-layer contributions, the token -> component -> prediction
+graph (each node carries its id in customdata, so a click on it can open the head or the neuron behind it)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+RED, BLUE, GREY = "#d6604d", "#4393c3", "#888888"
+
+
+def lens_figure(layers: Sequence[str], probability: np.ndarray, rank: np.ndarray, label: str) -> go.Figure:
+    """The target's probability (left axis) and rank (right axis, log) after the embeddings and each block."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Scatter(x=list(layers), y=probability, name="probability", mode="lines+markers",
+                             line=dict(color=RED)), secondary_y=False)
+    fig.add_trace(go.Scatter(x=list(layers), y=rank, name="rank", mode="lines+markers",
+                             line=dict(color=GREY, dash="dot")), secondary_y=True)
+    fig.update_yaxes(title_text="probability", range=[0, max(1e-3, float(np.max(probability)) * 1.08)],
+                     secondary_y=False)
+    fig.update_yaxes(title_text="rank (1 = top)", type="log", autorange="reversed", secondary_y=True)
+    fig.update_layout(title=f"Logit lens: {label} after each block", template="plotly_white", height=360,
+                      margin=dict(l=60, r=60, t=60, b=60), legend=dict(orientation="h", y=1.12, x=0),
+                      xaxis=dict(tickangle=-45))
+    return fig
+
+
+def contributions_figure(attn: np.ndarray, mlp: np.ndarray, embed: float, value_label: str) -> go.Figure:
+    """Each layer's attention and MLP direct contribution to the explained value (grouped bars)."""
+    layers = [f"{l}" for l in range(len(attn))]
+    fig = go.Figure([go.Bar(x=layers, y=attn, name="attention", marker_color=BLUE),
+                     go.Bar(x=layers, y=mlp, name="MLP", marker_color=RED)])
+    fig.update_layout(title=f"What each layer writes toward the {value_label.lower()} (embeddings: {embed:+.3g})",
+                      barmode="group", template="plotly_white", height=340, xaxis_title="layer",
+                      yaxis_title="direct contribution", margin=dict(l=60, r=20, t=60, b=50),
+                      legend=dict(orientation="h", y=1.12, x=0))
+    return fig
+
+
+def graph_figure(nodes: Sequence, edges: Sequence, n_layers: int, title: str) -> go.Figure:
+    """Tokens along the bottom, components at their layer's height (heads left to right, the MLP at the right
+    end), the prediction on top; edge width ~ |relevance|, red for, blue against."""
+    tokens = [n for n in nodes if n.kind == "token"]
+    width = max(len(tokens), 1)
+    position: dict[str, tuple[float, float]] = {}
+    for node in tokens:
+        position[node.id] = (float(node.index), 0.0)
+    by_layer: dict[int, list] = {}
+    for node in nodes:
+        if node.kind in ("head", "mlp"):
+            by_layer.setdefault(node.layer, []).append(node)
+    for layer, members in by_layer.items():
+        members.sort(key=lambda n: (n.kind == "mlp", n.index or 0))
+        for k, node in enumerate(members):
+            position[node.id] = ((k + 1) * (width - 1) / (len(members) + 1), float(layer + 1))
+    position["out"] = ((width - 1) / 2, float(n_layers + 1))
+    biggest = max([abs(e.relevance) for e in edges] or [1.0]) or 1.0
+    fig = go.Figure()
+    for edge in sorted(edges, key=lambda e: abs(e.relevance)):
+        if edge.source not in position or edge.target not in position:
+            continue
+        (x0, y0), (x1, y1) = position[edge.source], position[edge.target]
+        fig.add_trace(go.Scatter(x=[x0, x1], y=[y0, y1], mode="lines", hoverinfo="skip", showlegend=False,
+                                 line=dict(width=0.5 + 6 * abs(edge.relevance) / biggest,
+                                           color=RED if edge.relevance >= 0 else BLUE), opacity=0.45))
+    shown = [n for n in nodes if n.id in position]
+    colours = {"token": "#444444", "head": BLUE, "mlp": RED, "prediction": "black"}
+    fig.add_trace(go.Scatter(
+        x=[position[n.id][0] for n in shown], y=[position[n.id][1] for n in shown], mode="markers+text",
+        text=[n.label if n.kind != "token" else n.label.split(": ", 1)[-1] for n in shown],
+        textposition="top center", customdata=[n.id for n in shown], showlegend=False,
+        marker=dict(size=[10 + 14 * min(1.0, abs(n.relevance) / biggest) for n in shown],
+                    color=[colours[n.kind] for n in shown], symbol=["square" if n.kind == "mlp" else "circle"
+                                                                    for n in shown]),
+        hovertext=[f"{n.label}: relevance {n.relevance:+.4g}" for n in shown], hoverinfo="text"))
+    fig.update_layout(title=title, template="plotly_white", height=200 + 28 * n_layers,
+                      margin=dict(l=40, r=20, t=60, b=40), clickmode="event+select",
+                      xaxis=dict(visible=False), yaxis=dict(title="layer (0 = tokens)", zeroline=False))
+    return fig
+
+
+def attention_figure(tokens: Sequence[str], pattern: np.ndarray, title: str) -> go.Figure:
+    """A head's attention probabilities, queries down, keys across."""
+    labels = [f"{i}:{repr(t)[1:-1]}" for i, t in enumerate(tokens)]
+    fig = go.Figure(go.Heatmap(z=pattern, x=labels, y=labels, colorscale="Blues", zmin=0, zmax=1,
+                               colorbar=dict(title=dict(text="attention", side="right")),
+                               hovertemplate="query %{y}<br>key %{x}<br>p = %{z:.3f}<extra></extra>"))
+    fig.update_layout(title=title, template="plotly_white", height=max(360, 120 + 18 * len(tokens)),
+                      xaxis=dict(title="key", tickangle=-45), yaxis=dict(title="query", autorange="reversed"),
+                      margin=dict(l=80, r=20, t=60, b=100))
+    return fig

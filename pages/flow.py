@@ -1,0 +1,123 @@
+"""Information flow (transformers): how the prediction forms layer by layer, and which heads and MLPs carry it."""
+from __future__ import annotations
+
+import streamlit as st
+
+from backend.relevance.flow import DEFAULT_THRESHOLD, InformationFlow, attention_pattern, information_flow
+from backend.sae_store import list_stores
+from components.export import export_menu
+from components.flow_figures import attention_figure, contributions_figure, graph_figure, lens_figure
+from pages._common import (Param, committed, current_model, model_key, shared, show_errors, text_source, url_inputs,
+                           write_url)
+
+PAGE = "flow"
+DEFAULT_TEXT = "When Mary and John went to the store, John gave a drink to"
+PARAMS = [Param("flow-text", "text", DEFAULT_TEXT), Param("flow-token", "token", ""),
+          Param("flow-threshold", "threshold", DEFAULT_THRESHOLD, float, low=0.0, high=1.0),
+          Param("flow-node", "node", "")]
+
+
+def _flow(text: str, token: str | None) -> InformationFlow:
+    return shared("flow", (model_key(), text, token), lambda: information_flow(current_model(), text, token=token))
+
+
+def selected_node(event) -> str | None:
+    """The node id of a click on the graph (points carry their node id in customdata)."""
+    points = getattr(getattr(event, "selection", None), "points", None) or []
+    for point in points:
+        node = point.get("customdata")
+        if isinstance(node, str):
+            return node
+    return None
+
+
+def node_detail(lm, flow: InformationFlow, text: str, node_id: str) -> None:
+    """What a clicked node leads to: a head's attention pattern, an MLP's most relevant neurons and SAE features."""
+    node = next((n for n in flow.graph(0.0)[0] if n.id == node_id), None)
+    if node is None:
+        return
+    st.subheader(f"{node.label}: relevance {node.relevance:+.4g}")
+    if node.kind == "head":
+        with show_errors():
+            tokens, pattern = shared("attention", (model_key(), text, node.layer, node.index),
+                                     lambda: attention_pattern(lm, text, node.layer, node.index))
+        fig = attention_figure(tokens, pattern, f"Attention pattern of head L{node.layer}.H{node.index}")
+        st.plotly_chart(fig, key="flow-attention")
+        export_menu(fig, {"tokens": tokens, "pattern": pattern}, key="flow-attention",
+                    filename=f"attention-L{node.layer}H{node.index}")
+    elif node.kind == "mlp":
+        neurons = [n for n in flow.top_neurons if n["layer"] == node.layer][:10]
+        if neurons:
+            st.caption("Its most relevant neurons (open one on the Entropy neurons page):")
+            for column, neuron in zip(st.columns(min(5, len(neurons))) * 2, neurons):
+                column.page_link("pages/entropy_neurons.py", label=f"{neuron['layer']}.{neuron['neuron']} "
+                                 f"({neuron['relevance']:+.3g})", query_params={
+                                     "neurons": f"{neuron['layer']}.{neuron['neuron']}", "tab": "detail"})
+        stores = [s for s in list_stores() if s.name.startswith(f"{lm.name}-blocks.{node.layer}-")]
+        for store in stores:
+            st.page_link("pages/sae_features.py", label=f"Features of {store.name} on this prompt",
+                         query_params={"store": store.name, "view": "Prompt", "text": text})
+
+
+def main() -> None:
+    st.title("Information flow")
+    st.caption("For one prompt and target: the logit lens (the target's probability and rank after every block), "
+               "what each layer's attention and MLP write toward the target logit (they add up to it), and the "
+               "heads and MLPs whose AttnLRP relevance passes a threshold, with the tokens they read from. Click a "
+               "node to open it.")
+    lm = current_model()
+    if lm is None:
+        return
+    if "attention" not in lm.adapter.capabilities() or "transformer_lrp" not in lm.adapter.capabilities():
+        st.info(f"{lm.name} ({lm.family}) has no attention for AttnLRP to pass through: pick a transformer.")
+        return
+    url_inputs(PAGE, PARAMS)
+    text = text_source(PAGE, label="Prompt", default=DEFAULT_TEXT, height=90)
+    token = st.text_input("Target token (empty: the predicted one; '#id' for an id)", key="flow-token")
+    submitted = st.button("Run", type="primary", key="flow-run")
+    run = committed(PAGE, {"text": text, "token": token}, submitted) if text is not None else None
+    threshold = st.slider("Show heads and MLPs with |relevance| ≥ this fraction of the target's value", 0.0, 0.5,
+                          step=0.01, key="flow-threshold")
+    if run is None:
+        write_url(PARAMS)
+        st.info("Press **Run** (about a second on the bundled model).")
+        return
+    with show_errors(), st.spinner("Logit lens, contributions and AttnLRP…"):
+        flow = _flow(run["text"], run["token"] or None)
+    write_url(PARAMS, {"run": "1"})
+    last = flow.tidy()[-1]
+    st.markdown(f"**{flow.target.value_label}** {flow.value:.4g} · p = {last['probability']:.3f} (rank "
+                f"{last['rank']}) after the last block · {flow.seconds:.2f} s")
+    left, right = st.columns(2)
+    with left:
+        fig = lens_figure(flow.lens_layers, flow.lens_probability, flow.lens_rank, flow.target.label)
+        st.plotly_chart(fig, key="flow-lens")
+        export_menu(fig, flow, key="flow-lens", filename="flow-logit-lens")
+    with right:
+        fig = contributions_figure(flow.attn_contribution, flow.mlp_contribution, flow.embed_contribution,
+                                   flow.target.value_label)
+        st.plotly_chart(fig, key="flow-contrib")
+        export_menu(fig, flow, key="flow-contrib", filename="flow-contributions")
+    first = int(next((i for i, r in enumerate(flow.lens_rank) if r == 1), -1))
+    biggest = int(abs(flow.mlp_contribution + flow.attn_contribution).argmax())
+    st.caption((f"The target first becomes the top prediction after {flow.lens_layers[first]}"
+                if first >= 0 else "The target never becomes the top prediction") +
+               f"; layer {biggest} writes the most toward it (attention {flow.attn_contribution[biggest]:+.3g}, MLP "
+               f"{flow.mlp_contribution[biggest]:+.3g}). The parts (embeddings {flow.embed_contribution:+.3g}, "
+               f"constants {flow.constant_contribution:+.3g}) add up to {flow.value:.4g}.")
+    nodes, edges = flow.graph(float(threshold))
+    n_components = sum(n.kind in ("head", "mlp") for n in nodes)
+    fig = graph_figure(nodes, edges, lm.adapter.n_layers,
+                       f"{n_components} heads and MLPs above {threshold:.0%} of the value ({flow.method})")
+    event = st.plotly_chart(fig, key="flow-graph", on_select="rerun", selection_mode="points")
+    export_menu(fig, {"nodes": nodes, "edges": edges, "threshold": threshold}, key="flow-graph",
+                filename="flow-graph")
+    clicked = selected_node(event)
+    if clicked:
+        st.session_state["flow-node"] = clicked
+        write_url(PARAMS, {"run": "1"})
+    if st.session_state.get("flow-node"):
+        node_detail(lm, flow, run["text"], st.session_state["flow-node"])
+
+
+main()
