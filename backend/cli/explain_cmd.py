@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from backend.cli.common import add_model_args, emit_json, load_from_args
+from backend.cli.argtypes import non_negative_int
+from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args
 from backend.config import InterpscopeError
 
 METHOD_CHOICES = ["attnlrp", "cplrp", "mambalrp", "gradxinput", "ig", "occlusion"]
@@ -20,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--text", help="the text to explain")
     source.add_argument("--file", help="a .txt/.md file (whole file, or one line with --row), .csv (text column) "
                                        "or .jsonl (\"text\" field)")
-    explain.add_argument("--row", type=int, default=None, help="which example of --file (0-based; default 0)")
+    explain.add_argument("--row", type=non_negative_int, default=None, help="which example of --file (0-based; default 0)")
     explain.add_argument("--method", default=None, choices=METHOD_CHOICES,
                          help="default: the family's LRP method (attnlrp for transformers, mambalrp for Mamba)")
     target = explain.add_mutually_exclusive_group()
@@ -74,9 +75,13 @@ def result_json(result) -> dict:
 def run_explain(args: argparse.Namespace) -> int:
     from backend.relevance.api import explain
 
-    text = _text_from_args(args)
+    from backend.inputs import check_text
+
+    text = check_text(_text_from_args(args))
     if args.png and Path(args.png).suffix.lower() not in (".png", ".svg", ".pdf"):
         raise InterpscopeError("--png must end in .png, .svg or .pdf.")
+    check_out_file(args.png, "--png")
+    check_out_file(args.json, "--json")
     lm = load_from_args(args)
     if args.method is None:
         from backend.relevance.methods import methods_for_family
