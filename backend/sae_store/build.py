@@ -5,6 +5,8 @@ to the SAE's hook; each batch's nonzero feature activations are saved as one chu
 a build that is killed resumes at the first missing chunk and ends with exactly the same chunks.
 Pass 2 (numpy only, seconds): per-feature statistics from all chunks, weight-based statistics, the corpus tokens
 and vocabulary strings, written into `<store>.partial/final/` and renamed to `<store>` with manifest.json last.
+The manifest records the sha256 of the SAE's weights file, which ties the store to the SAE by content
+(FeatureStore.for_sae).
 Position 0 of every window (the attention sink, tens of times the norm of other tokens) and the rare later tokens
 with a massive activation (backend.sae.sinks) are left out, as in training.
 """
@@ -25,8 +27,9 @@ from backend.sae.sinks import zero_sink_features
 from backend.sae_store.cached import cached_batch, find_cache
 from backend.sae_store.encode import encode_ids
 from backend.sae_store.features import feature_stats
-from backend.sae_store.layout import (FORMAT_VERSION, MANIFEST, StoreSpec, default_store_dir, folder_of,
-                                      portable_path, sae_digest, save_array_atomic, write_json_atomic)
+from backend.sae_store.layout import (FORMAT_VERSION, MANIFEST, WEIGHTS_HASH, StoreSpec, default_store_dir,
+                                      folder_of, portable_path, sae_digest, save_array_atomic, weights_sha256,
+                                      write_json_atomic)
 from backend.sae_store.weights import weight_stats
 
 Progress = Callable[[str, int, int], None]
@@ -141,6 +144,7 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
     """
     spec = store_spec(loaded, sae_folder, corpus=corpus, split=split, n_tokens=n_tokens, context_size=context_size,
                       batch_size=batch_size, **options)
+    weights_hash = weights_sha256(folder_of(spec.sae_path))
     tokens = token_chunks(loaded.tokenizer, context_size, n_tokens, source=corpus, split=split)
     cached_rows = None
     if use_cache:
@@ -193,7 +197,8 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
     seconds["total"] = sum(seconds.values())
     n_counted = tokens.shape[0] * (context_size - 1)
     write_json_atomic(final / MANIFEST, {
-        "format_version": FORMAT_VERSION, "spec": spec.to_dict(), "n_seqs": int(tokens.shape[0]),
+        "format_version": FORMAT_VERSION, "spec": spec.to_dict(), WEIGHTS_HASH: weights_hash,
+        "n_seqs": int(tokens.shape[0]),
         "n_counted_tokens": int(n_counted), "n_nonzero": int(val.size), "sae_cfg": sae.cfg.to_dict(),
         "metrics": metrics, "build_seconds": seconds,
         "excluded_positions": [0]})
