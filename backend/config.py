@@ -22,8 +22,8 @@ class InterpscopeError(Exception):
     """An error whose message is meant for the person using the tool (page or command line)."""
 
 
-def data_dir() -> Path:
-    """The data directory for caches and stores: $INTERPSCOPE_DATA_DIR, else the user's cache dir."""
+def _data_dir_setting() -> tuple[Path, str]:
+    """The data directory's path and how to name it in a message; an error when that path is a file."""
     env = os.environ.get(DATA_DIR_ENV)
     if env:
         path = Path(env).expanduser()
@@ -31,7 +31,26 @@ def data_dir() -> Path:
         from platformdirs import user_cache_dir
 
         path = Path(user_cache_dir("interpscope"))
-    path.mkdir(parents=True, exist_ok=True)
+    where = f"{DATA_DIR_ENV}={env}" if env else f"The data directory {path}"
+    if path.exists() and not path.is_dir():
+        raise InterpscopeError(f"{where} is a file, not a folder; point {DATA_DIR_ENV} at a folder.")
+    return path, where
+
+
+def check_data_dir() -> None:
+    """Refuse a data directory setting that cannot work, without creating anything (run before long work)."""
+    _data_dir_setting()
+
+
+def data_dir() -> Path:
+    """The data directory for caches and stores (created if needed): $INTERPSCOPE_DATA_DIR, else the user's cache
+    dir."""
+    path, where = _data_dir_setting()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InterpscopeError(f"{where}: cannot create the folder {path} ({err.strerror or err}); point "
+                               f"{DATA_DIR_ENV} at a writable folder.") from None
     return path
 
 

@@ -7,7 +7,34 @@ import os
 from backend.config import InterpscopeError
 
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
-DEFAULT_TOKEN_CAP = int(os.environ.get("INTERPSCOPE_MAX_TOKENS", "1024"))
+MAX_TOKENS_ENV = "INTERPSCOPE_MAX_TOKENS"
+FALLBACK_TOKEN_CAP = 1024
+
+
+def env_token_cap() -> int:
+    """The token cap from $INTERPSCOPE_MAX_TOKENS (default 1024); a clear error when it is not a positive integer."""
+    raw = os.environ.get(MAX_TOKENS_ENV, "").strip()
+    if not raw:
+        return FALLBACK_TOKEN_CAP
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InterpscopeError(f"{MAX_TOKENS_ENV}={raw[:40]!r} is not a positive whole number of tokens; "
+                               f"unset it or set it to e.g. {FALLBACK_TOKEN_CAP}.")
+    return value
+
+
+def _import_token_cap() -> int:
+    """The cap read once at import; a bad value falls back here and is reported by env_token_cap at use."""
+    try:
+        return env_token_cap()
+    except InterpscopeError:
+        return FALLBACK_TOKEN_CAP
+
+
+DEFAULT_TOKEN_CAP = _import_token_cap()
 
 
 def check_text(text: object) -> str:
@@ -18,6 +45,11 @@ def check_text(text: object) -> str:
         raise InterpscopeError(f"Expected text, got {type(text).__name__}.")
     if not text.strip():
         raise InterpscopeError("The text is empty (only whitespace): type or upload some text first.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # only lone surrogates fail: text decoded with errors="surrogateescape" or similar
+        raise InterpscopeError("The text contains invalid characters (lone UTF-16 surrogates): it was not "
+                               "decoded correctly; save it as UTF-8 and try again.") from None
     if "\x00" in text:
         raise InterpscopeError("The text contains NUL bytes: it looks like a binary file, not text.")
     control = sum(1 for ch in text if ord(ch) < 32 and ch not in "\n\r\t\f\v")
@@ -32,9 +64,14 @@ def decode_bytes(data: bytes, name: str = "upload") -> str:
         raise InterpscopeError(f"{name} is empty.")
     if len(data) > MAX_UPLOAD_BYTES:
         raise InterpscopeError(
-            f"{name} is {len(data) / 1e6:.1f} MB; the limit is {MAX_UPLOAD_BYTES / 1e6:.0f} MB.")
+            f"{name} is {len(data) / 2**20:.1f} MiB; the limit is {MAX_UPLOAD_BYTES / 2**20:.0f} MiB.")
     if data.startswith(codecs.BOM_UTF16_LE) or data.startswith(codecs.BOM_UTF16_BE):
-        text = data.decode("utf-16")
+        try:
+            text = data.decode("utf-16")
+        except UnicodeDecodeError as err:
+            raise InterpscopeError(
+                f"{name} starts with a UTF-16 byte-order mark but is not valid UTF-16 ({err.reason} at byte "
+                f"{err.start}): save it as UTF-8 and try again.") from None
     else:
         if b"\x00" in data[:8192]:
             raise InterpscopeError(f"{name} looks like a binary file (it contains NUL bytes), not text.")
@@ -47,6 +84,8 @@ def decode_bytes(data: bytes, name: str = "upload") -> str:
 
 
 def check_token_count(n_tokens: int, cap: int) -> None:
+    """Refuse an empty tokenisation or one over the cap; a bad $INTERPSCOPE_MAX_TOKENS is reported here too."""
+    env_token_cap()
     if n_tokens == 0:
         raise InterpscopeError("The text produced no tokens.")
     if n_tokens > cap:

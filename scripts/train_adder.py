@@ -4,7 +4,8 @@ Recipe of Zhou et al. (2024) scaled to a CPU: a + b with a, b < N/2, several tem
 80/10/10 (backend.fourier.data), loss on the answer token only. Writes config.json, model.safetensors, a
 word-level tokenizer.json (+ tokenizer_config.json) loadable by AutoTokenizer, and interpscope.json.
 
-Rebuild:  nice -n 10 .venv/bin/python scripts/train_adder.py --out assets/models/adder
+Rebuild:  nice -n 10 .venv/bin/python scripts/train_adder.py --out assets/models/adder --force
+(--force because the shipped folder predates the output marker; only the files this script writes are replaced.)
 """
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from backend.config import InterpscopeError  # noqa: E402
 from backend.fourier.data import DEFAULT_TEMPLATE, TEMPLATES, render, split_pairs  # noqa: E402
 from backend.fourier.vocab import number_tokenizer  # noqa: E402
+from backend.outputs import OutputFolder, check_output_folder  # noqa: E402
 
 def encode_split(tokenizer, n_numbers: int, split: str, templates: tuple[str, ...]):
     """Right-padded prompt ids [R, T], the index of each prompt's last token, and the answer token id."""
@@ -53,6 +56,8 @@ def accuracy(model, data, batch: int = 2048) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="assets/models/adder")
+    parser.add_argument("--force", action="store_true",
+                        help="write into a folder holding files this script did not write (they are kept)")
     parser.add_argument("--numbers", type=int, default=100, help="N: numbers 0..N-1 are tokens")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--d-model", type=int, default=128)
@@ -64,6 +69,10 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    try:
+        check_output_folder(args.out, args.force)
+    except InterpscopeError as err:
+        parser.exit(2, f"train_adder: error: {err}\n")
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -105,25 +114,28 @@ def main() -> int:
                "test_accuracy_all_templates": accuracy(model, test_all),
                "valid_accuracy": accuracy(model, valid), "train_accuracy": accuracy(model, train),
                "train_seconds": round(time.time() - start, 1)}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+    folder = OutputFolder.claim(args.out, force=args.force, command="scripts/train_adder.py")
+    out = folder.path
+    with folder.writing():
+        model.save_pretrained(out, safe_serialization=True)
+        tokenizer.save_pretrained(out)
     for extra in ("special_tokens_map.json", "generation_config.json"):
-        (out / extra).unlink(missing_ok=True)
+        if folder.owns(extra):
+            folder.remove(extra)
     meta = {
         "name": "adder",
         "family": "gpt2",
         "description": (f"Small GPT-2-style addition model trained from scratch: numbers 0..{args.numbers - 1} are "
                         f"single tokens, a + b with a, b < {args.numbers // 2}; test accuracy "
                         f"{figures['test_accuracy_plain']:.2%} on '{DEFAULT_TEMPLATE}'"),
-        "rebuild": "nice -n 10 .venv/bin/python scripts/train_adder.py --out " + args.out,
+        "rebuild": "nice -n 10 .venv/bin/python scripts/train_adder.py --force --out " + args.out,
         "numbers": args.numbers,
         "templates": list(TEMPLATES),
         "training": {k: v for k, v in vars(args).items() if k not in ("out", "threads")},
         "figures": figures,
     }
     (out / "interpscope.json").write_text(json.dumps(meta, indent=2) + "\n")
+    folder.record("interpscope.json")
     print(json.dumps(figures))
     return 0
 

@@ -8,7 +8,8 @@ wall time, checkpointing as it goes. At the end the validation perplexity of the
 forward, is compared with a unigram baseline (add-one smoothed train-split token frequencies) on the same
 held-out tokens (valid split), and both are written to interpscope.json.
 
-Rebuild:  nice -n 10 .venv/bin/python scripts/train_mamba.py --out assets/models/mamba-tiny --minutes 22
+Rebuild:  nice -n 10 .venv/bin/python scripts/train_mamba.py --out assets/models/mamba-tiny --minutes 22 --force
+(--force because the shipped folder predates the output marker; only the files this script writes are replaced.)
 """
 from __future__ import annotations
 
@@ -27,11 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from backend.adapters import get_adapter  # noqa: E402
+from backend.config import InterpscopeError  # noqa: E402
 from backend.corpus import paragraphs, token_stream  # noqa: E402
+from backend.outputs import OutputFolder  # noqa: E402
 from backend.relevance.mamba.forward import backbone_forward  # noqa: E402
 
 EOS = "<|endoftext|>"
-REBUILD = "nice -n 10 .venv/bin/python scripts/train_mamba.py --out assets/models/mamba-tiny --minutes 22"
+REBUILD = "nice -n 10 .venv/bin/python scripts/train_mamba.py --out assets/models/mamba-tiny --minutes 22 --force"
 
 
 def train_tokenizer(vocab_size: int):
@@ -79,12 +82,18 @@ def unigram_nll(train_ids: torch.Tensor, chunks: torch.Tensor, vocab_size: int) 
     return float(-log_prob[chunks[:, 1:].reshape(-1)].mean())
 
 
-def write_meta(out: Path, extra: dict) -> None:
+def write_meta(folder: OutputFolder, extra: dict) -> None:
     meta = {"name": "mamba-tiny", "family": "mamba",
             "description": "Small Mamba LM trained by the project on the bundled Jane Austen corpus (byte-level "
                            "BPE); for MambaLRP and the other tools, offline.",
             "rebuild": REBUILD, **extra}
-    (out / "interpscope.json").write_text(json.dumps(meta, indent=2) + "\n")
+    (folder.path / "interpscope.json").write_text(json.dumps(meta, indent=2) + "\n")
+    folder.record("interpscope.json")
+
+
+def save_model(folder: OutputFolder, model) -> None:
+    with folder.writing():
+        model.save_pretrained(folder.path)
 
 
 def main() -> int:
@@ -102,10 +111,15 @@ def main() -> int:
     parser.add_argument("--resume", action="store_true",
                         help="continue from the checkpoint and tokenizer already in --out (fresh optimizer)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--force", action="store_true",
+                        help="write into a folder holding files this script did not write (they are kept)")
     args = parser.parse_args()
+    try:
+        folder = OutputFolder.claim(args.out, force=args.force, command="scripts/train_mamba.py")
+    except InterpscopeError as err:
+        parser.exit(2, f"train_mamba: error: {err}\n")
     torch.manual_seed(args.seed)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = folder.path
 
     previous = {}
     if args.resume:
@@ -116,7 +130,8 @@ def main() -> int:
         previous = json.loads((out / "interpscope.json").read_text()).get("training", {})
     else:
         tokenizer = train_tokenizer(args.vocab)
-        tokenizer.save_pretrained(out)
+        with folder.writing():
+            tokenizer.save_pretrained(out)
         model = build_model(len(tokenizer), args.d_model, args.layers, args.state)
     train_ids = token_stream(tokenizer, paragraphs(split="train"))
     valid_ids = token_stream(tokenizer, paragraphs(split="valid"), max_tokens=args.eval_tokens)
@@ -157,12 +172,12 @@ def main() -> int:
         if step % 20 == 0:
             print(f"step {step} t={elapsed:.0f}s lr={lr:.2e} loss={smoothed:.3f}", flush=True)
         if time.time() - last_save > 180:
-            model.save_pretrained(out)
-            write_meta(out, {"training": {"steps": step, "tokens_seen": tokens_seen, "train_loss": smoothed,
+            save_model(folder, model)
+            write_meta(folder, {"training": {"steps": step, "tokens_seen": tokens_seen, "train_loss": smoothed,
                                           "minutes": minutes_before + (time.time() - start) / 60}})
             last_save = time.time()
 
-    model.save_pretrained(out)
+    save_model(folder, model)
     valid_nll = mean_nll_hf(model, valid_chunks)
     baseline_nll = unigram_nll(train_ids, valid_chunks, len(tokenizer))
     validation = {"split": "valid", "tokens": int(valid_chunks[:, 1:].numel()), "perplexity": math.exp(valid_nll),
@@ -172,7 +187,7 @@ def main() -> int:
                 "parameters": n_params, "d_model": model.config.hidden_size, "layers": model.config.num_hidden_layers,
                 "state": model.config.state_size,
                 "seq_len": args.seq_len, "batch": args.batch, "vocab": len(tokenizer)}
-    write_meta(out, {"training": training, "validation": validation})
+    write_meta(folder, {"training": training, "validation": validation})
     print(json.dumps({"training": training, "validation": validation}, indent=2), flush=True)
     return 0
 

@@ -41,7 +41,7 @@ def test_decode_refuses_latin1_binary_empty_and_huge():
         decode_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "image.txt")
     with pytest.raises(InterpscopeError, match="empty"):
         decode_bytes(b"", "empty.txt")
-    with pytest.raises(InterpscopeError, match="MB"):
+    with pytest.raises(InterpscopeError, match="the limit is 20 MiB"):
         decode_bytes(b"a" * (MAX_UPLOAD_BYTES + 1), "big.txt")
 
 

@@ -148,13 +148,16 @@ def test_interrupted_build_resumes_to_identical_store(lm, tmp_path, monkeypatch)
     assert set(ARRAYS) <= {p.stem for p in resumed.glob("*.npy")}
 
 
-def test_partial_build_with_other_settings_starts_afresh(lm, tmp_path):
+def test_partial_build_with_other_settings_is_refused_or_forced_afresh(lm, tmp_path):
     folder = random_sae_folder(lm, tmp_path / "sae")
     with pytest.raises(InterpscopeError):
         build_store(lm, folder, tmp_path / "s", n_tokens=1024, context_size=CONTEXT, batch_size=BATCH,
                     stop=lambda: True)
     assert len(list((tmp_path / "s.partial").glob("chunk_*.npz"))) == 1
-    out = build_store(lm, folder, tmp_path / "s", n_tokens=1024, context_size=32, batch_size=BATCH)
+    with pytest.raises(InterpscopeError, match=f"context_size: {CONTEXT} in the unfinished build, 32 now"):
+        build_store(lm, folder, tmp_path / "s", n_tokens=1024, context_size=32, batch_size=BATCH)
+    assert len(list((tmp_path / "s.partial").glob("chunk_*.npz"))) == 1
+    out = build_store(lm, folder, tmp_path / "s", n_tokens=1024, context_size=32, batch_size=BATCH, force=True)
     assert FeatureStore(out).spec["context_size"] == 32
     assert np.asarray(FeatureStore(out).arrays["tokens"]).shape[1] == 32
     with pytest.raises(InterpscopeError, match="other settings"):

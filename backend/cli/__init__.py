@@ -8,7 +8,8 @@ import argparse
 import importlib
 import sys
 
-from backend.config import InterpscopeError
+from backend.config import InterpscopeError, check_data_dir
+from backend.inputs import env_token_cap
 
 COMMAND_MODULES = [
     "backend.cli.models_cmd",
@@ -20,8 +21,23 @@ COMMAND_MODULES = [
 ]
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with the house error format: one line `interpscope: error: ...` and exit status 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        command = self.prog.removeprefix("interpscope").strip()
+        where = f"{command}: " if command else ""
+        fail(f"{where}{message} (usage: `{self.prog} --help`)")
+
+
+def fail(message: str) -> None:
+    """Print one error line (newlines in the message folded) and exit with status 2."""
+    print(f"interpscope: error: {' '.join(str(message).split())}", file=sys.stderr)
+    sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="interpscope", description="Look inside language models.")
+    parser = Parser(prog="interpscope", description="Look inside language models.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module_name in COMMAND_MODULES:
         try:
@@ -36,11 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0) if not isinstance(exit_.code, str) else 2
+    try:
+        env_token_cap()
+        check_data_dir()
         return int(args.func(args) or 0)
     except InterpscopeError as err:
-        print(f"interpscope: error: {err}", file=sys.stderr)
+        print(f"interpscope: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interpscope: interrupted", file=sys.stderr)

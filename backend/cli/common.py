@@ -31,6 +31,14 @@ def read_text_file(path: str) -> str:
     return decode_bytes(file.read_bytes(), name=file.name)
 
 
+def check_out_file(path: str | None, flag: str) -> None:
+    """Fail now, before any computation, when an output file could not be written (None and '-' mean stdout)."""
+    if path and path != "-":
+        from backend.outputs import check_output_file
+
+        check_output_file(path, flag)
+
+
 def emit_json(value, out: str | None = None) -> None:
     """Write JSON to a file, or to stdout when out is None or '-'."""
     text = to_json(value)

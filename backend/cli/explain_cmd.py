@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from backend.cli.common import add_model_args, emit_json, load_from_args
+from backend.cli.argtypes import non_negative_int
+from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args
 from backend.config import InterpscopeError
 
 
@@ -18,7 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--text", help="the text to explain")
     source.add_argument("--file", help="a .txt/.md file (whole file, or one line with --row), .csv (text column) "
                                        "or .jsonl (\"text\" field)")
-    explain.add_argument("--row", type=int, default=None, help="which example of --file (0-based; default 0)")
+    explain.add_argument("--row", type=non_negative_int, default=None,
+                         help="which example of --file (0-based; default 0)")
     from backend.relevance import method_names
 
     explain.add_argument("--method", default=None, choices=method_names(),
@@ -56,11 +58,14 @@ def _text_from_args(args: argparse.Namespace) -> str:
 
 
 def run_explain(args: argparse.Namespace) -> int:
+    from backend.inputs import check_text
     from backend.relevance.api import explain
 
-    text = _text_from_args(args)
+    text = check_text(_text_from_args(args))
     if args.png and Path(args.png).suffix.lower() not in (".png", ".svg", ".pdf"):
         raise InterpscopeError("--png must end in .png, .svg or .pdf.")
+    check_out_file(args.png, "--png")
+    check_out_file(args.json, "--json")
     lm = load_from_args(args)
     if args.method is None:
         from backend.relevance.methods import methods_for
@@ -72,7 +77,7 @@ def run_explain(args: argparse.Namespace) -> int:
         from backend.relevance.render import save_heatmap
 
         save_heatmap(args.png, result.tokens, result.relevance,
-                     f"{result.method_label} relevance for {result.target.label} ({lm.name})")
+                     f"{result.method_label} relevance for {result.target.label} ({lm.name})", result.sink_positions)
     if args.json:
         emit_json(result, args.json)  # the one JSON path (backend.results.to_plain), as the page's export
     if args.json != "-":

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from backend.cli.common import add_model_args, emit_json, load_from_args
-from backend.config import InterpscopeError
+from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args
 
 
 def _fraction(text: str) -> float:
@@ -47,8 +46,10 @@ def flow_json(result, threshold: float) -> dict:
 def run_flow(args: argparse.Namespace) -> int:
     from backend.relevance.flow import information_flow
 
-    if not args.text.strip():
-        raise InterpscopeError("The text is empty: give a prompt with --text.")
+    from backend.inputs import check_text
+
+    check_text(args.text)
+    check_out_file(args.json, "--json")
     lm = load_from_args(args)
     result = information_flow(lm, args.text, token=args.target_token,
                               contrast=tuple(args.contrast) if args.contrast else None)

@@ -39,7 +39,9 @@ def run_predict(args: argparse.Namespace) -> int:
 
     if args.top < 1:
         raise InterpscopeError("--top must be at least 1.")
-    text = read_text_file(args.file) if args.file else args.text
+    from backend.inputs import check_text
+
+    text = check_text(read_text_file(args.file) if args.file else args.text)
     lm = load_from_args(args)
     result = predict_next(lm, text, top=args.top)
     if args.json:

@@ -7,24 +7,12 @@ import argparse
 import importlib
 import sys
 
-from backend.cli.common import add_model_args, emit_json, load_from_args
+from backend.cli.argtypes import (eval_tokens_int, eval_window_int, fraction, list_of, non_negative_float,
+                                  non_negative_int, open_fraction, positive_float, positive_int, window_int)
+from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args
 from backend.config import InterpscopeError
 
 SAE_SUBCOMMAND_MODULES = ["backend.cli.sae_store_cmd"]
-
-
-def _float_list(text: str) -> list[float]:
-    try:
-        return [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def _per_arch(values: list | None, n: int, what: str) -> list:
@@ -40,7 +28,7 @@ def _per_arch(values: list | None, n: int, what: str) -> list:
 def _train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from backend.sae.pipeline import SAESpec, train_saes
+    from backend.sae.pipeline import SAESpec, check_resume, check_specs, train_saes, train_settings
 
     archs = [a.strip() for a in args.arch.split(",") if a.strip()]
     if not archs:
@@ -48,8 +36,17 @@ def _train(args: argparse.Namespace) -> int:
     l1s = _per_arch(args.l1, len(archs), "--l1")
     ks = _per_arch(args.k, len(archs), "--k")
     specs = [SAESpec(a, args.width, l1, k) for a, l1, k in zip(archs, l1s, ks)]
+    check_specs(specs)
     if args.tokens < args.batch_size:
         raise InterpscopeError(f"--tokens ({args.tokens}) must be at least one batch ({args.batch_size}).")
+    if args.cache_tokens < args.context:
+        raise InterpscopeError(f"--cache-tokens ({args.cache_tokens}) must be at least one window of --context "
+                               f"({args.context}) tokens.")
+    options = dict(tokens=args.tokens, cache_tokens=args.cache_tokens, source=args.corpus, context_size=args.context,
+                   batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
+                   decay_fraction=args.decay_fraction, resample_at=tuple(args.resample_at),
+                   dead_window_tokens=args.dead_window_tokens, seed=args.seed)
+    check_resume(args.out, train_settings(args.model.strip(), args.hook, specs, **options), force=args.force)
     loaded = load_from_args(args)
     bars: dict[str, tqdm] = {}
 
@@ -62,12 +59,9 @@ def _train(args: argparse.Namespace) -> int:
         bar.update(step - bar.n)
         bar.set_postfix({name: f"L0 {log['l0']:.0f} FVU {log['fvu']:.3f}" for name, log in logs.items()})
 
-    saved = train_saes(loaded, args.hook, specs, args.out, tokens=args.tokens, cache_tokens=args.cache_tokens,
-                       source=args.corpus, context_size=args.context, batch_size=args.batch_size, lr=args.lr,
-                       warmup_steps=args.warmup_steps, decay_fraction=args.decay_fraction,
-                       resample_at=tuple(args.resample_at), dead_window_tokens=args.dead_window_tokens,
-                       checkpoint_every=args.checkpoint_every, save_dtype=args.save_dtype, seed=args.seed,
-                       cache_progress=cache_progress, progress=progress)
+    saved = train_saes(loaded, args.hook, specs, args.out, checkpoint_every=args.checkpoint_every,
+                       save_dtype=args.save_dtype, force=args.force, cache_progress=cache_progress,
+                       progress=progress, **options)
     for bar in bars.values():
         bar.close()
     report = {"saved": {name: str(path) for name, path in saved.items()}}
@@ -75,7 +69,8 @@ def _train(args: argparse.Namespace) -> int:
         from backend.sae.evaluation import evaluate_sae
         from backend.sae.folder import load_sae
 
-        report["eval"] = {name: evaluate_sae(loaded, load_sae(path), n_tokens=args.eval_tokens).summary()
+        report["eval"] = {name: evaluate_sae(loaded, load_sae(path), n_tokens=args.eval_tokens,
+                                             context_size=min(128, args.eval_tokens)).summary()
                           for name, path in saved.items()}
     emit_json(report)
     return 0
@@ -85,6 +80,10 @@ def _eval(args: argparse.Namespace) -> int:
     from backend.sae.evaluation import evaluate_sae
     from backend.sae.folder import load_sae
 
+    check_out_file(args.out, "--out")
+    if not args.text_file and args.tokens < args.context:
+        raise InterpscopeError(f"--tokens ({args.tokens}) must be at least one window of --context ({args.context}) "
+                               "tokens.")
     sae = load_sae(args.sae)
     if args.model is None:
         args.model = sae.cfg.model_name or "smollm2-135m"
@@ -121,25 +120,33 @@ def register(subparsers) -> None:
     train.add_argument("--hook", required=True, help="hook point, e.g. blocks.15.hook_resid_post")
     train.add_argument("--arch", default="relu",
                        help="relu, gated, topk or jumprelu; a comma list trains several from one buffer")
-    train.add_argument("--width", type=int, default=4608, help="number of features (d_sae)")
-    train.add_argument("--l1", type=_float_list, help="sparsity coefficient(s), one per --arch (L0 weight for jumprelu)")
-    train.add_argument("--k", type=_int_list, help="k for topk")
-    train.add_argument("--tokens", type=int, default=1_000_000, help="training tokens (passes over the cache repeat)")
-    train.add_argument("--cache-tokens", type=int, default=200_000, help="corpus tokens to cache activations for")
+    train.add_argument("--width", type=positive_int, default=4608, help="number of features (d_sae)")
+    train.add_argument("--l1", type=list_of(non_negative_float),
+                       help="sparsity coefficient(s), one per --arch (L0 weight for jumprelu)")
+    train.add_argument("--k", type=list_of(positive_int), help="k for topk")
+    train.add_argument("--tokens", type=positive_int, default=1_000_000,
+                       help="training tokens (passes over the cache repeat)")
+    train.add_argument("--cache-tokens", type=positive_int, default=200_000,
+                       help="corpus tokens to cache activations for")
     train.add_argument("--corpus", default=None, help="'austen' (bundled), a .txt/.jsonl file or a folder")
-    train.add_argument("--context", type=int, default=128)
-    train.add_argument("--batch-size", type=int, default=4096)
-    train.add_argument("--lr", type=float, default=3e-4)
-    train.add_argument("--warmup-steps", type=int, default=20)
-    train.add_argument("--decay-fraction", type=float, default=0.2, help="linear lr decay over this last fraction")
-    train.add_argument("--resample-at", type=_float_list, default=[0.25, 0.5],
+    train.add_argument("--context", type=window_int, default=128)
+    train.add_argument("--batch-size", type=positive_int, default=4096)
+    train.add_argument("--lr", type=positive_float, default=3e-4)
+    train.add_argument("--warmup-steps", type=non_negative_int, default=20)
+    train.add_argument("--decay-fraction", type=fraction, default=0.2, help="linear lr decay over this last fraction")
+    train.add_argument("--resample-at", type=list_of(open_fraction, allow_empty=True), default=[0.25, 0.5],
                        help="fractions of training at which dead features are resampled")
-    train.add_argument("--dead-window-tokens", type=int, default=1_000_000)
-    train.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints (resumable)")
+    train.add_argument("--dead-window-tokens", type=positive_int, default=1_000_000)
+    train.add_argument("--checkpoint-every", type=non_negative_int, default=50,
+                       help="steps between checkpoints (resumable; 0 = only at the end)")
     train.add_argument("--save-dtype", default="float32", choices=["float32", "float16"])
     train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--eval-tokens", type=int, default=0, help="evaluate each SAE on this many test tokens")
-    train.add_argument("--out", required=True, help="output folder (one sub-folder per SAE)")
+    train.add_argument("--eval-tokens", type=eval_tokens_int, default=0,
+                       help="evaluate each SAE on this many test tokens")
+    train.add_argument("--out", required=True, help="output folder (one sub-folder per SAE); a folder holding "
+                       "files Interpscope did not write is refused unless --force")
+    train.add_argument("--force", action="store_true", help="write into a folder that holds other files (they are "
+                       "kept), or start afresh when the checkpoint there was made with other settings")
     train.set_defaults(func=_train)
 
     evaluate = sae_sub.add_parser("eval", help="L0, FVU, loss recovered, shrinkage, density of an SAE")
@@ -147,8 +154,8 @@ def register(subparsers) -> None:
     evaluate.set_defaults(model=None)
     evaluate.add_argument("--sae", required=True, help="SAE folder (cfg.json + sae_weights.safetensors)")
     evaluate.add_argument("--hook", default=None, help="override the SAE's hook_name")
-    evaluate.add_argument("--tokens", type=int, default=4096)
-    evaluate.add_argument("--context", type=int, default=128)
+    evaluate.add_argument("--tokens", type=positive_int, default=4096)
+    evaluate.add_argument("--context", type=eval_window_int, default=128)
     evaluate.add_argument("--corpus", default=None, help="'austen' (bundled), a file or a folder")
     evaluate.add_argument("--split", default="test", choices=["train", "valid", "test", "all"])
     evaluate.add_argument("--text-file", default=None, help="evaluate on this text file instead of the corpus")

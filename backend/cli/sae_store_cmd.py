@@ -9,15 +9,33 @@ import sys
 import time
 from pathlib import Path
 
-from backend.cli.common import add_model_args, emit_json, load_from_args
+from backend.cli.argtypes import eval_tokens_int, non_negative_int, positive_int, window_int
+from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args
 from backend.config import InterpscopeError
+
+
+def _check_store_target(args: argparse.Namespace) -> None:
+    """Before the model loads: the store folder and its unfinished-build folder may be written."""
+    from backend.outputs import check_output_folder
+    from backend.sae_store.build import partial_folder
+    from backend.sae_store.layout import MANIFEST, default_store_dir
+
+    out = Path(args.out).expanduser() if args.out else default_store_dir(args.sae)
+    if not (out / MANIFEST).is_file():  # a finished store there: kept if built the same way, else needs --force
+        check_output_folder(out, args.force)
+    check_output_folder(partial_folder(out), args.force, flag="The unfinished build folder")
 
 
 def _model_for_sae(args: argparse.Namespace):
     from backend.sae import load_sae
 
+    if args.tokens < args.context:
+        raise InterpscopeError(f"--tokens ({args.tokens}) must be at least one window of --context ({args.context}) "
+                               "tokens.")
+    sae = load_sae(args.sae)
+    _check_store_target(args)
     if args.model is None:
-        args.model = load_sae(args.sae).cfg.model_name or "smollm2-135m"
+        args.model = sae.cfg.model_name or "smollm2-135m"
     return load_from_args(args)
 
 
@@ -66,6 +84,7 @@ def _open_store(args: argparse.Namespace):
 
 
 def _feature(args: argparse.Namespace) -> int:
+    check_out_file(args.out, "--out")
     store = _open_store(args)
     card = store.card(args.id)
     if args.json:
@@ -97,13 +116,18 @@ def register(sae_sub) -> None:
     store.add_argument("--sae", required=True, help="SAE folder (cfg.json + sae_weights.safetensors)")
     store.add_argument("--corpus", default=None, help="'austen' (bundled), a .txt/.jsonl file or a folder")
     store.add_argument("--split", default="train", choices=["train", "valid", "test", "all"])
-    store.add_argument("--tokens", type=int, default=65536, help="corpus tokens to run (default 65536)")
-    store.add_argument("--context", type=int, default=128, help="tokens per window")
-    store.add_argument("--batch-size", type=int, default=8, help="windows per model call (one resumable chunk)")
-    store.add_argument("--eval-tokens", type=int, default=2048, help="evaluate the SAE on this many test tokens "
-                       "for the overview's metrics (0 = skip)")
-    store.add_argument("--out", default=None, help="store folder (default: the SAE's store in the data dir)")
-    store.add_argument("--force", action="store_true", help="replace an existing store built with other settings (one built with the same is kept)")
+    store.add_argument("--tokens", type=positive_int, default=65536, help="corpus tokens to run (default 65536)")
+    store.add_argument("--context", type=window_int, default=128, help="tokens per window")
+    store.add_argument("--batch-size", type=positive_int, default=8,
+                       help="windows per model call (one resumable chunk)")
+    store.add_argument("--eval-tokens", type=eval_tokens_int, default=2048, help="evaluate the SAE on this many "
+                       "test tokens for the overview's metrics (0 = skip)")
+    store.add_argument("--out", default=None, help="store folder (default: the SAE's store in the data dir); a "
+                       "folder holding files Interpscope did not write is refused unless --force")
+    store.add_argument("--force", action="store_true",
+                       help="replace an existing store built with other settings (only its own files; one built "
+                            "with the same is kept), write into a folder holding other files (they are kept), or "
+                            "restart an unfinished build that was started with other settings")
     store.add_argument("--from-cache", action="store_true",
                        help="encode a matching SAE-training activation cache instead of running the model, when one "
                             "covers the corpus windows (checked against one live window)")
@@ -113,7 +137,7 @@ def register(sae_sub) -> None:
     group = feature.add_mutually_exclusive_group(required=True)
     group.add_argument("--store", help="store folder")
     group.add_argument("--sae", help="SAE folder (uses its default store)")
-    feature.add_argument("--id", type=int, required=True, help="feature id")
+    feature.add_argument("--id", type=non_negative_int, required=True, help="feature id")
     feature.add_argument("--json", action="store_true", help="print JSON")
     feature.add_argument("--out", default=None, help="write the JSON here instead of stdout")
     feature.set_defaults(func=_feature)
@@ -123,6 +147,6 @@ def register(sae_sub) -> None:
     group.add_argument("--store", help="store folder")
     group.add_argument("--sae", help="SAE folder (uses its default store)")
     finder.add_argument("--kind", choices=["id", "logit", "context"], default="context")
-    finder.add_argument("--limit", type=int, default=50)
+    finder.add_argument("--limit", type=positive_int, default=50, help="most results to print (default 50)")
     finder.add_argument("query")
     finder.set_defaults(func=_search)

@@ -20,6 +20,7 @@ from backend.adapters import ModelAdapter, family_of, get_adapter
 from backend.config import InterpscopeError, resolve_device, resolve_dtype
 from backend.inputs import DEFAULT_TOKEN_CAP, check_text, check_token_count
 from backend.models.cache import CACHE, estimate_bytes
+from backend.models.checks import cached_hub_folder, check_finite_weights, check_model_name, check_weight_files
 from backend.models.registry import BUNDLED
 
 
@@ -103,7 +104,17 @@ def _from_pretrained(location: str, device: torch.device, dtype: torch.dtype, lo
     config = AutoConfig.from_pretrained(location, **kwargs)
     if family_of(config.model_type) is None:
         get_adapter(type("M", (), {"config": config})())  # raises the unsupported-type message
-    model = AutoModelForCausalLM.from_pretrained(location, config=config, dtype=dtype, **kwargs)
+    weights_folder = Path(location) if Path(location).is_dir() else cached_hub_folder(location)
+    if weights_folder is not None:
+        check_weight_files(weights_folder)  # pickles refused, damaged safetensors named, before anything is opened
+    from safetensors import SafetensorError
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(location, config=config, dtype=dtype, use_safetensors=True,
+                                                     **kwargs)
+    except SafetensorError as err:
+        raise InterpscopeError(f"The weights of {location} are not readable safetensors ({err}).") from None
+    check_finite_weights(model)
     try:
         model.set_attn_implementation("eager")
     except Exception:  # noqa: BLE001 - families without attention (Mamba) have nothing to switch
@@ -117,10 +128,15 @@ def _from_pretrained(location: str, device: torch.device, dtype: torch.dtype, lo
 
 def _resolve_location(name: str) -> tuple[str, str, bool]:
     """(location for from_pretrained, source label, local_files_only)."""
+    check_model_name(name)
     if name in BUNDLED:
         return str(BUNDLED[name].folder()), "bundled", True
     path = Path(name).expanduser()
-    if path.exists():
+    try:
+        exists = path.exists()
+    except OSError as err:
+        raise InterpscopeError(f"No model folder at {name[:80]!r}: {err.strerror or err}.") from None
+    if exists:
         if not (path / "config.json").is_file():
             raise InterpscopeError(f"{path} is not a Hugging Face model folder (no config.json in it).")
         return str(path.resolve()), "local", True

@@ -17,8 +17,10 @@ def _visible(token: str) -> str:
     return token.replace("\n", "⏎").replace("\t", "⇥") or "∅"
 
 
-def save_heatmap(path: str | Path, tokens: Sequence[str], relevance: Sequence[float], title: str) -> None:
-    """Write the heatmap to `path` (format from its suffix: .png, .svg or .pdf)."""
+def save_heatmap(path: str | Path, tokens: Sequence[str], relevance: Sequence[float], title: str,
+                 excluded: Sequence[int] = ()) -> None:
+    """Write the heatmap to `path` (format from its suffix: .png, .svg or .pdf). `excluded` positions (attention
+    sinks) never set the colour scale: they are drawn grey with a dashed outline and named under the map."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -26,15 +28,16 @@ def save_heatmap(path: str | Path, tokens: Sequence[str], relevance: Sequence[fl
     from matplotlib.colors import TwoSlopeNorm
 
     values = np.asarray(relevance, dtype=float)
-    scale = float(np.max(np.abs(values))) or 1.0
-    lines: list[list[tuple[str, float]]] = [[]]
+    kept = np.delete(values, [i for i in excluded if i < values.size])
+    scale = float(np.max(np.abs(kept))) if kept.size and np.max(np.abs(kept)) > 0 else 1.0
+    lines: list[list[tuple[str, float, bool]]] = [[]]
     width = 0
-    for token, value in zip(tokens, values):
+    for index, (token, value) in enumerate(zip(tokens, values)):
         text = _visible(token)
         if width + len(text) > CHARS_PER_LINE and lines[-1]:
             lines.append([])
             width = 0
-        lines[-1].append((text, value))
+        lines[-1].append((text, value, index in excluded))
         width += len(text)
     char_w, line_h = 10 * 0.6 / 72, 0.3  # 10 pt monospace: 0.6 em per character, in inches
     fig_w = max(6.0, CHARS_PER_LINE * char_w + 0.6)
@@ -50,14 +53,20 @@ def save_heatmap(path: str | Path, tokens: Sequence[str], relevance: Sequence[fl
     for row, line in enumerate(lines):
         x = 0.3
         y = 0.8 + row * line_h
-        for text, value in line:
+        for text, value, sink in line:
             w = len(text) * char_w
             axes.add_patch(plt.Rectangle((x, y - line_h / 2 + 0.03), w, line_h - 0.06,
-                                         color=cmap(norm(value)), linewidth=0))
+                                         facecolor="#dddddd" if sink else cmap(norm(value)),
+                                         edgecolor="#888888" if sink else "none", linestyle="--",
+                                         linewidth=0.8 if sink else 0))
             axes.text(x, y, text, family="monospace", fontsize=10, va="center")
             x += w
     colorbar_axes = fig.add_axes((0.3, 0.5 / fig_h, 0.4, 0.12 / fig_h))
     bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), cax=colorbar_axes, orientation="horizontal")
     bar.set_label("relevance (red: for the target, blue: against)", fontsize=8)
+    if excluded:
+        named = ", ".join(f"{i} {tokens[i]!r} (R = {values[i]:+.3g})" for i in excluded if i < len(tokens))
+        fig.text(0.72, 0.5 / fig_h, f"grey: attention sink, not in the colour scale: {named}", fontsize=7,
+                 va="bottom", wrap=True)
     fig.savefig(path, dpi=150)
     plt.close(fig)

@@ -156,6 +156,8 @@ def load_sae(path: str | Path, dtype: str | torch.dtype | None = "float32") -> S
             raise InterpscopeError(
                 f"{name} has shape {tuple(tensors[name].shape)} but cfg.json (d_in={cfg.d_in}, "
                 f"d_sae={cfg.d_sae}) implies {shape}.")
+    for name in expected:
+        check_finite(tensors[name], name, folder / WEIGHTS_FILE)
     stored = tensors["W_enc"].dtype
     target = stored if dtype is None else DTYPES[dtype] if isinstance(dtype, str) else dtype
     sae = build_sae(cfg, dtype=target, seed=None)
@@ -164,6 +166,16 @@ def load_sae(path: str | Path, dtype: str | torch.dtype | None = "float32") -> S
             getattr(sae, name).copy_(tensors[name].to(target))
     cfg.dtype = {v: k for k, v in DTYPES.items()}.get(stored, cfg.dtype)
     return sae
+
+
+def check_finite(tensor: torch.Tensor, name: str, where: Path | str) -> None:
+    """Refuse NaN or infinite weights: they turn every metric into NaN and every feature card into noise."""
+    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        bad = tensor[~torch.isfinite(tensor)]
+        kinds = " and ".join(k for k, n in (("NaN", int(bad.isnan().sum())), ("infinite", int(bad.isinf().sum())))
+                             if n)
+        raise InterpscopeError(f"{where}: {name} holds {kinds} values ({bad.numel()} of {tensor.numel()}); the "
+                               "weights are broken (diverged training or a damaged file), so they are refused.")
 
 
 def hook_width(adapter, hook_name: str) -> int:

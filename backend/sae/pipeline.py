@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Callable
 
 from backend.config import InterpscopeError
+from backend.outputs import OutputFolder, check_output_folder
+from backend.resume import check_same_settings
 from backend.sae.activations import ActivationCache, ShuffledBuffer, build_activation_cache
 from backend.sae.architectures import SAEConfig, build_sae, canonical_architecture
-from backend.sae.folder import hook_width, save_sae
+from backend.sae.folder import CFG_FILE, WEIGHTS_FILE, hook_width, save_sae
 from backend.sae.sinks import SINK_FACTOR
 from backend.sae.training import TrainConfig, Trainer, TrainRun
 
@@ -32,33 +34,62 @@ class SAESpec:
     k: int | None = None
     name: str | None = None
 
+    @property
+    def arch(self) -> str:
+        return canonical_architecture(self.architecture)
+
+    @property
+    def coefficient(self) -> float:
+        """The sparsity coefficient used (the architecture's default when none was given)."""
+        return float(self.sparsity if self.sparsity is not None else DEFAULT_SPARSITY[self.arch])
+
     def run_name(self) -> str:
         if self.name:
             return self.name
-        arch = canonical_architecture(self.architecture)
-        knob = f"k{self.k}" if arch == "topk" else f"l{self.sparsity if self.sparsity is not None else DEFAULT_SPARSITY[arch]:g}"
-        return f"{'relu' if arch == 'standard' else arch}-{self.width}-{knob}"
+        knob = f"k{self.k}" if self.arch == "topk" else f"l{self.coefficient:g}"
+        return f"{'relu' if self.arch == 'standard' else self.arch}-{self.width}-{knob}"
+
+
+def check_specs(specs: list[SAESpec]) -> None:
+    """Clear errors for an unknown architecture, a width below 1, a TopK without k or a negative coefficient;
+    run before any model is loaded or activation cached."""
+    if not specs:
+        raise InterpscopeError("Give at least one SAE to train.")
+    for spec in specs:
+        try:
+            arch = spec.arch
+        except ValueError as err:
+            raise InterpscopeError(str(err)) from None
+        if not isinstance(spec.width, int) or spec.width < 1:
+            raise InterpscopeError(f"SAE width must be a positive integer (got {spec.width!r}).")
+        if arch == "topk" and not spec.k:
+            raise InterpscopeError("A TopK SAE needs --k.")
+        if arch == "topk" and (spec.k < 1 or spec.k > spec.width):
+            raise InterpscopeError(f"--k must be from 1 to the width {spec.width} (got {spec.k}).")
+        if spec.sparsity is not None and not (math.isfinite(spec.sparsity) and spec.sparsity >= 0):
+            raise InterpscopeError(f"The sparsity coefficient must be 0 or more (got {spec.sparsity}).")
+
+
+def run_names(specs: list[SAESpec]) -> list[str]:
+    """Each spec's run (and output sub-folder) name; a repeated name gets its position appended."""
+    names: list[str] = []
+    for i, spec in enumerate(specs):
+        name = spec.run_name()
+        names.append(f"{name}-{i}" if name in names else name)
+    return names
 
 
 def make_runs(specs: list[SAESpec], d_in: int, model_name: str, hook_name: str, context_size: int,
               dataset: str, seed: int = 0) -> list[TrainRun]:
     """Fresh SAEs (decoder rows unit norm) for each spec, each with its sparsity coefficient."""
+    check_specs(specs)
     runs = []
-    names = set()
-    for i, spec in enumerate(specs):
-        arch = canonical_architecture(spec.architecture)
-        if spec.width < 1:
-            raise InterpscopeError("SAE width must be positive.")
-        if arch == "topk" and not spec.k:
-            raise InterpscopeError("A TopK SAE needs --k.")
+    for i, (spec, name) in enumerate(zip(specs, run_names(specs))):
+        arch = spec.arch
         layer = hook_name.split(".")[1] if hook_name.startswith("blocks.") else "-1"
         cfg = SAEConfig(d_in=d_in, d_sae=spec.width, architecture=arch, model_name=model_name, hook_name=hook_name,
                         hook_layer=int(layer), k=spec.k, context_size=context_size, dataset_path=dataset)
-        name = spec.run_name()
-        if name in names:
-            name = f"{name}-{i}"
-        names.add(name)
-        sparsity = spec.sparsity if spec.sparsity is not None else DEFAULT_SPARSITY[arch]
+        sparsity = spec.coefficient
         sae = build_sae(cfg, seed=seed + i)
         sae.sparse_training = True
         runs.append(TrainRun(name=name, sae=sae, sparsity=float(sparsity)))
@@ -73,23 +104,83 @@ def input_scale(cache: ActivationCache) -> float:
     return math.sqrt(cache.d_in / mean_sq)
 
 
+def train_settings(model_name: str, hook_name: str, specs: list[SAESpec], *, tokens: int,
+                   cache_tokens: int = 200_000, source: str | None = None, split: str = "train",
+                   context_size: int = 128, batch_size: int = 4096, lr: float = 3e-4, warmup_steps: int = 20,
+                   decay_fraction: float = 0.2, resample_at: tuple[float, ...] = (0.25, 0.5),
+                   dead_window_tokens: int = 1_000_000, seed: int = 0) -> dict:
+    """Every setting that changes the trained weights; a checkpoint resumes only under identical ones."""
+    saes = [{"name": name, "architecture": spec.arch, "width": spec.width,
+             **({"k": spec.k} if spec.arch == "topk" else {"sparsity": spec.coefficient})}
+            for spec, name in zip(specs, run_names(specs))]
+    settings = {"model_name": model_name, "hook_name": hook_name, "saes": saes, "tokens": int(tokens),
+                "cache_tokens": int(cache_tokens), "corpus": str(source or "austen"), "split": split,
+                "context_size": int(context_size), "batch_size": int(batch_size), "lr": float(lr),
+                "warmup_steps": int(warmup_steps), "decay_fraction": float(decay_fraction),
+                "resample_at": [float(f) for f in resample_at], "dead_window_tokens": int(dead_window_tokens),
+                "seed": int(seed)}
+    return json.loads(json.dumps(settings))
+
+
+LEGACY_SETTINGS = ("model_name", "hook_name", "lr", "batch_size")  # what train_meta.json held before "settings"
+
+
+def check_resume(out_dir: str | Path, settings: dict, force: bool = False) -> bool:
+    """Check the output folder (see backend.outputs) and any checkpoint in it, before any work; no side effects.
+
+    True: nothing to resume, or a checkpoint made with the same settings. False: its settings differ and force
+    says start afresh. Otherwise an error naming each differing setting with its old and new value.
+    """
+    out_dir = check_output_folder(out_dir, force)
+    checkpoint = out_dir / "checkpoints" / "latest.json"
+    if not checkpoint.is_file():
+        return True
+    try:
+        meta = json.loads((out_dir / "train_meta.json").read_text(encoding="utf-8"))
+        runs = json.loads(checkpoint.read_text(encoding="utf-8"))["runs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        meta, runs = {}, None
+    saved = meta.get("settings") if isinstance(meta, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    if isinstance(saved, dict):
+        wanted = settings
+    else:
+        saved = {key: meta.get(key) for key in LEGACY_SETTINGS}
+        saved["runs"] = runs
+        wanted = {key: settings[key] for key in LEGACY_SETTINGS}
+        wanted["runs"] = [sae["name"] for sae in settings["saes"]]
+    return check_same_settings(saved, wanted, what=f"The training checkpoint in {checkpoint.parent}",
+                               where="in the checkpoint", force=force)
+
+
 def train_saes(loaded, hook_name: str, specs: list[SAESpec], out_dir: str | Path, *, tokens: int,
                cache_tokens: int = 200_000, source: str | None = None, split: str = "train",
                context_size: int = 128, batch_size: int = 4096, lr: float = 3e-4, warmup_steps: int = 20,
                decay_fraction: float = 0.2, resample_at: tuple[float, ...] = (0.25, 0.5),
                dead_window_tokens: int = 1_000_000,
                checkpoint_every: int = 50, save_dtype: str = "float32", seed: int = 0, log_every: int = 10,
-               cache_progress: Callable[[int, int], None] | None = None,
+               force: bool = False, cache_progress: Callable[[int, int], None] | None = None,
                progress: Callable[[int, int, dict], None] | None = None,
                stop: Callable[[], bool] | None = None) -> dict[str, Path]:
     """Cache activations (reused if present), train every spec from one buffer, save each to out_dir/<run name>.
 
-    Resumes from out_dir/checkpoints when it holds a checkpoint for the same runs.
+    Resumes from out_dir/checkpoints when it holds a checkpoint made with the same settings; other settings are
+    refused (force: start afresh). out_dir is an Interpscope output folder (backend.outputs): a folder holding
+    files Interpscope did not write is refused unless force, and only files this command wrote are ever deleted.
     """
-    width = hook_width(loaded.adapter, hook_name)
+    check_specs(specs)
     if hook_name.endswith("mlp.hook_post"):
         raise InterpscopeError("Training on MLP neurons (mlp.hook_post) is not supported here; use "
                                "hook_resid_pre/post, hook_mlp_out or hook_attn_out.")
+    width = hook_width(loaded.adapter, hook_name)
+    settings = train_settings(loaded.name, hook_name, specs, tokens=tokens, cache_tokens=cache_tokens,
+                              source=source, split=split, context_size=context_size, batch_size=batch_size, lr=lr,
+                              warmup_steps=warmup_steps, decay_fraction=decay_fraction, resample_at=resample_at,
+                              dead_window_tokens=dead_window_tokens, seed=seed)
+    resumable = check_resume(out_dir, settings, force)
+    output = OutputFolder.claim(out_dir, force=force, command="sae train")
+    if not resumable:
+        output.remove("checkpoints")
     cache = build_activation_cache(loaded, hook_name, cache_tokens, source=source, split=split,
                                    context_size=context_size, dtype="float16", progress=cache_progress)
     if cache.n_rows < batch_size:
@@ -100,20 +191,22 @@ def train_saes(loaded, hook_name: str, specs: list[SAESpec], out_dir: str | Path
     cfg = TrainConfig(total_tokens=int(tokens), batch_size=batch_size, lr=lr, warmup_steps=warmup_steps,
                       decay_fraction=decay_fraction, resample_at=resample_at, dead_window_tokens=dead_window_tokens,
                       checkpoint_every=checkpoint_every, seed=seed, log_every=log_every)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "train_meta.json").write_text(json.dumps({
+    meta_file = output.path / "train_meta.json"
+    meta_file.write_text(json.dumps({
         "input_scale": scale, "cache_folder": str(cache.folder), "cache_rows": cache.n_rows, "lr": lr,
-        "batch_size": batch_size, "hook_name": hook_name, "model_name": loaded.name}), encoding="utf-8")
-    trainer = Trainer(runs, buffer, cfg, checkpoint_dir=out_dir / "checkpoints")
-    trainer.resume()
+        "batch_size": batch_size, "hook_name": hook_name, "model_name": loaded.name, "settings": settings}),
+        encoding="utf-8")
+    output.record(meta_file)
+    trainer = Trainer(runs, buffer, cfg, checkpoint_dir=output.path / "checkpoints", output=output)
+    if resumable:
+        trainer.resume()
     trainer.train(progress=progress, stop=stop)
-    return export_runs(runs, out_dir, scale, cache.n_rows, lr, batch_size, save_dtype)
+    return export_runs(runs, output, scale, cache.n_rows, lr, batch_size, save_dtype)
 
 
-def export_runs(runs: list[TrainRun], out_dir: Path, scale: float, cache_rows: int, lr: float, batch_size: int,
-                save_dtype: str) -> dict[str, Path]:
-    """Fold the input scale into each SAE and save it (with its history) to out_dir/<run name>."""
+def export_runs(runs: list[TrainRun], output: OutputFolder, scale: float, cache_rows: int, lr: float,
+                batch_size: int, save_dtype: str) -> dict[str, Path]:
+    """Fold the input scale into each SAE and save it (with its history) to <output folder>/<run name>."""
     saved = {}
     for run in runs:
         sae = run.sae
@@ -122,25 +215,27 @@ def export_runs(runs: list[TrainRun], out_dir: Path, scale: float, cache_rows: i
                               "cache_rows": cache_rows, "excluded_positions": [0], "lr": lr,
                               "batch_size": batch_size, "resampled_features": run.resampled,
                               "final_log": run.history[-1] if run.history else {}})
-        saved[run.name] = save_sae(sae, out_dir / run.name, dtype=save_dtype)
-        (saved[run.name] / "history.json").write_text(json.dumps(run.history), encoding="utf-8")
+        folder = output.mkdir(run.name)
+        saved[run.name] = save_sae(sae, folder, dtype=save_dtype)
+        (folder / "history.json").write_text(json.dumps(run.history), encoding="utf-8")
+        output.record(*(folder / name for name in (CFG_FILE, WEIGHTS_FILE, "history.json")))
         sae.fold_input_scale(1.0 / scale)
     return saved
 
 
-def export_checkpoint(out_dir: str | Path, save_dtype: str = "float32") -> dict[str, Path]:
+def export_checkpoint(out_dir: str | Path, save_dtype: str = "float32", force: bool = False) -> dict[str, Path]:
     """Save the SAEs of the newest checkpoint under out_dir/checkpoints as finished folders (e.g. when a long
     training run must stop early); training_tokens in cfg.json says how far it got."""
     from backend.sae.folder import load_sae
 
-    out_dir = Path(out_dir)
-    meta = json.loads((out_dir / "train_meta.json").read_text(encoding="utf-8"))
-    latest = json.loads((out_dir / "checkpoints" / "latest.json").read_text(encoding="utf-8"))
+    output = OutputFolder.claim(out_dir, force=force, command="sae train")
+    meta = json.loads((output.path / "train_meta.json").read_text(encoding="utf-8"))
+    latest = json.loads((output.path / "checkpoints" / "latest.json").read_text(encoding="utf-8"))
     runs = []
     for name in latest["runs"]:
-        run_dir = out_dir / "checkpoints" / latest["folder"] / name
+        run_dir = output.path / "checkpoints" / latest["folder"] / name
         saved = json.loads((run_dir / "history.json").read_text(encoding="utf-8"))
         runs.append(TrainRun(name=name, sae=load_sae(run_dir), sparsity=saved["sparsity"],
                              history=saved["history"], resampled=saved["resampled"]))
-    return export_runs(runs, out_dir, meta["input_scale"], meta["cache_rows"], meta["lr"], meta["batch_size"],
+    return export_runs(runs, output, meta["input_scale"], meta["cache_rows"], meta["lr"], meta["batch_size"],
                        save_dtype)

@@ -6,14 +6,15 @@ Decoder rows are kept at unit norm: the gradient's component along each row is p
 and rows are renormalised after it. Dead features (no activation for `dead_window_tokens`) are resampled at
 chosen steps towards inputs the SAE reconstructs badly (TopK relies on AuxK instead).
 Checkpoints: <dir>/ckpt-<step>/<run>/ (SAE folder + optimizer.safetensors) and <dir>/latest.json, written last,
-pointing to the newest complete one; training resumes from it, at the same place in the buffer.
+pointing to the newest complete one; training resumes from it, at the same place in the buffer. Every checkpoint
+file is recorded in an output folder's marker (backend.outputs), and older checkpoints are deleted file by
+file from that record: nothing else in the folder is ever removed.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,9 +23,12 @@ from typing import Callable
 import torch
 from safetensors.torch import load_file, save_file
 
+from backend.outputs import OutputFolder
 from backend.sae.activations import ShuffledBuffer
 from backend.sae.architectures import SparseAutoencoder, TopKSAE
-from backend.sae.folder import load_sae, save_sae
+from backend.sae.folder import CFG_FILE, WEIGHTS_FILE, load_sae, save_sae
+
+CHECKPOINT_FILES = (CFG_FILE, WEIGHTS_FILE, "optimizer.safetensors", "history.json")
 
 
 @dataclass
@@ -86,12 +90,17 @@ class Trainer:
     """Runs the optimisation loop for several SAEs on one buffer; resumable from checkpoints."""
 
     def __init__(self, runs: list[TrainRun], buffer: ShuffledBuffer, cfg: TrainConfig,
-                 checkpoint_dir: str | Path | None = None):
+                 checkpoint_dir: str | Path | None = None, output: OutputFolder | None = None):
+        """checkpoint_dir lies inside `output` (the folder whose marker records the checkpoint files); without
+        one, checkpoint_dir itself is claimed as an output folder."""
         self.runs = runs
         self.buffer = buffer
         self.cfg = cfg
         self.step = 0
-        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self.checkpoint_dir = Path(os.path.abspath(checkpoint_dir)) if checkpoint_dir else None
+        self.output = output
+        if self.checkpoint_dir is not None and output is None:
+            self.output = OutputFolder.claim(self.checkpoint_dir, command="sae checkpoints")
         self.resample_steps = {int(f * cfg.total_steps) for f in cfg.resample_at if 0 < f < 1}
         for run in runs:
             run.last_fired = torch.zeros(run.sae.cfg.d_sae, dtype=torch.long)
@@ -211,10 +220,10 @@ class Trainer:
     # --- checkpoints -----------------------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
         """Write ckpt-<step>/ for every run, then point latest.json at it and delete older checkpoints."""
-        assert self.checkpoint_dir is not None
+        assert self.checkpoint_dir is not None and self.output is not None
         target = self.checkpoint_dir / f"ckpt-{self.step:07d}"
         for run in self.runs:
-            run_dir = target / run.name
+            run_dir = self.output.mkdir(target / run.name)
             run.sae.cfg.training_tokens = self.step * self.cfg.batch_size
             save_sae(run.sae, run_dir, dtype="float32")
             flat = {f"{name}.{key}": value.contiguous() for name, state in run.state.items()
@@ -223,14 +232,16 @@ class Trainer:
             save_file(flat, str(run_dir / "optimizer.safetensors"))
             (run_dir / "history.json").write_text(json.dumps({"history": run.history, "resampled": run.resampled,
                                                               "sparsity": run.sparsity}), encoding="utf-8")
+            self.output.record(*(run_dir / name for name in CHECKPOINT_FILES))
         latest = {"step": self.step, "folder": target.name, "batches_served": self.buffer.batches_served,
                   "runs": [run.name for run in self.runs]}
         tmp = self.checkpoint_dir / "latest.json.tmp"
         tmp.write_text(json.dumps(latest), encoding="utf-8")
         os.replace(tmp, self.checkpoint_dir / "latest.json")
+        self.output.record(self.checkpoint_dir / "latest.json")
         for old in self.checkpoint_dir.glob("ckpt-*"):
-            if old != target:
-                shutil.rmtree(old, ignore_errors=True)
+            if old != target and self.output.owns(old):
+                self.output.remove(old)
         return target
 
     def resume(self) -> bool:

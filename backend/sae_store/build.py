@@ -4,13 +4,18 @@ Pass 1 (the model, resumable): the corpus is cut into windows of `context_size` 
 to the SAE's hook; each batch's nonzero feature activations are saved as one chunk file (written atomically), so
 a build that is killed resumes at the first missing chunk and ends with exactly the same chunks.
 Pass 2 (numpy only, seconds): per-feature statistics from all chunks, weight-based statistics, the corpus tokens
-and vocabulary strings, written into `<store>.partial/final/` and renamed to `<store>` with manifest.json last.
+and vocabulary strings, written into `<store>.partial/final/` and moved file by file into `<store>`, manifest.json
+last. Both folders are Interpscope output folders (backend.outputs): a folder holding other files is refused
+unless force, replacing a store removes only the store's own files, and a partial build resumes only under the
+settings it was started with (force: start afresh). The manifest records the sha256 of the SAE's weights file,
+which ties the store to the SAE by content (FeatureStore.for_sae).
 Position 0 of every window (the attention sink, tens of times the norm of other tokens) and the rare later tokens
 with a massive activation (backend.sae.sinks) are left out, as in training.
 """
 from __future__ import annotations
 
-import shutil
+import json
+import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -20,13 +25,16 @@ import torch
 
 from backend.config import InterpscopeError
 from backend.corpus import token_chunks
+from backend.outputs import OutputFolder, check_output_folder
+from backend.resume import check_same_settings
 from backend.sae import check_compatible, load_sae
 from backend.sae.sinks import zero_sink_features
 from backend.sae_store.cached import cached_batch, find_cache
 from backend.sae_store.encode import encode_ids
 from backend.sae_store.features import feature_stats
-from backend.sae_store.layout import (FORMAT_VERSION, MANIFEST, StoreSpec, default_store_dir, folder_of,
-                                      portable_path, sae_digest, save_array_atomic, write_json_atomic)
+from backend.sae_store.layout import (FORMAT_VERSION, MANIFEST, STORE_FILES, WEIGHTS_HASH, StoreSpec,
+                                      default_store_dir, folder_of, portable_path, sae_digest, save_array_atomic,
+                                      weights_sha256, write_json_atomic)
 from backend.sae_store.weights import weight_stats
 
 Progress = Callable[[str, int, int], None]
@@ -44,20 +52,40 @@ def _save_chunk(path: Path, tok: np.ndarray, feat: np.ndarray, val: np.ndarray) 
     tmp.replace(path)
 
 
-def _prepare_partial(partial: Path, spec: StoreSpec) -> None:
-    """Keep a partial build only if it was started with the same spec; otherwise start afresh."""
-    progress_file = partial / PROGRESS_FILE
-    if partial.is_dir():
-        import json
+def partial_folder(out: Path) -> Path:
+    """Where an unfinished build of the store `out` keeps its chunks."""
+    return out.with_name(out.name + ".partial")
 
-        try:
-            saved = json.loads(progress_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            saved = None
-        if saved != {"spec": spec.to_dict()}:
-            shutil.rmtree(partial)
-    partial.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(progress_file, {"spec": spec.to_dict()})
+
+def _comparable(spec: dict) -> dict:
+    """A spec without what does not change a store's contents (activations from the model or from a cache)."""
+    return {k: v for k, v in spec.items() if k != "activations"}
+
+
+def check_partial(partial: Path, spec: StoreSpec, force: bool) -> bool:
+    """No side effects. True: no unfinished build, or one started with the same spec (resume it). False: one whose
+    settings differ or are unreadable, to start afresh (force, or unreadable). Otherwise an error naming each
+    differing setting."""
+    check_output_folder(partial, force, flag="The unfinished build folder")
+    if not partial.is_dir():
+        return True
+    try:
+        saved = json.loads((partial / PROGRESS_FILE).read_text(encoding="utf-8"))["spec"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return check_same_settings(_comparable(saved), _comparable(spec.to_dict()),
+                               what=f"The unfinished store build in {partial}", where="in the unfinished build",
+                               force=force)
+
+
+def _prepare_partial(partial: Path, spec: StoreSpec, resumable: bool, force: bool) -> OutputFolder:
+    """Claim the partial folder, drop what an earlier build with other settings left in it, record the spec."""
+    work = OutputFolder.claim(partial, force=force, command="sae store")
+    if not resumable:
+        work.clear()
+    write_json_atomic(partial / PROGRESS_FILE, {"spec": spec.to_dict()})
+    work.record(PROGRESS_FILE)
+    return work
 
 
 def _same_contents(built: dict, wanted: dict) -> bool:
@@ -82,7 +110,7 @@ def store_spec(loaded, sae_folder: str | Path, *, corpus: str | None = None, spl
                      **options)
 
 
-def run_chunks(loaded, sae, spec: StoreSpec, tokens: torch.Tensor, partial: Path,
+def run_chunks(loaded, sae, spec: StoreSpec, tokens: torch.Tensor, work: OutputFolder,
                progress: Progress | None = None, stop: Callable[[], bool] | None = None,
                cached_rows: np.ndarray | None = None) -> int:
     """Pass 1: write every missing chunk; returns the number of chunks. `stop()` true = stop after this chunk.
@@ -92,7 +120,7 @@ def run_chunks(loaded, sae, spec: StoreSpec, tokens: torch.Tensor, partial: Path
     n_chunks = -(-tokens.shape[0] // spec.batch_size)
     context = spec.context_size
     for index in range(n_chunks):
-        path = _chunk_path(partial, index)
+        path = _chunk_path(work.path, index)
         first = index * spec.batch_size
         batch = tokens[first:first + spec.batch_size]
         if not path.is_file():
@@ -109,6 +137,7 @@ def run_chunks(loaded, sae, spec: StoreSpec, tokens: torch.Tensor, partial: Path
             val = acts[seq, pos, feat].numpy().astype(np.float32)
             tok = ((seq + first) * context + pos).numpy().astype(np.int64)
             _save_chunk(path, tok, feat.numpy().astype(np.int32), val)
+            work.record(path)
         if progress:
             progress("activations", min(first + spec.batch_size, tokens.shape[0]) * context, tokens.numel())
         if stop is not None and stop():
@@ -136,17 +165,16 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
                 stop: Callable[[], bool] | None = None, use_cache: bool = False, **options) -> Path:
     """Build (or resume, or return the existing) store for the SAE folder over the corpus; returns its folder.
 
+    force: replace a store built with other settings (only its own files), write into a folder holding other
+    files (they are kept), and start afresh when an unfinished build was started with other settings.
     use_cache: take the hook activations from a matching SAE-training activation cache when one covers the
     corpus windows (backend.sae_store.cached), instead of running the model.
     """
     spec = store_spec(loaded, sae_folder, corpus=corpus, split=split, n_tokens=n_tokens, context_size=context_size,
                       batch_size=batch_size, **options)
-    tokens = token_chunks(loaded.tokenizer, context_size, n_tokens, source=corpus, split=split)
-    cached_rows = None
-    if use_cache:
-        cached_rows = find_cache(loaded, spec.hook_name, spec.corpus, split, context_size, tokens.shape[0], tokens[0])
-        spec.activations = "cache" if cached_rows is not None else "model"
-    out = Path(out).expanduser() if out else default_store_dir(folder_of(spec.sae_path))
+    sae_dir = folder_of(spec.sae_path)
+    weights_hash = weights_sha256(sae_dir)
+    out = Path(out).expanduser() if out else default_store_dir(sae_dir)
     if (out / MANIFEST).is_file():
         from backend.sae_store.store import read_manifest
 
@@ -155,9 +183,17 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
         if not force:
             raise InterpscopeError(f"{out} already holds a store built with other settings; pass force (--force) "
                                    "to replace it or choose another --out.")
-    sae = load_sae(folder_of(spec.sae_path))
-    partial = out.with_name(out.name + ".partial")
-    _prepare_partial(partial, spec)
+    else:
+        check_output_folder(out, force)
+    partial = partial_folder(out)
+    resumable = check_partial(partial, spec, force)
+    tokens = token_chunks(loaded.tokenizer, context_size, n_tokens, source=corpus, split=split)
+    cached_rows = None
+    if use_cache:
+        cached_rows = find_cache(loaded, spec.hook_name, spec.corpus, split, context_size, tokens.shape[0], tokens[0])
+        spec.activations = "cache" if cached_rows is not None else "model"
+    sae = load_sae(sae_dir)
+    work = _prepare_partial(partial, spec, resumable, force)
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -167,13 +203,11 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
         seconds[name] = now - clock
         clock = now
 
-    n_chunks = run_chunks(loaded, sae, spec, tokens, partial, progress, stop, cached_rows)
+    n_chunks = run_chunks(loaded, sae, spec, tokens, work, progress, stop, cached_rows)
     lap("activations")
     tok, feat, val = _load_chunks(partial, n_chunks)
-    final = partial / "final"
-    if final.exists():
-        shutil.rmtree(final)
-    final.mkdir()
+    work.remove("final")
+    final = work.mkdir("final")
     arrays = feature_stats(spec, tok, feat, val, tokens.shape[0],
                            progress=(lambda d, t: progress("features", d, t)) if progress else None)
     lap("features")
@@ -183,6 +217,7 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
     for name, array in arrays.items():
         save_array_atomic(final / f"{name}.npy", array)
     write_json_atomic(final / "vocab.json", vocabulary(loaded.tokenizer, loaded.adapter.vocab_size))
+    work.record(*sorted(final.iterdir()))
     lap("weights_and_files")
     metrics = {}
     if eval_tokens > 0:
@@ -192,14 +227,23 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
         lap("evaluation")
     seconds["total"] = sum(seconds.values())
     n_counted = tokens.shape[0] * (context_size - 1)
-    write_json_atomic(final / MANIFEST, {
-        "format_version": FORMAT_VERSION, "spec": spec.to_dict(), "n_seqs": int(tokens.shape[0]),
-        "n_counted_tokens": int(n_counted), "n_nonzero": int(val.size), "sae_cfg": sae.cfg.to_dict(),
-        "metrics": metrics, "build_seconds": seconds,
-        "excluded_positions": [0]})
-    if out.exists():
-        shutil.rmtree(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    final.rename(out)
-    shutil.rmtree(partial)
+    manifest = {"format_version": FORMAT_VERSION, "spec": spec.to_dict(), WEIGHTS_HASH: weights_hash,
+                "n_seqs": int(tokens.shape[0]), "n_counted_tokens": int(n_counted), "n_nonzero": int(val.size),
+                "sae_cfg": sae.cfg.to_dict(), "metrics": metrics, "build_seconds": seconds,
+                "excluded_positions": [0]}
+    _install(final, out, manifest, force)
+    work.remove_all()
     return out
+
+
+def _install(final: Path, out: Path, manifest: dict, force: bool) -> None:
+    """Move the finished files into the store folder, replacing only a previous store's own files; the manifest
+    goes last (it marks the store complete), so a reader never sees a mix of two stores as a complete one."""
+    store = OutputFolder.claim(out, force=True if (out / MANIFEST).is_file() else force, command="sae store")
+    (out / MANIFEST).unlink(missing_ok=True)
+    moved = [name for name in STORE_FILES if name != MANIFEST and (final / name).is_file()]
+    for name in moved:
+        os.replace(final / name, out / name)
+    store.record(*moved)
+    write_json_atomic(out / MANIFEST, manifest)
+    store.record(MANIFEST)

@@ -16,10 +16,13 @@ from pathlib import Path
 import numpy as np
 
 from backend.config import ASSETS_DIR, REPO_ROOT, data_dir
+from backend.sae.catalog import SHIPPED_DIR as SHIPPED_SAES_DIR
+from backend.sae.folder import WEIGHTS_FILE
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 SHIPPED_STORES_DIR = ASSETS_DIR / "sae_stores"
+WEIGHTS_HASH = "sae_weights_sha256"  # manifest key: sha256 of the SAE's weights file, what ties a store to its SAE
 
 # One row per feature unless noted. K = top contexts, I x P = interval samples, W = window half-widths.
 ARRAYS = (
@@ -35,6 +38,7 @@ ARRAYS = (
     "logit_hist_counts", "logit_range",   # [B], [2]: histogram of all vocab logit weights, B bins from min to max
     "neighbour_ids", "neighbour_cos",     # [N]: nearest features by decoder cosine
 )
+STORE_FILES = tuple(f"{name}.npy" for name in ARRAYS) + ("vocab.json", MANIFEST)  # all a store writes
 
 
 @dataclass
@@ -88,6 +92,15 @@ def sae_digest(folder: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def weights_sha256(folder: str | Path) -> str:
+    """sha256 of the SAE folder's weights file: the same weights give the same hash wherever the folder lives."""
+    digest = hashlib.sha256()
+    with open(Path(folder) / WEIGHTS_FILE, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def write_json_atomic(path: Path, value) -> None:
     """Write JSON via a temporary file and rename, so readers never see half a file."""
     tmp = path.with_name(path.name + ".tmp")
@@ -104,10 +117,11 @@ def save_array_atomic(path: Path, array: np.ndarray) -> None:
 
 
 def default_store_dir(sae_folder: str | Path) -> Path:
-    """Where a store for this SAE lives by default: shipped next to the shipped SAE, else in the data dir."""
+    """Where a store for this SAE lives by default: the shipped store for a shipped SAE folder (that folder itself,
+    not another one with the same name), else a folder in the data dir keyed by the SAE folder's path."""
     folder = Path(sae_folder).expanduser().resolve()
     shipped = SHIPPED_STORES_DIR / folder.name
-    if (shipped / MANIFEST).is_file():
+    if folder == (SHIPPED_SAES_DIR / folder.name).resolve() and (shipped / MANIFEST).is_file():
         return shipped
     key = hashlib.sha1(str(folder).encode()).hexdigest()[:10]
     return data_dir() / "sae_stores" / f"{folder.name}-{key}"

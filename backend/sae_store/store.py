@@ -9,11 +9,13 @@ import json
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from backend.config import InterpscopeError
-from backend.sae_store.layout import ARRAYS, MANIFEST, default_store_dir, folder_of
+from backend.sae_store.layout import (ARRAYS, MANIFEST, SHIPPED_STORES_DIR, WEIGHTS_HASH, default_store_dir,
+                                      folder_of, list_stores, sae_digest, weights_sha256)
 
 
 def read_manifest(folder: str | Path) -> dict:
@@ -25,6 +27,17 @@ def read_manifest(folder: str | Path) -> dict:
                                "`interpscope sae store --sae DIR`.") from None
     except ValueError as err:
         raise InterpscopeError(f"{path} is not valid JSON ({err}).") from None
+
+
+def _built_for(manifest: dict, weights_hash: str, legacy_digest: Callable[[], str]) -> bool:
+    """Whether a store's manifest describes an SAE: the weights hash when the manifest records one, else (stores
+    built before the hash was recorded) the config+weights digest of its spec."""
+    if WEIGHTS_HASH in manifest:
+        return manifest[WEIGHTS_HASH] == weights_hash
+    try:
+        return manifest["spec"]["sae_digest"] == legacy_digest()
+    except (KeyError, TypeError, OSError):
+        return False
 
 
 def _histogram(low: float, high: float, counts: np.ndarray) -> dict:
@@ -83,12 +96,38 @@ class FeatureStore:
 
     @classmethod
     def for_sae(cls, sae_folder: str | Path) -> "FeatureStore":
-        """The SAE's default store (shipped, or built into the data directory)."""
-        folder = default_store_dir(sae_folder)
-        if not (folder / MANIFEST).is_file():
-            raise InterpscopeError(f"No feature store for {sae_folder} yet; build it with "
-                                   f"`interpscope sae store --sae {sae_folder}`.")
-        return cls(folder)
+        """The store built for exactly this SAE's weights: its default store, else any complete store whose manifest
+        records the same weights hash. A store found by name but built for other weights is an error naming both
+        hashes, never shown as if it described this SAE."""
+        from backend.sae.folder import CFG_FILE, WEIGHTS_FILE
+
+        folder = Path(sae_folder).expanduser()
+        if not (folder / CFG_FILE).is_file() or not (folder / WEIGHTS_FILE).is_file():
+            raise InterpscopeError(f"No feature store for {sae_folder}: it is not an SAE folder (it needs {CFG_FILE} "
+                                   f"and {WEIGHTS_FILE}).")
+        digest = weights_sha256(folder)
+        legacy_digest = lru_cache(maxsize=1)(lambda: sae_digest(folder))
+        by_name = list(dict.fromkeys([default_store_dir(folder), SHIPPED_STORES_DIR / folder.resolve().name]))
+        mismatch = None
+        for candidate in dict.fromkeys(by_name + list_stores()):
+            if not (candidate / MANIFEST).is_file():
+                continue
+            manifest = read_manifest(candidate)
+            if _built_for(manifest, digest, legacy_digest):
+                return cls(candidate)
+            if candidate in by_name and mismatch is None:
+                mismatch = (candidate, manifest)
+        if mismatch is not None:
+            store, manifest = mismatch
+            if WEIGHTS_HASH in manifest:
+                built, mine = manifest[WEIGHTS_HASH][:8], digest[:8]
+            else:
+                built, mine = f"{manifest['spec']['sae_digest'][:8]} (config+weights)", legacy_digest()[:8]
+            raise InterpscopeError(
+                f"The feature store {store} was built for SAE weights {built}, the SAE at {folder} has {mine}: it "
+                f"does not describe this SAE. Build a store for it with `interpscope sae store --sae {folder}`.")
+        raise InterpscopeError(f"No feature store for {sae_folder} yet; build it with "
+                               f"`interpscope sae store --sae {sae_folder}`.")
 
     def sae_folder(self) -> Path:
         """The SAE this store describes."""
@@ -96,8 +135,6 @@ class FeatureStore:
 
     def is_stale(self) -> bool:
         """True when the SAE folder's weights differ from those the store was built for (or the SAE is gone)."""
-        from backend.sae_store.layout import sae_digest
-
         try:
             return sae_digest(self.sae_folder()) != self.spec["sae_digest"]
         except OSError:
@@ -106,7 +143,6 @@ class FeatureStore:
     def load_sae(self):
         """The SAE this store was built for; an error if its weights changed since (the store would be stale)."""
         from backend.sae import load_sae
-        from backend.sae_store.layout import sae_digest
 
         folder = self.sae_folder()
         sae = load_sae(folder)

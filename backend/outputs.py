@@ -1,0 +1,204 @@
+"""Where commands write: a folder is never emptied, or silently filled, unless Interpscope created it.
+
+A folder a command creates (or finds empty) gets a marker file, `.interpscope-output.json`, that lists every file
+and sub-folder the command wrote there. Later runs write into such a folder freely and delete only what the marker
+lists. A non-empty folder without the marker (made by a person or another program) is refused unless `force` is
+given; even then nothing that was already there is deleted, only the files Interpscope itself wrote and recorded.
+Output file paths (`--json FILE`, `--png FILE`) are checked before any computation: a missing or read-only
+parent folder fails at once, not after minutes of work.
+"""
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from backend.config import InterpscopeError
+
+MARKER = ".interpscope-output.json"
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path(".")
+
+
+def check_output_file(path: str | Path, flag: str = "--out") -> Path:
+    """Raise unless a file can be written at `path` (its folder exists and is writable); no side effects."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise InterpscopeError(f"{flag} {path} is a folder; give a file name.")
+    parent = path.parent
+    if not parent.is_dir():
+        raise InterpscopeError(f"{flag} {path}: the folder {parent} does not exist; create it first or choose "
+                               "another path.")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise InterpscopeError(f"{flag} {path}: cannot write there (permission denied).")
+    return path
+
+
+def read_marker(folder: Path) -> dict | None:
+    """The marker of a folder Interpscope writes into, or None when it has none (or an unreadable one)."""
+    try:
+        marker = json.loads((Path(folder) / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) and isinstance(marker.get("files"), list) else None
+
+
+def foreign_entries(folder: Path) -> list[str]:
+    """Names in folder that Interpscope did not write there (all of them when the folder has no marker)."""
+    marker = read_marker(folder)
+    if marker is not None and marker.get("created"):
+        return []
+    own = {entry.split("/", 1)[0] for entry in marker["files"]} if marker else set()
+    return sorted(p.name for p in folder.iterdir() if p.name not in (MARKER, MARKER + ".tmp") and p.name not in own)
+
+
+def check_output_folder(path: str | Path, force: bool = False, flag: str = "--out") -> Path:
+    """Raise unless a command may write into the folder at `path`; no side effects.
+
+    Allowed: a new folder (its nearest existing parent writable), an empty one, one Interpscope created, or any
+    folder with force (what is there survives).
+    """
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise InterpscopeError(f"{flag} {path} is a file, not a folder.")
+    if not path.exists():
+        parent = _nearest_existing(path.parent)
+        if not parent.is_dir():
+            raise InterpscopeError(f"{flag} {path}: {parent} is a file, not a folder.")
+        if not os.access(parent, os.W_OK):
+            raise InterpscopeError(f"{flag} {path}: cannot create it in {parent} (permission denied).")
+        return path
+    if not os.access(path, os.W_OK):
+        raise InterpscopeError(f"{flag} {path}: cannot write there (permission denied).")
+    foreign = foreign_entries(path)
+    if foreign and not force:
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise InterpscopeError(
+            f"{flag} {path} already holds {len(foreign)} file(s) or folder(s) Interpscope did not write ({shown}); "
+            "choose a new or empty folder, or pass --force to write into it (nothing already there is deleted).")
+    return path
+
+
+class OutputFolder:
+    """A folder a command writes into, with the marker that lists what it wrote (the only things it may delete)."""
+
+    def __init__(self, path: Path, marker: dict):
+        self.path = path
+        self.marker = marker
+
+    @classmethod
+    def claim(cls, path: str | Path, *, force: bool = False, command: str = "") -> "OutputFolder":
+        """Check the folder (see check_output_folder), create it if needed and write its marker."""
+        path = Path(os.path.abspath(check_output_folder(path, force)))
+        marker = read_marker(path) if path.is_dir() else None
+        if marker is None:
+            empty = not path.exists() or not any(path.iterdir())
+            marker = {"tool": "interpscope", "command": command, "created": empty, "files": []}
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InterpscopeError(f"Cannot create the folder {path}: {err.strerror or err}.") from None
+        folder = cls(path, marker)
+        folder._save()
+        return folder
+
+    def _save(self) -> None:
+        tmp = self.path / (MARKER + ".tmp")
+        tmp.write_text(json.dumps(self.marker, indent=1), encoding="utf-8")
+        os.replace(tmp, self.path / MARKER)
+
+    def _relative(self, path: str | Path) -> str:
+        """Paths are absolute (inside the folder) or relative to the folder."""
+        path = Path(path)
+        if path.is_absolute():
+            path = path.relative_to(self.path)
+        return path.as_posix()
+
+    @property
+    def files(self) -> list[str]:
+        return list(self.marker["files"])
+
+    def owns(self, path: str | Path) -> bool:
+        rel = self._relative(path)
+        return rel in self.marker["files"] or rel + "/" in self.marker["files"]
+
+    def record(self, *paths: str | Path) -> None:
+        """Note files (or folders, recorded as 'name/') as written by this command."""
+        entries = self.marker["files"]
+        changed = False
+        for path in paths:
+            rel = self._relative(path)
+            if Path(self.path / rel).is_dir() and not rel.endswith("/"):
+                rel += "/"
+            if rel not in entries:
+                entries.append(rel)
+                changed = True
+        if changed:
+            self._save()
+
+    def mkdir(self, path: str | Path) -> Path:
+        """Create a sub-folder (and its parents), recording each one this call creates."""
+        target = self.path / self._relative(path)
+        missing = [p for p in (target, *target.parents) if p.is_relative_to(self.path) and not p.exists()]
+        target.mkdir(parents=True, exist_ok=True)
+        self.record(*reversed(missing))
+        return target
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Record every file and sub-folder a library call creates or rewrites in the folder (e.g. save_pretrained)."""
+        before = self._snapshot()
+        try:
+            yield
+        finally:
+            after = self._snapshot()
+            self.record(*sorted(p for p, stamp in after.items() if p not in before or before[p] != stamp))
+
+    def _snapshot(self) -> dict[str, tuple[int, int] | None]:
+        """(mtime, size) of every file, None for every folder, by path relative to the folder."""
+        stamps: dict[str, tuple[int, int] | None] = {}
+        for path in self.path.rglob("*"):
+            if path.is_dir():
+                stamps[self._relative(path)] = None
+            elif path.is_file() and path.name != MARKER:
+                stat = path.stat()
+                stamps[self._relative(path)] = (stat.st_mtime_ns, stat.st_size)
+        return stamps
+
+    def remove(self, path: str | Path) -> None:
+        """Delete one recorded file, or everything recorded under a folder (the folder too once empty).
+
+        Anything not recorded is left where it is."""
+        rel = self._relative(path).rstrip("/")
+        entries = self.marker["files"]
+        inside = [e for e in entries if e.rstrip("/") == rel or e.startswith(rel + "/")]
+        for entry in sorted((e for e in inside if not e.endswith("/")), reverse=True):
+            (self.path / entry).unlink(missing_ok=True)
+            entries.remove(entry)
+        for entry in sorted((e for e in inside if e.endswith("/")), key=len, reverse=True):
+            folder = self.path / entry
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+            if not folder.exists():
+                entries.remove(entry)
+        self._save()
+
+    def clear(self) -> None:
+        """Delete every recorded file and folder, keeping the folder and anything else in it."""
+        for entry in sorted({e.split("/", 1)[0] for e in self.marker["files"]}):
+            self.remove(entry)
+
+    def remove_all(self) -> None:
+        """clear(); the folder itself (with its marker) goes too if then empty and Interpscope created it."""
+        self.clear()
+        leftover = [p for p in self.path.iterdir() if p.name != MARKER]
+        if not leftover and self.marker.get("created"):
+            (self.path / MARKER).unlink(missing_ok=True)
+            self.path.rmdir()
