@@ -7,14 +7,9 @@ centred on is underlined; tokens outside the stored window are not shown.
 from __future__ import annotations
 
 import html
-import math
-from typing import Sequence
+from typing import Callable, Sequence
 
-import numpy as np
-import plotly.graph_objects as go
-
-ORANGE = (230, 120, 20)
-ACTIVATION_SCALE = [[0.0, "rgb(255,255,255)"], [1.0, f"rgb{ORANGE}"]]
+from components.sae_figures import ORANGE, histogram_figure, logits_figure
 
 
 def _visible(token: str) -> str:
@@ -47,96 +42,68 @@ def contexts_table_html(contexts: Sequence[dict], scale: float) -> str:
     return f'<table class="feature-contexts" style="border:none">{"".join(rows)}</table>{legend}'
 
 
-def histogram_figure(edges: Sequence[float], counts: Sequence[int], title: str, x_title: str,
-                     y_log: bool = False, color: str = "rgb(230,120,20)") -> go.Figure:
-    """Bar histogram from {edges, counts}."""
-    edges = np.asarray(edges, float)
-    centres = (edges[:-1] + edges[1:]) / 2 if edges.size > 1 else edges
-    bar = go.Bar(x=centres.tolist(), y=list(counts), width=np.diff(edges).tolist() if edges.size > 1 else None,
-                 marker=dict(color=color), hovertemplate="%{x:.4g}: %{y}<extra></extra>")
-    return go.Figure(data=[bar], layout=dict(
-        title=dict(text=title), xaxis=dict(title=dict(text=x_title)),
-        yaxis=dict(title=dict(text="count"), type="log" if y_log else "linear"), height=300, bargap=0.02,
-        margin=dict(l=50, r=20, t=50, b=50)))
+def contexts_html(contexts: Sequence, scale: float) -> str:
+    """Context dataclasses (tokens, activations, centre, max) as the contexts table."""
+    return contexts_table_html([vars(c) for c in contexts], scale)
 
 
-def density_figure(density: np.ndarray, bins: int = 40) -> go.Figure:
-    """log10 feature density across all features that fired (dead features are counted apart)."""
-    alive = density[density > 0]
-    low = math.floor(np.log10(alive.min())) if alive.size else -6
-    edges = np.linspace(low, 0.0, bins + 1)
-    counts = np.histogram(np.log10(alive), bins=edges)[0] if alive.size else np.zeros(bins, int)
-    return histogram_figure(edges, counts, f"Feature density ({alive.size} of {density.size} features fired)",
-                            "log10 density (fraction of tokens where the feature is > 0)", color="rgb(60,110,180)")
+def show_feature_card(card, store_name: str, open_feature: Callable[[int], None]) -> None:
+    """The whole feature card: label and explanation, metrics, top contexts, activation and logit-weight
+    histograms, top and bottom logits, nearest features (buttons calling open_feature), interval samples."""
+    import streamlit as st
 
+    from components.export import export_menu
 
-def logits_figure(top: Sequence[Sequence], bottom: Sequence[Sequence], title: str) -> go.Figure:
-    """Top (promoted) and bottom (suppressed) logit-weight tokens as horizontal bars."""
-    rows = list(reversed([tuple(r) for r in top])) + [tuple(r) for r in bottom]
-    tokens = [repr(t) for t, _ in rows]
-    weights = [w for _, w in rows]
-    bar = go.Bar(x=weights, y=list(range(len(rows))), orientation="h",
-                 marker=dict(color=["rgb(214,39,40)" if w < 0 else "rgb(44,160,44)" for w in weights]),
-                 hovertext=tokens, hovertemplate="%{hovertext}: %{x:.4f}<extra></extra>")
-    return go.Figure(data=[bar], layout=dict(
-        title=dict(text=title), xaxis=dict(title=dict(text="logit weight (W_dec[i] · diag(γ) · W_U)")),
-        yaxis=dict(tickvals=list(range(len(rows))), ticktext=tokens, autorange="reversed"), height=520,
-        margin=dict(l=120, r=20, t=50, b=50)))
-
-
-def prompt_heatmap_figure(tokens: Sequence[str], features: Sequence[int], values: np.ndarray,
-                          title: str) -> go.Figure:
-    """Tokens (x) x top features (y) heatmap of activations, colorbar = activation.
-
-    The colour scale ends at the largest activation from token 1 on: token 0 (the attention sink) can be orders of
-    magnitude larger and would wash out everything else; its cells saturate and hover still shows the value."""
-    labels = [f"{i}: {t!r}" for i, t in enumerate(tokens)]
-    values = np.asarray(values, float)
-    ranked = values[1:] if values.shape[0] > 1 else values
-    zmax = float(ranked.max()) if ranked.size and ranked.max() > 0 else 1.0
-    fig = go.Figure(go.Heatmap(z=values.T, x=list(range(len(tokens))), y=[f"#{f}" for f in features],
-                               zmin=0.0, zmax=zmax, colorscale=ACTIVATION_SCALE,
-                               colorbar=dict(title="activation<br>(token 0 off scale)" if values[:1].max(initial=0)
-                                             > zmax else "activation"),
-                               customdata=[[lab for lab in labels] for _ in features],
-                               hovertemplate="%{customdata} · feature %{y}: %{z:.4g}<extra></extra>"))
-    step = max(1, len(tokens) // 40)
-    fig.update_xaxes(tickvals=list(range(0, len(tokens), step)),
-                     ticktext=[tokens[i].replace("\n", "↵")[:10] for i in range(0, len(tokens), step)],
-                     tickangle=-60, title="token")
-    fig.update_yaxes(title="feature", autorange="reversed", type="category")
-    fig.update_layout(title=title, height=max(320, 60 + 22 * len(features)), margin=dict(l=70, r=20, t=50, b=90))
-    return fig
-
-
-def steering_figure(clean_top: Sequence[dict], edited_top: Sequence[dict], title: str) -> go.Figure:
-    """Next-token probabilities of the clean and the edited run (union of both top lists)."""
-    order = []
-    for row in list(clean_top) + list(edited_top):
-        if row["token"] not in order:
-            order.append(row["token"])
-    clean = {r["token"]: r["prob"] for r in clean_top}
-    edited = {r["token"]: r["prob"] for r in edited_top}
-    labels = [repr(t) for t in order]
-    fig = go.Figure([go.Bar(name="clean", x=labels, y=[clean.get(t) for t in order], marker_color="rgb(120,120,120)"),
-                     go.Bar(name="edited", x=labels, y=[edited.get(t) for t in order],
-                            marker_color="rgb(230,120,20)")])
-    fig.update_layout(title=title, barmode="group", xaxis_title="next token (top 10 of either run; blank = not in "
-                      "that run's top 10)", yaxis_title="probability", height=360, margin=dict(l=50, r=20, t=50, b=90))
-    return fig
-
-
-def logprob_change_figure(tokens: Sequence[str], change: Sequence[float], title: str) -> go.Figure:
-    """Change of log p(actual next token) at each position, edited minus clean."""
-    labels = [f"{i}: {t!r}" for i, t in enumerate(tokens[1:], start=1)]
-    change = list(change)
-    fig = go.Figure(go.Bar(x=list(range(1, len(change) + 1)), y=change, hovertext=labels,
-                           marker_color=["rgb(214,39,40)" if c < 0 else "rgb(44,160,44)" for c in change],
-                           hovertemplate="predicting %{hovertext}: %{y:+.4f}<extra></extra>"))
-    step = max(1, len(change) // 40)
-    fig.update_xaxes(tickvals=list(range(1, len(change) + 1, step)),
-                     ticktext=[tokens[i].replace("\n", "↵")[:10] for i in range(1, len(change) + 1, step)],
-                     tickangle=-60, title="token being predicted")
-    fig.update_layout(title=title, yaxis_title="Δ log p (edited − clean)", height=320,
-                      margin=dict(l=60, r=20, t=50, b=90))
-    return fig
+    feature = card.id
+    st.markdown(f"**Label:** {html.escape(card.label)}")
+    if card.explanation:
+        score = card.explanation.get("score")
+        scored = f" · detection score {score:.2f} ({card.explanation.get('scorer', '')})" if score is not None else ""
+        st.markdown(f"**Explanation** (written by {card.explanation.get('writer', 'a bundled model')}): "
+                    f"{html.escape(card.explanation.get('explanation', ''))}{scored}")
+    cols = st.columns(4)
+    cols[0].metric("Density", f"{card.density:.3e}" if card.density else "dead",
+                   help=f"fraction of the store's {card.n_tokens:,} corpus tokens where it is > 0")
+    cols[1].metric("Tokens it fires on", f"{card.fire_count:,}")
+    cols[2].metric("Max activation", f"{card.max_activation:.4g}")
+    cols[3].metric("Mean (when > 0)", f"{card.mean_activation:.4g}")
+    export_menu(None, card, key="sae-card", filename=f"{store_name}-feature-{feature}")
+    if card.fire_count == 0:
+        st.info("This feature never fired on the store's corpus: no contexts or activation histogram.")
+    else:
+        st.subheader("Top activating contexts")
+        st.html(contexts_html(card.top_contexts, card.max_activation))
+    left, right = st.columns(2)
+    with left:
+        if card.fire_count:
+            fig = histogram_figure(card.histogram.edges, card.histogram.counts,
+                                   f"Feature {feature}: activations when > 0", "activation")
+            st.plotly_chart(fig, width="stretch", key="sae-act-hist")
+            export_menu(fig, card.histogram, key="sae-act-hist", filename=f"{store_name}-feature-{feature}-hist")
+        fig = histogram_figure(card.logit_histogram.edges, card.logit_histogram.counts,
+                               f"Feature {feature}: logit weights over the vocabulary", "logit weight", y_log=True,
+                               color="rgb(100,100,100)")
+        st.plotly_chart(fig, width="stretch", key="sae-logit-hist")
+        export_menu(fig, card.logit_histogram, key="sae-logit-hist",
+                    filename=f"{store_name}-feature-{feature}-logit-hist")
+    with right:
+        fig = logits_figure(card.top_logits, card.bottom_logits, f"Feature {feature}: top and bottom logit weights")
+        st.plotly_chart(fig, width="stretch", key="sae-logits")
+        export_menu(fig, {"top": card.top_logits, "bottom": card.bottom_logits}, key="sae-logits",
+                    filename=f"{store_name}-feature-{feature}-logits")
+    st.subheader("Nearest features (decoder cosine)")
+    neighbour_cols = st.columns(5)
+    for k, neighbour in enumerate(card.neighbours):
+        neighbour_cols[k % 5].button(f"#{neighbour.feature} · cos {neighbour.cosine:.2f}", key=f"sae-neighbour-{k}",
+                                     on_click=open_feature, args=(neighbour.feature,), width="stretch")
+    if card.fire_count:
+        st.subheader("Samples from activation intervals")
+        st.caption("Equal-width intervals of activation from 0 to the max (intervals, not quantiles), a few random "
+                   "examples each.")
+        for interval in reversed(card.intervals):
+            label = f"({interval.low:.3g}, {interval.high:.3g}] — {len(interval.examples)} examples"
+            with st.expander(label, expanded=False):
+                if interval.examples:
+                    st.html(contexts_html(interval.examples, card.max_activation))
+                else:
+                    st.caption("No activation in this interval.")

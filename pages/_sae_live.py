@@ -20,9 +20,9 @@ from backend.sae_store import FeatureStore, build_store
 from backend.sae_store.prompt import FeatureAttribution, PromptFeatures, feature_attribution, prompt_features
 from backend.sae_store.steering import MAX_NEW_TOKENS, SteeringResult, steer
 from components.export import export_menu
-from components.feature_card import logprob_change_figure, prompt_heatmap_figure, steering_figure
+from components.sae_figures import logprob_change_figure, prompt_heatmap_figure, steering_figure
 from components.token_heatmap import heatmap_figure, token_heatmap
-from pages._common import text_source
+from pages._common import committed, text_source
 
 VIEWS_LIVE = ["Prompt", "Attribution", "Steering"]
 DEFAULT_PROMPT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
@@ -84,26 +84,31 @@ def _feature_input(store: FeatureStore, key: str) -> int:
 def show_prompt(store: FeatureStore, lm, text: str, open_feature: Callable[[int], None]) -> None:
     n_top = st.slider("Features in the heatmap", 5, 50, 20, key="sae-prompt-top")
     result = _prompt(str(store.folder), (lm.name,) + _device_dtype(), text, n_top)
-    if result.sink_positions:
-        shown = ", ".join(f"{i}: {result.tokens[i]!r}" for i in result.sink_positions[:8])
-        st.caption(f"Massive activation (norm > {SINK_FACTOR:g}x the prompt's median, an attention sink the SAE was "
-                   f"not trained on) at {shown}: no feature is read there.")
+    sinks = [0] + list(result.sink_positions)
+    later = ", ".join(f"{i}: {result.tokens[i]!r}" for i in result.sink_positions[:8])
+    st.caption(f"Position 0 ({result.tokens[0]!r}) is the attention sink: the SAE was not trained there, so it is "
+               "neither ranked nor shown" + (f"; so are later massive activations (norm > {SINK_FACTOR:g}x the "
+                                             f"prompt's median) at {later}." if later else "."))
     if not result.top_features:
-        st.info("No feature fires on this text (position 0, the attention sink, is not ranked).")
+        st.info("No feature fires on this text outside the attention sinks.")
         return
     title = f"Top {len(result.top_features)} features on the prompt ({store.name})"
-    fig = prompt_heatmap_figure(result.tokens, result.top_features, result.top_values, title)
+    fig = prompt_heatmap_figure(result.tokens, result.top_features, result.top_values, title, sinks)
     st.plotly_chart(fig, width="stretch", key="sae-prompt-heatmap")
     export_menu(fig, result.heatmap_data(), key="sae-prompt", filename=f"{store.name}-prompt")
     st.subheader("Features active at a token")
-    positions = list(range(len(result.tokens)))
-    default = int(np.argmax(result.top_values[:, 0]))
+    positions = [i for i in range(len(result.tokens)) if i not in sinks]
+    if not positions:
+        st.info("Every token of this text is an attention sink.")
+        return
+    default = positions[-1]  # the last token: what the model predicts from
     label = lambda i: f"{i}: {result.tokens[i]!r}"  # noqa: E731
     if len(positions) <= MAX_TOKEN_PILLS:
         chosen = st.pills("Click a token", positions, default=default, format_func=lambda i: result.tokens[i] or "∅",
                           key="sae-prompt-token")
     else:
-        chosen = st.selectbox("Token", positions, index=default, format_func=label, key="sae-prompt-token-select")
+        chosen = st.selectbox("Token", positions, index=positions.index(default), format_func=label,
+                              key="sae-prompt-token-select")
     if chosen is None:
         st.caption("Pick a token to list its active features.")
         return
@@ -114,21 +119,21 @@ def show_prompt(store: FeatureStore, lm, text: str, open_feature: Callable[[int]
     st.caption(f"{len(active)} features active at {label(int(chosen))} (largest first); click one to open its page.")
     columns = st.columns(4)
     for k, row in enumerate(active[:40]):
-        logit = store.card(row["feature"]).top_logits[0][0]
+        logit = store.card(row["feature"]).top_logits[0].token
         columns[k % 4].button(f"#{row['feature']} · {row['activation']:.3g} · → {logit!r}",
                               key=f"sae-active-{row['feature']}", on_click=open_feature, args=(row["feature"],),
                               width="stretch")
     export_menu(None, active, key="sae-active", filename=f"{store.name}-token-{chosen}-features")
 
 
-def _attribution_block(result: FeatureAttribution, leave_out_first: bool, key: str) -> None:
+def _attribution_block(result: FeatureAttribution, sinks: list[int], key: str) -> None:
     st.markdown(f"**{result.method}** · feature {result.feature} at token {result.position} "
                 f"({result.tokens[result.position]!r})")
-    token_heatmap(result.tokens, result.relevance, leave_out_first)
+    token_heatmap(result.tokens, result.relevance, sinks)
     st.caption(f"activation {result.activation:.4g} = relevance reaching the hook {result.at_hook:.4g} + SAE biases "
                f"{result.sae_bias_share:.4g}; sum over input tokens {result.input_sum:.4g}")
     title = f"{result.method}: relevance for feature {result.feature} at token {result.position}"
-    export_menu(heatmap_figure(result.tokens, result.relevance, title, leave_out_first), result, key=key,
+    export_menu(heatmap_figure(result.tokens, result.relevance, title, sinks), result, key=key,
                 filename=f"feature-{result.feature}-attribution-{key}")
 
 
@@ -146,15 +151,23 @@ def show_attribution(store: FeatureStore, lm, text: str) -> None:
     names = [m.name for m in lrp]
     method = st.radio("Method", names, format_func=lambda n: {m.name: m.label for m in lrp}[n], horizontal=True,
                       key="sae-attr-method") if names else None
-    leave_out_first = st.checkbox("Leave the first token out of the colour scale", value=True, key="sae-attr-first")
+    sinks = [0] + list(view.sink_positions)
+    submitted = st.button("Run", type="primary", key="sae-attr-run")
+    run = committed("sae-attr", {"store": store.name, "text": text, "feature": feature, "position": int(position),
+                                 "method": method}, submitted)
+    if run is None or run["store"] != store.name:
+        st.info("Press **Run** (one backward pass per method).")
+        return
+    text, feature, position, method = run["text"], run["feature"], run["position"], run["method"]
     left, right = st.columns(2)
-    if method:
-        with left:
+    with st.spinner("Attributing…"):
+        if method:
+            with left:
+                _attribution_block(_attribution(str(store.folder), (lm.name,) + _device_dtype(), text, feature,
+                                                int(position), method), sinks, "lrp")
+        with right if method else left:
             _attribution_block(_attribution(str(store.folder), (lm.name,) + _device_dtype(), text, feature,
-                                            int(position), method), leave_out_first, "lrp")
-    with right if method else left:
-        _attribution_block(_attribution(str(store.folder), (lm.name,) + _device_dtype(), text, feature,
-                                        int(position), "gradxinput"), leave_out_first, "gxi")
+                                            int(position), "gradxinput"), sinks, "gxi")
 
 
 def show_steering(store: FeatureStore, lm, text: str) -> None:
@@ -168,7 +181,16 @@ def show_steering(store: FeatureStore, lm, text: str) -> None:
                                     help=f"Adds strength × W_dec[{feature}] at every position; this feature's "
                                          f"max activation on the corpus is {max_act:.3g}.")
     n_new = cols[2].slider("Tokens to generate", 0, MAX_NEW_TOKENS, 12, key="sae-steer-new")
-    result = _steer(str(store.folder), (lm.name,) + _device_dtype(), text, feature, mode, float(strength), n_new)
+    submitted = st.button("Run", type="primary", key="sae-steer-run")
+    run = committed("sae-steer", {"store": store.name, "text": text, "feature": feature, "mode": mode,
+                                  "strength": float(strength), "n_new": n_new}, submitted)
+    if run is None or run["store"] != store.name:
+        st.info("Press **Run** to generate the clean and the edited continuation.")
+        return
+    with st.spinner("Running the clean and the edited model…"):
+        result = _steer(str(store.folder), (lm.name,) + _device_dtype(), run["text"], run["feature"], run["mode"],
+                        run["strength"], run["n_new"])
+    feature, mode, text = run["feature"], run["mode"], run["text"]
     verb = f"+ {result.strength:.3g} × direction" if mode == "add" else "removed"
     st.metric("KL(clean ‖ edited), next token", f"{result.kl:.4f}")
     left, right = st.columns(2)

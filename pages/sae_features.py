@@ -12,14 +12,16 @@ import streamlit as st
 
 from backend.config import InterpscopeError
 from backend.sae_store import FeatureStore, list_stores
-from backend.sae_store.search import search
+from backend.sae_store.search import no_match_reason, search
 from components.export import export_menu
-from components.feature_card import contexts_table_html, density_figure, histogram_figure, logits_figure
+from components.feature_card import show_feature_card
+from components.sae_figures import density_figure
 from pages._sae_live import VIEWS_LIVE, build_section, live_view
 from pages._common import show_errors
 
 VIEWS = ["Overview", "Feature", *VIEWS_LIVE]
-SEARCH_KINDS = {"Feature id": "id", "Token in top logits": "logit", "Word in top contexts": "context"}
+SEARCH_KINDS = {"Label or explanation": "label", "Feature id": "id", "Token in top logits": "logit",
+                "Word in top contexts": "context"}
 DENSE = 0.1
 
 
@@ -85,7 +87,8 @@ def show_overview(store: FeatureStore, path: str) -> None:
     dense = int((density > DENSE).sum())
     cols = st.columns(6)
     cols[0].metric("Features", f"{store.d_sae:,}")
-    cols[1].metric("Dead", f"{dead:,}", help="features that never fired on the corpus")
+    cols[1].metric("Dead", f"{dead:,} ({dead / store.d_sae:.1%})",
+                   help=f"features that never fired on the store's {store.n_counted:,} corpus tokens")
     cols[2].metric("Dense", f"{dense:,}", help=f"features active on more than {DENSE:.0%} of tokens")
     cols[3].metric("Corpus tokens", f"{store.n_counted:,}")
     if metrics:
@@ -113,22 +116,34 @@ def show_overview(store: FeatureStore, path: str) -> None:
             st.warning(str(err))
             results = None
         if results is not None and not results:
-            st.info(f"No feature matches {query.strip()!r}.")
+            st.info(no_match_reason(store, query, SEARCH_KINDS[kind]))
         elif results:
             frame = pd.DataFrame(results[:200])
-            st.caption(f"{len(results)} features; click a row to open it.")
+            front = [c for c in ("feature", "label", "snippet", "score") if c in frame.columns]
+            frame = frame[front + [c for c in frame.columns if c not in front]]
+            st.caption(f"{len(results)} features{' (the first 200 shown)' if len(results) > 200 else ''}; each with "
+                       "its label and strongest context (the firing token in ⟦ ⟧); click a row to open it.")
             st.dataframe(frame, hide_index=True, on_select=lambda: select_from_table(
                 "sae-search-table", frame["feature"].tolist()), selection_mode="single-row", key="sae-search-table")
             export_menu(None, results, key="sae-search", filename=f"{store.name}-search")
 
     st.subheader("All features")
     table = overview_table(path)
-    st.caption("Click a column header to sort, a row to open the feature.")
+    explained = int(table["explanation_score"].notna().sum())
+    if explained:
+        table = table.sort_values("explanation_score", ascending=False, na_position="last", kind="stable")
+        st.caption(f"{explained:,} features have a written explanation; ranked by its detection score (best first). "
+                   "Click a column header to sort, a row to open the feature.")
+    else:
+        table = table.drop(columns=["explanation_score"])
+        st.caption("Click a column header to sort, a row to open the feature. (No written explanations yet: "
+                   "`interpscope sae explain --store STORE` adds them.)")
     st.dataframe(table, hide_index=True, height=360, on_select=lambda: select_from_table(
         "sae-feature-table", table["feature"].tolist()), selection_mode="single-row", key="sae-feature-table",
                  column_config={"density": st.column_config.NumberColumn(format="%.2e"),
                                 "max_activation": st.column_config.NumberColumn(format="%.3g"),
-                                "mean_activation": st.column_config.NumberColumn(format="%.3g")})
+                                "mean_activation": st.column_config.NumberColumn(format="%.3g"),
+                                "explanation_score": st.column_config.NumberColumn("score", format="%.2f")})
     export_menu(None, table, key="sae-table", filename=f"{store.name}-features")
 
 
@@ -149,53 +164,7 @@ def show_feature(store: FeatureStore, path: str) -> None:
     nav[3].button("Random", on_click=random_feature, args=(path,), key="sae-random", width="stretch")
     nav[4].markdown(f"Permanent link: [`?store={store.name}&view=Feature&feature={feature}`]"
                     f"(?store={store.name}&view=Feature&feature={feature})")
-    card = store.card(feature)
-    cols = st.columns(4)
-    cols[0].metric("Density", f"{card.density:.3e}" if card.density else "dead")
-    cols[1].metric("Tokens it fires on", f"{card.fire_count:,}")
-    cols[2].metric("Max activation", f"{card.max_activation:.4g}")
-    cols[3].metric("Mean (when > 0)", f"{card.mean_activation:.4g}")
-    export_menu(None, card, key="sae-card", filename=f"{store.name}-feature-{feature}")
-    if card.fire_count == 0:
-        st.info("This feature never fired on the store's corpus: no contexts or activation histogram.")
-    else:
-        st.subheader("Top activating contexts")
-        contexts = [vars(c) for c in card.top_contexts]
-        st.html(contexts_table_html(contexts, card.max_activation))
-    left, right = st.columns(2)
-    with left:
-        if card.fire_count:
-            fig = histogram_figure(card.histogram["edges"], card.histogram["counts"],
-                                   f"Feature {feature}: activations when > 0", "activation")
-            st.plotly_chart(fig, width="stretch", key="sae-act-hist")
-            export_menu(fig, card.histogram, key="sae-act-hist", filename=f"{store.name}-feature-{feature}-hist")
-        fig = histogram_figure(card.logit_histogram["edges"], card.logit_histogram["counts"],
-                               f"Feature {feature}: logit weights over the vocabulary", "logit weight", y_log=True,
-                               color="rgb(100,100,100)")
-        st.plotly_chart(fig, width="stretch", key="sae-logit-hist")
-        export_menu(fig, card.logit_histogram, key="sae-logit-hist",
-                    filename=f"{store.name}-feature-{feature}-logit-hist")
-    with right:
-        fig = logits_figure(card.top_logits, card.bottom_logits, f"Feature {feature}: top and bottom logit weights")
-        st.plotly_chart(fig, width="stretch", key="sae-logits")
-        export_menu(fig, {"top": card.top_logits, "bottom": card.bottom_logits}, key="sae-logits",
-                    filename=f"{store.name}-feature-{feature}-logits")
-    st.subheader("Nearest features (decoder cosine)")
-    neighbour_cols = st.columns(5)
-    for k, (other, cosine) in enumerate(card.neighbours):
-        neighbour_cols[k % 5].button(f"#{other} · cos {cosine:.2f}", key=f"sae-neighbour-{k}", on_click=open_feature,
-                                     args=(other,), width="stretch")
-    if card.fire_count:
-        st.subheader("Samples from activation intervals")
-        st.caption("Equal-width intervals of activation from 0 to the max (intervals, not quantiles), a few random "
-                   "examples each.")
-        for interval in reversed(card.intervals):
-            label = f"({interval['low']:.3g}, {interval['high']:.3g}] — {len(interval['examples'])} examples"
-            with st.expander(label, expanded=False):
-                if interval["examples"]:
-                    st.html(contexts_table_html([vars(c) for c in interval["examples"]], card.max_activation))
-                else:
-                    st.caption("No activation in this interval.")
+    show_feature_card(store.card(feature), store.name, open_feature)
 
 
 def main() -> None:

@@ -63,6 +63,7 @@ def run_session(page: str, state: dict) -> AppTest:
         at.session_state[key] = value
     at.run()
     at.switch_page(str(ROOT / page))
+    at.query_params["run"] = "1"  # as a shared link that ran: pages that wait for Run compute on open
     return at.run()
 
 

@@ -18,6 +18,8 @@ DEFAULT_TEXT = "Mr. Darcy looked at Elizabeth, and Elizabeth looked back at"
 def app():
     at = open_page(PAGE, model_choice="mamba-tiny")
     assert not at.exception, at.exception
+    at.button(key="relevance-run").click().run()
+    assert not at.exception, at.exception
     return at
 
 
@@ -50,8 +52,14 @@ def test_mambalrp_is_the_default_method_for_mamba(app):
     n_tokens = load_model("mamba-tiny").encode(DEFAULT_TEXT).shape[1]
     assert maps[0].count('class="relevance-token"') == n_tokens
     assert any(m.value.startswith("**MambaLRP: relevance for") for m in app.markdown)
-    values = {m.label: m.value for m in app.metric}
-    assert float(values["Relative error"]) < 1e-3 and abs(float(values["Softmax share"])) == 0.0
+    readout = [json.loads(c.proto.spec) for c in app.get("plotly_chart")]
+    bars = [r for r in readout if r["layout"].get("barmode") == "relative"]
+    assert len(bars) == 1
+    parts = {trace["name"].split(":")[0]: float(trace["x"][0]) for trace in bars[0]["data"]}
+    assert "softmax (dropped by AttnLRP)" not in parts  # Mamba has no softmax: no softmax share is shown
+    value = float(bars[0]["layout"]["shapes"][0]["x0"])
+    assert abs(parts["rest (numerical error)"]) < 1e-3 * abs(value)
+    assert abs(sum(parts.values()) - value) < 1e-6 * abs(value)
 
 
 def test_fix_ablation_chart_shows_each_fix_raising_the_error(app):
@@ -76,8 +84,11 @@ def test_distance_profile_over_prompts(app):
 
 def test_latent_relevance_and_baselines_work_for_mamba(app):
     app.toggle(key="relevance-latent").set_value(True).run()
+    app.button(key="relevance-run").click().run()
     assert not app.exception, app.exception
     assert any(s.value == "Inside the model" for s in app.subheader)
     app.selectbox(key="relevance-method").set_value("ig").run()
+    app.button(key="relevance-run").click().run()
     assert not app.exception, app.exception
     assert any(m.value.startswith("**Integrated Gradients: relevance for") for m in app.markdown)
+    assert any("Integrated Gradients is complete" in c.value for c in app.caption)

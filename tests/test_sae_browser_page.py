@@ -66,7 +66,8 @@ def test_overview_metrics_density_and_table(env):
     at = open_browser(store)
     shown = metrics(at)
     assert shown["Features"] == "48"
-    assert shown["Dead"] == str(int((store.density == 0).sum()))
+    dead = int((store.density == 0).sum())
+    assert shown["Dead"] == f"{dead:,} ({dead / store.d_sae:.1%})"
     assert shown["Dense"] == str(int((store.density > 0.1).sum()))
     assert shown["L0"] == f"{store.manifest['metrics']['l0']:.1f}"
     charts = at.get("plotly_chart")
@@ -81,16 +82,26 @@ def test_overview_metrics_density_and_table(env):
 def test_search_views(env):
     store, _, _ = env
     at = open_browser(store)
+    at.radio(key="sae_search_kind").set_value("Feature id").run()
     at.text_input(key="sae_search_query").input("#5").run()
     assert not at.exception
     assert list(at.dataframe[0].value["feature"]) == [5]
-    token = store.card(9).top_logits[0][0]
+    token = store.card(9).top_logits[0].token
     at.radio(key="sae_search_kind").set_value("Token in top logits").run()
     at.text_input(key="sae_search_query").input(token).run()
     assert 9 in list(at.dataframe[0].value["feature"])
     at.radio(key="sae_search_kind").set_value("Word in top contexts").run()
     at.text_input(key="sae_search_query").input("qqzzxxq").run()
-    assert any("No feature matches" in i.value for i in at.info)
+    assert any("No feature has 'qqzzxxq' in its top contexts" in i.value for i in at.info)
+    at.radio(key="sae_search_kind").set_value("Token in top logits").run()
+    at.text_input(key="sae_search_query").input("qqzzxxq").run()
+    assert any("is not a token of this model's vocabulary" in i.value for i in at.info)
+    label_word = store.labels[9].split("'")[1].strip() or store.labels[9].split("'")[3].strip()
+    at.radio(key="sae_search_kind").set_value("Label or explanation").run()
+    at.text_input(key="sae_search_query").input(label_word).run()
+    found = at.dataframe[0].value
+    assert 9 in list(found["feature"]) and {"label", "snippet"} <= set(found.columns)
+    assert all(label_word.lower() in label.lower() for label in found["label"])
     at.text_input(key="sae_search_query").input("x" * 500).run()
     assert any("limit is 100" in w.value for w in at.warning)
     at.radio(key="sae_search_kind").set_value("Feature id").run()
@@ -116,7 +127,7 @@ def test_feature_page_navigation(env):
     at.button(key="sae-prev").click().run()
     at.button(key="sae-prev").click().run()
     assert at.session_state["sae_feature"] == 3
-    neighbour = store.card(3).neighbours[0][0]
+    neighbour = store.card(3).neighbours[0].feature
     at.button(key="sae-neighbour-0").click().run()
     assert at.session_state["sae_feature"] == neighbour
     at.button(key="sae-random").click().run()
@@ -145,6 +156,14 @@ def test_prompt_view_click_token_then_feature(env):
     at = open_browser(store, "Prompt")
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert spec["data"][0]["type"] == "heatmap" and spec["layout"]["yaxis"]["type"] == "category"
+    from pages._sae_live import DEFAULT_PROMPT
+
+    last = tiny_lm().encode(DEFAULT_PROMPT).shape[1] - 1
+    assert at.pills(key="sae-prompt-token").value == last  # the last token, never the sink at position 0
+    assert "position 0" in " ".join(c.value for c in at.caption).lower()
+    z = spec["data"][0]["z"]
+    column_0 = [row[0] for row in z] if isinstance(z, list) else None
+    assert column_0 is None or all(v is None for v in column_0)  # the sink column is blank, off the colour scale
     at.pills(key="sae-prompt-token").set_value(3).run()
     buttons = [b for b in at.button if b.key and b.key.startswith("sae-active-")]
     assert buttons, "token 3 should have active features"
@@ -162,6 +181,9 @@ def test_live_views_reject_empty_and_oversized_text(env, view):
     at.text_area(key="sae-prompt-text").input("  \n ").run()
     assert not at.exception and any("empty" in w.value for w in at.warning)
     at.text_area(key="sae-prompt-text").input("word " * 3000).run()
+    for key in ("sae-attr-run", "sae-steer-run"):  # views that wait for Run check the length on Run
+        if any(b.key == key for b in at.button):
+            at.button(key=key).click().run()
     assert not at.exception and any("tokens long" in e.value for e in at.error)
 
 
@@ -169,15 +191,21 @@ def test_attribution_and_steering_views(env):
     store, _, _ = env
     at = open_browser(store, "Attribution", 2)
     assert not at.exception
+    assert any("Press **Run**" in i.value for i in at.info)
+    at.button(key="sae-attr-run").click().run()
+    assert not at.exception
     labels = " ".join(m.value for m in at.markdown)
     assert "AttnLRP" in labels and "Gradient x Input" in labels
     at.radio(key="sae-attr-method").set_value("cplrp").run()
+    at.button(key="sae-attr-run").click().run()
     assert "CP-LRP" in " ".join(m.value for m in at.markdown)
     at.segmented_control(key="sae_view").set_value("Steering").run()
-    assert not at.exception
+    assert not at.exception and not at.get("plotly_chart")  # nothing runs before Run
+    at.button(key="sae-steer-run").click().run()
     kl = float(metrics(at)["KL(clean ‖ edited), next token"])
     assert kl >= 0
     at.radio(key="sae-steer-mode").set_value("ablate").run()
+    at.button(key="sae-steer-run").click().run()
     assert not at.exception and len(at.get("plotly_chart")) == 2
     assert any("removed" in json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart"))
 

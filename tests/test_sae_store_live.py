@@ -76,7 +76,7 @@ def test_gradient_x_input_attribution_equals_autograd(lm, sae_folder):
     assert result.sae_bias_share == pytest.approx(result.activation - result.at_hook)
     with pytest.raises(InterpscopeError, match="Position"):
         feature_attribution(lm, sae, TEXT, feature, 999)
-    with pytest.raises(InterpscopeError, match="supports"):
+    with pytest.raises(InterpscopeError, match="one backward pass"):
         feature_attribution(lm, sae, TEXT, feature, 1, method="occlusion")
 
 
@@ -137,7 +137,7 @@ def test_search_by_id_logit_and_context(lm, store):
         with pytest.raises(InterpscopeError):
             search(store, bad, "id")
     card = store.card(5)
-    token = card.top_logits[0][0]
+    token = card.top_logits[0].token
     hits = search(store, token.strip().upper() if token.strip().isalpha() else token, "logit")
     assert any(h["feature"] == 5 and h["rank"] == 1 for h in hits)
     table = np.asarray(store.arrays["logit_top_ids"])

@@ -92,9 +92,12 @@ def _feature(args: argparse.Namespace) -> int:
         return 0
     print(f"feature {card.id}: density {card.density:.3g} ({card.fire_count} of {card.n_tokens} tokens), "
           f"max activation {card.max_activation:.4g}")
-    print("top logits:   " + ", ".join(f"{t!r} {w:+.3f}" for t, w in card.top_logits))
-    print("bottom logits: " + ", ".join(f"{t!r} {w:+.3f}" for t, w in card.bottom_logits))
-    print("neighbours:   " + ", ".join(f"#{i} ({c:.3f})" for i, c in card.neighbours))
+    print(f"label:        {card.label}")
+    if card.explanation:
+        print(f"explanation:  {card.explanation.get('explanation')} (score {card.explanation.get('score')})")
+    print("top logits:   " + ", ".join(f"{r.token!r} {r.weight:+.3f}" for r in card.top_logits))
+    print("bottom logits: " + ", ".join(f"{r.token!r} {r.weight:+.3f}" for r in card.bottom_logits))
+    print("neighbours:   " + ", ".join(f"#{n.feature} ({n.cosine:.3f})" for n in card.neighbours))
     for ctx in card.top_contexts[:10]:
         text = "".join(f"[[{t}]]" if k == ctx.centre else t for k, t in enumerate(ctx.tokens))
         print(f"  {ctx.max:8.4g}  {text!r}")
@@ -102,10 +105,12 @@ def _feature(args: argparse.Namespace) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from backend.sae_store.search import search
+    from backend.sae_store.search import no_match_reason, search
 
     store = _open_store(args)
-    emit_json({"query": args.query, "kind": args.kind, "results": search(store, args.query, args.kind)[: args.limit]})
+    results = search(store, args.query, args.kind)
+    emit_json({"query": args.query, "kind": args.kind, "results": results[: args.limit],
+               "total": len(results), "reason": None if results else no_match_reason(store, args.query, args.kind)})
     return 0
 
 
@@ -146,7 +151,9 @@ def register(sae_sub) -> None:
     group = finder.add_mutually_exclusive_group(required=True)
     group.add_argument("--store", help="store folder")
     group.add_argument("--sae", help="SAE folder (uses its default store)")
-    finder.add_argument("--kind", choices=["id", "logit", "context"], default="context")
+    finder.add_argument("--kind", choices=["id", "logit", "context", "label"], default="context",
+                        help="id, a token among the top logits, a word in the top contexts, or words of the "
+                             "label/explanation (default context)")
     finder.add_argument("--limit", type=positive_int, default=50, help="most results to print (default 50)")
     finder.add_argument("query")
     finder.set_defaults(func=_search)

@@ -72,6 +72,8 @@ def estimate_bytes(location: str, dtype: torch.dtype) -> int | None:
         for file in files:
             with open(file, "rb") as handle:
                 (size,) = struct.unpack("<Q", handle.read(8))
+                if size > file.stat().st_size - 8:  # not a safetensors header: the loader will say so
+                    return None
                 header = json.loads(handle.read(size))
             for name, info in header.items():
                 if name != "__metadata__" and info.get("dtype") in _SAFETENSORS_BYTES:
@@ -80,7 +82,7 @@ def estimate_bytes(location: str, dtype: torch.dtype) -> int | None:
                         numel *= int(dim)
                     floating = info["dtype"] in ("F64", "F32", "F16", "BF16")
                     total += numel * (width if floating else _SAFETENSORS_BYTES[info["dtype"]])
-    except (OSError, ValueError, struct.error):
+    except (OSError, ValueError, struct.error, AttributeError):
         return None
     return total
 

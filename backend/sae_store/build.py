@@ -32,6 +32,7 @@ from backend.sae.sinks import zero_sink_features
 from backend.sae_store.cached import cached_batch, find_cache
 from backend.sae_store.encode import encode_ids
 from backend.sae_store.features import feature_stats
+from backend.sae_store.labels import LABELS_FILE, compute_labels
 from backend.sae_store.layout import (FORMAT_VERSION, MANIFEST, STORE_FILES, WEIGHTS_HASH, StoreSpec,
                                       default_store_dir, folder_of, portable_path, sae_digest, save_array_atomic,
                                       weights_sha256, write_json_atomic)
@@ -216,7 +217,9 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
     arrays["tokens"] = tokens.numpy().astype(np.int32)
     for name, array in arrays.items():
         save_array_atomic(final / f"{name}.npy", array)
-    write_json_atomic(final / "vocab.json", vocabulary(loaded.tokenizer, loaded.adapter.vocab_size))
+    vocab = vocabulary(loaded.tokenizer, loaded.adapter.vocab_size)
+    write_json_atomic(final / "vocab.json", vocab)
+    write_json_atomic(final / LABELS_FILE, compute_labels(arrays, vocab))
     work.record(*sorted(final.iterdir()))
     lap("weights_and_files")
     metrics = {}
@@ -244,6 +247,9 @@ def _install(final: Path, out: Path, manifest: dict, force: bool) -> None:
     moved = [name for name in STORE_FILES if name != MANIFEST and (final / name).is_file()]
     for name in moved:
         os.replace(final / name, out / name)
+    for name in STORE_FILES:  # a previous store's own files the new one does not have (e.g. its explanations)
+        if name != MANIFEST and name not in moved and store.owns(out / name):
+            store.remove(out / name)
     store.record(*moved)
     write_json_atomic(out / MANIFEST, manifest)
     store.record(MANIFEST)

@@ -38,7 +38,8 @@ ARRAYS = (
     "logit_hist_counts", "logit_range",   # [B], [2]: histogram of all vocab logit weights, B bins from min to max
     "neighbour_ids", "neighbour_cos",     # [N]: nearest features by decoder cosine
 )
-STORE_FILES = tuple(f"{name}.npy" for name in ARRAYS) + ("vocab.json", MANIFEST)  # all a store writes
+STORE_FILES = tuple(f"{name}.npy" for name in ARRAYS) + ("vocab.json", "labels.json", "explanations.jsonl",
+                                                          MANIFEST)  # all a store writes (explanations: sae explain)
 
 
 @dataclass

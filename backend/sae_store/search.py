@@ -1,4 +1,6 @@
-"""Find features in a store: by id, by a token among their top logits, by a word in their top contexts.
+"""Find features in a store: by id, by a token among their top logits, by a word in their top contexts, by words of
+their label or explanation. Every result carries the feature's label and its strongest context, so nobody opens a
+feature blind; an empty search says why it found nothing.
 
 Token matching is case-insensitive on the token's text with surrounding whitespace stripped (" Paris" and
 "paris" match the query "Paris"). A word in contexts also matches when it spans several tokens, if a tokenizer
@@ -15,7 +17,8 @@ from backend.config import InterpscopeError
 from backend.sae_store.store import FeatureStore
 
 MAX_QUERY_CHARS = 100
-KINDS = ("id", "logit", "context")
+KINDS = ("id", "logit", "context", "label")
+SNIPPET_HALF = 6
 
 
 def _clean(query: str) -> str:
@@ -98,13 +101,72 @@ def search_contexts(store: FeatureStore, word: str, tokenizer=None) -> list[dict
     return rows
 
 
-def search(store: FeatureStore, query: str, kind: str, tokenizer=None) -> list[dict]:
-    """One entry point for pages and the command line: kind is 'id', 'logit' or 'context'."""
-    if kind == "id":
-        return [{"feature": i, "density": float(store.density[i]), "max_activation": float(store.max_activation[i])}
-                for i in search_ids(store, query)]
+def search_labels(store: FeatureStore, query: str) -> list[dict]:
+    """Features whose label or written explanation contains every word of the query (case-insensitive); features
+    with an explanation first, best detection score first."""
+    words = [w for w in re.split(r"\s+", _clean(query).lower()) if w]
+    rows = []
+    for feature, label in enumerate(store.labels):
+        entry = store.explanations.get(feature) or {}
+        text = (label + " " + entry.get("explanation", "")).lower()
+        if all(w in text for w in words):
+            rows.append({"feature": feature, "score": entry.get("score"), "density": float(store.density[feature])})
+    rows.sort(key=lambda row: (row["score"] is None, -(row["score"] or 0.0), row["feature"]))
+    return rows
+
+
+def snippet(store: FeatureStore, feature: int) -> str:
+    """The feature's strongest context as text, the firing token in ⟦ ⟧ (empty for a dead feature)."""
+    seq, pos = (int(v) for v in np.asarray(store.arrays["top_loc"][feature, 0]))
+    if seq < 0:
+        return ""
+    context = int(store.spec["context_size"])
+    first, last = max(0, pos - SNIPPET_HALF), min(context, pos + SNIPPET_HALF + 1)
+    ids = np.asarray(store.arrays["tokens"][seq, first:last])
+    pieces = [store.token_text(int(t)) for t in ids]
+    pieces[pos - first] = f"⟦{pieces[pos - first]}⟧"
+    return "".join(pieces).replace("\n", "↵")
+
+
+def describe(store: FeatureStore, rows: list[dict], limit: int = 200) -> list[dict]:
+    """Search results with what a reader needs before opening a feature: its label and its strongest context
+    (the first `limit` rows; the rest unchanged)."""
+    for row in rows[:limit]:
+        row["label"] = store.labels[row["feature"]]
+        row["snippet"] = snippet(store, row["feature"])
+    return rows
+
+
+def no_match_reason(store: FeatureStore, query: str, kind: str) -> str:
+    """Why a search found nothing, in one sentence."""
     if kind == "logit":
-        return search_logits(store, query)
+        ids = matching_token_ids(store, query)
+        if ids.size == 0:
+            return (f"{query.strip()!r} is not a token of this model's vocabulary (spaces and case ignored); a word "
+                    "that splits into several tokens never appears among the top logits: search contexts instead.")
+        n_top = int(np.asarray(store.arrays["logit_top_ids"]).shape[1])
+        return (f"{query.strip()!r} is a token (id {', '.join(str(int(i)) for i in ids[:5])}), but no feature has it "
+                f"among its top {n_top} logit weights.")
     if kind == "context":
-        return search_contexts(store, query, tokenizer)
-    raise InterpscopeError(f"Unknown search kind {kind!r}: choose one of {', '.join(KINDS)}.")
+        return (f"No feature has {query.strip()!r} in its top contexts ({store.top_window_tokens().shape[1]} per "
+                "feature, with their surrounding tokens).")
+    if kind == "label":
+        return f"No feature's label or explanation contains every word of {query.strip()!r}."
+    return f"No feature matches {query.strip()!r}."
+
+
+def search(store: FeatureStore, query: str, kind: str, tokenizer=None) -> list[dict]:
+    """One entry point for pages and the command line: kind is 'id', 'logit', 'context' or 'label'; each result
+    carries the feature's label and a snippet of its strongest context."""
+    if kind == "id":
+        rows = [{"feature": i, "density": float(store.density[i]), "max_activation": float(store.max_activation[i])}
+                for i in search_ids(store, query)]
+    elif kind == "logit":
+        rows = search_logits(store, query)
+    elif kind == "context":
+        rows = search_contexts(store, query, tokenizer)
+    elif kind == "label":
+        rows = search_labels(store, query)
+    else:
+        raise InterpscopeError(f"Unknown search kind {kind!r}: choose one of {', '.join(KINDS)}.")
+    return describe(store, rows)

@@ -40,10 +40,34 @@ def _built_for(manifest: dict, weights_hash: str, legacy_digest: Callable[[], st
         return False
 
 
-def _histogram(low: float, high: float, counts: np.ndarray) -> dict:
-    """{edges, counts} of an equal-width histogram stored as its counts and range."""
+@dataclass
+class Histogram:
+    """An equal-width histogram: len(edges) == len(counts) + 1."""
+
+    edges: list[float]
+    counts: list[int]
+
+
+def _histogram(low: float, high: float, counts: np.ndarray) -> Histogram:
+    """The histogram stored as its counts and range."""
     counts = np.asarray(counts)
-    return {"edges": np.linspace(low, high, len(counts) + 1).tolist(), "counts": counts.tolist()}
+    return Histogram(edges=np.linspace(low, high, len(counts) + 1).tolist(), counts=[int(c) for c in counts])
+
+
+@dataclass
+class TokenWeight:
+    """A vocabulary token and a feature's logit weight on it."""
+
+    token: str
+    weight: float
+
+
+@dataclass
+class Neighbour:
+    """Another feature and the cosine of its decoder direction with this one's."""
+
+    feature: int
+    cosine: float
 
 
 @dataclass
@@ -59,8 +83,17 @@ class Context:
 
 
 @dataclass
+class Interval:
+    """Samples whose activation lies in (low, high]: one of equal-width intervals from 0 to the max (not quantiles)."""
+
+    low: float
+    high: float
+    examples: list[Context]
+
+
+@dataclass
 class FeatureCard:
-    """Everything the feature page shows for one feature (plain values, ready for JSON)."""
+    """Everything the feature page shows for one feature (typed parts, ready for JSON through to_plain)."""
 
     id: int
     density: float
@@ -68,13 +101,15 @@ class FeatureCard:
     max_activation: float
     mean_activation: float
     top_contexts: list[Context]
-    intervals: list[dict]
-    histogram: dict
-    top_logits: list[list]
-    bottom_logits: list[list]
-    logit_histogram: dict
-    neighbours: list[list]
+    intervals: list[Interval]
+    histogram: Histogram
+    top_logits: list[TokenWeight]
+    bottom_logits: list[TokenWeight]
+    logit_histogram: Histogram
+    neighbours: list[Neighbour]
     n_tokens: int
+    label: str = ""
+    explanation: dict | None = None
     store: dict = field(default_factory=dict)
 
 
@@ -199,10 +234,32 @@ class FeatureStore:
         """Columns of the feature table: id, density, max and mean activation, top activating and top logit token."""
         top_ids = self.top_token_ids()
         logit_top = np.asarray(self.arrays["logit_top_ids"][:, 0])
-        return {"feature": np.arange(self.d_sae), "density": self.density, "max_activation": self.max_activation,
-                "mean_activation": np.asarray(self.arrays["mean_act"]),
+        scores = np.full(self.d_sae, np.nan)
+        for feature, entry in self.explanations.items():
+            scores[feature] = entry.get("score", np.nan)
+        return {"feature": np.arange(self.d_sae), "label": self.labels, "density": self.density,
+                "max_activation": self.max_activation, "mean_activation": np.asarray(self.arrays["mean_act"]),
                 "top_token": [self.token_text(int(t)) if t >= 0 else "" for t in top_ids],
-                "top_logit": [self.token_text(int(t)) for t in logit_top]}
+                "top_logit": [self.token_text(int(t)) for t in logit_top], "explanation_score": scores}
+
+    @cached_property
+    def labels(self) -> list[str]:
+        """Every feature's deterministic label (labels.json when the build wrote it, else computed)."""
+        from backend.sae_store.labels import LABELS_FILE, compute_labels
+
+        path = self.folder / LABELS_FILE
+        if path.is_file():
+            stored = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(stored, list) and len(stored) == self.d_sae:
+                return [str(label) for label in stored]
+        return compute_labels(self.arrays, self.vocab)
+
+    @cached_property
+    def explanations(self) -> dict[int, dict]:
+        """Explanations written by a bundled model and their detection scores, by feature (empty when none)."""
+        from backend.sae_store.explanations import read_explanations
+
+        return read_explanations(self.folder)
 
     def token_text(self, token_id: int) -> str:
         return self.vocab[token_id] if 0 <= token_id < len(self.vocab) else ""
@@ -239,10 +296,11 @@ class FeatureStore:
                     ctx = self._context(int(s), int(p), int_win[j, k])
                     ctx.max = float(int_act[j, k])
                     examples.append(ctx)
-            intervals.append({"low": max_act * j / n_int, "high": max_act * (j + 1) / n_int, "examples": examples})
+            intervals.append(Interval(low=max_act * j / n_int, high=max_act * (j + 1) / n_int, examples=examples))
 
-        def logits(ids_name: str, vals_name: str) -> list[list]:
-            return [[self.token_text(int(t)), round(float(v), 5)] for t, v in zip(a[ids_name][i], a[vals_name][i])]
+        def logits(ids_name: str, vals_name: str) -> list[TokenWeight]:
+            return [TokenWeight(self.token_text(int(t)), round(float(v), 5))
+                    for t, v in zip(a[ids_name][i], a[vals_name][i])]
 
         return FeatureCard(
             id=i, density=float(self.density[i]), fire_count=int(a["fire_count"][i]), max_activation=max_act,
@@ -251,7 +309,8 @@ class FeatureStore:
             top_logits=logits("logit_top_ids", "logit_top_vals"),
             bottom_logits=logits("logit_bottom_ids", "logit_bottom_vals"),
             logit_histogram=_histogram(*np.asarray(a["logit_range"][i], np.float64), a["logit_hist_counts"][i]),
-            neighbours=[[int(n), round(float(c), 5)] for n, c in zip(a["neighbour_ids"][i], a["neighbour_cos"][i])],
-            n_tokens=self.n_counted,
+            neighbours=[Neighbour(int(n), round(float(c), 5))
+                        for n, c in zip(a["neighbour_ids"][i], a["neighbour_cos"][i])],
+            n_tokens=self.n_counted, label=self.labels[i], explanation=self.explanations.get(i),
             store={"name": self.name, "sae": self.spec["sae_path"], "model": self.spec["model_name"],
                    "hook": self.spec["hook_name"], "corpus": self.spec["corpus"]})

@@ -1,0 +1,122 @@
+"""Figures of the SAE views: histograms, density, logit weights, the prompt heatmap, steering (plain data in)."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+ORANGE = (230, 120, 20)
+ACTIVATION_SCALE = [[0.0, "rgb(255,255,255)"], [1.0, f"rgb{ORANGE}"]]
+
+
+def histogram_figure(edges: Sequence[float], counts: Sequence[int], title: str, x_title: str,
+                     y_log: bool = False, color: str = "rgb(230,120,20)") -> go.Figure:
+    """Bar histogram from {edges, counts}."""
+    edges = np.asarray(edges, float)
+    centres = (edges[:-1] + edges[1:]) / 2 if edges.size > 1 else edges
+    bar = go.Bar(x=centres.tolist(), y=list(counts), width=np.diff(edges).tolist() if edges.size > 1 else None,
+                 marker=dict(color=color), hovertemplate="%{x:.4g}: %{y}<extra></extra>")
+    return go.Figure(data=[bar], layout=dict(
+        title=dict(text=title), xaxis=dict(title=dict(text=x_title)),
+        yaxis=dict(title=dict(text="count"), type="log" if y_log else "linear"), height=300, bargap=0.02,
+        margin=dict(l=50, r=20, t=50, b=50)))
+
+
+def density_figure(density: np.ndarray, bins: int = 40) -> go.Figure:
+    """log10 feature density across all features that fired (dead features are counted apart)."""
+    alive = density[density > 0]
+    low = math.floor(np.log10(alive.min())) if alive.size else -6
+    edges = np.linspace(low, 0.0, bins + 1)
+    counts = np.histogram(np.log10(alive), bins=edges)[0] if alive.size else np.zeros(bins, int)
+    return histogram_figure(edges, counts, f"Feature density ({alive.size} of {density.size} features fired)",
+                            "log10 density (fraction of tokens where the feature is > 0)", color="rgb(60,110,180)")
+
+
+def logits_figure(top: Sequence, bottom: Sequence, title: str) -> go.Figure:
+    """Top (promoted) and bottom (suppressed) logit-weight tokens (TokenWeight rows) as horizontal bars."""
+    rows = list(reversed(list(top))) + list(bottom)
+    tokens = [repr(r.token) for r in rows]
+    weights = [r.weight for r in rows]
+    bar = go.Bar(x=weights, y=list(range(len(rows))), orientation="h",
+                 marker=dict(color=["rgb(214,39,40)" if w < 0 else "rgb(44,160,44)" for w in weights]),
+                 hovertext=tokens, hovertemplate="%{hovertext}: %{x:.4f}<extra></extra>")
+    return go.Figure(data=[bar], layout=dict(
+        title=dict(text=title), xaxis=dict(title=dict(text="logit weight (W_dec[i] · diag(γ) · W_U)")),
+        yaxis=dict(tickvals=list(range(len(rows))), ticktext=tokens, autorange="reversed"), height=520,
+        margin=dict(l=120, r=20, t=50, b=50)))
+
+
+def prompt_heatmap_figure(tokens: Sequence[str], features: Sequence[int], values: np.ndarray, title: str,
+                          sinks: Sequence[int] = (0,)) -> go.Figure:
+    """Tokens (x) x top features (y) heatmap of activations, colorbar = activation.
+
+    Sink columns (position 0 and massive activations) are blanked: an SAE is undefined there and their values can be
+    orders of magnitude larger; the colour scale ends at the largest activation elsewhere, and the x-axis names
+    the sinks."""
+    labels = [f"{i}: {t!r}" + (" (attention sink)" if i in sinks else "") for i, t in enumerate(tokens)]
+    values = np.asarray(values, float).copy()
+    values[[i for i in sinks if i < values.shape[0]]] = np.nan
+    finite = values[np.isfinite(values)]
+    zmax = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+    fig = go.Figure(go.Heatmap(z=values.T, x=list(range(len(tokens))), y=[f"#{f}" for f in features],
+                               zmin=0.0, zmax=zmax, colorscale=ACTIVATION_SCALE, hoverongaps=False,
+                               colorbar=dict(title="activation"),
+                               customdata=[[lab for lab in labels] for _ in features],
+                               hovertemplate="%{customdata} · feature %{y}: %{z:.4g}<extra></extra>"))
+    step = max(1, len(tokens) // 40)
+    fig.update_xaxes(tickvals=list(range(0, len(tokens), step)),
+                     ticktext=[tokens[i].replace("\n", "↵")[:10] for i in range(0, len(tokens), step)],
+                     tickangle=-60, title="token (blank columns: attention sinks, " + ", ".join(
+                         str(i) for i in sinks) + ")" if sinks else "token")
+    fig.update_yaxes(title="feature", autorange="reversed", type="category")
+    fig.update_layout(title=title, height=max(320, 60 + 22 * len(features)), margin=dict(l=70, r=20, t=50, b=90))
+    return fig
+
+
+def steering_figure(clean_top: Sequence[dict], edited_top: Sequence[dict], title: str) -> go.Figure:
+    """Next-token probabilities of the clean and the edited run (union of both top lists)."""
+    order = []
+    for row in list(clean_top) + list(edited_top):
+        if row["token"] not in order:
+            order.append(row["token"])
+    clean = {r["token"]: r["prob"] for r in clean_top}
+    edited = {r["token"]: r["prob"] for r in edited_top}
+    labels = [repr(t) for t in order]
+    fig = go.Figure([go.Bar(name="clean", x=labels, y=[clean.get(t) for t in order], marker_color="rgb(120,120,120)"),
+                     go.Bar(name="edited", x=labels, y=[edited.get(t) for t in order],
+                            marker_color="rgb(230,120,20)")])
+    fig.update_layout(title=title, barmode="group", xaxis_title="next token (top 10 of either run; blank = not in "
+                      "that run's top 10)", yaxis_title="probability", height=360, margin=dict(l=50, r=20, t=50, b=90))
+    return fig
+
+
+def logprob_change_figure(tokens: Sequence[str], change: Sequence[float], title: str) -> go.Figure:
+    """Change of log p(actual next token) at each position, edited minus clean."""
+    labels = [f"{i}: {t!r}" for i, t in enumerate(tokens[1:], start=1)]
+    change = list(change)
+    fig = go.Figure(go.Bar(x=list(range(1, len(change) + 1)), y=change, hovertext=labels,
+                           marker_color=["rgb(214,39,40)" if c < 0 else "rgb(44,160,44)" for c in change],
+                           hovertemplate="predicting %{hovertext}: %{y:+.4f}<extra></extra>"))
+    step = max(1, len(change) // 40)
+    fig.update_xaxes(tickvals=list(range(1, len(change) + 1, step)),
+                     ticktext=[tokens[i].replace("\n", "↵")[:10] for i in range(1, len(change) + 1, step)],
+                     tickangle=-60, title="token being predicted")
+    fig.update_layout(title=title, yaxis_title="Δ log p (edited − clean)", height=320,
+                      margin=dict(l=60, r=20, t=50, b=90))
+    return fig
+
+
+def evaluation_density_figure(counts: np.ndarray, edges: np.ndarray, dense_threshold: float, n_tokens: int,
+                              dead: int) -> go.Figure:
+    """log10 density of the features that fired in an evaluation, the dense threshold marked."""
+    centres = (edges[:-1] + edges[1:]) / 2
+    fig = go.Figure(go.Bar(x=centres, y=counts, width=np.diff(edges), marker_color="#4c78a8", name="features",
+                           hovertemplate="log10 density %{x:.2f}<br>%{y} features<extra></extra>"))
+    fig.add_vline(x=np.log10(dense_threshold), line_dash="dash", line_color="#e45756",
+                  annotation_text=f"dense > {dense_threshold:g}", annotation_position="top left")
+    fig.update_layout(title=f"Feature density over {n_tokens:,} tokens ({dead:,} features did not fire on them)",
+                      xaxis_title="log10(fraction of tokens on which the feature fires)",
+                      yaxis_title="number of features", bargap=0.05, height=380, margin=dict(t=60, b=50))
+    return fig
