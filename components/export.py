@@ -103,7 +103,7 @@ def export_menu(fig: go.Figure | None, data: Any, key: str, filename: str) -> No
         return
     # a wrapping row of content-width buttons: labels are never cut, however narrow the column (compare mode)
     row = st.container(horizontal=True, wrap=True, gap="small", vertical_alignment="center")
-    row.caption("Export")
+    row.caption("Export", width="content")
     for fmt in formats:
         if fmt in ("json", "csv"):
             producer = (lambda: data_json(data)) if fmt == "json" else (lambda: data_csv(data))

@@ -32,7 +32,7 @@ def contributions_figure(attn: np.ndarray, mlp: np.ndarray, embed: float, value_
     layers = [f"{l}" for l in range(len(attn))]
     fig = go.Figure([go.Bar(x=layers, y=attn, name="attention", marker_color=BLUE),
                      go.Bar(x=layers, y=mlp, name="MLP", marker_color=RED)])
-    fig.update_layout(title=f"What each layer writes toward the {value_label.lower()} (embeddings: {embed:+.3g})",
+    fig.update_layout(title=f"Direct contribution of each layer (embeddings {embed:+.3g})",
                       barmode="group", template="plotly_white", height=340, xaxis_title="layer",
                       yaxis_title="direct contribution", margin=dict(l=60, r=20, t=60, b=50),
                       legend=dict(orientation="h", y=1.12, x=0))
@@ -47,14 +47,27 @@ def graph_figure(nodes: Sequence, edges: Sequence, n_layers: int, title: str) ->
     position: dict[str, tuple[float, float]] = {}
     for node in tokens:
         position[node.id] = (float(node.index), 0.0)
+    reads: dict[str, list[tuple[float, float]]] = {}
+    for edge in edges:
+        if edge.source.startswith("t") and edge.source in position:
+            reads.setdefault(edge.target, []).append((position[edge.source][0], abs(edge.relevance)))
     by_layer: dict[int, list] = {}
     for node in nodes:
         if node.kind in ("head", "mlp"):
             by_layer.setdefault(node.layer, []).append(node)
     for layer, members in by_layer.items():
-        members.sort(key=lambda n: (n.kind == "mlp", n.index or 0))
-        for k, node in enumerate(members):
-            position[node.id] = ((k + 1) * (width - 1) / (len(members) + 1), float(layer + 1))
+        # above the tokens it reads from (relevance-weighted mean position), spread apart within a layer
+        placed = []
+        for node in members:
+            pairs = reads.get(node.id, [])
+            total = sum(w for _, w in pairs)
+            x = sum(p * w for p, w in pairs) / total if total else (width - 1) / 2
+            placed.append([x, node])
+        placed.sort(key=lambda item: item[0])
+        for k in range(1, len(placed)):
+            placed[k][0] = max(placed[k][0], placed[k - 1][0] + 0.35)
+        for x, node in placed:
+            position[node.id] = (x, float(layer + 1))
     position["out"] = ((width - 1) / 2, float(n_layers + 1))
     biggest = max([abs(e.relevance) for e in edges] or [1.0]) or 1.0
     fig = go.Figure()

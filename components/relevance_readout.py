@@ -78,9 +78,9 @@ def readout_figure(data: Readout, title: str = "") -> go.Figure:
                              hovertemplate=f"{label}: %{{x:.4g}}<extra></extra>"))
     fig.add_vline(x=data.value, line=dict(color="black", dash="dash"),
                   annotation_text=f"{data.value_label}: {data.value:.3g}", annotation_position="top")
-    fig.update_layout(barmode="relative", template="plotly_white", height=190, title=title or None,
+    fig.update_layout(barmode="relative", template="plotly_white", height=230, title=title or None,
                       margin=dict(l=10, r=10, t=50 if title else 30, b=10), xaxis_title=None,
-                      legend=dict(orientation="h", y=-0.25, x=0), yaxis=dict(visible=False))
+                      legend=dict(orientation="h", yanchor="top", y=-0.35, x=0), yaxis=dict(visible=False))
     return fig
 
 

@@ -187,8 +187,9 @@ def main() -> None:
     method = settings[0].selectbox("Method", list(labels), format_func=labels.get, key="relevance-method")
     n_new = int(settings[1].number_input("Tokens to generate", 1, 32, key="relevance-n-new")) \
         if kind == "A continuation" else 0
-    latent = settings[1].toggle("Show relevance inside the model (layers x tokens, top heads and neurons)",
-                                key="relevance-latent", disabled=method not in backward or kind == "A continuation")
+    latent = settings[1].toggle("Relevance inside the model", key="relevance-latent",
+                                help="Layers x tokens, and the most relevant heads and MLP neurons.",
+                                disabled=method not in backward or kind == "A continuation")
     compare = settings[2].toggle("Compare two methods", key="relevance-compare", disabled=kind == "A continuation")
     second = settings[2].selectbox("Second method", [m for m in labels if m != method] or [method],
                                    format_func=labels.get, key="relevance-second") if compare else None
