@@ -95,42 +95,7 @@ def check_token_count(n_tokens: int, cap: int) -> None:
 
 
 def parse_examples(data: bytes, filename: str, text_column: str | None = None) -> list[str]:
-    """Examples from an upload: .txt/.md one per non-empty line, .csv one per row of a text column
-    (named `text_column`, else 'text', else the first column of strings), .jsonl one per line's "text" field."""
-    import io
-    import json
+    """Examples from an upload (see backend.uploads.parse_table): one per line, CSV row or JSONL record."""
+    from backend.uploads import parse_table
 
-    text = decode_bytes(data, name=filename)
-    suffix = filename.lower().rsplit(".", 1)[-1] if "." in filename else "txt"
-    if suffix == "csv":
-        import pandas as pd
-
-        try:
-            frame = pd.read_csv(io.StringIO(text))
-        except Exception as err:  # noqa: BLE001 - pandas raises many parser error types
-            raise InterpscopeError(f"{filename} is not a readable CSV file: {err}") from None
-        columns = [c for c in frame.columns if pd.api.types.is_string_dtype(frame[c]) or frame[c].dtype == object]
-        column = text_column or ("text" if "text" in frame.columns else (columns[0] if columns else None))
-        if column is None or column not in frame.columns:
-            raise InterpscopeError(f"{filename} has no text column (columns: {', '.join(map(str, frame.columns))}).")
-        examples = [str(v) for v in frame[column].dropna().tolist() if str(v).strip()]
-    elif suffix == "jsonl":
-        examples = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                raise InterpscopeError(f"{filename} line {n} is not valid JSON.") from None
-            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                raise InterpscopeError(f'{filename} line {n} has no string field "text".')
-            if record["text"].strip():
-                examples.append(record["text"])
-    elif suffix in ("txt", "md", "text"):
-        examples = [line for line in text.splitlines() if line.strip()]
-    else:
-        raise InterpscopeError(f"{filename}: unsupported file type .{suffix}; use .txt, .md, .csv or .jsonl.")
-    if not examples:
-        raise InterpscopeError(f"{filename} contains no examples.")
-    return examples
+    return parse_table(data, filename, text_column=text_column).examples

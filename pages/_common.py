@@ -13,7 +13,8 @@ from typing import Any, Callable, Iterator, Sequence
 import streamlit as st
 
 from backend.config import InterpscopeError
-from backend.inputs import check_text, parse_examples
+from backend.inputs import check_text
+from backend.uploads import parse_table
 from backend.models import LoadedModel, load_model
 from backend.models.registry import DEFAULT_MODEL
 
@@ -65,10 +66,13 @@ def text_source(key: str, label: str = "Text", default: str = "", height: int = 
             st.info("Choose a file to upload; each line (or row) is one example.")
             return None
         try:
-            examples = parse_examples(upload.getvalue(), upload.name)
+            table = parse_table(upload.getvalue(), upload.name)
         except InterpscopeError as err:
             st.error(str(err))
             return None
+        examples = table.examples
+        if table.note:
+            st.caption(table.note)
         preview = [{"row": i, "text": t[:120] + ("…" if len(t) > 120 else "")} for i, t in enumerate(examples[:500])]
         st.dataframe(preview, hide_index=True, height=min(240, 38 + 35 * len(preview)))
         # one row box per uploaded file: a new file starts at row 0 in the box AND in what is explained

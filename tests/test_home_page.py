@@ -67,3 +67,12 @@ def test_unknown_model_gets_a_message(bundled_lm):
     assert not at.exception
     assert at.text_input(key="model_custom").value == "no-such-org/no-such-model"
     assert any("not available offline" in e.value for e in at.error)
+
+
+def test_a_csv_without_a_text_column_says_which_column_it_used(app):
+    app.radio(key="home-mode").set_value("Upload a file").run()
+    app.file_uploader(key="home-upload").set_value(("rows.csv", b"id,sentence\n1,The capital of France is\n",
+                                                    "text/csv")).run()
+    assert not app.exception
+    assert any("No column named 'text'" in c.value and "'sentence'" in c.value for c in app.caption)
+    assert app.get("plotly_chart")

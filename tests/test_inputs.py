@@ -74,3 +74,19 @@ def test_parse_examples_errors():
         parse_examples(b"x", "model.pt")
     with pytest.raises(InterpscopeError, match="empty"):
         parse_examples(b"\n\n  \n", "blank.txt")
+
+
+def test_upload_tables_say_which_columns_they_used_and_what_they_left_out():
+    from backend.uploads import parse_table
+
+    table = parse_table(b"id,body,label\n1,alpha,pos\n2,,neg\n3,gamma,neg\n", "b.csv")
+    assert table.examples == ["alpha", "gamma"] and table.labels == ["pos", "neg"]
+    assert table.text_column == "body" and table.label_column == "label"
+    assert "No column named 'text'" in table.note and "'body'" in table.note and "1 row(s)" in table.note
+    named = parse_table(b"text,class\nhello,a\n", "c.csv")
+    assert named.note == "Label column: 'class'." and named.labels == ["a"]
+    lines = parse_table(b'{"text": "x", "label": 1}\n{"text": "y", "label": 0}\n', "d.jsonl")
+    assert lines.labels == ["1", "0"] and lines.label_column == "label"
+    assert parse_table(b'{"text": "x"}\n{"text": "y", "label": 0}\n', "e.jsonl").labels is None
+    with pytest.raises(InterpscopeError, match="no column 'nope'"):
+        parse_table(b"text\nhi\n", "f.csv", text_column="nope")
