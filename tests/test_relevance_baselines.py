@@ -140,3 +140,51 @@ def test_continuation_rows_match_single_explanations():
         single = attribute(adapter, sequence[:, :length], Target(length - 1, token_id), rules, conservation=False)
         np.testing.assert_allclose(result.matrix[row, :length], single.relevance, rtol=1e-9, atol=1e-12)
         assert np.all(result.matrix[row, length:] == 0)
+
+
+@pytest.mark.parametrize("baseline", ["zero", "pad", "mean"])
+def test_ig_completeness_holds_from_every_baseline_and_the_gap_shrinks_with_steps(baseline):
+    from backend.relevance.api import run_method
+    from backend.relevance.methods import MethodOptions
+
+    model, adapter, ids, target = setup("llama", seed=4)
+    gaps = []
+    for steps in (4, 64):
+        result, _ = run_method(model, ids, "ig", target, options=MethodOptions(ig_steps=steps, baseline=baseline,
+                                                                               pad_token_id=3))
+        k = result.completeness
+        assert k.steps == steps and k.baseline == baseline
+        assert k.relevance_sum == pytest.approx(float(result.relevance.sum()))
+        assert k.gap == pytest.approx(k.relevance_sum - (k.value - k.baseline_value))
+        gaps.append(abs(k.gap))
+    assert gaps[1] < gaps[0]
+    embeds = adapter.embedding()(ids).detach()
+    expected = {"zero": torch.zeros_like(embeds), "pad": adapter.embedding()(torch.tensor([[3]])).expand_as(embeds),
+                "mean": adapter.W_E().detach().mean(0).expand_as(embeds)}[baseline]
+    assert result.completeness.baseline_value == pytest.approx(value_with_embeds(model, expected, target))
+
+
+def test_occlusion_window_is_the_mean_drop_of_the_windows_covering_each_token():
+    model, adapter, ids, target = setup("gpt2", seed=6, length=6)
+    embeds = adapter.embedding()(ids).detach()
+    full = value_with_embeds(model, embeds, target)
+    window = 2
+    drops = np.zeros(6)
+    covers = np.zeros(6)
+    for start in range(0, 6 - window + 1):
+        occluded = embeds.clone()
+        occluded[0, start:start + window] = 0
+        drops[start:start + window] += full - value_with_embeds(model, occluded, target)
+        covers[start:start + window] += 1
+    ours = occlusion(adapter, ids, target, window=window).numpy()
+    np.testing.assert_allclose(ours, drops / covers, rtol=1e-6, atol=1e-9)
+    with pytest.raises(InterpscopeError, match="window"):
+        occlusion(adapter, ids, target, window=7)
+
+
+def test_bad_method_options_are_refused():
+    from backend.relevance.methods import MethodOptions
+
+    for bad in (MethodOptions(ig_steps=0), MethodOptions(baseline="noise"), MethodOptions(occlusion_window=0)):
+        with pytest.raises(InterpscopeError):
+            bad.checked()

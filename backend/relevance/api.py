@@ -5,7 +5,7 @@ Every call holds the model's lock for the whole attribution (rules are hooks on 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -18,7 +18,7 @@ from backend.relevance.continuation import ContinuationRelevance, continuation_r
 from backend.relevance.engine import Attribution, Completeness, Conservation, LatentRelevance, forward_logits
 from backend.relevance.faithfulness import DEFAULT_STEPS, PerturbationCurves, perturbation_curves
 from backend.capture import model_lock
-from backend.relevance.methods import get_method
+from backend.relevance.methods import MethodOptions, get_method
 from backend.relevance.sinks import sink_positions
 from backend.relevance.targets import Target, resolve_target
 
@@ -73,14 +73,17 @@ def next_token_logits(model_or_lm, input_ids: torch.Tensor, position: int | None
         return forward_logits(adapter.model, adapter.embedding()(input_ids), [position])[0, 0]
 
 
-def run_method(model_or_lm, input_ids: torch.Tensor, method: str, target: Target,
-               latent: bool = False) -> tuple[Attribution, float]:
+def run_method(model_or_lm, input_ids: torch.Tensor, method: str, target: Target, latent: bool = False,
+               options: MethodOptions | None = None) -> tuple[Attribution, float]:
     """(attribution, seconds of the attribution itself) for one method on input_ids [1, T]."""
     adapter = _adapter(model_or_lm)
     spec = get_method(method, adapter)
+    options = (options or MethodOptions()).checked()
+    if options.pad_token_id is None and not isinstance(model_or_lm, nn.Module):
+        options = replace(options, pad_token_id=getattr(model_or_lm.tokenizer, "pad_token_id", None))
     with model_lock(model_or_lm):
         start = time.perf_counter()
-        result = spec.compute(adapter, input_ids, target, latent)
+        result = spec.compute(adapter, input_ids, target, latent, options)
         seconds = time.perf_counter() - start
     return result, seconds
 
@@ -95,11 +98,12 @@ def make_target(lm, input_ids: torch.Tensor, token: str | int | None = None,
 
 def explain(lm, text: str | None = None, method: str = "attnlrp", *, token: str | int | None = None,
             contrast: tuple[str | int, str | int] | None = None, vs_rest: bool = False, latent: bool = False,
-            input_ids: torch.Tensor | None = None, target: Target | None = None) -> RelevanceResult:
+            input_ids: torch.Tensor | None = None, target: Target | None = None,
+            options: MethodOptions | None = None) -> RelevanceResult:
     """Relevance of each token of `text` (or input_ids) for the next-token target, with one method."""
     ids = lm.encode(text) if input_ids is None else input_ids
     target = target or make_target(lm, ids, token=token, contrast=contrast, vs_rest=vs_rest)
-    attribution, seconds = run_method(lm, ids, method, target, latent=latent)
+    attribution, seconds = run_method(lm, ids, method, target, latent=latent, options=options)
     spec = get_method(method)
     sinks = sink_positions(lm.adapter, ids)
     return RelevanceResult(model=lm.name, method=spec.name, method_label=spec.label, tokens=lm.token_strings(ids[0]),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from backend.adapters import ModelAdapter
+from backend.config import InterpscopeError
 from backend.relevance.engine import forward_logits
 from backend.relevance.targets import Target
 
@@ -27,28 +28,67 @@ def embeds_of(adapter: ModelAdapter, input_ids: torch.Tensor) -> torch.Tensor:
         return adapter.embedding()(input_ids).detach()
 
 
+BASELINES = {"zero": "all-zero embeddings", "pad": "the padding token's embedding at every position",
+             "mean": "the mean token embedding at every position"}
+
+
+def baseline_embeds(adapter: ModelAdapter, embeds: torch.Tensor, kind: str = "zero",
+                    pad_token_id: int | None = None) -> torch.Tensor:
+    """The reference input [1, T, d] that IG integrates from and occlusion swaps in (see BASELINES)."""
+    if kind == "zero":
+        return torch.zeros_like(embeds)
+    if kind == "pad":
+        if pad_token_id is None:
+            raise InterpscopeError("This model's tokenizer has no padding token: choose the zero or mean baseline.")
+        with torch.no_grad():
+            row = adapter.embedding()(torch.tensor([[pad_token_id]], device=embeds.device))
+        return row.expand_as(embeds).to(embeds.dtype).clone()
+    if kind == "mean":  # through the embedding module, so a family's embedding scale (Gemma: sqrt d) is included
+        vocab = adapter.vocab_size
+        total = torch.zeros(embeds.shape[-1], dtype=torch.float64, device=embeds.device)
+        with torch.no_grad():
+            for start in range(0, vocab, 8192):
+                ids = torch.arange(start, min(vocab, start + 8192), device=embeds.device)[None]
+                total += adapter.embedding()(ids)[0].double().sum(0)
+        return (total / vocab).to(embeds.dtype).expand_as(embeds).clone()
+    raise InterpscopeError(f"Unknown baseline {kind!r}: choose one of {', '.join(BASELINES)}.")
+
+
 def integrated_gradients(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target,
-                         steps: int = IG_STEPS) -> torch.Tensor:
-    """captum IntegratedGradients on the embeddings (zero baseline), summed over d: relevance [T] (float64)."""
+                         steps: int = IG_STEPS, baseline: torch.Tensor | None = None) -> torch.Tensor:
+    """captum IntegratedGradients on the embeddings from `baseline` (default all zeros), summed over d: relevance
+    [T] (float64)."""
     from captum.attr import IntegratedGradients
 
     embeds = embeds_of(adapter, input_ids)
     batch = max(1, TOKENS_PER_BATCH // input_ids.shape[1])
     with torch.enable_grad():
         attributions = IntegratedGradients(_target_function(adapter, target)).attribute(
-            embeds, baselines=torch.zeros_like(embeds), n_steps=steps, internal_batch_size=batch)
+            embeds, baselines=torch.zeros_like(embeds) if baseline is None else baseline, n_steps=steps,
+            internal_batch_size=batch)
     return attributions[0].detach().double().sum(-1)
 
 
-def occlusion(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target) -> torch.Tensor:
-    """captum FeatureAblation, one feature per token (its embedding zeroed): the target's drop, relevance [T]."""
-    from captum.attr import FeatureAblation
+def occlusion(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target, window: int = 1,
+              baseline: torch.Tensor | None = None) -> torch.Tensor:
+    """The target's drop when tokens are replaced by the baseline (default all zeros): one token at a time (captum
+    FeatureAblation), or a sliding window of `window` tokens, each token getting the mean drop of the windows that
+    cover it (captum Occlusion). Relevance [T]."""
+    from captum.attr import FeatureAblation, Occlusion
 
     embeds = embeds_of(adapter, input_ids)
-    n_tokens = input_ids.shape[1]
-    mask = torch.arange(n_tokens, device=embeds.device).reshape(1, n_tokens, 1).expand_as(embeds)
+    n_tokens, width = input_ids.shape[1], embeds.shape[-1]
+    reference = 0.0 if baseline is None else baseline
+    if not 1 <= window <= n_tokens:
+        raise InterpscopeError(f"The occlusion window must be 1..{n_tokens} tokens for this text (got {window}).")
     per_eval = max(1, min(n_tokens, TOKENS_PER_BATCH // n_tokens))
     with torch.no_grad():
-        attributions = FeatureAblation(_target_function(adapter, target)).attribute(
-            embeds, baselines=0.0, feature_mask=mask, perturbations_per_eval=per_eval)
+        if window == 1:
+            mask = torch.arange(n_tokens, device=embeds.device).reshape(1, n_tokens, 1).expand_as(embeds)
+            attributions = FeatureAblation(_target_function(adapter, target)).attribute(
+                embeds, baselines=reference, feature_mask=mask, perturbations_per_eval=per_eval)
+        else:
+            attributions = Occlusion(_target_function(adapter, target)).attribute(
+                embeds, sliding_window_shapes=(window, width), strides=(1, width), baselines=reference,
+                perturbations_per_eval=per_eval)
     return attributions[0, :, 0].detach().double()

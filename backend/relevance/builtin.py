@@ -8,18 +8,20 @@ from backend.adapters import ModelAdapter
 from backend.relevance import baselines
 from backend.relevance.engine import Attribution, Completeness, attribute, forward_logits
 from backend.relevance.mamba.rule import mambalrp_rules
-from backend.relevance.methods import Method, register_method
+from backend.relevance.methods import Method, MethodOptions, register_method
 from backend.relevance.rules import attnlrp_rules, cplrp_rules
 from backend.relevance.targets import Target
 
 
 def _with_rules(rules):
-    def compute(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool) -> Attribution:
+    def compute(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool,
+                options: MethodOptions) -> Attribution:
         return attribute(adapter, ids, target, rules(adapter), latent=latent)
     return compute
 
 
-def _gradient(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool) -> Attribution:
+def _gradient(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool,
+              options: MethodOptions) -> Attribution:
     return attribute(adapter, ids, target, [], latent=latent, conservation=False)
 
 
@@ -28,22 +30,32 @@ def _value(adapter: ModelAdapter, embeds: torch.Tensor, target: Target) -> float
         return float(target.value(forward_logits(adapter.model, embeds, [target.position])[0, 0]))
 
 
-def _integrated_gradients(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool) -> Attribution:
-    relevance = baselines.integrated_gradients(adapter, ids, target)
+def _baseline(adapter: ModelAdapter, ids: torch.Tensor, options: MethodOptions) -> tuple[torch.Tensor, torch.Tensor]:
     embeds = baselines.embeds_of(adapter, ids)
-    value, at_baseline = _value(adapter, embeds, target), _value(adapter, torch.zeros_like(embeds), target)
+    return embeds, baselines.baseline_embeds(adapter, embeds, options.baseline, options.pad_token_id)
+
+
+def _integrated_gradients(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool,
+                          options: MethodOptions) -> Attribution:
+    embeds, reference = _baseline(adapter, ids, options)
+    relevance = baselines.integrated_gradients(adapter, ids, target, options.ig_steps, reference)
+    value, at_baseline = _value(adapter, embeds, target), _value(adapter, reference, target)
     total = float(relevance.sum())
     gap = total - (value - at_baseline)
     scale = abs(value - at_baseline) or 1.0
     return Attribution(relevance=relevance.cpu().numpy(), logit=value, conservation=None, latent=None,
                        completeness=Completeness(value=value, baseline_value=at_baseline, relevance_sum=total,
-                                                 gap=gap, relative_gap=abs(gap) / scale, steps=baselines.IG_STEPS))
+                                                 gap=gap, relative_gap=abs(gap) / scale, steps=options.ig_steps,
+                                                 baseline=options.baseline))
 
 
-def _occlusion(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool) -> Attribution:
-    relevance = baselines.occlusion(adapter, ids, target)
-    return Attribution(relevance=relevance.cpu().numpy(), logit=_value(adapter, baselines.embeds_of(adapter, ids),
-                                                                       target), conservation=None, latent=None)
+def _occlusion(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool,
+               options: MethodOptions) -> Attribution:
+    embeds, reference = _baseline(adapter, ids, options)
+    relevance = baselines.occlusion(adapter, ids, target, options.occlusion_window,
+                                    None if options.baseline == "zero" else reference)
+    return Attribution(relevance=relevance.cpu().numpy(), logit=_value(adapter, embeds, target), conservation=None,
+                       latent=None)
 
 
 TRANSFORMER_LRP = frozenset({"transformer_lrp"})
@@ -61,9 +73,11 @@ register_method(Method("mambalrp", "MambaLRP", "lrp",
 register_method(Method("gradxinput", "Gradient x Input", "gradient",
                        "Plain gradient times input embedding, no rules.", frozenset(), _gradient))
 register_method(Method("ig", "Integrated Gradients", "perturbation",
-                       f"captum Integrated Gradients on the token embeddings, zero baseline, {baselines.IG_STEPS} "
-                       "steps; relevance sums to f(x) - f(baseline) up to the integral's gap (completeness).",
+                       "captum Integrated Gradients on the token embeddings from a baseline (zero, pad token or "
+                       "mean embedding; default zero, 32 steps); relevance sums to f(x) - f(baseline) up to the "
+                       "integral's gap (completeness).",
                        frozenset(), _integrated_gradients, law="completeness"))
 register_method(Method("occlusion", "Occlusion", "perturbation",
-                       "captum feature ablation: each token's embedding zeroed in turn; the drop in the target.",
+                       "captum occlusion: each token (or a sliding window of tokens) replaced by the baseline in turn; "
+                       "the drop in the target.",
                        frozenset(), _occlusion))

@@ -48,6 +48,7 @@ class Completeness:
     gap: float
     relative_gap: float
     steps: int
+    baseline: str = "zero"
 
 
 @dataclass

@@ -22,15 +22,43 @@ if TYPE_CHECKING:
 
 MethodKind = Literal["lrp", "gradient", "perturbation"]
 Law = Literal["conservation", "completeness", "none"]
-Compute = Callable[[ModelAdapter, "torch.Tensor", "Target", bool], "Attribution"]
+MAX_IG_STEPS = 512
+MAX_OCCLUSION_WINDOW = 64
+
+
+@dataclass(frozen=True)
+class MethodOptions:
+    """Settings of the baselines: Integrated Gradients' steps and baseline (zero, pad, mean: see
+    backend.relevance.baselines.BASELINES), occlusion's window (tokens replaced at once) and baseline.
+    pad_token_id is filled from the tokenizer by the caller."""
+
+    ig_steps: int = 32
+    baseline: str = "zero"
+    occlusion_window: int = 1
+    pad_token_id: int | None = None
+
+    def checked(self) -> "MethodOptions":
+        from backend.relevance.baselines import BASELINES
+
+        if not isinstance(self.ig_steps, int) or not 1 <= self.ig_steps <= MAX_IG_STEPS:
+            raise InterpscopeError(f"IG steps must be an integer from 1 to {MAX_IG_STEPS} (got {self.ig_steps!r}).")
+        if self.baseline not in BASELINES:
+            raise InterpscopeError(f"Unknown baseline {self.baseline!r}: choose one of {', '.join(BASELINES)}.")
+        if not isinstance(self.occlusion_window, int) or not 1 <= self.occlusion_window <= MAX_OCCLUSION_WINDOW:
+            raise InterpscopeError(f"The occlusion window must be 1..{MAX_OCCLUSION_WINDOW} tokens "
+                                   f"(got {self.occlusion_window!r}).")
+        return self
+
+
+Compute = Callable[[ModelAdapter, "torch.Tensor", "Target", bool, MethodOptions], "Attribution"]
 
 
 @dataclass(frozen=True)
 class Method:
     """An attribution method.
 
-    requires: adapter capabilities it needs (ModelAdapter.capabilities). compute(adapter, ids, target, latent)
-    returns the Attribution (the caller holds the model's lock). rules: the LRP rule set, for callers that
+    requires: adapter capabilities it needs (ModelAdapter.capabilities). compute(adapter, ids, target, latent,
+    options) returns the Attribution (the caller holds the model's lock). rules: the LRP rule set, for callers that
     attribute other scalars through the same rules (SAE features, continuations). law: what the readout checks —
     'conservation' (LRP: relevance sums to the explained value, with bias and softmax shares), 'completeness'
     (Integrated Gradients: relevance sums to f(x) - f(baseline)), or 'none'. through_softmax: the method sends
