@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from backend.cli.argtypes import non_negative_int
+from backend.cli.argtypes import non_negative_int, positive_int
 from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args
 from backend.config import InterpscopeError
 
@@ -31,7 +31,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     target.add_argument("--contrast", nargs=2, metavar=("A", "B"), help="explain logit(A) - logit(B)")
     explain.add_argument("--json", metavar="OUT", help="write the result as JSON to OUT ('-' for stdout)")
     explain.add_argument("--png", metavar="OUT", help="write the token heatmap image to OUT (.png, .svg or .pdf)")
+    options = explain.add_argument_group("baseline settings (ig, occlusion)")
+    options.add_argument("--ig-steps", type=positive_int, default=32, help="Integrated Gradients steps (default 32)")
+    options.add_argument("--baseline", choices=["zero", "pad", "mean"], default="zero",
+                         help="what IG starts from and occlusion swaps in: zero embeddings, the pad token's, or the "
+                              "mean embedding (default zero)")
+    options.add_argument("--occlusion-window", type=positive_int, default=1,
+                         help="tokens occluded at once (sliding window; default 1)")
+    whole = explain.add_argument_group("a whole file (--file F --all-rows --out DIR)")
+    whole.add_argument("--all-rows", action="store_true",
+                       help="explain every row of --file (resumable; writes rows, aggregates, a tidy CSV and figures)")
+    whole.add_argument("--out", metavar="DIR", help="folder for --all-rows (created; never deletes foreign files)")
+    whole.add_argument("--text-column", help="CSV column holding the texts (default 'text', else the first)")
+    whole.add_argument("--label-column", help="CSV column to aggregate by (default: label/class/category/target)")
+    whole.add_argument("--force", action="store_true", help="restart an --all-rows run made with other settings")
     explain.set_defaults(func=run_explain)
+
+
+def _options(args: argparse.Namespace):
+    from backend.relevance.methods import MethodOptions
+
+    return MethodOptions(ig_steps=args.ig_steps, baseline=args.baseline,
+                         occlusion_window=args.occlusion_window).checked()
 
 
 def _text_from_args(args: argparse.Namespace) -> str:
@@ -61,6 +82,8 @@ def run_explain(args: argparse.Namespace) -> int:
     from backend.inputs import check_text
     from backend.relevance.api import explain
 
+    if args.all_rows or args.out:
+        return run_all_rows(args)
     text = check_text(_text_from_args(args))
     if args.png and Path(args.png).suffix.lower() not in (".png", ".svg", ".pdf"):
         raise InterpscopeError("--png must end in .png, .svg or .pdf.")
@@ -68,11 +91,9 @@ def run_explain(args: argparse.Namespace) -> int:
     check_out_file(args.json, "--json")
     lm = load_from_args(args)
     if args.method is None:
-        from backend.relevance.methods import methods_for
-
-        args.method = methods_for(lm.adapter)[0].name
+        args.method = _default_method(lm)
     result = explain(lm, text, args.method, token=args.target_token,
-                     contrast=tuple(args.contrast) if args.contrast else None)
+                     contrast=tuple(args.contrast) if args.contrast else None, options=_options(args))
     if args.png:
         from backend.relevance.render import save_heatmap
 
@@ -95,3 +116,68 @@ def _print_human(result) -> None:
         c = result.conservation
         print(f"conservation: inputs {c.input_sum:.4f} + biases {c.bias_sum:.4f} + softmax {c.softmax_sum:.4f} "
               f"vs {c.target_logit:.4f} (relative error {c.relative_error:.2e})")
+
+
+def run_all_rows(args: argparse.Namespace) -> int:
+    """--file F --all-rows --out DIR: every row explained (resumable), then aggregates, a tidy CSV and figures."""
+    import sys
+
+    from tqdm import tqdm
+
+    from backend.relevance.file_attribution import explain_file
+    from backend.relevance.render import save_bars
+    from backend.results import to_json
+    from backend.uploads import parse_table
+
+    if not args.file or not args.all_rows or not args.out:
+        raise InterpscopeError("A whole file needs all three of --file F --all-rows --out DIR.")
+    if args.contrast or args.row is not None or args.png or args.json:
+        raise InterpscopeError("--all-rows explains each row's next token (or --target-token); it takes no "
+                               "--contrast, --row, --png or --json (everything goes to --out).")
+    path = Path(args.file)
+    if not path.is_file():
+        raise InterpscopeError(f"No such file: {args.file}")
+    data = path.read_bytes()
+    table = parse_table(data, path.name, text_column=args.text_column, label_column=args.label_column)
+    options = _options(args)
+    lm = load_from_args(args)
+    method = args.method or _default_method(lm)
+    if table.note:
+        print(f"{path.name}: {table.note}", file=sys.stderr)
+    bars: list = []
+
+    def progress(done: int, total: int) -> None:
+        if not bars:
+            bars.append(tqdm(total=total, initial=done - 1, desc="rows", unit="row", file=sys.stderr))
+        bars[0].update(done - bars[0].n)
+
+    run = explain_file(lm, table, data, method, options=options, token=args.target_token, folder=args.out,
+                       force=args.force, progress=progress)
+    for bar in bars:
+        bar.close()
+    out = Path(run.folder)
+    aggregates = run.aggregates()
+    (out / "aggregates.json").write_text(to_json(aggregates) + "\n", encoding="utf-8")
+    import pandas as pd
+
+    pd.DataFrame(run.tidy()).to_csv(out / "relevance.csv", index=False)
+    save_bars(out / "by_token.png", [r["token"] for r in aggregates.by_token[:25]],
+              [r["mean_relevance"] for r in aggregates.by_token[:25]],
+              f"Mean relevance per token type ({method}, {len(run.rows)} rows)")
+    save_bars(out / "by_distance.png", [str(r["distance"]) for r in aggregates.by_distance],
+              [r["mean_relevance"] for r in aggregates.by_distance],
+              "Mean relevance by distance from the predicted position (0 = last token)")
+    from backend.outputs import OutputFolder
+
+    OutputFolder.claim(out, force=True, command="explain --all-rows").record(
+        "aggregates.json", "relevance.csv", "by_token.png", "by_distance.png")
+    print(f"{len(run.rows)} of {run.spec.n_rows} rows explained ({len(run.errors)} could not be: see rows.jsonl), "
+          f"{run.seconds:.1f} s this run; {out}/aggregates.json, relevance.csv, by_token.png, by_distance.png")
+    return 0
+
+
+def _default_method(lm) -> str:
+    from backend.relevance.methods import methods_for
+
+    return methods_for(lm.adapter)[0].name
+

@@ -70,3 +70,22 @@ def save_heatmap(path: str | Path, tokens: Sequence[str], relevance: Sequence[fl
                  va="bottom", wrap=True)
     fig.savefig(path, dpi=150)
     plt.close(fig)
+
+
+def save_bars(path: str | Path, labels: Sequence[str], values: Sequence[float], title: str) -> None:
+    """A signed bar chart (red positive, blue negative) to `path`, for the command line's file aggregates."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(figsize=(max(6.0, 0.35 * len(labels) + 2), 3.6))
+    axes.bar(range(len(labels)), values, color=["#d6604d" if v >= 0 else "#4393c3" for v in values])
+    axes.set_xticks(range(len(labels)), [_visible(label) for label in labels], rotation=60, ha="right",
+                    fontsize=8, family="monospace")
+    axes.axhline(0, color="#888888", linewidth=0.6)
+    axes.set_ylabel("mean relevance")
+    axes.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)

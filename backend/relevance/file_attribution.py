@@ -1,0 +1,174 @@
+"""A whole uploaded file explained row by row with one method, resumable and stoppable, then aggregated.
+
+A run lives in a folder (default data_dir()/file_attribution/<key>, the key a hash of the file's content, model,
+method, options and target): spec.json, then rows.jsonl, one line per finished row, flushed as each row ends. Run
+it again with the same settings and it continues after the last finished row; with other settings it refuses,
+naming them (or starts over with force, deleting only its own files). A row the model cannot take (too long, ...)
+is recorded with its error and counted, never skipped silently.
+
+Aggregates (attention sinks left out, like everywhere): mean relevance per token type (with counts), mean
+relevance by distance from the predicted position (0 = the last token), and both per label when the file has a
+label column. The tidy table has one row per (row, position): row, position, token, relevance, target, label, sink.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from backend.config import InterpscopeError, data_dir
+from backend.outputs import OutputFolder
+from backend.relevance.methods import MethodOptions, get_method
+from backend.resume import check_same_settings
+from backend.uploads import UploadTable
+
+SPEC_FILE = "spec.json"
+ROWS_FILE = "rows.jsonl"
+MAX_ROWS = 5000
+
+
+@dataclass
+class FileSpec:
+    """Everything that determines a run's rows (a resume must match it)."""
+
+    file_sha256: str
+    n_rows: int
+    model: str
+    method: str
+    options: dict
+    token: str | None = None
+
+
+@dataclass
+class FileAggregates:
+    """What the rows say together (attention sinks left out)."""
+
+    by_token: list[dict]
+    by_distance: list[dict]
+    by_label: dict[str, dict] = field(default_factory=dict)
+
+
+@dataclass
+class FileRun:
+    """The rows finished so far (in row order), the errors, and whether every row is done."""
+
+    folder: str
+    spec: FileSpec
+    rows: list[dict]
+    errors: list[dict]
+    complete: bool
+    seconds: float = 0.0
+
+    def tidy(self) -> list[dict]:
+        """One row per (file row, token position)."""
+        return [{"row": r["row"], "position": i, "token": token, "relevance": value, "target": r["target"],
+                 "label": r.get("label"), "sink": i in r["sinks"]}
+                for r in self.rows for i, (token, value) in enumerate(zip(r["tokens"], r["relevance"]))]
+
+    def aggregates(self, top: int = 50, max_distance: int = 64) -> FileAggregates:
+        by_label = {}
+        if any(r.get("label") is not None for r in self.rows):
+            for label in sorted({str(r.get("label")) for r in self.rows}):
+                chosen = [r for r in self.rows if str(r.get("label")) == label]
+                by_label[label] = asdict(aggregate(chosen, top, max_distance)) | {"rows": len(chosen)}
+        overall = aggregate(self.rows, top, max_distance)
+        overall.by_label = by_label
+        return overall
+
+
+def aggregate(rows: list[dict], top: int = 50, max_distance: int = 64) -> FileAggregates:
+    """Mean relevance per token type (the `top` with the largest |mean|, at least 2 occurrences first) and by
+    distance from the predicted position, over rows' non-sink tokens."""
+    per_token: dict[str, list[float]] = defaultdict(list)
+    per_distance: dict[int, list[float]] = defaultdict(list)
+    for row in rows:
+        n = len(row["tokens"])
+        for i, (token, value) in enumerate(zip(row["tokens"], row["relevance"])):
+            if i in row["sinks"]:
+                continue
+            per_token[token].append(value)
+            if n - 1 - i < max_distance:
+                per_distance[n - 1 - i].append(value)
+    tokens = [{"token": t, "mean_relevance": float(np.mean(v)), "count": len(v)} for t, v in per_token.items()]
+    tokens.sort(key=lambda r: (r["count"] < 2, -abs(r["mean_relevance"])))
+    distance = [{"distance": d, "mean_relevance": float(np.mean(per_distance[d])), "count": len(per_distance[d])}
+                for d in sorted(per_distance)]
+    return FileAggregates(by_token=tokens[:top], by_distance=distance)
+
+
+def file_sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def default_folder(spec: FileSpec) -> Path:
+    key = hashlib.sha1(json.dumps(asdict(spec), sort_keys=True).encode()).hexdigest()[:16]
+    return data_dir() / "file_attribution" / key
+
+
+def _read_rows(path: Path) -> list[dict]:
+    """Finished rows (a torn last line from an interrupted run is dropped)."""
+    if not path.is_file():
+        return []
+    found = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            found.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return found
+
+
+def explain_file(lm, table: UploadTable, data: bytes, method: str, *, options: MethodOptions | None = None,
+                 token: str | None = None, folder: str | Path | None = None, force: bool = False,
+                 progress: Callable[[int, int], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> FileRun:
+    """Explain every row of `table` (its file's bytes: `data`) for its predicted next token (or `token`), resuming
+    a run with the same settings; `should_stop()` is asked between rows."""
+    from backend.relevance.api import explain
+
+    if len(table.examples) > MAX_ROWS:
+        raise InterpscopeError(f"The file has {len(table.examples):,} rows; whole-file attribution takes up to "
+                               f"{MAX_ROWS:,}. Split the file.")
+    options = (options or MethodOptions()).checked()
+    spec_method = get_method(method, lm.adapter)
+    spec = FileSpec(file_sha256=file_sha256(data), n_rows=len(table.examples), model=lm.name, method=spec_method.name,
+                    options=asdict(options), token=token)
+    out = Path(folder) if folder else default_folder(spec)
+    owned = OutputFolder.claim(out, force=force, command="explain --all-rows")
+    saved = json.loads((out / SPEC_FILE).read_text(encoding="utf-8")) if (out / SPEC_FILE).is_file() else None
+    if saved is not None and not check_same_settings(saved, asdict(spec), what="This file attribution run",
+                                                     where="in the folder", force=force):
+        owned.remove(out / ROWS_FILE)
+    if saved is None or saved != asdict(spec):
+        (out / SPEC_FILE).write_text(json.dumps(asdict(spec), indent=2), encoding="utf-8")
+        owned.record(SPEC_FILE)
+    done = _read_rows(out / ROWS_FILE)
+    start = time.perf_counter()
+    total = len(table.examples)
+    with open(out / ROWS_FILE, "a", encoding="utf-8") as handle:
+        owned.record(ROWS_FILE)
+        for index in range(len(done), total):
+            if should_stop is not None and should_stop():
+                break
+            label = table.labels[index] if table.labels else None
+            try:
+                result = explain(lm, table.examples[index], spec.method, token=token, options=options)
+                entry = {"row": index, "tokens": result.tokens, "relevance": [float(v) for v in result.relevance],
+                         "target": result.target.label, "value": result.logit, "sinks": result.sink_positions,
+                         "label": label, "seconds": result.seconds}
+            except InterpscopeError as err:
+                entry = {"row": index, "error": str(err), "label": label}
+            handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
+            handle.flush()
+            done.append(entry)
+            if progress:
+                progress(index + 1, total)
+    rows = [r for r in done if "error" not in r]
+    return FileRun(folder=str(out), spec=spec, rows=rows, errors=[r for r in done if "error" in r],
+                   complete=len(done) == total, seconds=time.perf_counter() - start)

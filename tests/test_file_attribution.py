@@ -1,0 +1,96 @@
+"""Whole-file attribution: row by row, resumable, stoppable, aggregated exactly as the rows say."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from backend.config import InterpscopeError
+from backend.relevance.api import explain
+from backend.relevance.file_attribution import explain_file
+from backend.uploads import parse_table
+from tests.sae_store_tiny import tiny_lm
+
+CSV = (b"text,label\nThe capital of France is,geo\nShe smiled at him and,social\nParis is a city in,geo\n"
+       b"He bowed to her and,social\n")
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tiny_lm(seed=3)
+
+
+def test_rows_equal_single_explanations_and_aggregates_match_a_hand_computation(lm, tmp_path):
+    table = parse_table(CSV, "rows.csv")
+    run = explain_file(lm, table, CSV, "gradxinput", folder=tmp_path / "run")
+    assert run.complete and len(run.rows) == 4 and not run.errors
+    for row in run.rows:
+        single = explain(lm, table.examples[row["row"]], "gradxinput")
+        np.testing.assert_allclose(row["relevance"], single.relevance, rtol=1e-6, atol=1e-9)
+        assert row["label"] == table.labels[row["row"]] and row["sinks"] == single.sink_positions
+    tidy = run.tidy()
+    assert len(tidy) == sum(len(r["tokens"]) for r in run.rows)
+    everything = run.aggregates(top=1000)
+    for entry in everything.by_token:  # mean per token type over non-sink positions, by hand
+        values = [v for r in run.rows for i, (t, v) in enumerate(zip(r["tokens"], r["relevance"]))
+                  if t == entry["token"] and i not in r["sinks"]]
+        assert entry["count"] == len(values) and entry["mean_relevance"] == pytest.approx(np.mean(values))
+    last = next(d for d in everything.by_distance if d["distance"] == 0)
+    assert last["mean_relevance"] == pytest.approx(np.mean([r["relevance"][-1] for r in run.rows]))
+    assert set(everything.by_label) == {"geo", "social"} and everything.by_label["geo"]["rows"] == 2
+
+
+def test_a_stopped_run_resumes_to_the_same_rows_and_other_settings_are_refused(lm, tmp_path):
+    table = parse_table(CSV, "rows.csv")
+    calls = []
+    partial = explain_file(lm, table, CSV, "gradxinput", folder=tmp_path / "run",
+                           should_stop=lambda: calls.append(1) or len(calls) > 2)
+    assert not partial.complete and len(partial.rows) == 2
+    resumed = explain_file(lm, table, CSV, "gradxinput", folder=tmp_path / "run")
+    fresh = explain_file(lm, table, CSV, "gradxinput", folder=tmp_path / "fresh")
+    assert resumed.complete and [r["relevance"] for r in resumed.rows] == [r["relevance"] for r in fresh.rows]
+    lines = (tmp_path / "run" / "rows.jsonl").read_text().splitlines()
+    assert [json.loads(line)["row"] for line in lines] == [0, 1, 2, 3]
+    with pytest.raises(InterpscopeError, match="method"):
+        explain_file(lm, table, CSV, "attnlrp", folder=tmp_path / "run")
+    redone = explain_file(lm, table, CSV, "attnlrp", folder=tmp_path / "run", force=True)
+    assert redone.complete and redone.spec.method == "attnlrp"
+
+
+def test_a_row_the_model_cannot_take_is_counted_not_skipped(lm, tmp_path):
+    data = b"Short one\n" + b"word " * 2000 + b"\nAnother short\n"
+    table = parse_table(data, "rows.txt")
+    run = explain_file(lm, table, data, "gradxinput", folder=tmp_path / "run")
+    assert run.complete and [r["row"] for r in run.rows] == [0, 2]
+    assert len(run.errors) == 1 and "tokens long" in run.errors[0]["error"]
+
+
+def test_cli_all_rows_writes_rows_aggregates_table_and_figures(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.apptest_util import ROOT
+    from tests.sae_store_tiny import save_tiny_lm
+
+    model = save_tiny_lm(tmp_path / "model", seed=3)
+    rows = tmp_path / "rows.csv"
+    rows.write_bytes(CSV)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "backend.cli", "explain", "--model", str(model), "--file", str(rows),
+               "--all-rows", "--out", str(out), "--method", "occlusion", "--occlusion-window", "2"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "Label column: 'label'" in done.stderr
+    aggregates = json.loads((out / "aggregates.json").read_text())
+    assert set(aggregates["by_label"]) == {"geo", "social"}
+    import pandas as pd
+
+    table = pd.read_csv(out / "relevance.csv")
+    assert list(table.columns[:5]) == ["row", "position", "token", "relevance", "target"]
+    assert sorted(table["row"].unique()) == [0, 1, 2, 3]
+    assert (out / "by_token.png").read_bytes()[:4] == b"\x89PNG"
+    again = subprocess.run(command[:-4] + ["--method", "gradxinput"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 2 and "method: occlusion in the folder, gradxinput now" in again.stderr
+    assert "Traceback" not in again.stderr
