@@ -78,3 +78,15 @@ def top_bar(labels: Sequence[str], values: Sequence[float], title: str, x_title:
     fig.update_layout(title=title, template="plotly_white", xaxis_title="relevance", yaxis_title=x_title,
                       height=80 + 28 * len(labels), margin=dict(l=80, r=20, t=50, b=50))
     return fig
+
+
+def mean_relevance_bars(labels: Sequence[str], means: Sequence[float], counts: Sequence[int], title: str,
+                        x_title: str) -> go.Figure:
+    """Signed bars of mean relevance (red for, blue against), each with its count in the hover."""
+    fig = go.Figure(go.Bar(x=_unique([_label(t) for t in labels]) if x_title == "token" else list(labels),
+                           y=list(means), customdata=list(counts),
+                           marker_color=[PALETTE[0] if m >= 0 else PALETTE[1] for m in means],
+                           hovertemplate="%{x}: mean %{y:.4g} over %{customdata} tokens<extra></extra>"))
+    fig.update_layout(title=title, template="plotly_white", height=360, xaxis_title=x_title,
+                      yaxis_title="mean relevance", margin=dict(l=60, r=20, t=60, b=90), xaxis=dict(tickangle=-45))
+    return fig

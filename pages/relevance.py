@@ -9,11 +9,12 @@ from backend.inputs import parse_examples
 from backend.predict import predict_next
 from backend.relevance.api import (RelevanceResult, explain, explain_continuation, faithfulness,
                                    faithfulness_batch, top_heads, top_neurons)
-from backend.relevance.methods import methods_for
+from backend.relevance.methods import MethodOptions, methods_for
 from components.export import export_menu
 from components.relevance_charts import abpc_bar, continuation_figure, curves_figure, latent_figure, top_bar
 from components.relevance_readout import show_readout
 from components.token_heatmap import heatmap_figure, token_heatmap
+from pages._file_view import file_section, method_options
 from pages._common import (Param, committed, current_model, model_key, progress, shared, show_errors, text_source,
                            url_inputs, write_url)
 
@@ -38,9 +39,11 @@ def _top(text: str) -> list[str]:
         p.token for p in predict_next(current_model(), text, top=10).predictions])
 
 
-def _explain(text: str, method: str, token: str | None, contrast: tuple | None, latent: bool) -> RelevanceResult:
-    return shared("explain", (model_key(), text, method, token, contrast, latent), lambda: explain(
-        current_model(), text, method, token=token, contrast=contrast, latent=latent))
+def _explain(text: str, method: str, token: str | None, contrast: tuple | None, latent: bool,
+             options: MethodOptions | None = None) -> RelevanceResult:
+    options = options or MethodOptions()
+    return shared("explain", (model_key(), text, method, token, contrast, latent, options), lambda: explain(
+        current_model(), text, method, token=token, contrast=contrast, latent=latent, options=options))
 
 
 def show_map(result: RelevanceResult, key: str) -> None:
@@ -179,6 +182,7 @@ def main() -> None:
     text = text_source(PAGE, label="Text to explain", default=DEFAULT_TEXT)
     if text is None:
         write_url(page_params)
+        file_section(lm, labels)
         return
     with show_errors():
         top = _top(text)
@@ -193,19 +197,21 @@ def main() -> None:
     compare = settings[2].toggle("Compare two methods", key="relevance-compare", disabled=kind == "A continuation")
     second = settings[2].selectbox("Second method", [m for m in labels if m != method] or [method],
                                    format_func=labels.get, key="relevance-second") if compare else None
+    options = method_options("relevance", method)
     submitted = st.button("Run", type="primary", key="relevance-run")
     inputs = {"text": text, "kind": kind, "token": token, "contrast": contrast, "method": method, "n_new": n_new,
-              "latent": bool(latent and method in backward), "second": second}
+              "latent": bool(latent and method in backward), "second": second, "options": options}
     run = committed(PAGE, inputs, submitted)
     write_url(page_params, {"run": "1"} if run is not None else None)
     if run is None:
         st.info("Choose a method and a target, then press **Run**.")
+        file_section(lm, labels)
         return
     if run["kind"] == "A continuation":
         continuation_view(lm, run["text"], run["n_new"], run["method"], labels, backward)
         return
     with show_errors(), st.spinner(f"Explaining with {labels[run['method']]}…"):
-        result = _explain(run["text"], run["method"], run["token"], run["contrast"], run["latent"])
+        result = _explain(run["text"], run["method"], run["token"], run["contrast"], run["latent"], run["options"])
         second_result = (_explain(run["text"], run["second"], run["token"], run["contrast"], False)
                          if run["second"] else None)
     if second_result is not None:
@@ -218,6 +224,7 @@ def main() -> None:
         latent_view(result)
     faithfulness_view(lm, run, labels)
     batch_view(lm, labels)
+    file_section(lm, labels)
     if "state_space" in lm.adapter.capabilities():
         from pages._mamba_view import mamba_view
 

@@ -94,3 +94,25 @@ def test_cli_all_rows_writes_rows_aggregates_table_and_figures(tmp_path):
                            timeout=300)
     assert again.returncode == 2 and "method: occlusion in the folder, gradxinput now" in again.stderr
     assert "Traceback" not in again.stderr
+
+
+def test_the_relevance_page_explains_a_whole_uploaded_file(tmp_path, monkeypatch):
+    from tests.apptest_util import open_page
+    from tests.sae_store_tiny import save_tiny_lm
+
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
+    model = save_tiny_lm(tmp_path / "model", seed=3)
+    at = open_page("pages/relevance.py", model_choice="Other: Hugging Face id or local folder…",
+                   model_custom=str(model))
+    at.file_uploader(key="relevance-file-upload").set_value(("rows.csv", CSV, "text/csv")).run()
+    at.selectbox(key="relevance-file-method").set_value("ig").run()
+    at.number_input(key="relevance-file-ig-steps").set_value(4).run()
+    at.button(key="relevance-file-run").click().run()
+    assert not at.exception, at.exception
+    assert any(m.value == "**4 of 4 rows explained**" for m in at.markdown)
+    captions = " ".join(c.value for c in at.caption)
+    assert "Label 'geo' (2 rows)" in captions and "Label 'social' (2 rows)" in captions
+    titles = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any("Mean relevance per token type" in t for t in titles)
+    assert any("Mean relevance by distance" in t for t in titles)
+    assert len(list((tmp_path / "data" / "file_attribution").iterdir())) == 1  # saved, so a rerun resumes
