@@ -168,10 +168,13 @@ def _value_relevance(adapter: ModelAdapter, per_tensor: dict, layer: int, n_toke
 
 
 def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target, rules: Sequence[Rule], *,
-              latent: bool = False, conservation: bool = True, points: Sequence[str] = ()) -> Attribution:
+              latent: bool = False, conservation: bool = True, points: Sequence[str] = (),
+              extra: dict[str, torch.Tensor] | None = None) -> Attribution:
     """Relevance of every input token for `target` under `rules` ([] = plain Gradient x Input).
 
     The caller holds the model's lock. `points`: extra hook-point names whose relevance [T, ...] is returned.
+    `extra`: a dict the caller's own hooks fill with named tensors during the forward pass (e.g. an SAE's feature
+    activations and error term); their relevance (tensor x gradient, per element) is returned in `points` too.
     """
     model = adapter.model
     n_layers = adapter.n_layers
@@ -205,6 +208,8 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target, ru
         embeds = adapter.embedding()(input_ids).detach().requires_grad_(True)
         logits = forward_logits(model, embeds, [target.position])[0, 0]
         value = target.value(logits)
+        for name, tensor in (extra or {}).items():
+            taps.tensors[f"extra.{name}"] = tensor
         names = list(taps.tensors)
         inputs = [embeds, *(taps.tensors[n] for n in names), *biases]
         grads = torch.autograd.grad(value, inputs, allow_unused=True)
@@ -250,9 +255,10 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target, ru
                                                          for l in attn_layers])
         if has_neurons:
             result.latent.mlp_by_position = torch.stack([per_tensor[n][0].sum(-1) for n in neuron_names]).cpu().numpy()
-    for name in points:
-        tensor = per_tensor[f"point.{name}"]
-        result.points[name] = (tensor[0] if tensor.dim() > 2 and tensor.shape[0] == 1 else tensor).cpu().numpy()
+    for name in [*points, *(f"extra.{n}" for n in (extra or {}))]:
+        tensor = per_tensor[name if name.startswith("extra.") else f"point.{name}"]
+        key = name[len("extra."):] if name.startswith("extra.") else name
+        result.points[key] = (tensor[0] if tensor.dim() > 2 and tensor.shape[0] == 1 else tensor).cpu().numpy()
     return result
 
 

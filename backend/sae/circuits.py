@@ -1,0 +1,237 @@
+"""Feature circuits: the relevance of a downstream SAE feature (or the next-token logit) propagated by AttnLRP or
+CP-LRP through the model with an upstream SAE spliced in, to the upstream SAE's features and to the input tokens.
+
+The splice replaces the activation x at the upstream hook by x_hat + err, where x_hat = decode(encode(x)) and the
+error term err = x - x_hat is kept as its own node (detached: its relevance stops there). The forward pass is
+unchanged (x_hat + err = x), so the explained value is the clean model's. Relevance of upstream feature i at
+position t is f_i(t) x its gradient (the decoder is linear, so this is exact); what the decoder bias takes is
+x_hat . grad - sum_i f_i grad_i. Input tokens get what flows back through the SAE's encoder. Conservation of the
+spliced pass: value = tokens + model biases + softmax share (AttnLRP) + error node + SAE biases (decoder and
+encoder), up to a numerical rest. Attention sinks (position 0 and massive activations) are never spliced.
+
+Edges: upstream feature -> target (its relevance, summed over positions), error -> target, token -> target;
+and token -> feature for the strongest upstream features, each from one more backward pass with that feature's
+activation (at its most relevant position) as the explained value.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from backend.capture import hooks, model_lock
+from backend.config import InterpscopeError
+from backend.relevance.engine import attribute
+from backend.relevance.methods import get_method
+from backend.sae.folder import check_compatible
+from backend.sae.sinks import sink_rows
+
+
+@dataclass
+class CircuitNode:
+    id: str
+    kind: str  # token | feature | error | target
+    label: str
+    relevance: float
+    feature: int | None = None
+    position: int | None = None
+
+
+@dataclass
+class CircuitEdge:
+    source: str
+    target: str
+    relevance: float
+
+
+@dataclass
+class CircuitConservation:
+    """Where the explained value went in the spliced pass."""
+
+    value: float
+    input_tokens: float
+    upstream_features: float
+    error_node: float
+    sae_biases: float
+    model_biases: float
+    softmax: float
+    relative_error: float
+
+
+@dataclass
+class FeatureCircuit:
+    model: str
+    method: str
+    tokens: list[str]
+    target: str
+    value: float
+    upstream_hook: str
+    feature_relevance: np.ndarray = field(repr=False)  # [T, d_sae] of the upstream SAE
+    conservation: CircuitConservation | None = None
+    nodes: list[CircuitNode] = field(default_factory=list)
+    edges: list[CircuitEdge] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def top_features(self, k: int = 10) -> list[dict]:
+        """The upstream features with the largest |relevance| summed over positions."""
+        totals = self.feature_relevance.sum(0)
+        order = np.argsort(-np.abs(totals), kind="stable")[:k]
+        return [{"feature": int(i), "relevance": float(totals[i]),
+                 "position": int(np.argmax(np.abs(self.feature_relevance[:, i])))} for i in order if totals[i] != 0]
+
+    def tidy(self) -> list[dict]:
+        return [{"source": e.source, "target": e.target, "relevance": e.relevance} for e in self.edges]
+
+
+class _Explained:
+    """A target read inside the forward pass (an SAE feature), or a logit: the engine's Target interface."""
+
+    def __init__(self, position: int, logit_target=None):
+        self.position = position
+        self.logit_target = logit_target
+        self.captured: torch.Tensor | None = None
+
+    def value(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.logit_target is not None:
+            return self.logit_target.value(logits)
+        if self.captured is None:
+            raise RuntimeError("the downstream hook did not run")
+        return self.captured
+
+
+def _splice(upstream, found: dict):
+    """The upstream edit: x -> decode(encode(x)) + detached error, sinks untouched; fills `found`."""
+    def edit(x: torch.Tensor) -> torch.Tensor:
+        rows = x[0].to(upstream.W_enc.dtype)
+        keep = ~sink_rows(rows[1:])
+        keep = torch.cat([torch.zeros(1, dtype=torch.bool, device=keep.device), keep])
+        features = upstream.encode(rows) * keep[:, None].to(rows.dtype)
+        x_hat = upstream.decode(features)
+        error = (rows - x_hat).detach().requires_grad_(True)
+        spliced = torch.where(keep[:, None], x_hat + error, rows)
+        found.update(input=x, features=features, x_hat=x_hat, error=error, keep=keep)
+        return spliced.to(x.dtype)[None]
+    return edit
+
+
+def _run(loaded, upstream, up_hook: str, ids: torch.Tensor, explained: _Explained, rules, read=None):
+    found: dict = {}
+    edits = [(up_hook, _splice(upstream, found))]
+    if read is not None:
+        edits.append(read)
+    with hooks(loaded.adapter, edits):
+        extra = _LazyExtra(found)
+        result = attribute(loaded.adapter, ids, explained, rules, extra=extra)
+    return result, found
+
+
+class _LazyExtra(dict):
+    """The engine's `extra` dict, filled from the splice's tensors once the forward pass has made them."""
+
+    def __init__(self, found: dict):
+        super().__init__()
+        self._found = found
+
+    def items(self):
+        return [(name, self._found[name]) for name in ("input", "features", "x_hat", "error") if name in self._found]
+
+    def __iter__(self):
+        return iter([name for name, _ in self.items()])
+
+    def __bool__(self) -> bool:
+        return True
+
+
+def feature_circuit(loaded, upstream, downstream=None, text: str = "", *, feature: int | None = None,
+                    position: int = -1, method: str = "attnlrp", n_features: int = 8,
+                    n_token_edges: int = 4) -> FeatureCircuit:
+    """The circuit from input tokens through `upstream`'s features to downstream feature `feature` at
+    `position` (or, with downstream None, to the next-token logit predicted after `text`)."""
+    start = time.perf_counter()
+    spec = get_method(method, loaded.adapter)
+    if spec.kind != "lrp" or spec.rules is None:
+        raise InterpscopeError(f"Feature circuits propagate with LRP rules (AttnLRP or CP-LRP), not {spec.label}.")
+    up_hook = check_compatible(upstream, loaded.adapter, None, loaded.name)
+    ids = loaded.encode(text)
+    n_tokens = ids.shape[1]
+    position = n_tokens + position if position < 0 else position
+    if not 0 < position < n_tokens:
+        raise InterpscopeError(f"Position must be 1..{n_tokens - 1} for this text (position 0 is the attention sink).")
+    rules = spec.rules(loaded.adapter)
+    read = None
+    if downstream is not None:
+        down_hook = check_compatible(downstream, loaded.adapter, None, loaded.name)
+        if loaded.adapter.hook_points().index(down_hook) <= loaded.adapter.hook_points().index(up_hook):
+            raise InterpscopeError(f"The downstream SAE ({down_hook}) must read after the upstream one ({up_hook}).")
+        if feature is None or not 0 <= feature < downstream.cfg.d_sae:
+            raise InterpscopeError(f"Pick a downstream feature 0..{downstream.cfg.d_sae - 1}.")
+        explained = _Explained(position)
+
+        def capture_feature(x: torch.Tensor) -> None:
+            explained.captured = downstream.encode(x[0, position].to(downstream.W_enc.dtype)[None])[0, feature]
+
+        read = (down_hook, capture_feature)
+        label = f"feature {feature} of {downstream.cfg.hook_name} at token {position}"
+    else:
+        from backend.relevance.api import make_target
+
+        logit_target = make_target(loaded, ids)
+        explained = _Explained(logit_target.position, logit_target)
+        label = f"next-token logit {logit_target.label}"
+    with model_lock(loaded):
+        result, found = _run(loaded, upstream, up_hook, ids, explained, rules, read)
+        features = result.points["features"]
+        x_hat_relevance = float(result.points["x_hat"].sum())
+        feature_sum, error_sum = float(features.sum()), float(result.points["error"].sum())
+        circuit = FeatureCircuit(model=loaded.name, method=spec.label, tokens=loaded.token_strings(ids[0]),
+                                 target=label, value=result.logit, upstream_hook=up_hook,
+                                 feature_relevance=features)
+        c = result.conservation
+        inputs = float(result.relevance.sum())
+        keep = found["keep"].cpu().numpy()
+        reaching_x = float(result.points["input"][keep].sum())  # what the encoder passes on to the activation
+        sae_biases = x_hat_relevance - reaching_x  # the decoder bias and the encoder's biases/thresholds
+        circuit.conservation = CircuitConservation(
+            value=result.logit, input_tokens=inputs, upstream_features=feature_sum, error_node=error_sum,
+            sae_biases=sae_biases, model_biases=c.bias_sum, softmax=c.softmax_sum,
+            relative_error=abs(inputs + c.bias_sum + c.softmax_sum + error_sum + sae_biases - result.logit)
+            / (abs(result.logit) or 1.0))
+        _graph(circuit, result.relevance, features, error_sum, n_features)
+        for top in circuit.top_features(n_token_edges):
+            _token_edges(loaded, upstream, up_hook, ids, rules, top, circuit)
+    circuit.seconds = time.perf_counter() - start
+    return circuit
+
+
+def _graph(circuit: FeatureCircuit, input_relevance: np.ndarray, features: np.ndarray, error_sum: float,
+           n_features: int) -> None:
+    circuit.nodes.append(CircuitNode("target", "target", circuit.target, circuit.value))
+    for i, (token, value) in enumerate(zip(circuit.tokens, input_relevance)):
+        circuit.nodes.append(CircuitNode(f"t{i}", "token", f"{i}: {token!r}", float(value), position=i))
+        circuit.edges.append(CircuitEdge(f"t{i}", "target", float(value)))
+    circuit.nodes.append(CircuitNode("error", "error", "SAE error term", error_sum))
+    circuit.edges.append(CircuitEdge("error", "target", error_sum))
+    for top in circuit.top_features(n_features):
+        node = f"f{top['feature']}"
+        circuit.nodes.append(CircuitNode(node, "feature", f"#{top['feature']}", top["relevance"], top["feature"],
+                                         top["position"]))
+        circuit.edges.append(CircuitEdge(node, "target", top["relevance"]))
+    circuit.edges.sort(key=lambda e: -abs(e.relevance))
+
+
+def _token_edges(loaded, upstream, up_hook: str, ids: torch.Tensor, rules, top: dict, circuit: FeatureCircuit) -> None:
+    """token -> upstream feature edges: one backward pass from the feature's activation at its best position."""
+    explained = _Explained(top["position"])
+    feature, position = top["feature"], top["position"]
+
+    def read(x: torch.Tensor) -> None:
+        explained.captured = upstream.encode(x[0, position].to(upstream.W_enc.dtype)[None])[0, feature]
+
+    with hooks(loaded.adapter, [(up_hook, read)], role="read"):
+        result = attribute(loaded.adapter, ids, explained, rules, conservation=False)
+    for i, value in enumerate(result.relevance):
+        if abs(value) > 0:
+            circuit.edges.append(CircuitEdge(f"t{i}", f"f{feature}", float(value)))
+    circuit.edges.sort(key=lambda e: -abs(e.relevance))

@@ -1,0 +1,88 @@
+"""Feature circuits on a planted case: a downstream feature that is by construction a copy of one upstream feature
+must show that edge first, and the spliced pass's readout must add up."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from backend.config import InterpscopeError
+from backend.neurons.synthetic import loaded
+from backend.sae import SAEConfig, build_sae
+from backend.sae.circuits import feature_circuit
+from tests.tiny_models import tiny_llama
+
+UP, DOWN = "blocks.0.hook_resid_post", "blocks.1.hook_resid_post"
+TEXT = "abcdefgh"
+
+
+class _Tokenizer:
+    def __call__(self, text, return_tensors=None):
+        return type("Encoded", (), {"input_ids": torch.tensor([[b % 128 for b in text.encode()]])})()
+
+    def decode(self, ids):
+        return "".join(chr(int(i)) for i in ids)
+
+
+@pytest.fixture(scope="module")
+def planted():
+    """A tiny Llama whose block 1 writes nothing (so the residual after it is the one after block 0); an upstream
+    ReLU SAE whose features are an orthonormal basis of the residual; a downstream SAE whose feature 3 reads exactly
+    the direction of upstream feature 5."""
+    model = tiny_llama(vocab=128, seed=1).double()
+    with torch.no_grad():
+        model.model.layers[1].self_attn.o_proj.weight.zero_()
+        model.model.layers[1].mlp.down_proj.weight.zero_()
+    lm = loaded(model, _Tokenizer(), name="planted")
+    d = lm.adapter.d_model
+    from backend.capture import capture
+
+    x = capture(lm.adapter, lm.encode(TEXT), [UP]).activations[UP][-1].double()
+    start = torch.randn(d, d, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    start[:, 0] = x  # the residual at the last token becomes basis direction 5: upstream feature 5 fires there
+    q, _ = torch.linalg.qr(start)
+    q[:, 0] *= torch.sign(q[:, 0] @ x)
+    basis = q[:, [1, 2, 3, 4, 5, 0, *range(6, d)]]
+    upstream = build_sae(SAEConfig(d_in=d, d_sae=d, hook_name=UP, model_name="planted"), dtype=torch.float64)
+    downstream = build_sae(SAEConfig(d_in=d, d_sae=8, hook_name=DOWN, model_name="planted"), dtype=torch.float64)
+    with torch.no_grad():
+        upstream.W_dec.copy_(basis.T)
+        upstream.W_enc.copy_(basis)
+        upstream.b_enc.zero_()
+        upstream.b_dec.zero_()
+        downstream.W_enc.zero_()
+        downstream.b_enc.fill_(-1e3)  # every other downstream feature stays off
+        downstream.W_enc[:, 3] = basis[:, 5]
+        downstream.b_enc[3] = 0.0
+        downstream.b_dec.zero_()
+    return lm, upstream, downstream, basis
+
+
+@pytest.mark.parametrize("method", ["attnlrp", "cplrp"])
+def test_the_planted_copy_edge_comes_first_and_the_readout_adds_up(planted, method):
+    lm, upstream, downstream, basis = planted
+    circuit = feature_circuit(lm, upstream, downstream, TEXT, feature=3, position=len(TEXT) - 1, method=method)
+    assert circuit.value > 0
+    first = next(e for e in circuit.edges if e.target == "target" and e.source.startswith("f"))
+    assert first.source == "f5"
+    assert first.relevance == pytest.approx(circuit.value, rel=1e-6)  # the copy carries all of it
+    assert circuit.top_features(1)[0]["feature"] == 5
+    c = circuit.conservation
+    assert c.upstream_features == pytest.approx(circuit.value, rel=1e-6)
+    assert abs(c.error_node) < 1e-6 * abs(circuit.value)
+    total = c.input_tokens + c.model_biases + c.softmax + c.error_node + c.sae_biases
+    assert total == pytest.approx(circuit.value, rel=1e-6) and c.relative_error < 1e-6
+    assert any(e.target == "f5" and e.source.startswith("t") for e in circuit.edges)  # token -> feature edges
+
+
+def test_the_logit_target_and_the_errors(planted):
+    lm, upstream, downstream, basis = planted
+    circuit = feature_circuit(lm, upstream, None, "abcdefgh", method="cplrp")
+    c = circuit.conservation
+    assert c.input_tokens + c.model_biases + c.softmax + c.error_node + c.sae_biases == \
+        pytest.approx(circuit.value, rel=1e-6)
+    with pytest.raises(InterpscopeError, match="after the upstream"):
+        feature_circuit(lm, downstream, upstream, "abcdefgh", feature=1)
+    with pytest.raises(InterpscopeError, match="LRP rules"):
+        feature_circuit(lm, upstream, downstream, "abcdefgh", feature=3, method="gradxinput")
+    with pytest.raises(InterpscopeError, match="attention sink"):
+        feature_circuit(lm, upstream, downstream, "abcdefgh", feature=3, position=0)
