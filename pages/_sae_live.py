@@ -24,7 +24,7 @@ from components.sae_figures import logprob_change_figure, prompt_heatmap_figure,
 from components.token_heatmap import heatmap_figure, token_heatmap
 from pages._common import committed, text_source
 
-VIEWS_LIVE = ["Prompt", "Attribution", "Steering"]
+VIEWS_LIVE = ["Prompt", "Attribution", "Steering", "Circuit"]
 DEFAULT_PROMPT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
                   "must be in want of a wife.")
 MAX_TOKEN_PILLS = 160
@@ -208,8 +208,15 @@ def show_steering(store: FeatureStore, lm, text: str) -> None:
                 filename=f"{store.name}-feature-{feature}-{mode}-per-token")
 
 
+def open_in_store(store_name: str, feature: int) -> None:
+    """Open a feature of another store (the circuit view's upstream SAE)."""
+    st.session_state["sae_store"] = store_name
+    st.session_state["sae_feature"] = int(feature)
+    st.session_state["sae_view"] = "Feature"
+
+
 def live_view(view: str, store: FeatureStore, open_feature: Callable[[int], None]) -> None:
-    """Prompt / Attribution / Steering: a text box shared by the three, then the chosen view."""
+    """Prompt / Attribution / Steering / Circuit: a text box shared by them, then the chosen view."""
     text = text_source("sae-prompt", "Prompt", default=DEFAULT_PROMPT)
     if text is None:
         return
@@ -220,6 +227,10 @@ def live_view(view: str, store: FeatureStore, open_feature: Callable[[int], None
         show_prompt(store, lm, text, open_feature)
     elif view == "Attribution":
         show_attribution(store, lm, text)
+    elif view == "Circuit":
+        from pages._sae_circuit import show_circuit
+
+        show_circuit(store, lm, text, open_in_store)
     else:
         show_steering(store, lm, text)
 

@@ -86,3 +86,40 @@ def test_the_logit_target_and_the_errors(planted):
         feature_circuit(lm, upstream, downstream, "abcdefgh", feature=3, method="gradxinput")
     with pytest.raises(InterpscopeError, match="attention sink"):
         feature_circuit(lm, upstream, downstream, "abcdefgh", feature=3, position=0)
+
+
+def test_the_circuit_view_in_the_feature_browser(tmp_path, monkeypatch):
+    import json
+
+    from streamlit.testing.v1 import AppTest
+
+    from backend.models import load_model
+    from backend.sae_store import build_store, layout
+    from tests.apptest_util import ROOT
+    from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
+
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setattr(layout, "SHIPPED_STORES_DIR", tmp_path / "no-shipped-stores")
+    model_dir = save_tiny_lm(tmp_path / "model", seed=2)
+    lm = load_model(str(model_dir), device="cpu")
+    up = random_sae_folder(lm, tmp_path / "up", hook="blocks.0.hook_resid_post")
+    down = random_sae_folder(lm, tmp_path / "down", hook="blocks.1.hook_resid_post", seed=4)
+    up_store = build_store(lm, up, n_tokens=512, context_size=64, batch_size=4, eval_tokens=0)
+    down_store = build_store(lm, down, n_tokens=512, context_size=64, batch_size=4, eval_tokens=0)
+    at = AppTest.from_file(str(ROOT / "pages/sae_features.py"), default_timeout=300)
+    at.session_state["sae_store"] = down_store.name
+    at.session_state["sae_view"] = "Circuit"
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="sae-circuit-upstream").options == [up_store.name]
+    at.radio(key="sae-circuit-target").set_value("The next-token logit").run()
+    at.button(key="sae-circuit-run").click().run()
+    assert not at.exception, at.exception
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert any("Strongest edges into next-token logit" in s["layout"]["title"]["text"] for s in specs)
+    readout = next(s for s in specs if s["layout"].get("barmode") == "relative")
+    parts = sum(float(t["x"][0]) for t in readout["data"])
+    assert parts == pytest.approx(float(readout["layout"]["shapes"][0]["x0"]), rel=1e-6)
+    button = next(b for b in at.button if b.key and b.key.startswith("sae-circuit-open-"))
+    button.click().run()
+    assert at.session_state["sae_store"] == up_store.name and at.session_state["sae_view"] == "Feature"

@@ -1,0 +1,57 @@
+"""`interpscope sae circuit`: which upstream SAE features (and input tokens) a downstream feature, or the next-token
+logit, draws on, by LRP through the model with the upstream SAE spliced in."""
+from __future__ import annotations
+
+import argparse
+
+from backend.cli.argtypes import non_negative_int, positive_int
+from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args
+
+
+def register(sae_sub) -> None:
+    circuit = sae_sub.add_parser("circuit", help="feature circuit between two SAEs of one model (AttnLRP/CP-LRP)")
+    add_model_args(circuit)
+    circuit.set_defaults(model=None)
+    circuit.add_argument("--upstream", required=True, help="SAE folder at the earlier hook (spliced in)")
+    circuit.add_argument("--downstream", help="SAE folder at the later hook (omit to explain the next-token logit)")
+    circuit.add_argument("--feature", type=non_negative_int, help="downstream feature id")
+    circuit.add_argument("--position", type=int, default=-1, help="token position of the feature (default: last)")
+    circuit.add_argument("--text", required=True, help="the prompt")
+    circuit.add_argument("--method", choices=["attnlrp", "cplrp"], default="attnlrp")
+    circuit.add_argument("--features", type=positive_int, default=8, help="upstream feature nodes (default 8)")
+    circuit.add_argument("--json", metavar="OUT", help="write JSON to OUT ('-' for stdout)")
+    circuit.set_defaults(func=run_circuit)
+
+
+def run_circuit(args: argparse.Namespace) -> int:
+    from backend.config import InterpscopeError
+    from backend.inputs import check_text
+    from backend.sae import load_sae
+    from backend.sae.circuits import feature_circuit
+
+    check_text(args.text)
+    check_out_file(args.json, "--json")
+    if (args.downstream is None) != (args.feature is None):
+        raise InterpscopeError("Give --downstream and --feature together (or neither, to explain the next token).")
+    upstream = load_sae(args.upstream)
+    downstream = load_sae(args.downstream) if args.downstream else None
+    if args.model is None:
+        args.model = upstream.cfg.model_name or "smollm2-135m"
+    lm = load_from_args(args)
+    result = feature_circuit(lm, upstream, downstream, args.text, feature=args.feature, position=args.position,
+                             method=args.method, n_features=args.features)
+    if args.json:
+        emit_json({"model": result.model, "method": result.method, "target": result.target, "value": result.value,
+                   "upstream_hook": result.upstream_hook, "tokens": result.tokens,
+                   "top_features": result.top_features(args.features), "conservation": result.conservation,
+                   "nodes": result.nodes, "edges": result.edges, "seconds": result.seconds}, args.json)
+    if args.json != "-":
+        c = result.conservation
+        print(f"{result.method} circuit to {result.target} on {result.model}: value {result.value:.4f}, "
+              f"{result.seconds:.1f} s")
+        print(f"  upstream features {c.upstream_features:+.4f} · error node {c.error_node:+.4f} · SAE biases "
+              f"{c.sae_biases:+.4f} · input tokens {c.input_tokens:+.4f} · model biases {c.model_biases:+.4f} · "
+              f"softmax {c.softmax:+.4f} (relative error {c.relative_error:.1e})")
+        for top in result.top_features(args.features):
+            print(f"  #{top['feature']:<6} {top['relevance']:+.4f}  (strongest at token {top['position']})")
+    return 0

@@ -1,0 +1,63 @@
+"""Figures of the feature-circuit view: the token -> upstream feature -> target graph, and where the value went."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import plotly.graph_objects as go
+
+RED, BLUE = "#d6604d", "#4393c3"
+KIND_COLOUR = {"token": "#444444", "feature": "#e6781e", "error": "#888888", "target": "black"}
+
+
+def circuit_figure(nodes: Sequence, edges: Sequence, title: str) -> go.Figure:
+    """Tokens along the bottom, upstream features (and the error node) in the middle above the token where each
+    is most relevant, the target on top; edge width ~ |relevance|, red for, blue against. Feature points carry
+    their id in customdata (a click opens the feature)."""
+    tokens = [n for n in nodes if n.kind == "token"]
+    width = max(len(tokens) - 1, 1)
+    position = {n.id: (float(n.position), 0.0) for n in tokens}
+    middle = sorted([n for n in nodes if n.kind == "feature"], key=lambda n: (n.position, n.feature))
+    last_x = -1.0
+    for node in middle:
+        x = max(float(node.position), last_x + 0.6)
+        position[node.id] = (x, 1.0)
+        last_x = x
+    position["error"] = (width + 0.8, 1.0)
+    position["target"] = (width / 2, 2.0)
+    biggest = max([abs(e.relevance) for e in edges] or [1.0]) or 1.0
+    fig = go.Figure()
+    for edge in sorted(edges, key=lambda e: abs(e.relevance)):
+        if edge.source not in position or edge.target not in position:
+            continue
+        (x0, y0), (x1, y1) = position[edge.source], position[edge.target]
+        fig.add_trace(go.Scatter(x=[x0, x1], y=[y0, y1], mode="lines", hoverinfo="skip", showlegend=False,
+                                 opacity=0.45, line=dict(width=0.5 + 7 * abs(edge.relevance) / biggest,
+                                                         color=RED if edge.relevance >= 0 else BLUE)))
+    shown = [n for n in nodes if n.id in position]
+    fig.add_trace(go.Scatter(
+        x=[position[n.id][0] for n in shown], y=[position[n.id][1] for n in shown], mode="markers+text",
+        text=[n.label.split(": ", 1)[-1] if n.kind == "token" else n.label for n in shown],
+        textposition=["bottom center" if n.kind == "token" else "top center" for n in shown],
+        customdata=[n.feature if n.kind == "feature" else -1 for n in shown], showlegend=False,
+        marker=dict(size=[12 + 16 * min(1.0, abs(n.relevance) / biggest) for n in shown],
+                    color=[KIND_COLOUR[n.kind] for n in shown]),
+        hovertext=[f"{n.label}: relevance {n.relevance:+.4g}" for n in shown], hoverinfo="text"))
+    fig.update_layout(title=title, template="plotly_white", height=460, clickmode="event+select",
+                      margin=dict(l=30, r=30, t=60, b=60), xaxis=dict(visible=False),
+                      yaxis=dict(tickvals=[0, 1, 2], ticktext=["input tokens", "upstream SAE", "target"],
+                                 range=[-0.5, 2.4]))
+    return fig
+
+
+def circuit_readout_figure(parts: Sequence[tuple[str, float]], value: float, label: str) -> go.Figure:
+    """The explained value split into its parts, one stacked bar, the value marked."""
+    colours = ["#d6604d", "#e6781e", "#999999", "#4393c3", "#bbbbbb", "#333333"]
+    fig = go.Figure()
+    for (name, part), colour in zip(parts, colours):
+        fig.add_trace(go.Bar(x=[part], y=[""], orientation="h", name=f"{name}: {part:.3g}", marker_color=colour,
+                             hovertemplate=f"{name}: %{{x:.4g}}<extra></extra>"))
+    fig.add_vline(x=value, line=dict(color="black", dash="dash"), annotation_text=f"{label}: {value:.3g}",
+                  annotation_position="top")
+    fig.update_layout(barmode="relative", template="plotly_white", height=230, margin=dict(l=10, r=10, t=30, b=10),
+                      legend=dict(orientation="h", yanchor="top", y=-0.35, x=0), yaxis=dict(visible=False))
+    return fig

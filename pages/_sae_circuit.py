@@ -1,0 +1,94 @@
+"""The feature browser's Circuit view: which features of an upstream SAE (and which input tokens) a feature of this
+store, or the next-token logit, draws on, by LRP through the model with the upstream SAE spliced in."""
+from __future__ import annotations
+
+from typing import Callable
+
+import streamlit as st
+
+from backend.sae_store import FeatureStore, list_stores
+from backend.sae.circuits import FeatureCircuit, feature_circuit
+from components.circuit_figures import circuit_figure, circuit_readout_figure
+from components.export import export_menu
+from pages._common import committed, shared, show_errors
+
+TARGETS = ["This store's feature at a token", "The next-token logit"]
+
+
+def upstream_stores(store: FeatureStore, lm) -> dict[str, FeatureStore]:
+    """Stores of SAEs on the same model that read an earlier hook point."""
+    points = lm.adapter.hook_points()
+    here = points.index(store.spec["hook_name"]) if store.spec["hook_name"] in points else len(points)
+    found = {}
+    for path in list_stores():
+        other = FeatureStore(path)
+        hook = other.spec["hook_name"]
+        if other.spec["model_name"] == store.spec["model_name"] and hook in points and points.index(hook) < here:
+            found[other.name] = other
+    return found
+
+
+def _circuit(lm, upstream: FeatureStore, downstream: FeatureStore | None, text: str, feature: int | None,
+             position: int, method: str) -> FeatureCircuit:
+    key = (lm.name, str(lm.device), str(lm.dtype), upstream.name, downstream.name if downstream else None, text,
+           feature, position, method)
+    return shared("circuit", key, lambda: feature_circuit(
+        lm, upstream.load_sae(), downstream.load_sae() if downstream else None, text, feature=feature,
+        position=position, method=method))
+
+
+def show_circuit(store: FeatureStore, lm, text: str, open_in_store: Callable[[str, int], None]) -> None:
+    candidates = upstream_stores(store, lm)
+    if not candidates:
+        st.info(f"No feature store of an SAE on {store.spec['model_name']} at a hook before "
+                f"{store.spec['hook_name']}: build one (`interpscope sae store --sae DIR`) to trace circuits.")
+        return
+    cols = st.columns([2, 2, 1])
+    upstream_name = cols[0].selectbox("Upstream SAE (spliced in)", list(candidates), key="sae-circuit-upstream")
+    target = cols[1].radio("Explain", TARGETS, key="sae-circuit-target")
+    method = cols[2].radio("Rules", ["attnlrp", "cplrp"], key="sae-circuit-method",
+                           format_func={"attnlrp": "AttnLRP", "cplrp": "CP-LRP"}.get)
+    feature, position = None, -1
+    if target == TARGETS[0]:
+        pair = st.columns(2)
+        st.session_state.setdefault("sae-circuit-feature", int(st.session_state.get("sae_feature", 0)))
+        feature = int(pair[0].number_input(f"Feature (0–{store.d_sae - 1})", 0, store.d_sae - 1,
+                                           key="sae-circuit-feature"))
+        position = int(pair[1].number_input("Token position (-1 = last)", -1, 4096, -1, key="sae-circuit-pos"))
+    submitted = st.button("Run", type="primary", key="sae-circuit-run")
+    run = committed("sae-circuit", {"store": store.name, "upstream": upstream_name, "text": text, "target": target,
+                                    "feature": feature, "position": position, "method": method}, submitted)
+    if run is None or run["store"] != store.name:
+        st.info("Press **Run** (a backward pass through the spliced model, then one per top feature for its token "
+                "edges).")
+        return
+    upstream = candidates[run["upstream"]]
+    with show_errors(), st.spinner("Propagating relevance through the spliced model…"):
+        circuit = _circuit(lm, upstream, store if run["feature"] is not None else None, run["text"], run["feature"],
+                           run["position"], run["method"])
+    c = circuit.conservation
+    parts = [("input tokens", c.input_tokens), ("SAE error node", c.error_node), ("SAE biases", c.sae_biases),
+             ("softmax (AttnLRP)", c.softmax), ("model biases", c.model_biases),
+             ("rest", c.value - c.input_tokens - c.error_node - c.sae_biases - c.softmax - c.model_biases)]
+    st.markdown(f"**{circuit.method} circuit to {circuit.target}** · value {circuit.value:.4g} · "
+                f"{circuit.seconds:.1f} s")
+    fig = circuit_figure(circuit.nodes, circuit.edges, f"Strongest edges into {circuit.target} through "
+                                                        f"{upstream.name}")
+    event = st.plotly_chart(fig, key="sae-circuit-graph", on_select="rerun", selection_mode="points")
+    export_menu(fig, circuit, key="sae-circuit", filename=f"circuit-{store.name}")
+    st.plotly_chart(circuit_readout_figure(parts, circuit.value, "value"), key="sae-circuit-readout")
+    share = c.upstream_features / circuit.value if circuit.value else 0.0
+    st.caption(f"The upstream SAE's features carry {c.upstream_features:.3g} of the value ({share:.0%}); its error "
+               f"term {c.error_node:.3g}; its biases {c.sae_biases:.3g}. Below the splice the input tokens get "
+               f"{c.input_tokens:.3g}{f', the softmaxes drop {c.softmax:.3g}' if run['method'] == 'attnlrp' else ''}"
+               f". Relative error {c.relative_error:.1e}. Click a feature to open it in {upstream.name}.")
+    for point in getattr(getattr(event, "selection", None), "points", None) or []:
+        feature_id = point.get("customdata")
+        if isinstance(feature_id, int) and feature_id >= 0:
+            open_in_store(upstream.name, feature_id)
+            st.rerun()
+    cols = st.columns(4)
+    for k, top in enumerate(circuit.top_features(8)):
+        cols[k % 4].button(f"#{top['feature']} · {top['relevance']:+.3g} · {upstream.labels[top['feature']][:40]}",
+                           key=f"sae-circuit-open-{top['feature']}", on_click=open_in_store,
+                           args=(upstream.name, top["feature"]), width="stretch")
