@@ -12,7 +12,7 @@ from backend.cli.argtypes import (eval_tokens_int, eval_window_int, fraction, li
 from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args
 from backend.config import InterpscopeError
 
-SAE_SUBCOMMAND_MODULES = ["backend.cli.sae_store_cmd", "backend.cli.sae_circuit_cmd"]
+SAE_SUBCOMMAND_MODULES = ["backend.cli.sae_store_cmd", "backend.cli.sae_circuit_cmd", "backend.cli.sae_explain_cmd"]
 
 
 def _per_arch(values: list | None, n: int, what: str) -> list:

@@ -1,0 +1,80 @@
+"""`interpscope sae explain`: explanations of a store's features written by a bundled instruction-tuned model and
+scored by detection (backend/sae_store/explain.py), appended to the store resumably."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from backend.cli.argtypes import list_of, non_negative_int, positive_int
+from backend.cli.common import emit_json
+
+
+def register(sae_sub) -> None:
+    explain = sae_sub.add_parser("explain", help="write and score explanations of a store's features")
+    explain.add_argument("--store", required=True, help="feature store folder (or a shipped store's name)")
+    explain.add_argument("--features", type=list_of(non_negative_int), default=None,
+                         help="comma-separated feature ids (default: every feature that fired)")
+    explain.add_argument("--explainer", default="smollm2-135m", help="instruction-tuned model that writes them")
+    explain.add_argument("--device", default="auto")
+    explain.add_argument("--batch-size", type=positive_int, default=16, help="prompts per generation batch")
+    explain.add_argument("--workers", type=positive_int, default=1,
+                         help="Ray workers (needs the scale extra: pip install -e .[scale]); 1 = this process")
+    explain.add_argument("--ray-address", default=None, help="join a running Ray cluster instead")
+    explain.add_argument("--json", metavar="OUT", help="write a summary as JSON to OUT ('-' for stdout)")
+    explain.set_defaults(func=run_explain)
+
+
+def _store_folder(text: str):
+    """A store folder, or the name of a listed store (shipped or in the data dir)."""
+    from pathlib import Path
+
+    from backend.config import InterpscopeError
+    from backend.sae_store import list_stores
+
+    if Path(text).expanduser().is_dir():
+        return Path(text).expanduser()
+    for folder in list_stores():
+        if folder.name == text:
+            return folder
+    raise InterpscopeError(f"No feature store {text!r}: give a store folder or one of "
+                           f"{', '.join(f.name for f in list_stores()) or '(none built yet)'}.")
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from backend.models import load_model
+    from backend.sae_store import FeatureStore
+    from backend.sae_store.explain import explain_store, model_writer, negative_pool
+    store = FeatureStore(_store_folder(args.store))
+    if args.features is not None:
+        for feature in args.features:
+            store.check_id(feature)
+    explainer = load_model(args.explainer, device=args.device)
+    writer = model_writer(explainer)
+    loaded = load_model(store.spec["model_name"], device=args.device)
+    pool = negative_pool(loaded, store.load_sae(), store)
+    if args.workers > 1 or args.ray_address:
+        from backend.scale.explain import explain_store_on_ray
+
+        result = explain_store_on_ray(store, args.explainer, pool, features=args.features, workers=args.workers,
+                                      address=args.ray_address, batch_size=args.batch_size, device=args.device)
+    else:
+        bars: list = []
+
+        def progress(done: int, total: int) -> None:
+            if not bars:
+                bars.append(tqdm(total=total, desc="features", unit="feat", file=sys.stderr))
+            bars[0].update(done - bars[0].n)
+
+        result = explain_store(store, writer, pool, features=args.features, batch_size=args.batch_size,
+                               progress=progress)
+        for bar in bars:
+            bar.close()
+    scores = [e["score"] for e in result.values() if e.get("score") is not None]
+    summary = {"store": store.name, "explained": len(result), "mean_score": sum(scores) / len(scores) if scores
+               else None, "scorer": "lexical simulator (balanced accuracy; 0.5 = chance)",
+               "writer": args.explainer}
+    emit_json(summary, args.json) if args.json else print(
+        f"{summary['explained']} explanations in {store.folder}; mean detection score {summary['mean_score']}")
+    return 0

@@ -1,0 +1,183 @@
+"""Explanations of SAE features written by a bundled instruction-tuned model, scored by detection.
+
+Writer: the explainer model (default the bundled SmolLM2-135M-Instruct) reads a feature's strongest contexts (top
+activations and the top activation intervals, the firing token marked [[like this]]) and answers in a few words
+what the feature detects; greedy, batched, first line kept.
+
+Scorer (detection): from the explanation alone, predict which held-out contexts fire. Positives are the feature's
+top contexts the writer did not see (ranks top_k//2 .. top_k); negatives are windows of the store's own corpus on
+which the feature, encoded live through the model and the SAE, never fires (a pool shared by every feature). The
+default simulator is lexical: a context is predicted to fire when it contains a word of the explanation (letters
+only, case folded, a word and its inflections alike, stop words ignored). The score is the balanced accuracy
+(mean of the hit rates on positives and on negatives; 0.5 is chance). A planted feature whose explanation names its
+token scores 1.
+
+Output: explanations.jsonl in the store folder, one JSON object per feature (feature, explanation, score, scorer,
+writer, positives, negatives), appended as features finish, so a run resumes; the store's own file.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from backend.config import InterpscopeError
+from backend.outputs import OutputFolder
+from backend.sae_store.explanations import EXPLANATIONS_FILE, read_explanations
+
+STOP = {"the", "and", "that", "this", "with", "from", "for", "are", "was", "word", "words", "token", "tokens",
+        "text", "neuron", "feature", "fires", "detects", "about", "which", "when", "where", "like", "such", "its",
+        "their", "phrase", "phrases", "context", "contexts", "related", "used", "uses", "use", "into", "any"}
+SHOWN = 10
+WINDOW = 8
+
+
+@dataclass
+class ScoredExplanation:
+    feature: int
+    explanation: str
+    score: float | None
+    scorer: str
+    writer: str
+    positives: int
+    negatives: int
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z]+", text.lower()) if len(w) >= 3 and w not in STOP}
+
+
+def _same_word(a: str, b: str) -> bool:
+    """One word is the other with an ending ('cat' / 'cats', 'conscious' / 'consciousness')."""
+    short, long_ = sorted((a, b), key=len)
+    return long_.startswith(short) and len(long_) - len(short) <= max(4, len(short) // 2)
+
+
+def simulate(explanation: str, context: str) -> bool:
+    """The lexical simulator: does the context contain a content word of the explanation (or a form of it)?"""
+    wanted, present = _words(explanation), _words(context)
+    return any(_same_word(a, b) for a in wanted for b in present)
+
+
+def balanced_accuracy(explanation: str, positives: Sequence[str], negatives: Sequence[str]) -> float | None:
+    """Mean of the hit rate on firing contexts and the rejection rate on non-firing ones (None without both)."""
+    if not positives or not negatives:
+        return None
+    hits = np.mean([simulate(explanation, c) for c in positives])
+    rejections = np.mean([not simulate(explanation, c) for c in negatives])
+    return float((hits + rejections) / 2)
+
+
+def _context_text(store, seq: int, pos: int, mark: bool) -> str:
+    context = int(store.spec["context_size"])
+    first, last = max(1, pos - WINDOW), min(context, pos + 3)
+    pieces = [store.token_text(int(t)) for t in np.asarray(store.arrays["tokens"][seq, first:last])]
+    if mark:
+        pieces[pos - first] = f"[[{pieces[pos - first]}]]"
+    return "".join(pieces).replace("\n", " ")
+
+
+def writer_prompt(store, feature: int) -> str | None:
+    """The explainer's question: the feature's strongest contexts (None for a dead feature)."""
+    loc = np.asarray(store.arrays["top_loc"][feature])
+    shown = [(int(s), int(p)) for s, p in loc[:SHOWN] if s >= 0]
+    if not shown:
+        return None
+    lines = "\n".join(f"{k + 1}. {_context_text(store, s, p, True)}" for k, (s, p) in enumerate(shown))
+    return ("Here are snippets of text. In each, one word is marked with [[double brackets]]: a hidden unit of a "
+            f"language model is active on it.\n{lines}\nWhat do the marked words have in common? Answer in at most "
+            "six words.")
+
+
+def held_out_positives(store, feature: int) -> list[str]:
+    loc = np.asarray(store.arrays["top_loc"][feature])
+    return [_context_text(store, int(s), int(p), False) for s, p in loc[SHOWN:] if s >= 0]
+
+
+def negative_pool(loaded, sae, store, n_windows: int = 256, seed: int = 0) -> tuple[list[str], np.ndarray]:
+    """Windows of the store's corpus and, per window, each feature's max activation on it (positions >= 1)."""
+    from backend.sae_store.encode import encode_ids
+
+    tokens = np.asarray(store.arrays["tokens"])
+    rng = np.random.default_rng(seed)
+    rows = rng.choice(tokens.shape[0], size=min(n_windows, tokens.shape[0]), replace=False)
+    span = WINDOW + 3  # as long as a positive context
+    starts = rng.integers(1, max(2, tokens.shape[1] - span), size=len(rows))
+    windows = np.stack([tokens[r, s:s + span] for r, s in zip(rows, starts)])
+    ids = torch.as_tensor(np.concatenate([np.zeros((len(rows), 1), windows.dtype) + tokens[rows, :1], windows], 1),
+                          dtype=torch.long)
+    peak = encode_ids(loaded, sae, ids)[:, 1:].amax(dim=1).numpy()
+    texts = ["".join(store.token_text(int(t)) for t in window).replace("\n", " ") for window in windows]
+    return texts, peak
+
+
+def write_explanations(explainer, prompts: list[str], max_new_tokens: int = 16) -> list[str]:
+    """The explainer's greedy answers to a batch of prompts (chat template, left padding, first line kept)."""
+    tokenizer = explainer.tokenizer
+    chats = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                           add_generation_prompt=True) for p in prompts]
+    tokenizer.padding_side = "left"
+    batch = tokenizer(chats, return_tensors="pt", padding=True, add_special_tokens=False).to(explainer.device)
+    with torch.no_grad():
+        out = explainer.model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
+                                       pad_token_id=tokenizer.pad_token_id)
+    answers = tokenizer.batch_decode(out[:, batch.input_ids.shape[1]:], skip_special_tokens=True)
+    return [(a.strip().splitlines() or [""])[0].strip().strip('"').strip() for a in answers]
+
+
+def model_writer(explainer) -> Callable[[list[str]], list[str]]:
+    """A writer (prompts -> answers) backed by a loaded instruction-tuned model."""
+    check_explainer(explainer)
+
+    def write(prompts: list[str]) -> list[str]:
+        return write_explanations(explainer, prompts)
+    write.name = explainer.name  # type: ignore[attr-defined]
+    return write
+
+
+def explain_store(store, writer: Callable[[list[str]], list[str]], pool: tuple[list[str], np.ndarray], *,
+                  features: Sequence[int] | None = None, batch_size: int = 16,
+                  progress: Callable[[int, int], None] | None = None,
+                  should_stop: Callable[[], bool] | None = None) -> dict[int, dict]:
+    """Write (with `writer`) and score (against `pool`, see negative_pool) explanations for `features` (default all
+    live ones) of `store`, resuming what is done."""
+    wanted = list(range(store.d_sae)) if features is None else [store.check_id(int(f)) for f in features]
+    fired = np.asarray(store.arrays["fire_count"]) > 0
+    done = read_explanations(store.folder)
+    todo = [f for f in wanted if f not in done and fired[f]]
+    owned = OutputFolder.claim(store.folder, force=True, command="sae explain")
+    path = Path(store.folder) / EXPLANATIONS_FILE
+    if not todo:
+        return {f: done[f] for f in wanted if f in done}
+    texts, peak = pool
+    writer_name = getattr(writer, "name", "explainer")
+    with open(path, "a", encoding="utf-8") as handle:
+        owned.record(EXPLANATIONS_FILE)
+        for start in range(0, len(todo), batch_size):
+            if should_stop is not None and should_stop():
+                break
+            chunk = todo[start:start + batch_size]
+            prompts = [writer_prompt(store, f) for f in chunk]
+            answers = writer(prompts)
+            for feature, answer in zip(chunk, answers):
+                positives = held_out_positives(store, feature)
+                negatives = [t for t, v in zip(texts, peak[:, feature]) if v <= 0][:len(positives) or 10]
+                entry = ScoredExplanation(feature, answer, balanced_accuracy(answer, positives, negatives),
+                                          "lexical simulator", writer_name, len(positives), len(negatives))
+                handle.write(json.dumps(entry.__dict__, ensure_ascii=False) + "\n")
+                done[feature] = entry.__dict__
+            handle.flush()
+            if progress:
+                progress(min(start + batch_size, len(todo)), len(todo))
+    return {f: done[f] for f in wanted if f in done}
+
+
+def check_explainer(explainer) -> None:
+    if getattr(explainer.tokenizer, "chat_template", None) is None:
+        raise InterpscopeError(f"{explainer.name} has no chat template: pick an instruction-tuned model as the "
+                               "explainer (the bundled smollm2-135m is one).")
