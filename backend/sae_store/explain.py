@@ -34,7 +34,7 @@ STOP = {"the", "and", "that", "this", "with", "from", "for", "are", "was", "word
         "text", "neuron", "feature", "fires", "detects", "about", "which", "when", "where", "like", "such", "its",
         "their", "phrase", "phrases", "context", "contexts", "related", "used", "uses", "use", "into", "any"}
 SHOWN = 10
-WINDOW = 8
+WINDOW = 6
 
 
 @dataclass
@@ -116,7 +116,7 @@ def negative_pool(loaded, sae, store, n_windows: int = 256, seed: int = 0) -> tu
     return texts, peak
 
 
-def write_explanations(explainer, prompts: list[str], max_new_tokens: int = 16) -> list[str]:
+def write_explanations(explainer, prompts: list[str], max_new_tokens: int = 12) -> list[str]:
     """The explainer's greedy answers to a batch of prompts (chat template, left padding, first line kept)."""
     tokenizer = explainer.tokenizer
     chats = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
@@ -127,7 +127,13 @@ def write_explanations(explainer, prompts: list[str], max_new_tokens: int = 16) 
         out = explainer.model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
                                        pad_token_id=tokenizer.pad_token_id)
     answers = tokenizer.batch_decode(out[:, batch.input_ids.shape[1]:], skip_special_tokens=True)
-    return [(a.strip().splitlines() or [""])[0].strip().strip('"').strip() for a in answers]
+    return [_first_line(a) for a in answers]
+
+
+def _first_line(answer: str) -> str:
+    """The answer's first line, without a list number or quotes the model put around it."""
+    line = (answer.strip().splitlines() or [""])[0]
+    return re.sub(r"^\s*(\d+[.)]|[-*])\s*", "", line).strip().strip('"').strip()
 
 
 def model_writer(explainer) -> Callable[[list[str]], list[str]]:
