@@ -168,3 +168,24 @@ def test_topk_k_out_of_range_is_refused_naming_k(tmp_path):
         load_sae(_folder(tmp_path, {"architecture": "topk", "k": D_SAE + 1, **V6}, _tensors()))
     with pytest.raises(InterpscopeError, match="field k"):
         load_sae(_folder(tmp_path, {"architecture": "topk", "k": 2.5, **V6}, _tensors(), "half"))
+
+
+def test_a_hugging_face_id_of_the_bundled_model_reads_as_that_model(tmp_path):
+    cfg = {"architecture": "standard", "metadata": {"model_name": "HuggingFaceTB/SmolLM2-135M-Instruct",
+                                                    "hook_name": "blocks.15.hook_resid_post",
+                                                    "sae_lens_version": "6.54.12"}}
+    sae = load_sae(_folder(tmp_path, cfg, _tensors()))
+    assert sae.cfg.model_name == "smollm2-135m"
+    assert sae.cfg.extra["model_name_in_cfg"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def test_a_model_that_cannot_be_loaded_points_at_model_flag(tmp_path, capsys, monkeypatch):
+    from backend.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = {"architecture": "standard", "model_name": "no-such-owner/no-such-model-xyz",
+           "hook_name": "blocks.0.hook_resid_post"}
+    folder = _folder(tmp_path, cfg, _tensors())
+    assert main(["sae", "eval", "--sae", str(folder), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "no-such-owner/no-such-model-xyz" in err and "--model" in err and err.count("\n") == 1

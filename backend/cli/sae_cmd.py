@@ -9,7 +9,7 @@ import sys
 
 from backend.cli.argtypes import (eval_tokens_int, eval_window_int, fraction, list_of, non_negative_float,
                                   non_negative_int, open_fraction, positive_float, positive_int, window_int)
-from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args
+from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args, load_model_for_sae
 from backend.config import InterpscopeError
 
 SAE_SUBCOMMAND_MODULES = ["backend.cli.sae_store_cmd"]
@@ -86,9 +86,7 @@ def _eval(args: argparse.Namespace) -> int:
         raise InterpscopeError(f"--tokens ({args.tokens}) must be at least one window of --context ({args.context}) "
                                "tokens.")
     sae = load_sae(args.sae)
-    if args.model is None:
-        args.model = sae.cfg.model_name or "smollm2-135m"
-    loaded = load_from_args(args)
+    loaded = load_model_for_sae(args, sae)
     text_ids = None
     if args.text_file:
         from backend.cli.common import read_text_file

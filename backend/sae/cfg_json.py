@@ -5,7 +5,9 @@ Layouts: before 6.0 (no `sae_lens_version`, or one below 6) the where-it-reads f
 hook may be called `hook_point` (`hook_point_layer`, `hook_point_head_index`), `activation_fn_str` may say topk
 (see backend.sae.arch.topk), and `normalize_activations` may be a boolean (true = 'expected_average_only_in');
 from 6.0 they sit in a `metadata` object. We read either and write both.
-Provenance: an architecture saved under another library name is recorded in `metadata.interpscope.architecture`.
+Provenance: an architecture saved under another library name is recorded in `metadata.interpscope.architecture`;
+a model_name that is a Hugging Face id of a bundled model is read as that bundled model, the id kept in
+`extra["model_name_in_cfg"]`.
 """
 from __future__ import annotations
 
@@ -101,6 +103,17 @@ def _refuse_unsupported(raw: dict, cls: type[SparseAutoencoder]) -> None:
             raise InterpscopeError(f"cfg.json field {name} must be true or false (got {raw[name]!r}).")
 
 
+def _model_name(value: Any, extra: dict) -> str:
+    from backend.models.registry import bundled_name_for
+
+    name = str(value or "")
+    bundled = bundled_name_for(name) if name else None
+    if bundled and bundled != name:
+        extra["model_name_in_cfg"] = name
+        return bundled
+    return name
+
+
 def read_config(raw: dict) -> tuple[type[SparseAutoencoder], SAEConfig]:
     """The architecture class and the SAEConfig a cfg.json (any layout) describes."""
     for required in ("d_in", "d_sae"):
@@ -120,7 +133,7 @@ def read_config(raw: dict) -> tuple[type[SparseAutoencoder], SAEConfig]:
         own = cls.read_fields(raw)
         cfg = SAEConfig(
             d_in=int(raw["d_in"]), d_sae=int(raw["d_sae"]), architecture=cls.architecture,
-            model_name=str(_pick(raw, "model_name", "") or ""), hook_name=hook_name, hook_layer=int(hook_layer),
+            model_name=_model_name(_pick(raw, "model_name"), extra), hook_name=hook_name, hook_layer=int(hook_layer),
             dtype=str(raw.get("dtype") or "float32"), context_size=int(_pick(raw, "context_size", 128) or 128),
             dataset_path=str(_pick(raw, "dataset_path", "") or ""),
             apply_b_dec_to_input=bool(raw.get("apply_b_dec_to_input", True)),
