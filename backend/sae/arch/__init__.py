@@ -6,6 +6,7 @@ the class (see backend.sae.arch.base for what a class declares).
 from __future__ import annotations
 
 from backend.sae.arch.base import Knob, LossTerms, PerFeature, SAEConfig, SparseAutoencoder
+from backend.sae.arch.batchtopk import BatchTopKSAE
 from backend.sae.arch.gated import GatedSAE
 from backend.sae.arch.jumprelu import JumpReLUSAE
 from backend.sae.arch.registry import (architecture_class, build_sae, canonical_architecture, choices_text, register,
@@ -17,6 +18,7 @@ register(StandardSAE)
 register(GatedSAE)
 register(TopKSAE)
 register(JumpReLUSAE)
+register(BatchTopKSAE)
 
 __all__ = ["Knob", "LossTerms", "PerFeature", "SAEConfig", "SparseAutoencoder", "architecture_class", "build_sae",
            "canonical_architecture", "choices_text", "register", "registered"]
