@@ -86,7 +86,7 @@ def _eval(args: argparse.Namespace) -> int:
         raise InterpscopeError(f"--tokens ({args.tokens}) must be at least one window of --context ({args.context}) "
                                "tokens.")
     sae = load_sae(args.sae)
-    loaded = load_model_for_sae(args, sae)
+    loaded = load_model_for_sae(args, sae, load_from_args)
     text_ids = None
     if args.text_file:
         from backend.cli.common import read_text_file
