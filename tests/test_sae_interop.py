@@ -168,6 +168,9 @@ def test_topk_k_out_of_range_is_refused_naming_k(tmp_path):
         load_sae(_folder(tmp_path, {"architecture": "topk", "k": D_SAE + 1, **V6}, _tensors()))
     with pytest.raises(InterpscopeError, match="field k"):
         load_sae(_folder(tmp_path, {"architecture": "topk", "k": 2.5, **V6}, _tensors(), "half"))
+    with pytest.raises(InterpscopeError, match="k .4. and activation_fn_kwargs.k .5. disagree"):
+        load_sae(_folder(tmp_path, {"architecture": "topk", "k": 4, "activation_fn_kwargs": {"k": 5}},
+                         _tensors(), "two"))
 
 
 def test_a_hugging_face_id_of_the_bundled_model_reads_as_that_model(tmp_path):

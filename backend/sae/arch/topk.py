@@ -66,14 +66,13 @@ class TopKSAE(SparseAutoencoder):
 
     @classmethod
     def read_fields(cls, raw: dict) -> dict:
-        k = raw.get("k")
-        if k is None:
-            k, name = (raw.get("activation_fn_kwargs") or {}).get("k"), "activation_fn_kwargs.k"
-        else:
-            name = "k"
-        if k is None:
+        k, legacy = raw.get("k"), (raw.get("activation_fn_kwargs") or {}).get("k")
+        if k is not None and legacy is not None and k != legacy:
+            raise ValueError(f"cfg.json fields k ({k!r}) and activation_fn_kwargs.k ({legacy!r}) disagree; the "
+                             "common library reads one or the other depending on its version.")
+        if k is None and legacy is None:
             raise ValueError(f"cfg.json of a {cls.label} SAE names no k (field k or activation_fn_kwargs.k).")
-        return {"k": _positive_int(k, name)}
+        return {"k": _positive_int(k, "k") if k is not None else _positive_int(legacy, "activation_fn_kwargs.k")}
 
     @classmethod
     def write_fields(cls, cfg: SAEConfig) -> dict:
