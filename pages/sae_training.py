@@ -13,14 +13,14 @@ from plotly.subplots import make_subplots
 
 from backend.config import InterpscopeError
 from backend.paths import PLAIN_NAME, plain_name, user_path
-from backend.sae import load_sae
+from backend.sae import load_sae, registered
 from backend.sae.catalog import trained_dir
 from backend.sae.evaluation import evaluate_sae
 from backend.sae.pipeline import SAESpec, train_saes
 from components.export import export_menu
 from pages._common import current_model, show_errors
 
-ARCH_LABELS = {"relu": "ReLU (L1)", "gated": "Gated", "topk": "TopK (AuxK)", "jumprelu": "JumpReLU (L0)"}
+ARCHITECTURES = {cls.short_name: cls for cls in registered()}
 TRAINABLE = re.compile(r"^blocks\.\d+\.(hook_resid_pre|hook_resid_post|hook_mlp_out|hook_attn_out|hook_mixer_out)$")
 CURVES = (("loss", "loss"), ("l0", "L0"), ("fvu", "FVU (batch)"))
 
@@ -56,21 +56,25 @@ def settings(lm) -> dict | None:
     c1, c2, c3 = st.columns(3)
     hook = c1.selectbox("Hook point", hooks, index=hooks.index(middle) if middle in hooks else 0,
                         key="sae_train_hook")
-    archs = c2.multiselect("Architectures (trained together from one buffer)", list(ARCH_LABELS),
-                           default=["relu", "gated"], format_func=ARCH_LABELS.get, key="sae_train_archs")
+    archs = c2.multiselect("Architectures (trained together from one buffer)", list(ARCHITECTURES),
+                           default=[name for name, cls in ARCHITECTURES.items() if cls.selected_by_default],
+                           format_func=lambda name: ARCHITECTURES[name].label, key="sae_train_archs")
     width = int(c3.number_input("Width (features)", min_value=16, max_value=262144, value=8 * lm.adapter.d_model,
                                 step=64, key="sae_train_width"))
-    knobs = {}
+    specs = []
     if archs:
         cols = st.columns(len(archs))
         for col, arch in zip(cols, archs):
-            if arch == "topk":
-                knobs[arch] = int(col.number_input("k (TopK)", min_value=1, max_value=4096, value=32,
-                                                   key="sae_train_k"))
+            knob = ARCHITECTURES[arch].knob
+            label = f"{knob.label} · {ARCHITECTURES[arch].label}"
+            if knob.is_count:
+                k = int(col.number_input(label, min_value=1, max_value=4096, value=int(knob.default),
+                                         key=f"sae_train_k_{arch}"))
+                specs.append(SAESpec(arch, width, k=k))
             else:
-                label = "L0 coefficient (JumpReLU)" if arch == "jumprelu" else f"L1 coefficient ({ARCH_LABELS[arch]})"
-                knobs[arch] = float(col.number_input(label, min_value=0.0, value=0.5 if arch == "jumprelu" else 5.0,
-                                                     step=0.5, key=f"sae_train_l1_{arch}"))
+                coefficient = float(col.number_input(label, min_value=0.0, value=float(knob.default), step=0.5,
+                                                     key=f"sae_train_{knob.kind}_{arch}"))
+                specs.append(SAESpec(arch, width, coefficient))
     c1, c2, c3, c4 = st.columns(4)
     tokens = int(c1.number_input("Training tokens", min_value=1024, value=1_000_000, step=65536,
                                  key="sae_train_tokens", help="Passes over the cached activations repeat."))
@@ -96,7 +100,6 @@ def settings(lm) -> dict | None:
     except InterpscopeError as err:
         st.error(str(err))
         return None
-    specs = [SAESpec(a, width, k=knobs[a]) if a == "topk" else SAESpec(a, width, knobs[a]) for a in archs]
     return dict(hook=hook, specs=specs, tokens=tokens, cache_tokens=cache_tokens, batch=batch, lr=lr,
                 corpus=source, run_name=run_name, eval_tokens=eval_tokens)
 

@@ -94,3 +94,19 @@ def test_training_page_trains_two_saes_and_reports(setup):
     curves = _charts(at)["Training curves"]
     assert len(curves["data"]) == 2 * 3
     assert all(0 <= summary["dead_fraction"] <= 1 for summary in report["report"].values())
+
+
+def test_training_page_takes_architectures_and_knobs_from_the_registry(setup):
+    from app import OTHER
+    from backend.sae import registered
+
+    model_dir, _ = setup
+    at = open_page("pages/sae_training.py", model_choice=OTHER, model_custom=str(model_dir))
+    choice = at.multiselect(key="sae_train_archs")
+    assert list(choice.options) == [cls.label for cls in registered()]
+    assert choice.value == [cls.short_name for cls in registered() if cls.selected_by_default]
+    choice.set_value([cls.short_name for cls in registered()]).run()
+    assert not at.exception, at.exception
+    for cls in registered():
+        box = at.number_input(key=f"sae_train_{cls.knob.kind}_{cls.short_name}")
+        assert box.value == cls.knob.default and cls.label in box.label

@@ -24,6 +24,21 @@ def load_from_args(args: argparse.Namespace):
     return load_model(args.model, device=args.device, dtype=args.dtype)
 
 
+def load_model_for_sae(args: argparse.Namespace, sae, load=load_from_args):
+    """--model, or else the model the SAE's cfg.json names (a Hugging Face id of a bundled model reads as that
+    bundled model); a named model that cannot be loaded gets a message pointing at --model. `load` is the
+    command's own loader (load_from_args)."""
+    if args.model is not None:
+        return load(args)
+    args.model = sae.cfg.model_name or DEFAULT_MODEL
+    try:
+        return load(args)
+    except InterpscopeError as err:
+        raise InterpscopeError(f"The SAE's cfg.json names the model {args.model!r}, which could not be loaded "
+                               f"({err}). Give the model it reads with --model (a bundled name such as "
+                               f"{DEFAULT_MODEL}, a local folder or a Hugging Face id).") from None
+
+
 def read_text_file(path: str) -> str:
     file = Path(path)
     if not file.is_file():

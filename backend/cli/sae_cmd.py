@@ -9,7 +9,7 @@ import sys
 
 from backend.cli.argtypes import (eval_tokens_int, eval_window_int, fraction, list_of, non_negative_float,
                                   non_negative_int, open_fraction, positive_float, positive_int, window_int)
-from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args
+from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args, load_model_for_sae
 from backend.config import InterpscopeError
 
 SAE_SUBCOMMAND_MODULES = ["backend.cli.sae_store_cmd", "backend.cli.sae_circuit_cmd", "backend.cli.sae_explain_cmd"]
@@ -28,11 +28,12 @@ def _per_arch(values: list | None, n: int, what: str) -> list:
 def _train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from backend.sae.arch import choices_text
     from backend.sae.pipeline import SAESpec, check_resume, check_specs, train_saes, train_settings
 
     archs = [a.strip() for a in args.arch.split(",") if a.strip()]
     if not archs:
-        raise InterpscopeError("--arch needs at least one of relu, gated, topk, jumprelu.")
+        raise InterpscopeError(f"--arch needs at least one of {choices_text()}.")
     l1s = _per_arch(args.l1, len(archs), "--l1")
     ks = _per_arch(args.k, len(archs), "--k")
     specs = [SAESpec(a, args.width, l1, k) for a, l1, k in zip(archs, l1s, ks)]
@@ -85,9 +86,7 @@ def _eval(args: argparse.Namespace) -> int:
         raise InterpscopeError(f"--tokens ({args.tokens}) must be at least one window of --context ({args.context}) "
                                "tokens.")
     sae = load_sae(args.sae)
-    if args.model is None:
-        args.model = sae.cfg.model_name or "smollm2-135m"
-    loaded = load_from_args(args)
+    loaded = load_model_for_sae(args, sae, load_from_args)
     text_ids = None
     if args.text_file:
         from backend.cli.common import read_text_file
@@ -111,19 +110,30 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _knob_help() -> tuple[str, str, str]:
+    """--arch, --l1 and --k help, from the registered architectures."""
+    from backend.sae.arch import choices_text, registered
+
+    counted = [cls for cls in registered() if cls.knob.is_count]
+    weighted = [cls for cls in registered() if not cls.knob.is_count]
+    l1 = "sparsity coefficient(s), one per --arch: " + "; ".join(
+        f"{cls.knob.label} for {cls.short_name} (default {cls.knob.default:g})" for cls in weighted)
+    k = "k, one per --arch: " + "; ".join(f"{cls.knob.label} for {cls.short_name}" for cls in counted)
+    return f"{choices_text()}; a comma list trains several from one buffer", l1, k
+
+
 def register(subparsers) -> None:
+    arch_help, l1_help, k_help = _knob_help()
     parser = subparsers.add_parser("sae", help="train, evaluate and manage sparse autoencoders")
     sae_sub = parser.add_subparsers(dest="sae_command", required=True)
 
     train = sae_sub.add_parser("train", help="cache activations and train one or more SAEs from one pass")
     add_model_args(train)
     train.add_argument("--hook", required=True, help="hook point, e.g. blocks.15.hook_resid_post")
-    train.add_argument("--arch", default="relu",
-                       help="relu, gated, topk or jumprelu; a comma list trains several from one buffer")
+    train.add_argument("--arch", default="relu", help=arch_help)
     train.add_argument("--width", type=positive_int, default=4608, help="number of features (d_sae)")
-    train.add_argument("--l1", type=list_of(non_negative_float),
-                       help="sparsity coefficient(s), one per --arch (L0 weight for jumprelu)")
-    train.add_argument("--k", type=list_of(positive_int), help="k for topk")
+    train.add_argument("--l1", type=list_of(non_negative_float), help=l1_help)
+    train.add_argument("--k", type=list_of(positive_int), help=k_help)
     train.add_argument("--tokens", type=positive_int, default=1_000_000,
                        help="training tokens (passes over the cache repeat)")
     train.add_argument("--cache-tokens", type=positive_int, default=200_000,

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from backend.cli.argtypes import eval_tokens_int, non_negative_int, positive_int, window_int
-from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args
+from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args, load_model_for_sae
 from backend.config import InterpscopeError
 
 
@@ -34,9 +34,7 @@ def _model_for_sae(args: argparse.Namespace):
                                "tokens.")
     sae = load_sae(args.sae)
     _check_store_target(args)
-    if args.model is None:
-        args.model = sae.cfg.model_name or "smollm2-135m"
-    return load_from_args(args)
+    return load_model_for_sae(args, sae, load_from_args)
 
 
 def folder_size(folder: Path) -> int:

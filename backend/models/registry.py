@@ -25,6 +25,7 @@ class BundledModel:
     folder: Callable[[], Path]
     default: bool = False
     location: Callable[[], Path] | None = None
+    hub_ids: tuple[str, ...] = ()  # Hugging Face ids of the model this entry ships (a copy, maybe quantised)
 
     def known_location(self) -> Path:
         """Where the model's folder is (or will be), without preparing it (folder() may convert it first)."""
@@ -45,6 +46,7 @@ register(BundledModel(
     folder=smollm2.convert,
     default=True,
     location=smollm2.cache_dir,
+    hub_ids=("HuggingFaceTB/SmolLM2-135M-Instruct",),
 ))
 
 register(BundledModel(
@@ -54,9 +56,19 @@ register(BundledModel(
                 "(Gemma terms of use)",
     folder=GEMMA3.convert,
     location=GEMMA3.cache_dir,
+    hub_ids=("google/gemma-3-270m",),
 ))
 
 DEFAULT_MODEL = "smollm2-135m"
+
+
+def bundled_name_for(model_name: str) -> str | None:
+    """The bundled model a name means: its own name, or a Hugging Face id it ships (case-insensitive); else None."""
+    wanted = model_name.strip().lower()
+    for entry in BUNDLED.values():
+        if wanted == entry.name.lower() or wanted in (hub_id.lower() for hub_id in entry.hub_ids):
+            return entry.name
+    return None
 MODELS_DIR = ASSETS_DIR / "models"
 
 

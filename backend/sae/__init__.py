@@ -1,7 +1,8 @@
-"""Sparse autoencoders: four architectures, the common folder format, activation caches, training, evaluation."""
-from backend.sae.architectures import (ARCHITECTURES, GatedSAE, JumpReLUSAE, SAEConfig, SparseAutoencoder,
-                                       StandardSAE, TopKSAE, build_sae, canonical_architecture)
+"""Sparse autoencoders: a registry of architectures, the common folder format, activation caches, training,
+evaluation."""
+from backend.sae.architectures import (SAEConfig, SparseAutoencoder, architecture_class, build_sae,
+                                       canonical_architecture, registered)
 from backend.sae.folder import check_compatible, load_sae, save_sae
 
-__all__ = ["ARCHITECTURES", "GatedSAE", "JumpReLUSAE", "SAEConfig", "SparseAutoencoder", "StandardSAE", "TopKSAE",
-           "build_sae", "canonical_architecture", "check_compatible", "load_sae", "save_sae"]
+__all__ = ["SAEConfig", "SparseAutoencoder", "architecture_class", "build_sae", "canonical_architecture",
+           "check_compatible", "load_sae", "registered", "save_sae"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from backend.config import ASSETS_DIR, data_dir
+from backend.config import ASSETS_DIR, InterpscopeError, data_dir
+from backend.sae.cfg_json import folder_class
 from backend.sae.folder import CFG_FILE, WEIGHTS_FILE
 
 SHIPPED_DIR = ASSETS_DIR / "saes"
@@ -37,10 +38,16 @@ def list_saes() -> dict[str, Path]:
 
 
 def describe(folder: Path) -> dict:
-    """The cfg.json facts a page shows next to an SAE."""
+    """The cfg.json facts a page shows next to an SAE (the architecture as registered, e.g. BatchTopK saved as a
+    JumpReLU reads 'batchtopk')."""
     raw = json.loads((Path(folder) / CFG_FILE).read_text(encoding="utf-8"))
     meta = raw.get("metadata") or {}
-    return {"architecture": raw.get("architecture", "standard"), "d_in": raw.get("d_in"), "d_sae": raw.get("d_sae"),
+    try:
+        cls = folder_class(raw)
+        architecture, label = cls.architecture, cls.label
+    except InterpscopeError:
+        architecture = label = str(raw.get("architecture"))
+    return {"architecture": architecture, "label": label, "d_in": raw.get("d_in"), "d_sae": raw.get("d_sae"),
             "model_name": raw.get("model_name") or meta.get("model_name"),
             "hook_name": raw.get("hook_name") or meta.get("hook_name"),
             "training_tokens": raw.get("training_tokens") or meta.get("training_tokens"), "dtype": raw.get("dtype")}

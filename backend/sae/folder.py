@@ -1,16 +1,18 @@
 """The common SAE folder format: `cfg.json` + `sae_weights.safetensors`, as the SAELens library writes it.
 
-cfg.json carries d_in, d_sae, architecture, dtype, apply_b_dec_to_input, normalize_activations, and where the
-SAE reads: model_name, hook_name, hook_layer, context_size, ... both at the top level (older releases) and in a
-`metadata` object (newer releases); we read either and write both. Tensor names: W_enc [d_in, d_sae],
-W_dec [d_sae, d_in], b_dec, and b_enc / threshold / b_gate, r_mag, b_mag by architecture.
-Pickle checkpoints (.pt/.pth/.ckpt/.pkl/.bin) are refused: opening one can run arbitrary code.
+cfg.json is read and written by backend.sae.cfg_json (every layout of that library; each architecture reads and
+writes its own fields). Tensor names: W_enc [d_in, d_sae], W_dec [d_sae, d_in], b_dec, and the per-feature
+tensors each architecture declares. A tensor the architecture does not use is refused by name, except the
+decoder scaling the library once stored (`scaling_factor` / `finetuning_scaling_factor`): all ones means nothing;
+otherwise, with cfg.json's finetuning_scaling_factor true, it multiplies the features before the decoder, as that
+library's releases before 6.0 did, so it is folded into W_dec's rows (without the flag that library refuses the
+folder, and so do we). Pickle checkpoints (.pt/.pth/.ckpt/.pkl/.bin) are refused: opening one can run
+arbitrary code.
 """
 from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 
 import torch
@@ -18,15 +20,13 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from backend.config import DTYPES, InterpscopeError
-from backend.sae.architectures import CLASSES, SAEConfig, SparseAutoencoder, build_sae, canonical_architecture
+from backend.sae.arch import SparseAutoencoder
+from backend.sae.cfg_json import config_to_json, read_config
 
 CFG_FILE = "cfg.json"
 WEIGHTS_FILE = "sae_weights.safetensors"
 PICKLE_SUFFIXES = (".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".bin")
-_LAYER = re.compile(r"^blocks\.(\d+)\.")
-
-_CFG_FIELDS = ("model_name", "hook_name", "hook_layer", "context_size", "dataset_path", "prepend_bos",
-               "training_tokens")
+SCALING_TENSORS = ("scaling_factor", "finetuning_scaling_factor")
 
 
 def _refuse_pickle(path: Path) -> None:
@@ -35,72 +35,26 @@ def _refuse_pickle(path: Path) -> None:
         f"refuses them. Convert it to an SAE folder (cfg.json + {WEIGHTS_FILE}) with safetensors first.")
 
 
-def parameter_shapes(cfg: SAEConfig) -> dict[str, tuple[int, ...]]:
-    """The tensors (and shapes) a folder of this architecture must hold."""
-    shapes: dict[str, tuple[int, ...]] = {"W_enc": (cfg.d_in, cfg.d_sae), "W_dec": (cfg.d_sae, cfg.d_in),
-                                          "b_dec": (cfg.d_in,)}
-    per_feature = {"standard": ("b_enc",), "topk": ("b_enc",), "jumprelu": ("b_enc", "threshold"),
-                   "gated": ("b_gate", "r_mag", "b_mag")}[cfg.architecture]
-    shapes.update({name: (cfg.d_sae,) for name in per_feature})
-    return shapes
-
-
-def config_to_json(cfg: SAEConfig) -> dict:
-    """cfg.json content with the common library's field names (top level and `metadata`)."""
-    top = {
-        "architecture": cfg.architecture, "d_in": cfg.d_in, "d_sae": cfg.d_sae, "dtype": cfg.dtype,
-        "device": "cpu", "apply_b_dec_to_input": cfg.apply_b_dec_to_input,
-        "normalize_activations": cfg.normalize_activations, "reshape_activations": "none",
-        "activation_fn_str": "topk" if cfg.architecture == "topk" else "relu",
-        "activation_fn_kwargs": {"k": cfg.k} if cfg.architecture == "topk" else {},
-        "finetuning_scaling_factor": False, "hook_head_index": None,
-    }
-    if cfg.architecture == "topk":
-        top["k"] = cfg.k
-    meta = {name: getattr(cfg, name) for name in _CFG_FIELDS}
-    top.update(meta)
-    top["metadata"] = dict(meta, hook_head_index=None, interpscope=cfg.extra)
-    return top
-
-
-def config_from_json(raw: dict) -> SAEConfig:
-    """Read a cfg.json written by us or by the common library (either generation of its layout)."""
-    meta = raw.get("metadata") or {}
-
-    def pick(name, default=None):
-        value = raw.get(name)
-        return meta.get(name, default) if value is None else value
-
-    for required in ("d_in", "d_sae"):
-        if not isinstance(raw.get(required), int) or raw[required] < 1:
-            raise InterpscopeError(f"cfg.json has no positive integer {required!r}.")
-    architecture = raw.get("architecture")
-    if not architecture:
-        architecture = "topk" if raw.get("activation_fn_str") == "topk" else "standard"
-    try:
-        architecture = canonical_architecture(architecture)
-    except ValueError as err:
-        raise InterpscopeError(str(err)) from None
-    k = raw.get("k") or (raw.get("activation_fn_kwargs") or {}).get("k")
-    hook_name = str(pick("hook_name", "") or "")
-    hook_layer = pick("hook_layer")
-    if hook_layer is None:
-        match = _LAYER.match(hook_name)
-        hook_layer = int(match.group(1)) if match else -1
-    normalize = str(raw.get("normalize_activations") or "none")
-    if normalize not in ("none", "None"):
-        raise InterpscopeError(
-            f"This SAE expects activations normalised with {normalize!r}, whose scale is not stored in the "
-            "folder; only normalize_activations 'none' is supported (fold the scale into the weights first).")
-    return SAEConfig(
-        d_in=int(raw["d_in"]), d_sae=int(raw["d_sae"]), architecture=architecture,
-        model_name=str(pick("model_name", "") or ""), hook_name=hook_name, hook_layer=int(hook_layer),
-        dtype=str(raw.get("dtype") or "float32"), k=int(k) if k else None,
-        context_size=int(pick("context_size", 128) or 128), dataset_path=str(pick("dataset_path", "") or ""),
-        apply_b_dec_to_input=bool(raw.get("apply_b_dec_to_input", True)), normalize_activations="none",
-        prepend_bos=bool(pick("prepend_bos", False)), training_tokens=int(pick("training_tokens", 0) or 0),
-        extra=dict(meta.get("interpscope") or {}),
-    )
+def apply_scaling_factor(raw: dict, tensors: dict[str, torch.Tensor], d_sae: int) -> dict[str, torch.Tensor]:
+    """Fold a stored decoder scaling (see the module docstring) into W_dec, or refuse it by name."""
+    tensors = dict(tensors)
+    for name in SCALING_TENSORS:
+        if name not in tensors:
+            continue
+        factor = tensors.pop(name)
+        if tuple(factor.shape) != (d_sae,):
+            raise InterpscopeError(f"{WEIGHTS_FILE} holds {name} of shape {tuple(factor.shape)}; a decoder scaling "
+                                   f"needs one number per feature ({d_sae}).")
+        if torch.allclose(factor.double(), torch.ones(d_sae, dtype=torch.float64)):
+            continue
+        if raw.get("finetuning_scaling_factor") is not True:
+            raise InterpscopeError(f"{WEIGHTS_FILE} holds {name} (not all ones), but cfg.json field "
+                                   "finetuning_scaling_factor is not true, so its meaning is unknown; the common "
+                                   "SAE library refuses such a folder too.")
+        if "W_dec" in tensors:
+            dtype = tensors["W_dec"].dtype
+            tensors["W_dec"] = (tensors["W_dec"].double() * factor.double()[:, None]).to(dtype)
+    return tensors
 
 
 def save_sae(sae: SparseAutoencoder, folder: str | Path, dtype: str | None = None) -> Path:
@@ -111,8 +65,8 @@ def save_sae(sae: SparseAutoencoder, folder: str | Path, dtype: str | None = Non
     if dtype not in DTYPES:
         raise InterpscopeError(f"Unknown dtype {dtype!r} for saving an SAE.")
     sae.cfg.dtype = dtype
-    tensors = {name: param.detach().to(DTYPES[dtype]).contiguous().cpu()
-               for name, param in sae.named_parameters()}
+    tensors = {name: tensor.detach().to(DTYPES[dtype]).contiguous().cpu()
+               for name, tensor in sae.state_dict().items()}
     tmp_weights = folder / (WEIGHTS_FILE + ".tmp")
     save_file(tensors, str(tmp_weights), metadata={"format": "pt"})
     os.replace(tmp_weights, folder / WEIGHTS_FILE)
@@ -141,29 +95,42 @@ def load_sae(path: str | Path, dtype: str | torch.dtype | None = "float32") -> S
         raise InterpscopeError(f"{folder / CFG_FILE} is not valid JSON ({err}).") from None
     if not isinstance(raw, dict):
         raise InterpscopeError(f"{folder / CFG_FILE} must hold a JSON object.")
-    cfg = config_from_json(raw)
+    cls, cfg = read_config(raw)
     try:
         tensors = load_file(str(folder / WEIGHTS_FILE))
     except (SafetensorError, OSError) as err:
         raise InterpscopeError(f"{folder / WEIGHTS_FILE} is not a readable safetensors file ({err}).") from None
-    expected = parameter_shapes(cfg)
+    for name, tensor in tensors.items():
+        check_finite(tensor, name, folder / WEIGHTS_FILE)
+    if "W_enc" not in tensors:
+        raise InterpscopeError(f"{WEIGHTS_FILE} lacks W_enc (it has {', '.join(sorted(tensors)) or 'nothing'}).")
+    stored = tensors["W_enc"].dtype
+    target = stored if dtype is None else DTYPES[dtype] if isinstance(dtype, str) else dtype
+    expected = cls.tensor_shapes(cfg)
+    tensors = {name: tensor.to(target) for name, tensor in tensors.items()}
+    try:
+        tensors = cls.prepare_tensors(raw, apply_scaling_factor(raw, tensors, cfg.d_sae))
+    except (KeyError, IndexError, RuntimeError):
+        pass  # a tensor it needs is missing or misshapen: named just below
+    except ValueError as err:
+        raise InterpscopeError(f"{folder}: {err}") from None
     missing = [name for name in expected if name not in tensors]
     if missing:
-        raise InterpscopeError(f"{WEIGHTS_FILE} lacks {', '.join(missing)} needed by a {cfg.architecture} SAE "
+        raise InterpscopeError(f"{WEIGHTS_FILE} lacks {', '.join(missing)} needed by a {cls.label} SAE "
                                f"(it has {', '.join(sorted(tensors))}).")
     for name, shape in expected.items():
         if tuple(tensors[name].shape) != shape:
             raise InterpscopeError(
                 f"{name} has shape {tuple(tensors[name].shape)} but cfg.json (d_in={cfg.d_in}, "
                 f"d_sae={cfg.d_sae}) implies {shape}.")
-    for name in expected:
-        check_finite(tensors[name], name, folder / WEIGHTS_FILE)
-    stored = tensors["W_enc"].dtype
-    target = stored if dtype is None else DTYPES[dtype] if isinstance(dtype, str) else dtype
-    sae = build_sae(cfg, dtype=target, seed=None)
+    unused = sorted(set(tensors) - set(expected))
+    if unused:
+        raise InterpscopeError(f"{WEIGHTS_FILE} holds {', '.join(unused)}, which a {cls.label} SAE does not use; "
+                               "Interpscope refuses to drop weights silently (remove them if they mean nothing).")
+    sae = cls(cfg, dtype=target, seed=None)
     with torch.no_grad():
         for name in expected:
-            getattr(sae, name).copy_(tensors[name].to(target))
+            getattr(sae, name).copy_(tensors[name])
     cfg.dtype = {v: k for k, v in DTYPES.items()}.get(stored, cfg.dtype)
     return sae
 
@@ -203,5 +170,4 @@ def check_compatible(sae: SparseAutoencoder, adapter, hook_name: str | None = No
     return hook
 
 
-__all__ = ["save_sae", "load_sae", "check_compatible", "config_from_json", "config_to_json", "parameter_shapes",
-           "CLASSES"]
+__all__ = ["save_sae", "load_sae", "check_compatible", "check_finite", "hook_width"]

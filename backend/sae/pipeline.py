@@ -15,18 +15,17 @@ from backend.config import InterpscopeError
 from backend.outputs import OutputFolder, check_output_folder
 from backend.resume import check_same_settings
 from backend.sae.activations import ActivationCache, ShuffledBuffer, build_activation_cache
-from backend.sae.architectures import SAEConfig, build_sae, canonical_architecture
+from backend.sae.architectures import SAEConfig, SparseAutoencoder, architecture_class, build_sae
 from backend.sae.folder import CFG_FILE, WEIGHTS_FILE, hook_width, save_sae
 from backend.sae.sinks import SINK_FACTOR
 from backend.sae.training import TrainConfig, Trainer, TrainRun
 
 OUTLIER_FACTOR = SINK_FACTOR  # training drops rows whose norm exceeds 10x the RMS norm (sinks past position 0)
-DEFAULT_SPARSITY = {"standard": 5.0, "gated": 5.0, "jumprelu": 0.5, "topk": 0.0}
 
 
 @dataclass
 class SAESpec:
-    """One SAE to train: architecture, width, sparsity coefficient (L1 / L0) or k, and a run name."""
+    """One SAE to train: architecture, width, its sparsity knob (a coefficient, or k) and a run name."""
 
     architecture: str
     width: int
@@ -35,36 +34,46 @@ class SAESpec:
     name: str | None = None
 
     @property
+    def arch_class(self) -> type[SparseAutoencoder]:
+        return architecture_class(self.architecture)
+
+    @property
     def arch(self) -> str:
-        return canonical_architecture(self.architecture)
+        return self.arch_class.architecture
 
     @property
     def coefficient(self) -> float:
-        """The sparsity coefficient used (the architecture's default when none was given)."""
-        return float(self.sparsity if self.sparsity is not None else DEFAULT_SPARSITY[self.arch])
+        """The sparsity coefficient used (the architecture's default when none was given; 0 where the knob is k)."""
+        knob = self.arch_class.knob
+        default = 0.0 if knob.is_count else knob.default
+        return float(self.sparsity if self.sparsity is not None else default)
+
+    def knob_setting(self) -> dict:
+        """{"k": k} or {"sparsity": coefficient}: the knob this architecture is trained with."""
+        return {"k": self.k} if self.arch_class.knob.is_count else {"sparsity": self.coefficient}
 
     def run_name(self) -> str:
         if self.name:
             return self.name
-        knob = f"k{self.k}" if self.arch == "topk" else f"l{self.coefficient:g}"
-        return f"{'relu' if self.arch == 'standard' else self.arch}-{self.width}-{knob}"
+        knob = f"k{self.k}" if self.arch_class.knob.is_count else f"l{self.coefficient:g}"
+        return f"{self.arch_class.short_name}-{self.width}-{knob}"
 
 
 def check_specs(specs: list[SAESpec]) -> None:
-    """Clear errors for an unknown architecture, a width below 1, a TopK without k or a negative coefficient;
-    run before any model is loaded or activation cached."""
+    """Clear errors for an unknown architecture, a width below 1, a k-based architecture without a valid k or a
+    negative coefficient; run before any model is loaded or activation cached."""
     if not specs:
         raise InterpscopeError("Give at least one SAE to train.")
     for spec in specs:
         try:
-            arch = spec.arch
+            cls = spec.arch_class
         except ValueError as err:
             raise InterpscopeError(str(err)) from None
         if not isinstance(spec.width, int) or spec.width < 1:
             raise InterpscopeError(f"SAE width must be a positive integer (got {spec.width!r}).")
-        if arch == "topk" and not spec.k:
-            raise InterpscopeError("A TopK SAE needs --k.")
-        if arch == "topk" and (spec.k < 1 or spec.k > spec.width):
+        if cls.knob.is_count and not spec.k:
+            raise InterpscopeError(f"A {cls.label} SAE needs --k.")
+        if cls.knob.is_count and (spec.k < 1 or spec.k > spec.width):
             raise InterpscopeError(f"--k must be from 1 to the width {spec.width} (got {spec.k}).")
         if spec.sparsity is not None and not (math.isfinite(spec.sparsity) and spec.sparsity >= 0):
             raise InterpscopeError(f"The sparsity coefficient must be 0 or more (got {spec.sparsity}).")
@@ -85,14 +94,13 @@ def make_runs(specs: list[SAESpec], d_in: int, model_name: str, hook_name: str, 
     check_specs(specs)
     runs = []
     for i, (spec, name) in enumerate(zip(specs, run_names(specs))):
-        arch = spec.arch
         layer = hook_name.split(".")[1] if hook_name.startswith("blocks.") else "-1"
-        cfg = SAEConfig(d_in=d_in, d_sae=spec.width, architecture=arch, model_name=model_name, hook_name=hook_name,
-                        hook_layer=int(layer), k=spec.k, context_size=context_size, dataset_path=dataset)
-        sparsity = spec.coefficient
+        cfg = SAEConfig(d_in=d_in, d_sae=spec.width, architecture=spec.arch, model_name=model_name,
+                        hook_name=hook_name, hook_layer=int(layer), k=spec.knob_setting().get("k"),
+                        context_size=context_size, dataset_path=dataset)
         sae = build_sae(cfg, seed=seed + i)
         sae.sparse_training = True
-        runs.append(TrainRun(name=name, sae=sae, sparsity=float(sparsity)))
+        runs.append(TrainRun(name=name, sae=sae, sparsity=spec.coefficient))
     return runs
 
 
@@ -110,8 +118,7 @@ def train_settings(model_name: str, hook_name: str, specs: list[SAESpec], *, tok
                    decay_fraction: float = 0.2, resample_at: tuple[float, ...] = (0.25, 0.5),
                    dead_window_tokens: int = 1_000_000, seed: int = 0) -> dict:
     """Every setting that changes the trained weights; a checkpoint resumes only under identical ones."""
-    saes = [{"name": name, "architecture": spec.arch, "width": spec.width,
-             **({"k": spec.k} if spec.arch == "topk" else {"sparsity": spec.coefficient})}
+    saes = [{"name": name, "architecture": spec.arch, "width": spec.width, **spec.knob_setting()}
             for spec, name in zip(specs, run_names(specs))]
     settings = {"model_name": model_name, "hook_name": hook_name, "saes": saes, "tokens": int(tokens),
                 "cache_tokens": int(cache_tokens), "corpus": str(source or "austen"), "split": split,

@@ -4,7 +4,9 @@ Optimiser: Adam (beta1 = 0, beta2 = 0.999 by default, as in the Gated SAE paper)
 then constant, linear decay over the last `decay_fraction` of steps; sparsity coefficient warmed up linearly.
 Decoder rows are kept at unit norm: the gradient's component along each row is projected out before the step
 and rows are renormalised after it. Dead features (no activation for `dead_window_tokens`) are resampled at
-chosen steps towards inputs the SAE reconstructs badly (TopK relies on AuxK instead).
+chosen steps towards inputs the SAE reconstructs badly, for architectures that resample (`resample_dead`; those
+with AuxK revive them themselves). Everything an architecture does beyond that it does in its own hooks:
+`observe_dead` before its loss, `after_step` after the optimiser step (backend.sae.arch.base).
 Checkpoints: <dir>/ckpt-<step>/<run>/ (SAE folder + optimizer.safetensors) and <dir>/latest.json, written last,
 pointing to the newest complete one; training resumes from it, at the same place in the buffer. Every checkpoint
 file is recorded in an output folder's marker (backend.outputs), and older checkpoints are deleted file by
@@ -25,7 +27,7 @@ from safetensors.torch import load_file, save_file
 
 from backend.outputs import OutputFolder
 from backend.sae.activations import ShuffledBuffer
-from backend.sae.architectures import SparseAutoencoder, TopKSAE
+from backend.sae.architectures import SparseAutoencoder
 from backend.sae.folder import CFG_FILE, WEIGHTS_FILE, load_sae, save_sae
 
 CHECKPOINT_FILES = (CFG_FILE, WEIGHTS_FILE, "optimizer.safetensors", "history.json")
@@ -59,7 +61,8 @@ class TrainConfig:
 
 @dataclass
 class TrainRun:
-    """One SAE being trained, with its sparsity coefficient (L1 / L0 weight; ignored by TopK) and its history."""
+    """One SAE being trained, with its sparsity coefficient (L1 / L0 weight; unused where the knob is k) and its
+    history."""
 
     name: str
     sae: SparseAutoencoder
@@ -132,14 +135,12 @@ class Trainer:
             param.addcdiv_(numerator, denom, value=-lr)
             param.grad = None
         W_dec.div_(W_dec.norm(dim=1, keepdim=True).clamp_min(1e-8))
-        if hasattr(sae, "threshold"):
-            sae.threshold.clamp_(min=0.0)
 
     @torch.no_grad()
     def _resample(self, run: TrainRun, x: torch.Tensor) -> int:
         """Re-initialise dead features towards inputs with large reconstruction error; reset their Adam state."""
         sae = run.sae
-        if isinstance(sae, TopKSAE):
+        if not sae.resample_dead:
             return 0
         window_steps = max(1, self.cfg.dead_window_tokens // self.cfg.batch_size)
         dead = (self.step - run.last_fired) >= window_steps
@@ -183,11 +184,11 @@ class Trainer:
             logs: dict[str, dict] = {}
             for run in self.runs:
                 sae = run.sae
-                if isinstance(sae, TopKSAE):
-                    sae.dead_mask.copy_((self.step - run.last_fired) >= window_steps)
+                sae.observe_dead((self.step - run.last_fired) >= window_steps)
                 out = sae.loss(x, run.sparsity * ramp)
                 out.total.backward()
                 self._adam_step(run, lr)
+                sae.after_step(out)
                 with torch.no_grad():
                     fired = (out.features > 0).any(0)
                     run.last_fired[fired] = self.step
