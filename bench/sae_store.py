@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backend.sae_store import FeatureStore, build_store, read_manifest  # noqa: E402
 from backend.sae_store.layout import default_store_dir  # noqa: E402
-from components.feature_card import contexts_table_html, histogram_figure, logits_figure  # noqa: E402
+from components.feature_card import contexts_table_html  # noqa: E402
+from components.sae_figures import histogram_figure, logits_figure  # noqa: E402
 
 
 def folder_size(folder: Path) -> int:
@@ -30,12 +31,12 @@ def folder_size(folder: Path) -> int:
 
 def render(card) -> None:
     """What the feature page computes besides the card: figures and context HTML."""
-    histogram_figure(card.histogram["edges"], card.histogram["counts"], "h", "activation")
-    histogram_figure(card.logit_histogram["edges"], card.logit_histogram["counts"], "l", "logit", y_log=True)
+    histogram_figure(card.histogram.edges, card.histogram.counts, "h", "activation")
+    histogram_figure(card.logit_histogram.edges, card.logit_histogram.counts, "l", "logit", y_log=True)
     logits_figure(card.top_logits, card.bottom_logits, "t")
     contexts_table_html([vars(c) for c in card.top_contexts], card.max_activation)
     for interval in card.intervals:
-        contexts_table_html([vars(c) for c in interval["examples"]], card.max_activation)
+        contexts_table_html([vars(c) for c in interval.examples], card.max_activation)
 
 
 def open_times(store_path: Path, n: int, seed: int, cold: bool) -> dict:

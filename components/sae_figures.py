@@ -6,7 +6,9 @@ from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
+CURVES = (("loss", "loss"), ("l0", "L0"), ("fvu", "FVU (batch)"))
 ORANGE = (230, 120, 20)
 ACTIVATION_SCALE = [[0.0, "rgb(255,255,255)"], [1.0, f"rgb{ORANGE}"]]
 
@@ -119,4 +121,20 @@ def evaluation_density_figure(counts: np.ndarray, edges: np.ndarray, dense_thres
     fig.update_layout(title=f"Feature density over {n_tokens:,} tokens ({dead:,} features did not fire on them)",
                       xaxis_title="log10(fraction of tokens on which the feature fires)",
                       yaxis_title="number of features", bargap=0.05, height=380, margin=dict(t=60, b=50))
+    return fig
+
+
+def training_curves_figure(histories: dict[str, list[dict]]) -> go.Figure:
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[label for _, label in CURVES], horizontal_spacing=0.08)
+    palette = ["#4c78a8", "#e45756", "#54a24b", "#b279a2", "#f58518"]
+    for i, (name, history) in enumerate(histories.items()):
+        tokens = [h["tokens"] for h in history]
+        for col, (key, _) in enumerate(CURVES, start=1):
+            fig.add_trace(go.Scatter(x=tokens, y=[h[key] for h in history], mode="lines", name=name,
+                                     legendgroup=name, showlegend=col == 1,
+                                     line=dict(color=palette[i % len(palette)])), row=1, col=col)
+            fig.update_xaxes(title_text="training tokens", row=1, col=col)
+    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_layout(height=360, title="Training curves", margin=dict(t=70, b=50), legend=dict(orientation="h",
+                      y=-0.25))
     return fig

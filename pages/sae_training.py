@@ -7,9 +7,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
-from plotly.subplots import make_subplots
 
 from backend.config import InterpscopeError
 from backend.paths import PLAIN_NAME, plain_name, user_path
@@ -18,27 +16,27 @@ from backend.sae.catalog import trained_dir
 from backend.sae.evaluation import evaluate_sae
 from backend.sae.pipeline import SAESpec, train_saes
 from components.export import export_menu
-from pages._common import current_model, show_errors
+from components.sae_figures import CURVES, training_curves_figure
+from pages._common import Param, current_model, progress, show_errors, url_inputs, write_url
 
 ARCHITECTURES = {cls.short_name: cls for cls in registered()}
 TRAINABLE = re.compile(r"^blocks\.\d+\.(hook_resid_pre|hook_resid_post|hook_mlp_out|hook_attn_out|hook_mixer_out)$")
-CURVES = (("loss", "loss"), ("l0", "L0"), ("fvu", "FVU (batch)"))
+PAGE = "sae-training"
 
 
-def curves_figure(histories: dict[str, list[dict]]) -> go.Figure:
-    fig = make_subplots(rows=1, cols=3, subplot_titles=[label for _, label in CURVES], horizontal_spacing=0.08)
-    palette = ["#4c78a8", "#e45756", "#54a24b", "#b279a2", "#f58518"]
-    for i, (name, history) in enumerate(histories.items()):
-        tokens = [h["tokens"] for h in history]
-        for col, (key, _) in enumerate(CURVES, start=1):
-            fig.add_trace(go.Scatter(x=tokens, y=[h[key] for h in history], mode="lines", name=name,
-                                     legendgroup=name, showlegend=col == 1,
-                                     line=dict(color=palette[i % len(palette)])), row=1, col=col)
-            fig.update_xaxes(title_text="training tokens", row=1, col=col)
-    fig.update_yaxes(type="log", row=1, col=1)
-    fig.update_layout(height=360, title="Training curves", margin=dict(t=70, b=50), legend=dict(orientation="h",
-                      y=-0.25))
-    return fig
+def params(lm) -> list[Param]:
+    hooks = [h for h in lm.adapter.hook_points() if TRAINABLE.match(h)]
+    middle = f"blocks.{lm.adapter.n_layers // 2}.hook_resid_post"
+    return [Param("sae_train_hook", "hook", middle if middle in hooks else hooks[0], choices=hooks),
+            Param("sae_train_archs_text", "archs", ",".join(n for n, c in ARCHITECTURES.items()
+                                                           if c.selected_by_default)),
+            Param("sae_train_width", "width", 8 * lm.adapter.d_model, int, low=16, high=262144),
+            Param("sae_train_tokens", "tokens", 1_000_000, int, low=1024),
+            Param("sae_train_cache_tokens", "cache", 100_000, int, low=256),
+            Param("sae_train_batch", "batch", 4096, int, low=16, high=65536),
+            Param("sae_train_lr", "lr", 7e-4, float, low=1e-6, high=1.0),
+            Param("sae_train_corpus", "corpus", "austen"),
+            Param("sae_train_eval_tokens", "eval", 1024, int, low=0)]
 
 
 def default_run_name(model_name: str, hook: str) -> str:
@@ -52,15 +50,16 @@ def default_run_name(model_name: str, hook: str) -> str:
 
 def settings(lm) -> dict | None:
     hooks = [h for h in lm.adapter.hook_points() if TRAINABLE.match(h)]
-    middle = f"blocks.{lm.adapter.n_layers // 2}.hook_resid_post"
     c1, c2, c3 = st.columns(3)
-    hook = c1.selectbox("Hook point", hooks, index=hooks.index(middle) if middle in hooks else 0,
-                        key="sae_train_hook")
+    hook = c1.selectbox("Hook point", hooks, key="sae_train_hook")
+    if "sae_train_archs" not in st.session_state:
+        st.session_state["sae_train_archs"] = [a for a in st.session_state["sae_train_archs_text"].split(",")
+                                               if a in ARCHITECTURES]
     archs = c2.multiselect("Architectures (trained together from one buffer)", list(ARCHITECTURES),
-                           default=[name for name, cls in ARCHITECTURES.items() if cls.selected_by_default],
                            format_func=lambda name: ARCHITECTURES[name].label, key="sae_train_archs")
-    width = int(c3.number_input("Width (features)", min_value=16, max_value=262144, value=8 * lm.adapter.d_model,
-                                step=64, key="sae_train_width"))
+    st.session_state["sae_train_archs_text"] = ",".join(archs)
+    width = int(c3.number_input("Width (features)", min_value=16, max_value=262144, step=64,
+                                key="sae_train_width"))
     specs = []
     if archs:
         cols = st.columns(len(archs))
@@ -76,21 +75,18 @@ def settings(lm) -> dict | None:
                                                      key=f"sae_train_{knob.kind}_{arch}"))
                 specs.append(SAESpec(arch, width, coefficient))
     c1, c2, c3, c4 = st.columns(4)
-    tokens = int(c1.number_input("Training tokens", min_value=1024, value=1_000_000, step=65536,
-                                 key="sae_train_tokens", help="Passes over the cached activations repeat."))
-    cache_tokens = int(c2.number_input("Corpus tokens to cache", min_value=256, value=100_000, step=10_000,
+    tokens = int(c1.number_input("Training tokens", min_value=1024, step=65536, key="sae_train_tokens",
+                                 help="Passes over the cached activations repeat."))
+    cache_tokens = int(c2.number_input("Corpus tokens to cache", min_value=256, step=10_000,
                                        key="sae_train_cache_tokens"))
-    batch = int(c3.number_input("Batch size", min_value=16, max_value=65536, value=4096, step=256,
-                                key="sae_train_batch"))
-    lr = float(c4.number_input("Learning rate", min_value=1e-6, max_value=1.0, value=7e-4, format="%.5f",
-                               key="sae_train_lr"))
-    corpus = st.text_input("Corpus", value="austen", key="sae_train_corpus",
+    batch = int(c3.number_input("Batch size", min_value=16, max_value=65536, step=256, key="sae_train_batch"))
+    lr = float(c4.number_input("Learning rate", min_value=1e-6, max_value=1.0, format="%.5f", key="sae_train_lr"))
+    corpus = st.text_input("Corpus", key="sae_train_corpus",
                            help="'austen' = the bundled Jane Austen novels, or a .txt/.md/.jsonl file or folder.")
     c1, c2 = st.columns(2)
-    run_name = c1.text_input("Run name (rerun the same name to resume)", key="sae_train_name",
-                             value=default_run_name(lm.name, hook))
-    eval_tokens = int(c2.number_input("Evaluation tokens for the final report", min_value=0, value=1024,
-                                      step=128, key="sae_train_eval_tokens"))
+    run_name = c1.text_input("Run name (rerun the same name to resume)", key="sae_train_name")
+    eval_tokens = int(c2.number_input("Evaluation tokens for the final report", min_value=0, step=128,
+                                      key="sae_train_eval_tokens"))
     if not archs:
         st.info("Choose at least one architecture.")
         return None
@@ -106,36 +102,30 @@ def settings(lm) -> dict | None:
 
 def run_training(lm, cfg: dict) -> None:
     out = trained_dir() / cfg["run_name"]
-    cache_bar = st.progress(0.0, text="Caching activations…")
-    train_bar = st.progress(0.0, text="Training…")
     live = st.empty()
     histories: dict[str, list[dict]] = {}
+    with progress("Caching activations: tokens", PAGE) as cache_report, progress("Training: steps") as train_report:
+        def train_progress(step: int, total: int, logs: dict) -> None:
+            cache_report(1, 1)
+            for name, entry in logs.items():
+                histories.setdefault(name, []).append(entry)
+            train_report(step, total)
+            frame = pd.DataFrame([{"tokens": e["tokens"], f"{n} {label}": e[key]}
+                                  for n, h in histories.items() for e in h for key, label in CURVES])
+            live.line_chart(frame.groupby("tokens").first(), height=260)
 
-    def cache_progress(done: int, total: int) -> None:
-        cache_bar.progress(done / total, text=f"Caching activations: {done:,} / {total:,}")
-
-    def progress(step: int, total: int, logs: dict) -> None:
-        cache_bar.progress(1.0, text="Activations cached")
-        for name, entry in logs.items():
-            histories.setdefault(name, []).append(entry)
-        text = " · ".join(f"{n}: L0 {e['l0']:.0f}, FVU {e['fvu']:.3f}" for n, e in logs.items())
-        train_bar.progress(step / total, text=f"Step {step}/{total} — {text}")
-        frame = pd.DataFrame([{"tokens": e["tokens"], f"{n} {label}": e[key]}
-                              for n, h in histories.items() for e in h for key, label in CURVES])
-        live.line_chart(frame.groupby("tokens").first(), height=260)
-
-    saved = train_saes(lm, cfg["hook"], cfg["specs"], out, tokens=cfg["tokens"], cache_tokens=cfg["cache_tokens"],
-                       source=cfg["corpus"], batch_size=cfg["batch"], lr=cfg["lr"],
-                       log_every=max(1, min(10, cfg["tokens"] // cfg["batch"] // 20)),
-                       cache_progress=cache_progress, progress=progress)
+        saved = train_saes(lm, cfg["hook"], cfg["specs"], out, tokens=cfg["tokens"],
+                           cache_tokens=cfg["cache_tokens"], source=cfg["corpus"], batch_size=cfg["batch"],
+                           lr=cfg["lr"], log_every=max(1, min(10, cfg["tokens"] // cfg["batch"] // 20)),
+                           cache_progress=cache_report, progress=train_progress)
     live.empty()
     report = {}
     if cfg["eval_tokens"] > 0:
-        bar = st.progress(0.0, text="Evaluating…")
-        for name, folder in saved.items():
-            result = evaluate_sae(lm, load_sae(folder), n_tokens=cfg["eval_tokens"], context_size=128)
-            report[name] = result.summary()
-        bar.empty()
+        with progress("Evaluating: SAEs") as eval_report:
+            for index, (name, folder) in enumerate(saved.items()):
+                result = evaluate_sae(lm, load_sae(folder), n_tokens=cfg["eval_tokens"], context_size=128)
+                report[name] = result.summary()
+                eval_report(index + 1, len(saved))
     st.session_state["sae_training_result"] = {"saved": {k: str(v) for k, v in saved.items()}, "report": report}
 
 
@@ -147,7 +137,7 @@ def show_result(result: dict) -> None:
         rows = [{"SAE": name, **{k: v for k, v in summary.items() if not isinstance(v, str)}}
                 for name, summary in result["report"].items()]
         st.dataframe(rows, hide_index=True, width="stretch")
-    fig = curves_figure(histories)
+    fig = training_curves_figure(histories)
     st.plotly_chart(fig, width="stretch", key="sae_training_curves")
     export_menu(fig, {"report": result["report"], "histories": histories}, key="sae_training",
                 filename="sae_training")
@@ -163,8 +153,13 @@ def main() -> None:
     lm = current_model()
     if lm is None:
         return
+    page_params = params(lm)
+    url_inputs(PAGE, page_params)
+    if "sae_train_name" not in st.session_state:
+        st.session_state["sae_train_name"] = default_run_name(lm.name, st.session_state["sae_train_hook"])
     with show_errors():
         cfg = settings(lm)
+        write_url(page_params)
         if cfg and st.button("Start / resume training", type="primary", key="sae_train_run"):
             if cfg["tokens"] < cfg["batch"]:
                 raise InterpscopeError("Training tokens must be at least one batch.")

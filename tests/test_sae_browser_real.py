@@ -101,4 +101,4 @@ def _flow(store_app, page, artefacts) -> None:
     assert exported["max_activation"] == pytest.approx(card.max_activation)
     assert len(exported["top_contexts"]) == len(card.top_contexts)
     assert {"tokens", "activations", "max"} <= set(exported["top_contexts"][0])
-    assert exported["neighbours"] == [list(n) for n in card.neighbours]
+    assert exported["neighbours"] == [{"feature": n.feature, "cosine": n.cosine} for n in card.neighbours]

@@ -67,8 +67,8 @@ def test_store_matches_brute_force(lm, tmp_path, arch):
         assert card.max_activation == pytest.approx(nonzero.max(), rel=1e-5)
         assert card.mean_activation == pytest.approx(nonzero.mean(), rel=1e-4)
         counts, edges = np.histogram(nonzero, bins=spec["hist_bins"], range=(0, nonzero.max()))
-        np.testing.assert_array_equal(card.histogram["counts"], counts)
-        np.testing.assert_allclose(card.histogram["edges"], edges, rtol=1e-5)
+        np.testing.assert_array_equal(card.histogram.counts, counts)
+        np.testing.assert_allclose(card.histogram.edges, edges, rtol=1e-5)
         top = card.top_contexts[0]
         seq, pos = top.sequence, top.position
         lo = pos - top.centre
@@ -79,8 +79,8 @@ def test_store_matches_brute_force(lm, tmp_path, arch):
         width = nonzero.max() / I
         members = np.clip(np.ceil(nonzero / nonzero.max() * I) - 1, 0, I - 1)
         for j, interval in enumerate(card.intervals):
-            assert len(interval["examples"]) == min(P, int((members == j).sum()))
-            for example in interval["examples"]:
+            assert len(interval.examples) == min(P, int((members == j).sum()))
+            for example in interval.examples:
                 value = acts[example.sequence, example.position, i]
                 assert value == pytest.approx(example.max, rel=1e-5)
                 assert j * width - 1e-6 <= value <= (j + 1) * width + 1e-6
@@ -100,16 +100,16 @@ def test_weight_statistics_match_brute_force(lm, tmp_path):
     for i in (0, 7, 39):
         card = store.card(i)
         top = torch.topk(logits[i], 10)
-        assert [t for t, _ in card.top_logits] == [lm.tokenizer.decode([int(j)]) for j in top.indices]
-        np.testing.assert_allclose([w for _, w in card.top_logits], top.values, rtol=1e-4)
+        assert [r.token for r in card.top_logits] == [lm.tokenizer.decode([int(j)]) for j in top.indices]
+        np.testing.assert_allclose([r.weight for r in card.top_logits], top.values, rtol=1e-4)
         bottom = torch.topk(-logits[i], 10)
-        np.testing.assert_allclose([w for _, w in card.bottom_logits], -bottom.values, rtol=1e-4)
+        np.testing.assert_allclose([r.weight for r in card.bottom_logits], -bottom.values, rtol=1e-4)
         counts, _ = np.histogram(logits[i].numpy(), bins=store.spec["hist_bins"])
-        assert abs(np.asarray(card.logit_histogram["counts"]) - counts).sum() <= 2  # float32 vs float64 edges
-        assert sum(card.logit_histogram["counts"]) == lm.adapter.vocab_size
+        assert abs(np.asarray(card.logit_histogram.counts) - counts).sum() <= 2  # float32 vs float64 edges
+        assert sum(card.logit_histogram.counts) == lm.adapter.vocab_size
         near = torch.topk(cos[i], 10)
-        assert [n for n, _ in card.neighbours] == near.indices.tolist()
-        np.testing.assert_allclose([c for _, c in card.neighbours], near.values, atol=1e-5)
+        assert [n.feature for n in card.neighbours] == near.indices.tolist()
+        np.testing.assert_allclose([n.cosine for n in card.neighbours], near.values, atol=1e-5)
 
 
 def _store_files(folder: Path) -> dict[str, bytes]:

@@ -52,10 +52,11 @@ def test_store_then_feature_json(tiny_model_dir, tmp_path, monkeypatch, capsys):
         assert set(context) >= {"tokens", "activations", "max"}
         assert len(context["tokens"]) == len(context["activations"])
     assert [c["max"] for c in card["top_contexts"]] == sorted((c["max"] for c in card["top_contexts"]), reverse=True)
-    assert all(isinstance(t, str) and isinstance(w, float) for t, w in card["top_logits"])
+    assert all(isinstance(r["token"], str) and isinstance(r["weight"], float) for r in card["top_logits"])
+    assert isinstance(card["label"], str) and card["label"]
     assert len(card["histogram"]["edges"]) == len(card["histogram"]["counts"]) + 1
     assert sum(card["histogram"]["counts"]) == expected.fire_count
-    assert all(isinstance(i, int) and -1 <= c <= 1 for i, c in card["neighbours"])
+    assert all(isinstance(n["feature"], int) and -1 <= n["cosine"] <= 1 for n in card["neighbours"])
 
     assert main(["sae", "feature", "--store", report["store"], "--id", "4"]) == 0
     assert "feature 4: density" in capsys.readouterr().out
