@@ -5,7 +5,8 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-RED, BLUE = "#d6604d", "#4393c3"
+from components.graph_draw import add_edges
+
 KIND_COLOUR = {"token": "#444444", "feature": "#e6781e", "error": "#888888", "target": "black"}
 
 
@@ -16,7 +17,7 @@ def circuit_figure(nodes: Sequence, edges: Sequence, title: str) -> go.Figure:
     tokens = [n for n in nodes if n.kind == "token"]
     width = max(len(tokens) - 1, 1)
     position = {n.id: (float(n.position), 0.0) for n in tokens}
-    middle = sorted([n for n in nodes if n.kind == "feature"], key=lambda n: (n.position, n.feature))
+    middle = sorted([n for n in nodes if n.kind == "feature"], key=lambda n: (n.position, n.index))
     last_x = -1.0
     for node in middle:
         x = max(float(node.position), last_x + 0.6)
@@ -24,21 +25,14 @@ def circuit_figure(nodes: Sequence, edges: Sequence, title: str) -> go.Figure:
         last_x = x
     position["error"] = (width + 0.8, 1.0)
     position["target"] = (width / 2, 2.0)
-    biggest = max([abs(e.relevance) for e in edges] or [1.0]) or 1.0
     fig = go.Figure()
-    for edge in sorted(edges, key=lambda e: abs(e.relevance)):
-        if edge.source not in position or edge.target not in position:
-            continue
-        (x0, y0), (x1, y1) = position[edge.source], position[edge.target]
-        fig.add_trace(go.Scatter(x=[x0, x1], y=[y0, y1], mode="lines", hoverinfo="skip", showlegend=False,
-                                 opacity=0.45, line=dict(width=0.5 + 7 * abs(edge.relevance) / biggest,
-                                                         color=RED if edge.relevance >= 0 else BLUE)))
+    biggest = add_edges(fig, edges, position, width=7.0)
     shown = [n for n in nodes if n.id in position]
     fig.add_trace(go.Scatter(
         x=[position[n.id][0] for n in shown], y=[position[n.id][1] for n in shown], mode="markers+text",
         text=[n.label.split(": ", 1)[-1] if n.kind == "token" else n.label for n in shown],
         textposition=["bottom center" if n.kind == "token" else "top center" for n in shown],
-        customdata=[n.feature if n.kind == "feature" else -1 for n in shown], showlegend=False,
+        customdata=[n.index if n.kind == "feature" else -1 for n in shown], showlegend=False,
         marker=dict(size=[12 + 16 * min(1.0, abs(n.relevance) / biggest) for n in shown],
                     color=[KIND_COLOUR[n.kind] for n in shown]),
         hovertext=[f"{n.label}: relevance {n.relevance:+.4g}" for n in shown], hoverinfo="text"))

@@ -8,6 +8,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from components.graph_draw import add_edges
+
 RED, BLUE, GREY = "#d6604d", "#4393c3", "#888888"
 
 
@@ -46,7 +48,7 @@ def graph_figure(nodes: Sequence, edges: Sequence, n_layers: int, title: str) ->
     width = max(len(tokens), 1)
     position: dict[str, tuple[float, float]] = {}
     for node in tokens:
-        position[node.id] = (float(node.index), 0.0)
+        position[node.id] = (float(node.position), 0.0)
     reads: dict[str, list[tuple[float, float]]] = {}
     for edge in edges:
         if edge.source.startswith("t") and edge.source in position:
@@ -69,15 +71,8 @@ def graph_figure(nodes: Sequence, edges: Sequence, n_layers: int, title: str) ->
         for x, node in placed:
             position[node.id] = (x, float(layer + 1))
     position["out"] = ((width - 1) / 2, float(n_layers + 1))
-    biggest = max([abs(e.relevance) for e in edges] or [1.0]) or 1.0
     fig = go.Figure()
-    for edge in sorted(edges, key=lambda e: abs(e.relevance)):
-        if edge.source not in position or edge.target not in position:
-            continue
-        (x0, y0), (x1, y1) = position[edge.source], position[edge.target]
-        fig.add_trace(go.Scatter(x=[x0, x1], y=[y0, y1], mode="lines", hoverinfo="skip", showlegend=False,
-                                 line=dict(width=0.5 + 6 * abs(edge.relevance) / biggest,
-                                           color=RED if edge.relevance >= 0 else BLUE), opacity=0.45))
+    biggest = add_edges(fig, edges, position)
     shown = [n for n in nodes if n.id in position]
     colours = {"token": "#444444", "head": BLUE, "mlp": RED, "prediction": "black"}
     fig.add_trace(go.Scatter(

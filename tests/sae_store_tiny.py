@@ -54,3 +54,15 @@ def random_sae_folder(lm, folder: Path, d_sae: int = 48, arch: str = "standard",
         else:
             sae.b_enc.copy_(-cut)
     return save_sae(sae, folder)
+
+
+def isolated_data(root: Path):
+    """A MonkeyPatch pointing the data dir at root/data and hiding the shipped stores (undo() when done)."""
+    import pytest
+
+    from backend.sae_store import layout
+
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(root / "data"))
+    monkeypatch.setattr(layout, "SHIPPED_STORES_DIR", root / "no-shipped-stores")
+    return monkeypatch

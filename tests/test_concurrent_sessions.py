@@ -19,9 +19,9 @@ from streamlit.testing.v1 import AppTest
 
 from backend.models import load_model
 from backend.models.loading import cached_models
-from backend.sae_store import FeatureStore, build_store, layout
+from backend.sae_store import FeatureStore, build_store
 from tests.apptest_util import APP, ROOT, concurrent_apptests
-from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
+from tests.sae_store_tiny import isolated_data, random_sae_folder, save_tiny_lm
 
 OTHER = "Other: Hugging Face id or local folder…"
 TIMING = re.compile(r"\d+(\.\d+)?\s*s\b")
@@ -29,10 +29,8 @@ TIMING = re.compile(r"\d+(\.\d+)?\s*s\b")
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    monkeypatch = pytest.MonkeyPatch()
     root = tmp_path_factory.mktemp("sessions")
-    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(root / "data"))
-    monkeypatch.setattr(layout, "SHIPPED_STORES_DIR", root / "no-shipped-stores")
+    monkeypatch = isolated_data(root)
     model_dir = save_tiny_lm(root / "tiny-model", seed=2)
     lm = load_model(str(model_dir), device="cpu")
     sae = random_sae_folder(lm, root / "sae")

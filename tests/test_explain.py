@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from backend.sae_store import FeatureStore, build_store, layout
+from backend.sae_store import FeatureStore, build_store
 from backend.sae_store.explain import balanced_accuracy, explain_store, negative_pool, writer_prompt
-from tests.sae_store_tiny import random_sae_folder, tiny_lm
+from tests.sae_store_tiny import isolated_data, random_sae_folder, tiny_lm
 
 CAT = ["the [[cat]] sat on the mat", "a black cat ran", "my cat sleeps", "cats and dogs"]
 OTHER = ["the dog barked", "rain fell all day", "a red car", "she read a book"]
@@ -25,10 +25,8 @@ def test_detection_scores_a_known_explanation_perfectly_and_a_wrong_one_at_chanc
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    monkeypatch = pytest.MonkeyPatch()
     root = tmp_path_factory.mktemp("explain")
-    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(root / "data"))
-    monkeypatch.setattr(layout, "SHIPPED_STORES_DIR", root / "none")
+    monkeypatch = isolated_data(root)
     lm = tiny_lm(seed=6)
     sae = random_sae_folder(lm, root / "sae", d_sae=24)
     folder = build_store(lm, sae, n_tokens=2048, context_size=64, batch_size=4, eval_tokens=0)

@@ -13,9 +13,8 @@ from streamlit.testing.v1 import AppTest
 
 from backend.models import load_model
 from backend.sae_store import FeatureStore, build_store
-from backend.sae_store import layout
 from tests.apptest_util import ROOT
-from tests.sae_store_tiny import random_sae_folder, tiny_lm
+from tests.sae_store_tiny import isolated_data, random_sae_folder, tiny_lm
 
 PAGE = "pages/sae_features.py"
 
@@ -23,10 +22,8 @@ PAGE = "pages/sae_features.py"
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     """(store, model folder, SAE folder) with INTERPSCOPE_DATA_DIR pointing at a fresh directory."""
-    monkeypatch = pytest.MonkeyPatch()
     root = tmp_path_factory.mktemp("browser")
-    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(root / "data"))
-    monkeypatch.setattr(layout, "SHIPPED_STORES_DIR", root / "no-shipped-stores")
+    monkeypatch = isolated_data(root)
     model_dir = root / "tiny-model"
     tiny = tiny_lm()
     tiny.model.save_pretrained(model_dir)

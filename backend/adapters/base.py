@@ -355,5 +355,5 @@ class ModelAdapter:
             "heads": self.n_heads,
             "d_mlp": self.d_mlp,
             "vocab": self.vocab_size,
-            "norm": self.norm.kind + (f" (gain 1 + w)" if self.norm.weight_offset else ""),
+            "norm": self.norm.kind + (" (gain 1 + w)" if self.norm.weight_offset else ""),
         }

@@ -24,29 +24,13 @@ import torch
 
 from backend.capture import capture, model_lock
 from backend.config import InterpscopeError
+from backend.graph import GraphEdge, GraphNode
 from backend.relevance.api import make_target
 from backend.relevance.engine import LatentRelevance, attribute
 from backend.relevance.methods import get_method
 from backend.relevance.targets import Target
 
 DEFAULT_THRESHOLD = 0.05
-
-
-@dataclass
-class FlowNode:
-    id: str
-    kind: str  # token | head | mlp | prediction
-    label: str
-    relevance: float
-    layer: int | None = None
-    index: int | None = None  # token position or head index
-
-
-@dataclass
-class FlowEdge:
-    source: str
-    target: str
-    relevance: float
 
 
 @dataclass
@@ -71,7 +55,7 @@ class InformationFlow:
     top_neurons: list[dict] = field(default_factory=list)
     seconds: float = 0.0
 
-    def graph(self, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[FlowNode], list[FlowEdge]]:
+    def graph(self, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[GraphNode], list[GraphEdge]]:
         """The token -> component -> prediction graph with components above threshold x |value|."""
         return flow_graph(self.latent, self.input_relevance, self.tokens, self.value, threshold)
 
@@ -159,15 +143,15 @@ def contributions(adapter, acts: dict[str, torch.Tensor], target: Target) -> tup
 
 
 def flow_graph(latent: LatentRelevance, input_relevance: np.ndarray, tokens: list[str], value: float,
-               threshold: float) -> tuple[list[FlowNode], list[FlowEdge]]:
+               threshold: float) -> tuple[list[GraphNode], list[GraphEdge]]:
     """Nodes and edges of the token -> component -> prediction graph (components above threshold x |value|)."""
     if not 0 <= threshold <= 1:
         raise InterpscopeError(f"The threshold is a fraction of the explained value, 0..1 (got {threshold}).")
     floor = threshold * abs(value)
-    nodes = [FlowNode(f"t{i}", "token", f"{i}: {tok!r}", float(r), index=i)
+    nodes = [GraphNode(f"t{i}", "token", f"{i}: {tok!r}", float(r), position=i)
              for i, (tok, r) in enumerate(zip(tokens, input_relevance))]
-    nodes.append(FlowNode("out", "prediction", "prediction", value))
-    edges = [FlowEdge(f"t{i}", "out", float(r)) for i, r in enumerate(input_relevance) if abs(r) >= floor]
+    nodes.append(GraphNode("out", "prediction", "prediction", value))
+    edges = [GraphEdge(f"t{i}", "out", float(r)) for i, r in enumerate(input_relevance) if abs(r) >= floor]
     if latent.heads is not None:
         n_heads = latent.heads.shape[1]
         for layer in range(latent.heads.shape[0]):
@@ -177,8 +161,8 @@ def flow_graph(latent: LatentRelevance, input_relevance: np.ndarray, tokens: lis
                 total = float(latent.heads[layer, head])
                 if abs(total) < floor:
                     continue
-                nodes.append(FlowNode(f"h{layer}.{head}", "head", f"L{layer}.H{head}", total, layer, head))
-                edges.append(FlowEdge(f"h{layer}.{head}", "out", total))
+                nodes.append(GraphNode(f"h{layer}.{head}", "head", f"L{layer}.H{head}", total, layer, head))
+                edges.append(GraphEdge(f"h{layer}.{head}", "out", total))
                 if by_kv is None:
                     continue
                 kv = head // group
@@ -187,17 +171,17 @@ def flow_graph(latent: LatentRelevance, input_relevance: np.ndarray, tokens: lis
                 for pos in range(by_kv.shape[0]):
                     weight = float(by_kv[pos, kv]) * share
                     if abs(weight) >= floor:
-                        edges.append(FlowEdge(f"t{pos}", f"h{layer}.{head}", weight))
+                        edges.append(GraphEdge(f"t{pos}", f"h{layer}.{head}", weight))
     if latent.mlp_by_position is not None:
         for layer in range(latent.mlp_by_position.shape[0]):
             total = float(latent.mlp_by_position[layer].sum())
             if abs(total) < floor:
                 continue
-            nodes.append(FlowNode(f"m{layer}", "mlp", f"MLP {layer}", total, layer))
-            edges.append(FlowEdge(f"m{layer}", "out", total))
+            nodes.append(GraphNode(f"m{layer}", "mlp", f"MLP {layer}", total, layer))
+            edges.append(GraphEdge(f"m{layer}", "out", total))
             for pos, weight in enumerate(latent.mlp_by_position[layer]):
                 if abs(weight) >= floor:
-                    edges.append(FlowEdge(f"t{pos}", f"m{layer}", float(weight)))
+                    edges.append(GraphEdge(f"t{pos}", f"m{layer}", float(weight)))
     return nodes, edges
 
 

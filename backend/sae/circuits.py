@@ -23,27 +23,11 @@ import torch
 
 from backend.capture import hooks, model_lock
 from backend.config import InterpscopeError
+from backend.graph import GraphEdge, GraphNode
 from backend.relevance.engine import attribute
 from backend.relevance.methods import get_method
 from backend.sae.folder import check_compatible
 from backend.sae.sinks import sink_rows
-
-
-@dataclass
-class CircuitNode:
-    id: str
-    kind: str  # token | feature | error | target
-    label: str
-    relevance: float
-    feature: int | None = None
-    position: int | None = None
-
-
-@dataclass
-class CircuitEdge:
-    source: str
-    target: str
-    relevance: float
 
 
 @dataclass
@@ -70,8 +54,8 @@ class FeatureCircuit:
     upstream_hook: str
     feature_relevance: np.ndarray = field(repr=False)  # [T, d_sae] of the upstream SAE
     conservation: CircuitConservation | None = None
-    nodes: list[CircuitNode] = field(default_factory=list)
-    edges: list[CircuitEdge] = field(default_factory=list)
+    nodes: list[GraphNode] = field(default_factory=list)
+    edges: list[GraphEdge] = field(default_factory=list)
     seconds: float = 0.0
 
     def top_features(self, k: int = 10) -> list[dict]:
@@ -207,17 +191,17 @@ def feature_circuit(loaded, upstream, downstream=None, text: str = "", *, featur
 
 def _graph(circuit: FeatureCircuit, input_relevance: np.ndarray, features: np.ndarray, error_sum: float,
            n_features: int) -> None:
-    circuit.nodes.append(CircuitNode("target", "target", circuit.target, circuit.value))
+    circuit.nodes.append(GraphNode("target", "target", circuit.target, circuit.value))
     for i, (token, value) in enumerate(zip(circuit.tokens, input_relevance)):
-        circuit.nodes.append(CircuitNode(f"t{i}", "token", f"{i}: {token!r}", float(value), position=i))
-        circuit.edges.append(CircuitEdge(f"t{i}", "target", float(value)))
-    circuit.nodes.append(CircuitNode("error", "error", "SAE error term", error_sum))
-    circuit.edges.append(CircuitEdge("error", "target", error_sum))
+        circuit.nodes.append(GraphNode(f"t{i}", "token", f"{i}: {token!r}", float(value), position=i))
+        circuit.edges.append(GraphEdge(f"t{i}", "target", float(value)))
+    circuit.nodes.append(GraphNode("error", "error", "SAE error term", error_sum))
+    circuit.edges.append(GraphEdge("error", "target", error_sum))
     for top in circuit.top_features(n_features):
         node = f"f{top['feature']}"
-        circuit.nodes.append(CircuitNode(node, "feature", f"#{top['feature']}", top["relevance"], top["feature"],
-                                         top["position"]))
-        circuit.edges.append(CircuitEdge(node, "target", top["relevance"]))
+        circuit.nodes.append(GraphNode(node, "feature", f"#{top['feature']}", top["relevance"],
+                                       index=top["feature"], position=top["position"]))
+        circuit.edges.append(GraphEdge(node, "target", top["relevance"]))
     circuit.edges.sort(key=lambda e: -abs(e.relevance))
 
 
@@ -233,5 +217,5 @@ def _token_edges(loaded, upstream, up_hook: str, ids: torch.Tensor, rules, top: 
         result = attribute(loaded.adapter, ids, explained, rules, conservation=False)
     for i, value in enumerate(result.relevance):
         if abs(value) > 0:
-            circuit.edges.append(CircuitEdge(f"t{i}", f"f{feature}", float(value)))
+            circuit.edges.append(GraphEdge(f"t{i}", f"f{feature}", float(value)))
     circuit.edges.sort(key=lambda e: -abs(e.relevance))

@@ -84,8 +84,6 @@ def mambalrp_rules(adapter: ModelAdapter, fixes: Fixes = Fixes()) -> list[MambaL
 @contextmanager
 def mamba_lrp(model_or_lm, fixes: Fixes = Fixes()) -> Iterator[ModelAdapter]:
     """Hold the model's lock and apply MambaLRP with `fixes` to that instance for the `with` block."""
-    from backend.capture import model_lock
-
     adapter = get_adapter(model_or_lm) if isinstance(model_or_lm, nn.Module) else model_or_lm.adapter
     with model_lock(model_or_lm), MambaLRPRule(fixes).apply(adapter):
         yield adapter
