@@ -67,9 +67,11 @@ def show_circuit(store: FeatureStore, lm, text: str, open_in_store: Callable[[st
         circuit = _circuit(lm, upstream, store if run["feature"] is not None else None, run["text"], run["feature"],
                            run["position"], run["method"])
     c = circuit.conservation
-    parts = [("input tokens", c.input_tokens), ("SAE error node", c.error_node), ("SAE biases", c.sae_biases),
+    parts = [("input tokens", c.input_tokens), ("SAE error node", c.error_node),
+             ("SAE biases", c.sae_biases + c.target_sae_biases),
              ("softmax (AttnLRP)", c.softmax), ("model biases", c.model_biases),
-             ("rest", c.value - c.input_tokens - c.error_node - c.sae_biases - c.softmax - c.model_biases)]
+             ("rest", c.value - c.input_tokens - c.error_node - c.sae_biases - c.target_sae_biases - c.softmax
+              - c.model_biases)]
     st.markdown(f"**{circuit.method} circuit to {circuit.target}** · value {circuit.value:.4g} · "
                 f"{circuit.seconds:.1f} s")
     fig = circuit_figure(circuit.nodes, circuit.edges, f"Strongest edges into {circuit.target} through "
@@ -79,7 +81,8 @@ def show_circuit(store: FeatureStore, lm, text: str, open_in_store: Callable[[st
     st.plotly_chart(circuit_readout_figure(parts, circuit.value, "value"), key="sae-circuit-readout")
     share = c.upstream_features / circuit.value if circuit.value else 0.0
     st.caption(f"The upstream SAE's features carry {c.upstream_features:.3g} of the value ({share:.0%}); its error "
-               f"term {c.error_node:.3g}; its biases {c.sae_biases:.3g}. Below the splice the input tokens get "
+               f"term {c.error_node:.3g}; its biases {c.sae_biases:.3g} (the target feature's own encoder biases "
+               f"{c.target_sae_biases:.3g}). Below the splice the input tokens get "
                f"{c.input_tokens:.3g}{f', the softmaxes drop {c.softmax:.3g}' if run['method'] == 'attnlrp' else ''}"
                f". Relative error {c.relative_error:.1e}. Click a feature to open it in {upstream.name}.")
     for point in getattr(getattr(event, "selection", None), "points", None) or []:

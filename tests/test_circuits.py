@@ -69,8 +69,21 @@ def test_the_planted_copy_edge_comes_first_and_the_readout_adds_up(planted, meth
     c = circuit.conservation
     assert c.upstream_features == pytest.approx(circuit.value, rel=1e-6)
     assert abs(c.error_node) < 1e-6 * abs(circuit.value)
-    total = c.input_tokens + c.model_biases + c.softmax + c.error_node + c.sae_biases
+    assert c.target_sae_biases == pytest.approx(0.0, abs=1e-9)  # the planted downstream feature has no bias
+    total = c.input_tokens + c.model_biases + c.softmax + c.error_node + c.sae_biases + c.target_sae_biases
     assert total == pytest.approx(circuit.value, rel=1e-6) and c.relative_error < 1e-6
+
+
+def test_the_target_saes_own_biases_are_counted(planted):
+    lm, upstream, downstream, basis = planted
+    with torch.no_grad():
+        downstream.b_dec.fill_(0.05)  # the target feature now reads (x - b_dec): its biases take a share
+        try:
+            circuit = feature_circuit(lm, upstream, downstream, TEXT, feature=3, position=len(TEXT) - 1)
+        finally:
+            downstream.b_dec.zero_()
+    c = circuit.conservation
+    assert abs(c.target_sae_biases) > 1e-4 and c.relative_error < 1e-6
     assert any(e.target == "f5" and e.source.startswith("t") for e in circuit.edges)  # token -> feature edges
 
 

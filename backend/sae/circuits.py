@@ -6,8 +6,8 @@ error term err = x - x_hat is kept as its own node (detached: its relevance stop
 unchanged (x_hat + err = x), so the explained value is the clean model's. Relevance of upstream feature i at
 position t is f_i(t) x its gradient (the decoder is linear, so this is exact); what the decoder bias takes is
 x_hat . grad - sum_i f_i grad_i. Input tokens get what flows back through the SAE's encoder. Conservation of the
-spliced pass: value = tokens + model biases + softmax share (AttnLRP) + error node + SAE biases (decoder and
-encoder), up to a numerical rest. Attention sinks (position 0 and massive activations) are never spliced.
+spliced pass: value = tokens + model biases + softmax share (AttnLRP) + error node + the upstream SAE's biases
+(decoder and encoder) + the downstream SAE's encoder biases (for a feature target), up to a numerical rest. Attention sinks (position 0 and massive activations) are never spliced.
 
 Edges: upstream feature -> target (its relevance, summed over positions), error -> target, token -> target;
 and token -> feature for the strongest upstream features, each from one more backward pass with that feature's
@@ -39,6 +39,7 @@ class CircuitConservation:
     upstream_features: float
     error_node: float
     sae_biases: float
+    target_sae_biases: float
     model_biases: float
     softmax: float
     relative_error: float
@@ -100,8 +101,9 @@ def _splice(upstream, found: dict):
     return edit
 
 
-def _run(loaded, upstream, up_hook: str, ids: torch.Tensor, explained: _Explained, rules, read=None):
-    found: dict = {}
+def _run(loaded, upstream, up_hook: str, ids: torch.Tensor, explained: _Explained, rules, read=None,
+         found: dict | None = None):
+    found = {} if found is None else found
     edits = [(up_hook, _splice(upstream, found))]
     if read is not None:
         edits.append(read)
@@ -119,7 +121,8 @@ class _LazyExtra(dict):
         self._found = found
 
     def items(self):
-        return [(name, self._found[name]) for name in ("input", "features", "x_hat", "error") if name in self._found]
+        return [(name, self._found[name]) for name in ("input", "features", "x_hat", "error", "target_input")
+                if name in self._found]
 
     def __iter__(self):
         return iter([name for name, _ in self.items()])
@@ -145,6 +148,7 @@ def feature_circuit(loaded, upstream, downstream=None, text: str = "", *, featur
         raise InterpscopeError(f"Position must be 1..{n_tokens - 1} for this text (position 0 is the attention sink).")
     rules = spec.rules(loaded.adapter)
     read = None
+    found: dict = {}
     if downstream is not None:
         down_hook = check_compatible(downstream, loaded.adapter, None, loaded.name)
         if loaded.adapter.hook_points().index(down_hook) <= loaded.adapter.hook_points().index(up_hook):
@@ -154,6 +158,7 @@ def feature_circuit(loaded, upstream, downstream=None, text: str = "", *, featur
         explained = _Explained(position)
 
         def capture_feature(x: torch.Tensor) -> None:
+            found["target_input"] = x  # what reaches it: the rest the target SAE's own biases take
             explained.captured = downstream.encode(x[0, position].to(downstream.W_enc.dtype)[None])[0, feature]
 
         read = (down_hook, capture_feature)
@@ -165,7 +170,7 @@ def feature_circuit(loaded, upstream, downstream=None, text: str = "", *, featur
         explained = _Explained(logit_target.position, logit_target)
         label = f"next-token logit {logit_target.label}"
     with model_lock(loaded):
-        result, found = _run(loaded, upstream, up_hook, ids, explained, rules, read)
+        result, found = _run(loaded, upstream, up_hook, ids, explained, rules, read, found)
         features = result.points["features"]
         x_hat_relevance = float(result.points["x_hat"].sum())
         feature_sum, error_sum = float(features.sum()), float(result.points["error"].sum())
@@ -177,11 +182,13 @@ def feature_circuit(loaded, upstream, downstream=None, text: str = "", *, featur
         keep = found["keep"].cpu().numpy()
         reaching_x = float(result.points["input"][keep].sum())  # what the encoder passes on to the activation
         sae_biases = x_hat_relevance - reaching_x  # the decoder bias and the encoder's biases/thresholds
+        target_biases = (result.logit - float(result.points["target_input"].sum())
+                         if "target_input" in result.points else 0.0)  # the downstream SAE's encoder biases
+        explained_sum = inputs + c.bias_sum + c.softmax_sum + error_sum + sae_biases + target_biases
         circuit.conservation = CircuitConservation(
             value=result.logit, input_tokens=inputs, upstream_features=feature_sum, error_node=error_sum,
-            sae_biases=sae_biases, model_biases=c.bias_sum, softmax=c.softmax_sum,
-            relative_error=abs(inputs + c.bias_sum + c.softmax_sum + error_sum + sae_biases - result.logit)
-            / (abs(result.logit) or 1.0))
+            sae_biases=sae_biases, target_sae_biases=target_biases, model_biases=c.bias_sum, softmax=c.softmax_sum,
+            relative_error=abs(explained_sum - result.logit) / (abs(result.logit) or 1.0))
         _graph(circuit, result.relevance, features, error_sum, n_features)
         for top in circuit.top_features(n_token_edges):
             _token_edges(loaded, upstream, up_hook, ids, rules, top, circuit)
