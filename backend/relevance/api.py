@@ -17,9 +17,10 @@ from backend.config import InterpscopeError
 from backend.relevance.continuation import ContinuationRelevance, continuation_relevance
 from backend.relevance.engine import Attribution, Completeness, Conservation, LatentRelevance, forward_logits
 from backend.relevance.faithfulness import DEFAULT_STEPS, PerturbationCurves, perturbation_curves
-from backend.capture import model_lock
+from backend.capture import editing, model_lock
 from backend.relevance.methods import get_method
-from backend.relevance.targets import Target, resolve_target
+from backend.predict import TokenProb, cached_next_logits, next_logits, remember_next_logits, top_predictions
+from backend.relevance.targets import PendingTarget, Target, chosen_target, resolve_target
 
 
 MAX_NEW_TOKENS = 64
@@ -27,7 +28,8 @@ MAX_NEW_TOKENS = 64
 
 @dataclass
 class RelevanceResult:
-    """One relevance map: per-token relevance for one target, with the conservation readout of LRP methods."""
+    """One relevance map: per-token relevance for one target, with the conservation readout of LRP methods, and
+    the model's top next-token predictions after the text (`top`, from the same forward pass when possible)."""
 
     model: str
     method: str
@@ -42,6 +44,7 @@ class RelevanceResult:
     latent: LatentRelevance | None = None
     completeness: Completeness | None = None
     law: str = "none"
+    top: list[TokenProb] | None = None
 
 
 def _adapter(model_or_lm) -> ModelAdapter:
@@ -51,14 +54,18 @@ def _adapter(model_or_lm) -> ModelAdapter:
 
 
 def next_token_logits(model_or_lm, input_ids: torch.Tensor, position: int | None = None) -> torch.Tensor:
-    """Logits [vocab] predicting the token after `position` (default: the last input token)."""
+    """Logits [vocab] predicting the token after `position` (default: the last input token); the last position's
+    logits come from the per-process cache shared with predict_next (backend.predict)."""
     adapter = _adapter(model_or_lm)
-    position = input_ids.shape[1] - 1 if position is None else position
+    last = input_ids.shape[1] - 1
+    position = last if position is None else position
+    if position == last and not editing(adapter.model):
+        return next_logits(adapter.model, input_ids)
     with model_lock(model_or_lm), torch.no_grad():
         return forward_logits(adapter.model, adapter.embedding()(input_ids), [position])[0, 0]
 
 
-def run_method(model_or_lm, input_ids: torch.Tensor, method: str, target: Target,
+def run_method(model_or_lm, input_ids: torch.Tensor, method: str, target: Target | PendingTarget,
                latent: bool = False) -> tuple[Attribution, float]:
     """(attribution, seconds of the attribution itself) for one method on input_ids [1, T]."""
     adapter = _adapter(model_or_lm)
@@ -74,22 +81,48 @@ def make_target(lm, input_ids: torch.Tensor, token: str | int | None = None,
                 contrast: tuple[str | int, str | int] | None = None, vs_rest: bool = False) -> Target:
     """The target at the last position: predicted token unless a token or a contrast (A, B) is given."""
     position = int(input_ids.shape[1]) - 1
-    return resolve_target(lm.tokenizer, next_token_logits(lm, input_ids, position), position, token=token,
-                          contrast=contrast, vs_rest=vs_rest)
+    if token is not None or contrast is not None:
+        return chosen_target(lm.tokenizer, lm.adapter.vocab_size, position, token=token, contrast=contrast,
+                             vs_rest=vs_rest)
+    return resolve_target(lm.tokenizer, next_token_logits(lm, input_ids, position), position, vs_rest=vs_rest)
 
 
 def explain(lm, text: str | None = None, method: str = "attnlrp", *, token: str | int | None = None,
             contrast: tuple[str | int, str | int] | None = None, vs_rest: bool = False, latent: bool = False,
-            input_ids: torch.Tensor | None = None, target: Target | None = None) -> RelevanceResult:
-    """Relevance of each token of `text` (or input_ids) for the next-token target, with one method."""
+            input_ids: torch.Tensor | None = None, target: Target | None = None, top: int = 10) -> RelevanceResult:
+    """Relevance of each token of `text` (or input_ids) for the next-token target, with one method (serves the
+    relevance page's map; its `top` list is the page's top-10 next tokens).
+
+    One forward and one backward pass in all: the predicted-token target and the top-`top` list are read off the
+    attribution's own forward pass (LRP rules change no forward value), or off the logits a prediction of the same
+    text already left in the per-process cache; only methods that need the target before they start (IG,
+    occlusion) or recompute the model another way (MambaLRP) run a plain forward pass first when nothing is cached.
+    """
     ids = lm.encode(text) if input_ids is None else input_ids
-    target = target or make_target(lm, ids, token=token, contrast=contrast, vs_rest=vs_rest)
-    attribution, seconds = run_method(lm, ids, method, target, latent=latent)
-    spec = get_method(method)
+    spec = get_method(method, lm.adapter)
+    position = int(ids.shape[1]) - 1
+    cached = None if editing(lm.model) else cached_next_logits(lm.model, ids)
+    if target is None and (token is not None or contrast is not None):
+        target = make_target(lm, ids, token=token, contrast=contrast, vs_rest=vs_rest)
+    elif target is None and (cached is not None or not spec.one_backward_pass or not spec.exact_forward):
+        row = cached if cached is not None else next_token_logits(lm, ids, position)
+        target = resolve_target(lm.tokenizer, row, position, vs_rest=vs_rest)
+    pending = target or PendingTarget(position, lambda row: resolve_target(lm.tokenizer, row, position,
+                                                                           vs_rest=vs_rest))
+    attribution, seconds = run_method(lm, ids, method, pending, latent=latent)
+    target = attribution.target or target
+    row = cached
+    if row is None and spec.exact_forward and attribution.output_logits is not None and target.position == position:
+        row = attribution.output_logits
+        remember_next_logits(lm.model, ids, row)
+    if row is None and top:
+        row = next_token_logits(lm, ids, position)
+    predictions = top_predictions(row, lm.tokenizer, top)[0] if top else None
     return RelevanceResult(model=lm.name, method=spec.name, method_label=spec.label, tokens=lm.token_strings(ids[0]),
                            token_ids=ids[0].tolist(), relevance=attribution.relevance, target=target,
                            logit=attribution.logit, conservation=attribution.conservation, seconds=seconds,
-                           latent=attribution.latent, completeness=attribution.completeness, law=spec.law)
+                           latent=attribution.latent, completeness=attribution.completeness, law=spec.law,
+                           top=predictions)
 
 
 def faithfulness(lm, result: RelevanceResult, steps: int = DEFAULT_STEPS) -> PerturbationCurves:

@@ -57,7 +57,8 @@ register_method(Method("cplrp", "CP-LRP", "lrp",
 register_method(Method("mambalrp", "MambaLRP", "lrp",
                        "LRP for Mamba: detached RMSNorm normaliser, SiLU identity rule, detached selective-SSM "
                        "parameters, half rule on the gate (Rezaei Jafari et al. 2024).",
-                       frozenset({"state_space"}), _with_rules(mambalrp_rules), mambalrp_rules, "conservation"))
+                       frozenset({"state_space"}), _with_rules(mambalrp_rules), mambalrp_rules, "conservation",
+                       exact_forward=False))
 register_method(Method("gradxinput", "Gradient x Input", "gradient",
                        "Plain gradient times input embedding, no rules.", frozenset(), _gradient))
 register_method(Method("ig", "Integrated Gradients", "perturbation",

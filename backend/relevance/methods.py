@@ -33,7 +33,9 @@ class Method:
     returns the Attribution (the caller holds the model's lock). rules: the LRP rule set, for callers that
     attribute other scalars through the same rules (SAE features, continuations). law: what the readout checks —
     'conservation' (LRP: relevance sums to the explained value, with bias and softmax shares), 'completeness'
-    (Integrated Gradients: relevance sums to f(x) - f(baseline)), or 'none'.
+    (Integrated Gradients: relevance sums to f(x) - f(baseline)), or 'none'. exact_forward: its forward pass
+    gives the model's own logits bit for bit (hooks that change only gradients), so the predicted token and the
+    next-token logits can be read off that same pass; False for rules that recompute a module another way.
     """
 
     name: str
@@ -44,6 +46,7 @@ class Method:
     compute: Compute
     rules: Callable[[ModelAdapter], Sequence["Rule"]] | None = None
     law: Law = "none"
+    exact_forward: bool = True
 
     @property
     def conserves(self) -> bool:
