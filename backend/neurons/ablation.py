@@ -18,7 +18,7 @@ from backend.adapters import ModelAdapter
 from backend.capture import capture, hooks, model_lock
 from backend.config import InterpscopeError
 from backend.neurons.folding import final_norm, unembed_bias
-from backend.neurons.metrics import freeze_unigram, kl_to_unigram, loss_and_entropy, norm_mediated_share
+from backend.neurons.metrics import freeze_unigram, kl_to_unigram, loss_and_entropy, loss_of, norm_mediated_share
 from backend.neurons.store import Progress
 
 
@@ -164,10 +164,10 @@ def token_effects(lm, neurons: list[Neuron], tokens: torch.Tensor, means: dict[i
                 rows["entropy_direct"].append((entropy_d - entropy0).flatten())
                 if unit_u is not None:
                     frozen = freeze_unigram(total, logits, unit_u)
-                    rows["loss_frozen_unigram"].append((loss_and_entropy(frozen, targets)[0] - loss0).flatten())
+                    rows["loss_frozen_unigram"].append((loss_of(frozen, targets) - loss0).flatten())
                     frozen = freeze_unigram(direct, logits, unit_u)
-                    rows["loss_direct_frozen_unigram"].append(
-                        (loss_and_entropy(frozen, targets)[0] - loss0).flatten())
+                    rows["loss_direct_frozen_unigram"].append((loss_of(frozen, targets) - loss0).flatten())
+                    del frozen
                     rows["kl_unigram_ablated"].append(kl_to_unigram(total, log_q).flatten())
             parts["activation"].append(torch.stack(acts_rows))
             for key, row in rows.items():
@@ -269,9 +269,12 @@ def ablate(lm, neurons, n_tokens: int = 2048, seq_len: int = 128, n_random: int 
            k: int | None = None, source=None, mean_tokens: int | None = None, with_unigram: bool = True,
            batch_size: int = 4, progress: Progress | None = None) -> AblationResult:
     """Mean-ablate each neuron (and n_random random neurons of the same layers) over n_tokens held-out corpus
-    tokens (split 'valid'); means come from the cached activation store of the 'train' split."""
+    tokens (split 'valid'); means come from the 'train' split with position 0 and sinks left out (the model's
+    entropy-neuron store when it has them, else the cached activation store). Serves the Entropy neurons page's
+    Causal ablation and Token-frequency tabs; progress(fraction, text) as the other neuron calls."""
     from backend import corpus
-    from backend.neurons.store import DEFAULT_STORE_TOKENS, activation_stores
+    from backend.neurons.page_store import corpus_means
+    from backend.neurons.store import DEFAULT_STORE_TOKENS
     from backend.neurons.unigram import token_counts
     from backend.neurons.weights import check_k, neuron_stats
 
@@ -286,9 +289,8 @@ def ablate(lm, neurons, n_tokens: int = 2048, seq_len: int = 128, n_random: int 
     def stage(lo: float, hi: float, label: str) -> Progress | None:
         return None if progress is None else (lambda frac, text: progress(lo + (hi - lo) * frac, f"{label}: {text}"))
 
-    stores = activation_stores(lm, layers, n_tokens=mean_tokens or DEFAULT_STORE_TOKENS, seq_len=seq_len,
-                               source=source, split="train", progress=stage(0.0, 0.3, "mean activations"))
-    means = {layer: store.mean for layer, store in stores.items()}
+    means = corpus_means(lm, layers, n_tokens=mean_tokens or DEFAULT_STORE_TOKENS, seq_len=seq_len, source=source,
+                         split="train", progress=stage(0.0, 0.3, "mean activations"))
     counts = token_counts(lm.tokenizer, adapter.vocab_size, source=source) if with_unigram else None
     tokens = corpus.token_chunks(lm.tokenizer, seq_len, n_tokens, source=source, split="valid")
     effects = token_effects(lm, everyone, tokens, means, counts, batch_size=batch_size,

@@ -13,6 +13,11 @@ def loss_and_entropy(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch
     return loss, entropy
 
 
+def loss_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The cross-entropy part of loss_and_entropy alone (same operations, same numbers), per position."""
+    return -torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
 def entropy_of(logits: torch.Tensor) -> torch.Tensor:
     log_probs = torch.log_softmax(logits, dim=-1)
     return -(log_probs.exp() * log_probs).sum(-1)
