@@ -10,7 +10,7 @@ import sys
 from backend.cli.common import add_model_args, emit_json, load_from_args
 from backend.config import InterpscopeError
 
-SAE_SUBCOMMAND_MODULES = ["backend.cli.sae_store_cmd"]
+SAE_SUBCOMMAND_MODULES = ["backend.cli.sae_store_cmd", "backend.cli.sae_live_cmd"]
 
 
 def _float_list(text: str) -> list[float]:
