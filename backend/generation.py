@@ -122,14 +122,15 @@ def _logits(model: torch.nn.Module, ids: torch.Tensor, last_only: bool, **kwargs
 
 @torch.no_grad()
 def greedy_generate(adapter, input_ids: torch.Tensor, n_new: int, edits: Sequence[RowEdit] = (),
-                    prompt_logits: bool = False, prefill_rows_apart: bool = False) -> Generation:
+                    prompt_logits: bool = False, prefill_rows_apart: bool = False,
+                    progress: Callable[[int, int], None] | None = None) -> Generation:
     """The next `n_new` greedy tokens of every row of input_ids [B, T] (no padding), with `edits` active, using
     the KV cache; also the prompt's logits [B, T, vocab] if asked. The caller holds the model's lock if it
     needs one (hooks are scoped to this run either way).
 
     prefill_rows_apart: run each row's prompt on its own (batch 1) and stack the caches for the batched steps,
     so each row's prompt logits are bit for bit those of a single-row run (a batched matrix product may round the
-    rows of one batch differently); same cost as the joint prefill."""
+    rows of one batch differently); same cost as the joint prefill. progress(done, n_new) after each token."""
     model = adapter.model
     n_rows = input_ids.shape[0]
     if n_new == 0 and not prompt_logits:
@@ -156,11 +157,15 @@ def greedy_generate(adapter, input_ids: torch.Tensor, n_new: int, edits: Sequenc
         current.rows = list(range(n_rows))
         logits_all = torch.cat(logits_parts) if prompt_logits else None
         tokens: list[torch.Tensor] = [torch.cat(last_parts).argmax(-1)] if n_new > 0 else []
+        if progress is not None and n_new > 0:
+            progress(1, n_new)
         for step in range(1, n_new):
             current.offset = input_ids.shape[1] + step - 1
             out = _logits(model, tokens[-1][:, None], True, use_cache=True, **{cache_name: cache})
             cache = getattr(out, cache_name)
             tokens.append(out.logits[:, -1].argmax(-1))
+            if progress is not None:
+                progress(step + 1, n_new)
     generated = torch.stack(tokens, 1) if tokens else input_ids.new_zeros((n_rows, 0))
     return Generation(tokens=generated, prompt_logits=logits_all)
 

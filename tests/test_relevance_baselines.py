@@ -140,3 +140,21 @@ def test_continuation_rows_match_single_explanations():
         single = attribute(adapter, sequence[:, :length], Target(length - 1, token_id), rules, conservation=False)
         np.testing.assert_allclose(result.matrix[row, :length], single.relevance, rtol=1e-9, atol=1e-12)
         assert np.all(result.matrix[row, length:] == 0)
+
+
+def test_integrated_gradients_reports_progress_per_internal_batch():
+    from backend.adapters import get_adapter
+    from backend.relevance.baselines import IG_STEPS, ig_batches, integrated_gradients
+    from backend.relevance.targets import Target
+    from tests.tiny_models import tiny_llama
+
+    model = tiny_llama(seed=3)
+    adapter = get_adapter(model)
+    ids = torch.randint(3, 120, (1, 64))
+    per_batch, total = ig_batches(64)
+    assert per_batch * total >= IG_STEPS and total >= 4, "a 64-token input must report several steps"
+    seen: list[tuple[int, int]] = []
+    target = Target(63, 5)
+    with_progress = integrated_gradients(adapter, ids, target, progress=lambda d, t: seen.append((d, t)))
+    assert seen == [(i, total) for i in range(total)] + [(total, total)]
+    torch.testing.assert_close(with_progress, integrated_gradients(adapter, ids, target))

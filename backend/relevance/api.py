@@ -18,6 +18,7 @@ from backend.relevance.continuation import ContinuationRelevance, continuation_r
 from backend.relevance.engine import Attribution, Completeness, Conservation, LatentRelevance, forward_logits
 from backend.relevance.faithfulness import DEFAULT_STEPS, PerturbationCurves, perturbation_curves
 from backend.capture import editing, model_lock
+from backend.progress import Progress
 from backend.relevance.methods import get_method
 from backend.predict import TokenProb, cached_next_logits, next_logits, remember_next_logits, top_predictions
 from backend.relevance.targets import PendingTarget, Target, chosen_target, resolve_target
@@ -66,13 +67,15 @@ def next_token_logits(model_or_lm, input_ids: torch.Tensor, position: int | None
 
 
 def run_method(model_or_lm, input_ids: torch.Tensor, method: str, target: Target | PendingTarget,
-               latent: bool = False) -> tuple[Attribution, float]:
-    """(attribution, seconds of the attribution itself) for one method on input_ids [1, T]."""
+               latent: bool = False, progress: Progress | None = None) -> tuple[Attribution, float]:
+    """(attribution, seconds of the attribution itself) for one method on input_ids [1, T]; progress(done, total)
+    per internal batch (Integrated Gradients) or once at the end (one-pass methods)."""
     adapter = _adapter(model_or_lm)
     spec = get_method(method, adapter)
+    options = {} if progress is None else {"progress": progress}
     with model_lock(model_or_lm):
         start = time.perf_counter()
-        result = spec.compute(adapter, input_ids, target, latent)
+        result = spec.compute(adapter, input_ids, target, latent, **options)
         seconds = time.perf_counter() - start
     return result, seconds
 
@@ -89,7 +92,8 @@ def make_target(lm, input_ids: torch.Tensor, token: str | int | None = None,
 
 def explain(lm, text: str | None = None, method: str = "attnlrp", *, token: str | int | None = None,
             contrast: tuple[str | int, str | int] | None = None, vs_rest: bool = False, latent: bool = False,
-            input_ids: torch.Tensor | None = None, target: Target | None = None, top: int = 10) -> RelevanceResult:
+            input_ids: torch.Tensor | None = None, target: Target | None = None, top: int = 10,
+            progress: Progress | None = None) -> RelevanceResult:
     """Relevance of each token of `text` (or input_ids) for the next-token target, with one method (serves the
     relevance page's map; its `top` list is the page's top-10 next tokens).
 
@@ -97,6 +101,7 @@ def explain(lm, text: str | None = None, method: str = "attnlrp", *, token: str 
     attribution's own forward pass (LRP rules change no forward value), or off the logits a prediction of the same
     text already left in the per-process cache; only methods that need the target before they start (IG,
     occlusion) or recompute the model another way (MambaLRP) run a plain forward pass first when nothing is cached.
+    progress(done, total): per internal batch for Integrated Gradients (with_eta gives the page its ETA).
     """
     ids = lm.encode(text) if input_ids is None else input_ids
     spec = get_method(method, lm.adapter)
@@ -109,7 +114,7 @@ def explain(lm, text: str | None = None, method: str = "attnlrp", *, token: str 
         target = resolve_target(lm.tokenizer, row, position, vs_rest=vs_rest)
     pending = target or PendingTarget(position, lambda row: resolve_target(lm.tokenizer, row, position,
                                                                            vs_rest=vs_rest))
-    attribution, seconds = run_method(lm, ids, method, pending, latent=latent)
+    attribution, seconds = run_method(lm, ids, method, pending, latent=latent, progress=progress)
     target = attribution.target or target
     row = cached
     if row is None and spec.exact_forward and attribution.output_logits is not None and target.position == position:
@@ -164,8 +169,10 @@ def faithfulness_batch(lm, texts: Sequence[str], methods: Sequence[str], steps: 
                                n_texts=len(texts), seconds=seconds)
 
 
-def explain_continuation(lm, text: str, n_new: int, method: str = "attnlrp") -> tuple[ContinuationRelevance, list[str]]:
-    """Generate `n_new` tokens and the output x input relevance matrix; also the sequence's token strings."""
+def explain_continuation(lm, text: str, n_new: int, method: str = "attnlrp",
+                         progress: Progress | None = None) -> tuple[ContinuationRelevance, list[str]]:
+    """Generate `n_new` tokens and the output x input relevance matrix; also the sequence's token strings
+    (serves the relevance page's 'A continuation'); progress(done, n_new) per explained token."""
     spec = get_method(method, lm.adapter)
     if not spec.one_backward_pass:
         raise InterpscopeError(f"Continuation matrices use one backward pass per token: choose an LRP method or "
@@ -175,7 +182,7 @@ def explain_continuation(lm, text: str, n_new: int, method: str = "attnlrp") -> 
     ids = lm.encode(text, max_tokens=lm.token_cap - n_new)
     rules = spec.rules(lm.adapter) if spec.rules else []
     with model_lock(lm):
-        matrix = continuation_relevance(lm.adapter, ids, n_new, rules)
+        matrix = continuation_relevance(lm.adapter, ids, n_new, rules, progress=progress)
     return matrix, lm.token_strings(matrix.sequence_ids)
 
 

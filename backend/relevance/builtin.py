@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from backend.adapters import ModelAdapter
+from backend.progress import Progress
 from backend.relevance import baselines
 from backend.relevance.engine import Attribution, Completeness, attribute, forward_logits
 from backend.relevance.mamba.rule import mambalrp_rules
@@ -14,13 +15,21 @@ from backend.relevance.targets import Target
 
 
 def _with_rules(rules):
-    def compute(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool) -> Attribution:
-        return attribute(adapter, ids, target, rules(adapter), latent=latent)
+    def compute(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool,
+                progress: Progress | None = None) -> Attribution:
+        result = attribute(adapter, ids, target, rules(adapter), latent=latent)
+        if progress is not None:
+            progress(1, 1)
+        return result
     return compute
 
 
-def _gradient(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool) -> Attribution:
-    return attribute(adapter, ids, target, [], latent=latent, conservation=False)
+def _gradient(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool,
+              progress: Progress | None = None) -> Attribution:
+    result = attribute(adapter, ids, target, [], latent=latent, conservation=False)
+    if progress is not None:
+        progress(1, 1)
+    return result
 
 
 def _value(adapter: ModelAdapter, embeds: torch.Tensor, target: Target) -> float:
@@ -28,8 +37,9 @@ def _value(adapter: ModelAdapter, embeds: torch.Tensor, target: Target) -> float
         return float(target.value(forward_logits(adapter.model, embeds, [target.position])[0, 0]))
 
 
-def _integrated_gradients(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool) -> Attribution:
-    relevance = baselines.integrated_gradients(adapter, ids, target)
+def _integrated_gradients(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool,
+                          progress: Progress | None = None) -> Attribution:
+    relevance = baselines.integrated_gradients(adapter, ids, target, progress=progress)
     embeds = baselines.embeds_of(adapter, ids)
     value, at_baseline = _value(adapter, embeds, target), _value(adapter, torch.zeros_like(embeds), target)
     total = float(relevance.sum())
@@ -40,8 +50,11 @@ def _integrated_gradients(adapter: ModelAdapter, ids: torch.Tensor, target: Targ
                                                  gap=gap, relative_gap=abs(gap) / scale, steps=baselines.IG_STEPS))
 
 
-def _occlusion(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool) -> Attribution:
+def _occlusion(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool,
+               progress: Progress | None = None) -> Attribution:
     relevance = baselines.occlusion(adapter, ids, target)
+    if progress is not None:
+        progress(1, 1)
     return Attribution(relevance=relevance.cpu().numpy(), logit=_value(adapter, baselines.embeds_of(adapter, ids),
                                                                        target), conservation=None, latent=None)
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 MethodKind = Literal["lrp", "gradient", "perturbation"]
 Law = Literal["conservation", "completeness", "none"]
-Compute = Callable[[ModelAdapter, "torch.Tensor", "Target", bool], "Attribution"]
+Compute = Callable[..., "Attribution"]  # (adapter, ids, target, latent[, progress=]) -> Attribution
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,8 @@ class Method:
     """An attribution method.
 
     requires: adapter capabilities it needs (ModelAdapter.capabilities). compute(adapter, ids, target, latent)
-    returns the Attribution (the caller holds the model's lock). rules: the LRP rule set, for callers that
+    returns the Attribution (the caller holds the model's lock); the built-in ones also take progress=
+    (done, total), which run_method passes only when a caller gave one. rules: the LRP rule set, for callers that
     attribute other scalars through the same rules (SAE features, continuations). law: what the readout checks —
     'conservation' (LRP: relevance sums to the explained value, with bias and softmax shares), 'completeness'
     (Integrated Gradients: relevance sums to f(x) - f(baseline)), or 'none'. exact_forward: its forward pass

@@ -12,6 +12,7 @@ newly generated positions included.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -63,8 +64,9 @@ def _top(probs: torch.Tensor, tokenizer, k: int = 10) -> list[dict]:
 
 @torch.no_grad()
 def steer(loaded, sae: SparseAutoencoder, text: str, feature: int, mode: str = "add", strength: float = 10.0,
-          n_new: int = 10) -> SteeringResult:
-    """Run the prompt clean and with the feature added/removed; compare next-token distributions and continuations."""
+          n_new: int = 10, progress: Callable[[int, int], None] | None = None) -> SteeringResult:
+    """Run the prompt clean and with the feature added/removed; compare next-token distributions and continuations
+    (serves the SAE feature page's Steering view and `interpscope sae steer`); progress(done, n_new) per token."""
     if mode not in MODES:
         raise InterpscopeError(f"Mode must be one of {', '.join(MODES)} (got {mode!r}).")
     if not 0 <= feature < sae.cfg.d_sae:
@@ -81,7 +83,7 @@ def steer(loaded, sae: SparseAutoencoder, text: str, feature: int, mode: str = "
     edit = RowEdit(hook, _editor(sae, feature, mode, float(strength)), rows=[1], start=1)
     with model_lock(loaded), hooks(loaded.adapter, {hook: record}, role="read"):
         run = greedy_generate(loaded.adapter, ids.repeat(2, 1), n_new, [edit], prompt_logits=True,
-                             prefill_rows_apart=True)
+                             prefill_rows_apart=True, progress=progress)
     clean_logits, edited_logits = run.prompt_logits[0].double(), run.prompt_logits[1].double()
     clean_new, edited_new = run.tokens[0].tolist(), run.tokens[1].tolist()
     f_prompt = sae.encode(captured["x"][0].to(sae.W_enc.dtype))[:, feature].float().cpu().numpy()
