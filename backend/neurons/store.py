@@ -8,8 +8,6 @@ and rankings leave them out (v2 of the layout; v1 stores averaged them in and ar
 """
 from __future__ import annotations
 
-import hashlib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -20,6 +18,7 @@ import torch
 from backend import corpus
 from backend.capture import StopForward, hooks, model_lock
 from backend.config import InterpscopeError, data_dir
+from backend.models.identity import model_key
 from backend.neurons.unigram import source_key, save_npy_atomic
 from backend.neurons.weights import check_layer
 from backend.sinks import detection_point, excluded_mask
@@ -28,16 +27,6 @@ Progress = Callable[[float, str], None]
 DEFAULT_STORE_TOKENS = 8192
 DEFAULT_SEQ_LEN = 128
 LAYOUT = "v2"
-
-
-def model_key(lm) -> str:
-    """A readable, content-based key for a loaded model: its name plus a hash of a few weights and the dtype."""
-    adapter = lm.adapter
-    digest = hashlib.sha1(str(lm.dtype).encode())
-    for tensor in (adapter.W_out(adapter.n_layers - 1)[:4], adapter.W_U()[:, :8], adapter.W_E()[:4]):
-        digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(str(lm.name)).name or str(lm.name))[-40:]
-    return f"{name}-{digest.hexdigest()[:12]}"
 
 
 @dataclass
