@@ -76,6 +76,12 @@ def remember_next_logits(model: nn.Module, input_ids: torch.Tensor, logits_row: 
             rows.popitem(last=False)
 
 
+def forget_next_logits() -> None:
+    """Drop every cached logits row (benchmarks measuring cold calls, tests)."""
+    with _ROWS_LOCK:
+        _ROWS.clear()
+
+
 def next_logits(model: nn.Module, input_ids: torch.Tensor, fresh: bool = False) -> torch.Tensor:
     """Logits [vocab] (float32, CPU) after input_ids [1, T]: from the cache (unless `fresh`), or one forward pass
     that projects only the last position. Refuses to run under this run's own edits (shared results are clean)."""

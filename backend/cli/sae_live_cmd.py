@@ -54,9 +54,9 @@ def _prompt(args: argparse.Namespace) -> int:
     view = prompt_features(lm, sae, _text(args), n_top=args.top)
     peak = view.top_values.max(axis=0) if view.top_values.size else []
     payload = {"model": lm.name, "hook": sae.cfg.hook_name, "tokens": view.tokens,
-               "excluded_positions": [0] + view.sink_positions, "sink_positions": view.sink_positions,
+               "excluded_positions": view.excluded_positions, "sink_positions": view.sink_positions,
                "top_features": [{"feature": f, "max_activation": float(v)} for f, v in zip(view.top_features, peak)],
-               "per_token": [{"position": p, "token": t, "excluded": p == 0 or p in view.sink_positions,
+               "per_token": [{"position": p, "token": t, "excluded": p in view.excluded_positions,
                               "features": view.active_at(p, args.per_token) if args.per_token else []}
                              for p, t in enumerate(view.tokens)]}
     if args.json:

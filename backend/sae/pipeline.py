@@ -15,7 +15,7 @@ from backend.config import InterpscopeError
 from backend.sae.activations import ActivationCache, ShuffledBuffer, build_activation_cache
 from backend.sae.architectures import SAEConfig, build_sae, canonical_architecture
 from backend.sae.folder import hook_width, save_sae
-from backend.sae.sinks import SINK_FACTOR
+from backend.sinks import SINK_FACTOR
 from backend.sae.training import TrainConfig, Trainer, TrainRun
 
 OUTLIER_FACTOR = SINK_FACTOR  # training drops rows whose norm exceeds 10x the RMS norm (sinks past position 0)
