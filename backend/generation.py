@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Sequence
 
 import torch
@@ -95,14 +96,19 @@ def _stack_caches(caches: list) -> object | None:
     return caches[0]
 
 
+@lru_cache(maxsize=64)
+def _parameters(model_class: type) -> frozenset[str]:
+    return frozenset(inspect.signature(model_class.forward).parameters)
+
+
 def _keeps_logits(model: torch.nn.Module) -> bool:
-    return "logits_to_keep" in inspect.signature(model.forward).parameters
+    return "logits_to_keep" in _parameters(type(model))
 
 
 def _cache_kwarg(model: torch.nn.Module) -> str | None:
     """Name of the forward argument taking the KV cache ('cache' in transformers 5, 'past_key_values' before);
     None for models whose cache is not a key/value cache (Mamba's state), which generate without one."""
-    parameters = inspect.signature(model.forward).parameters
+    parameters = _parameters(type(model))
     if "cache_params" in parameters:
         return None
     for name in ("cache", "past_key_values"):
@@ -120,13 +126,14 @@ def _logits(model: torch.nn.Module, ids: torch.Tensor, last_only: bool, **kwargs
     return out
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def greedy_generate(adapter, input_ids: torch.Tensor, n_new: int, edits: Sequence[RowEdit] = (),
                     prompt_logits: bool = False, prefill_rows_apart: bool = False,
                     progress: Callable[[int, int], None] | None = None) -> Generation:
     """The next `n_new` greedy tokens of every row of input_ids [B, T] (no padding), with `edits` active, using
     the KV cache; also the prompt's logits [B, T, vocab] if asked. The caller holds the model's lock if it
-    needs one (hooks are scoped to this run either way).
+    needs one (hooks are scoped to this run either way). Runs in inference mode: what it returns carries no
+    autograd history and cannot enter a backward pass.
 
     prefill_rows_apart: run each row's prompt on its own (batch 1) and stack the caches for the batched steps,
     so each row's prompt logits are bit for bit those of a single-row run (a batched matrix product may round the
@@ -170,7 +177,7 @@ def greedy_generate(adapter, input_ids: torch.Tensor, n_new: int, edits: Sequenc
     return Generation(tokens=generated, prompt_logits=logits_all)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def greedy_uncached(adapter, input_ids: torch.Tensor, n_new: int, edits: Sequence[RowEdit] = (),
                     prompt_logits: bool = False) -> Generation:
     """The same as greedy_generate by recomputing the whole sequence at every step (the reference it is tested
