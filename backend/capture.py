@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import weakref
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Literal, Sequence
 
@@ -182,6 +182,31 @@ def override_forward(module: nn.Module, forward: Callable, *, role: HookRole = "
             if not dispatch.overrides and module.__dict__.get("forward") is dispatch:
                 del module.__dict__["forward"]
         _track(module, role, owner, add=False)
+
+
+def _first_argument(*args, **kwargs) -> torch.Tensor:
+    return args[0] if args else kwargs["hidden_states"]
+
+
+@contextmanager
+def resume_after(adapter: ModelAdapter, block: int, hidden: torch.Tensor) -> Iterator[None]:
+    """For this run's forward passes inside the block, blocks 0..`block` do not compute: each passes its input on,
+    and block `block` returns `hidden` [B, T, d] as its output (the residual stream after it). The embeddings, the
+    later blocks, the final norm and the unembedding run as usual, so a pass costs only the rest of the model: what
+    a splice at blocks.{block}.hook_resid_post needs once a clean pass has run the start. (Blocks return their
+    hidden state as a tensor in the transformers versions this project supports.)"""
+    blocks = adapter.blocks()
+    if not 0 <= block < len(blocks):
+        raise ValueError(f"block {block} out of range 0..{len(blocks) - 1}")
+
+    def inject(*args, **kwargs) -> torch.Tensor:
+        return hidden
+
+    with ExitStack() as stack:
+        for index in range(block):
+            stack.enter_context(override_forward(blocks[index], _first_argument, role="edit"))
+        stack.enter_context(override_forward(blocks[block], inject, role="edit"))
+        yield
 
 
 def foreign_hooks(model: nn.Module) -> list[str]:

@@ -84,12 +84,19 @@ def token_stream(tokenizer, texts: Iterable[str], max_tokens: int | None = None)
     """Concatenate tokenised texts (separated by EOS when the tokenizer has one) up to max_tokens ids."""
     eos = getattr(tokenizer, "eos_token_id", None)
     pieces: list[int] = []
-    for text in texts:
-        pieces.extend(tokenizer(text, add_special_tokens=False).input_ids)
-        if eos is not None:
-            pieces.append(int(eos))
-        if max_tokens is not None and len(pieces) >= max_tokens:
+    texts = iter(texts)
+    size = 8
+    while max_tokens is None or len(pieces) < max_tokens:
+        batch = [text for _, text in zip(range(size), texts)]
+        if not batch:
             break
+        for ids in tokenizer(batch, add_special_tokens=False).input_ids:  # one batched call (fast tokenizers)
+            pieces.extend(ids)
+            if eos is not None:
+                pieces.append(int(eos))
+            if max_tokens is not None and len(pieces) >= max_tokens:
+                break
+        size = min(2 * size, 512)
     ids = torch.tensor(pieces[:max_tokens] if max_tokens else pieces, dtype=torch.long)
     return ids
 

@@ -30,7 +30,7 @@ N_PREDICTIONS = 25
 
 
 def _top(lm, text: str = PROMPT) -> tuple[list[int], np.ndarray]:
-    result = predict_next(lm, text, top=5)
+    result = predict_next(lm, text, top=5, fresh=True)
     return [p.id for p in result.predictions], np.array([p.prob for p in result.predictions])
 
 

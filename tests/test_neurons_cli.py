@@ -89,7 +89,9 @@ def test_store_detail_text_and_induction(saved_model, monkeypatch):
     stores = store_module.activation_stores(lm, [LAYER], n_tokens=256, seq_len=32)
     store = stores[LAYER]
     assert store.activations.shape == (8, 32, 64) and store.tokens.shape == (8, 32)
-    np.testing.assert_allclose(store.mean, np.asarray(store.activations, dtype=np.float64).mean((0, 1)), atol=1e-3)
+    assert store.excluded.shape == (8, 32) and store.excluded[:, 0].all()
+    kept = np.asarray(store.activations, dtype=np.float64)[~store.excluded]
+    np.testing.assert_allclose(store.mean, kept.mean(0), atol=1e-3)
 
     def no_forward(*args, **kwargs):
         raise AssertionError("the store should come from the disk cache")
@@ -102,9 +104,10 @@ def test_store_detail_text_and_induction(saved_model, monkeypatch):
     assert detail.rho == pytest.approx(neuron_stats(lm.adapter, LAYER, 1).rho[INDEX], abs=1e-6)
     assert np.sum(detail.cosines ** 2) == pytest.approx(1.0, abs=1e-6)
     assert detail.singular_values[-1] < 1e-3 * detail.singular_values[0]  # the planted null direction
-    assert detail.histogram_counts.sum() == store.activations[..., INDEX].size
+    assert detail.histogram_counts.sum() == kept.shape[0] == store.n_tokens - detail.excluded_tokens
     tops = [c.activation for c in detail.contexts]
-    assert tops == sorted(tops, reverse=True) and tops[0] == pytest.approx(float(store.activations[..., INDEX].max()))
+    assert tops == sorted(tops, reverse=True) and tops[0] == pytest.approx(float(kept[:, INDEX].max()), rel=1e-3)
+    assert all(c.position >= 1 for c in detail.contexts)
     assert len(detail.promoted) == 15 and detail.promoted[0].value >= detail.promoted[-1].value
 
     text = text_activations(lm, "It is a truth universally acknowledged, that a single man", [f"{LAYER}.{INDEX}", "0.3"])

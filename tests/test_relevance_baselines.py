@@ -188,3 +188,21 @@ def test_bad_method_options_are_refused():
     for bad in (MethodOptions(ig_steps=0), MethodOptions(baseline="noise"), MethodOptions(occlusion_window=0)):
         with pytest.raises(InterpscopeError):
             bad.checked()
+
+
+def test_integrated_gradients_reports_progress_per_internal_batch():
+    from backend.adapters import get_adapter
+    from backend.relevance.baselines import IG_STEPS, ig_batches, integrated_gradients
+    from backend.relevance.targets import Target
+    from tests.tiny_models import tiny_llama
+
+    model = tiny_llama(seed=3)
+    adapter = get_adapter(model)
+    ids = torch.randint(3, 120, (1, 64))
+    per_batch, total = ig_batches(64)
+    assert per_batch * total >= IG_STEPS and total >= 4, "a 64-token input must report several steps"
+    seen: list[tuple[int, int]] = []
+    target = Target(63, 5)
+    with_progress = integrated_gradients(adapter, ids, target, progress=lambda d, t: seen.append((d, t)))
+    assert seen == [(i, total) for i in range(total)] + [(total, total)]
+    torch.testing.assert_close(with_progress, integrated_gradients(adapter, ids, target))

@@ -62,3 +62,45 @@ def test_text_windows(lm):
     assert short.shape[0] == 1 and 3 <= short.shape[1] < 128
     long = text_windows(lm.tokenizer, "word " * 300, context_size=64)
     assert long.shape[1] == 64 and long.shape[0] >= 4
+
+
+def _three_pass_reference(lm, sae, ids):
+    """Clean, zero-ablated and spliced CE and the KL, each pass running the whole model (what evaluation did before
+    its spliced passes started after the hook's block)."""
+    from backend.capture import hooks
+    from backend.sae.sinks import sink_rows
+
+    def run(edit=None):
+        with torch.no_grad(), hooks(lm.adapter, {HOOK: edit} if edit else {}):
+            return torch.log_softmax(lm.model(input_ids=ids).logits[:, 1:-1].double(), -1)
+
+    seen = {}
+    clean = run(lambda t: seen.setdefault("x", t.detach().clone()) is None or None)
+    x = seen["x"][:, 1:]
+    sinks = sink_rows(x)
+    zero = run(lambda t: torch.cat([t[:, :1], torch.where(sinks[..., None], x, 0.0)], 1))
+    x_hat = sae.decode(sae.encode(x)).detach()
+    spliced = run(lambda t: torch.cat([t[:, :1], torch.where(sinks[..., None], x, x_hat)], 1))
+    target = ids[:, 2:, None]
+    ce = {name: float(-lp.gather(-1, target).mean()) for name, lp in
+          (("clean", clean), ("zero", zero), ("sae", spliced))}
+    return ce, float((clean.exp() * (clean - spliced)).sum(-1).mean())
+
+
+def test_spliced_passes_from_the_hook_equal_three_full_passes(lm):
+    from backend.sae.evaluation import resume_block
+
+    assert resume_block(lm.adapter, HOOK) == 0 and resume_block(lm.adapter, "blocks.1.hook_resid_pre") == 0
+    assert resume_block(lm.adapter, "blocks.0.hook_resid_pre") is None
+    d = lm.adapter.d_model
+    sae = build_sae(SAEConfig(d_in=d, d_sae=24, architecture="relu", hook_name=HOOK), seed=5)
+    with torch.no_grad():
+        sae.b_enc.fill_(-0.05)
+    ids = text_windows(lm.tokenizer, "It is a truth universally acknowledged, that a single man in possession of "
+                       "a good fortune, must be in want of a wife. " * 12, context_size=32)
+    result = evaluate_sae(lm, sae, ids=ids)
+    ce, kl = _three_pass_reference(lm, sae, ids)
+    assert result.ce_clean == pytest.approx(ce["clean"], rel=1e-9)
+    assert result.ce_zero == pytest.approx(ce["zero"], rel=1e-9) and abs(ce["zero"] - ce["clean"]) > 1e-4
+    assert result.ce_sae == pytest.approx(ce["sae"], rel=1e-9) and abs(ce["sae"] - ce["clean"]) > 1e-4
+    assert result.kl == pytest.approx(kl, rel=1e-9) and kl > 1e-4

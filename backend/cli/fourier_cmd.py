@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 
 import numpy as np
 
@@ -11,9 +12,14 @@ from backend.config import InterpscopeError
 from backend.results import to_plain
 
 
+FOURIER_SUBCOMMAND_MODULES = ["backend.cli.fourier_store_cmd"]
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     fourier = subparsers.add_parser("fourier", help="Fourier features of numbers (spectra, filters)")
     commands = fourier.add_subparsers(dest="fourier_command", required=True)
+    for module_name in FOURIER_SUBCOMMAND_MODULES:
+        importlib.import_module(module_name).register(commands)
 
     spectrum = commands.add_parser("spectrum", help="Fourier magnitude of the number representations")
     add_model_args(spectrum)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 from contextlib import contextmanager
 
 from backend.cli.argtypes import non_negative_int, positive_int, window_int
 from backend.cli.common import add_model_args, emit_json, load_from_args
 from backend.config import InterpscopeError
+
+NEURONS_SUBCOMMAND_MODULES = ["backend.cli.neurons_store_cmd"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "Use `interpscope neurons ablate --neurons L.I ...` for causal effects.")
     _add_list_args(neurons)
     neurons.set_defaults(func=run_candidates)
-    actions = neurons.add_subparsers(dest="neurons_action", metavar="{ablate}")
+    actions = neurons.add_subparsers(dest="neurons_action", metavar="{ablate,detail,store}")
     ablate = actions.add_parser("ablate", help="mean-ablate neurons: total vs direct effect on loss and entropy")
     add_model_args(ablate)
     ablate.add_argument("--neurons", nargs="+", required=True, metavar="L.I", help="neurons as LAYER.INDEX")
@@ -31,6 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ablate.add_argument("--corpus", default=None, help="a .txt/.md/.jsonl file or folder (default: bundled Austen)")
     ablate.add_argument("--json", action="store_true", help="print JSON")
     ablate.set_defaults(func=run_ablate)
+    for module_name in NEURONS_SUBCOMMAND_MODULES:
+        importlib.import_module(module_name).register(actions)
 
 
 def _add_list_args(parser: argparse.ArgumentParser) -> None:

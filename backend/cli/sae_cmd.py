@@ -12,7 +12,8 @@ from backend.cli.argtypes import (eval_tokens_int, eval_window_int, fraction, li
 from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args, load_model_for_sae
 from backend.config import InterpscopeError
 
-SAE_SUBCOMMAND_MODULES = ["backend.cli.sae_store_cmd", "backend.cli.sae_circuit_cmd", "backend.cli.sae_explain_cmd"]
+SAE_SUBCOMMAND_MODULES = ["backend.cli.sae_store_cmd", "backend.cli.sae_live_cmd", "backend.cli.sae_circuit_cmd",
+                          "backend.cli.sae_explain_cmd"]
 
 
 def _per_arch(values: list | None, n: int, what: str) -> list:

@@ -103,11 +103,23 @@ def generated_predictions(lm, texts: list[str], max_new_tokens: int = 4, batch: 
 
 
 def run_addition(lm, pairs: np.ndarray, template: str = "{a}+{b}=", numbers: NumberTokens | None = None,
-                 prefix: str = "") -> AdditionResult:
-    """Score the model on the given operand pairs; numbers=None means the digit-by-digit (generation) path."""
+                 prefix: str = "", use_store: bool = True) -> AdditionResult:
+    """Score the model on the given operand pairs; numbers=None means the digit-by-digit (generation) path, whose
+    results are kept per process and model and ship precomputed for the page's default prompts (serves the
+    Fourier page's addition probe)."""
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     if len(pairs) == 0:
         raise InterpscopeError("No prompts to run.")
+    if numbers is None:
+        from backend.fourier import precomputed
+
+        return precomputed.recall(lm, precomputed.probe_key(pairs, template, prefix),
+                                  lambda: _run_addition(lm, pairs, template, None, prefix), AdditionResult,
+                                  use_store=use_store)
+    return _run_addition(lm, pairs, template, numbers, prefix)
+
+
+def _run_addition(lm, pairs: np.ndarray, template: str, numbers: NumberTokens | None, prefix: str) -> AdditionResult:
     texts = [prefix + text for text in render(template, pairs)]
     answers = pairs.sum(axis=1)
     if numbers is not None:

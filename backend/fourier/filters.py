@@ -22,6 +22,7 @@ from backend.fourier.basis import FourierBasis, fourier_basis
 from backend.fourier.data import render
 from backend.fourier.lens import check_tau, default_tau
 from backend.fourier.numbers import NumberTokens, number_unembedding
+from backend.fourier.probe import PromptPairs
 
 KINDS = {"low": "low-pass (removes high frequencies, k >= tau)",
          "high": "high-pass (removes low frequencies, 1 <= k < tau)"}
@@ -99,6 +100,7 @@ class FilterTable:
     rows: list[FilterRow]
     seconds: float
     warnings: list[str] = field(default_factory=list)
+    requested_prompts: int | None = None
 
 
 def error_counts(errors: np.ndarray) -> dict:
@@ -152,12 +154,18 @@ def projection_edit(matrix: torch.Tensor, where: dict | None = None):
     return apply
 
 
-def filter_table(lm, numbers: NumberTokens, pairs: np.ndarray, template: str = "{a}+{b}=", tau: int | None = None,
+def filter_table(lm, numbers: NumberTokens, pairs: np.ndarray | PromptPairs, template: str = "{a}+{b}=", tau: int | None = None,
                  configs: list[tuple[str, str]] | None = None, progress=None, positions: str = "last") -> FilterTable:
-    """Loss, accuracy and error histogram with no filter and each (kind, modules) filter in all layers.
+    """Loss, accuracy and error histogram with no filter and each (kind, modules) filter in all layers (serves
+    the Fourier page's Filters tab). pairs: operand pairs [P, 2], or a PromptPairs (backend.fourier.probe) whose
+    request is kept: when its split held fewer pairs than asked for, the table says so in `warnings` and
+    `requested_prompts` (never silently fewer).
 
     positions: 'last' filters the module outputs at the answer position only (where W_U reads them), 'all' at
     every token (operand positions too)."""
+    requested, note = None, None
+    if isinstance(pairs, PromptPairs):
+        requested, note, pairs = pairs.requested, pairs.note, pairs.pairs
     if positions not in POSITIONS:
         raise InterpscopeError(f"Unknown positions {positions!r}: choose last or all.")
     start_time = time.perf_counter()
@@ -171,7 +179,7 @@ def filter_table(lm, numbers: NumberTokens, pairs: np.ndarray, template: str = "
     configs = configs if configs is not None else [("none", "none")] + [
         (kind, modules) for kind in ("high", "low") for modules in ("both", "mlp", "attn")]
     projections = {kind: filter_projection(lm, numbers, kind, tau) for kind in KINDS}
-    rows, warnings = [], []
+    rows, warnings = [], ([note] if note else [])
     for index, (kind, modules) in enumerate(configs):
         edits: dict = {}
         projection, where = None, None
@@ -200,4 +208,4 @@ def filter_table(lm, numbers: NumberTokens, pairs: np.ndarray, template: str = "
             progress((index + 1) / len(configs), f"{kind} on {modules}")
     return FilterTable(model=lm.name, template=template, numbers=n_numbers, tau=tau, d_model=lm.adapter.d_model,
                        prompts=len(pairs), positions=positions, rows=rows, seconds=time.perf_counter() - start_time,
-                       warnings=warnings)
+                       warnings=warnings, requested_prompts=requested)

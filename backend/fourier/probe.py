@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataclasses import dataclass
+
 from backend.config import InterpscopeError
-from backend.fourier.data import sample_pairs
+from backend.fourier.data import sample_pairs, split_pairs
 from backend.fourier.numbers import NumberTokens, number_tokens, single_token_numbers, splits_digits
 
 MAX_NUMBERS = 520
 DIGIT_DEFAULT_NUMBERS = 100
+DIGIT_PROBE_PROMPTS = 40  # the Fourier page's default probe size for models that split digits
 
 
 def default_numbers(lm) -> int:
@@ -39,3 +42,30 @@ def probe_pairs(n_numbers: int, n_prompts: int, split: str = "test", seed: int =
     if not 1 <= n_prompts <= 100_000:
         raise InterpscopeError("Ask for between 1 and 100000 prompts.")
     return sample_pairs(n_numbers, n_prompts, split=split, seed=seed)
+
+
+@dataclass
+class PromptPairs:
+    """The operand pairs that run for a request of `requested` prompts, and why fewer run when they do."""
+
+    pairs: np.ndarray
+    requested: int
+    split: str
+    n_numbers: int
+
+    @property
+    def note(self) -> str | None:
+        """None when every requested prompt runs; else the reason, ready for the page and the command line."""
+        if len(self.pairs) >= self.requested:
+            return None
+        everything = len(split_pairs(self.n_numbers, "all"))
+        hint = f" (choose split 'all' for up to {everything})" if self.split != "all" else ""
+        return (f"Asked for {self.requested} prompts; the {self.split} split of N = {self.n_numbers} holds only "
+                f"{len(self.pairs)} distinct operand pairs, so all {len(self.pairs)} run{hint}.")
+
+
+def prompt_pairs(n_numbers: int, n_prompts: int, split: str = "test", seed: int = 0) -> PromptPairs:
+    """probe_pairs with the request kept: the filter table and the probe report when a split has fewer pairs
+    than asked for instead of silently running fewer (serves the Fourier page's Filters and probe tabs)."""
+    return PromptPairs(pairs=probe_pairs(n_numbers, n_prompts, split=split, seed=seed), requested=int(n_prompts),
+                       split=split, n_numbers=int(n_numbers))

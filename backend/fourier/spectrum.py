@@ -59,7 +59,18 @@ def matrix_spectrum(values: np.ndarray, *, model: str = "", source: str = "embed
 
 
 def embedding_spectrum(lm, n_numbers: int, matrix: str = "embedding") -> Spectrum:
-    """Spectrum of W_E (matrix='embedding') or W_U (matrix='unembedding') restricted to numbers 0..N-1."""
+    """Spectrum of W_E (matrix='embedding') or W_U (matrix='unembedding') restricted to numbers 0..N-1 (serves
+    the Fourier page's spectrum tab for single-token numbers; computed once per process and model)."""
+    from backend.fourier import precomputed
+    from backend.fourier.basis import Outlier
+
+    if matrix not in ("embedding", "unembedding"):
+        raise InterpscopeError(f"Unknown matrix {matrix!r}: choose embedding or unembedding.")
+    return precomputed.recall(lm, precomputed.embedding_key(n_numbers, matrix),
+                              lambda: _embedding_spectrum(lm, n_numbers, matrix), Spectrum, {"outliers": Outlier})
+
+
+def _embedding_spectrum(lm, n_numbers: int, matrix: str) -> Spectrum:
     tokens = number_tokens(lm.tokenizer, n_numbers)
     if matrix == "embedding":
         values = number_embeddings(lm.adapter, tokens)
@@ -109,11 +120,23 @@ def number_hidden_states(lm, n_numbers: int, batch: int = 64, template: str | No
     return np.concatenate(states, axis=1)
 
 
-def hidden_spectra(lm, n_numbers: int, top: int = 5, template: str | None = None) -> LayerSpectra:
-    """Per-layer spectra of the hidden states at each number's last token, with each layer's top periods.
+def hidden_spectra(lm, n_numbers: int, top: int = 5, template: str | None = None,
+                   use_store: bool = True) -> LayerSpectra:
+    """Per-layer spectra of the hidden states at each number's last token, with each layer's top periods (serves
+    the Fourier page's spectrum tab for models that split digits). Computed once per process and model; the
+    bundled models' default spectra ship precomputed (backend.fourier.precomputed).
 
     Magnitudes are normalised per layer (unit L2 over frequencies) so layers of different scale compare.
     """
+    from backend.fourier import precomputed
+
+    template = template or default_number_template(lm.tokenizer)
+    return precomputed.recall(lm, precomputed.hidden_key(n_numbers, template, top),
+                              lambda: _hidden_spectra(lm, n_numbers, top, template), LayerSpectra,
+                              use_store=use_store)
+
+
+def _hidden_spectra(lm, n_numbers: int, top: int, template: str) -> LayerSpectra:
     states = number_hidden_states(lm, n_numbers, template=template)
     basis = fourier_basis(n_numbers)
     rows = []

@@ -18,7 +18,7 @@ from backend.adapters import ModelAdapter
 from backend.capture import capture, hooks, model_lock
 from backend.config import InterpscopeError
 from backend.neurons.folding import final_norm, unembed_bias
-from backend.neurons.metrics import freeze_unigram, kl_to_unigram, loss_and_entropy, norm_mediated_share
+from backend.neurons.metrics import freeze_unigram, loss_and_entropy, loss_entropy_kl, loss_of, norm_mediated_share
 from backend.neurons.store import Progress
 
 
@@ -113,6 +113,7 @@ def token_effects(lm, neurons: list[Neuron], tokens: torch.Tensor, means: dict[i
     beta_logits = (norm.beta.to(W_U.dtype) @ W_U).to(work) if norm.beta is not None else 0.0
     bias = unembed_bias(adapter)
     constant = beta_logits + (bias.to(work) if bias is not None else 0.0)
+    no_constant = isinstance(constant, float) and constant == 0.0
     write = {n: adapter.W_out(n.layer)[n.index].detach().to(work) for n in neurons}
     logit_dirs = {n: ((gamma * norm.centre(w)).to(W_U.dtype) @ W_U).to(work) for n, w in write.items()}
     unit_u = log_q = None
@@ -134,11 +135,11 @@ def token_effects(lm, neurons: list[Neuron], tokens: torch.Tensor, means: dict[i
             targets = batch[:, 1:]
             resid = clean.activations[names[0]].reshape(batch.shape[0], batch.shape[1], -1)[:, :-1].to(work)
             scale = norm.scale(resid)
-            loss0, entropy0 = loss_and_entropy(logits, targets)
+            loss0, entropy0, kl0 = loss_entropy_kl(logits, targets, log_q)
             parts["clean_loss"].append(loss0.flatten())
             parts["clean_entropy"].append(entropy0.flatten())
             if log_q is not None:
-                parts["clean_kl_unigram"].append(kl_to_unigram(logits, log_q).flatten())
+                parts["clean_kl_unigram"].append(kl0.flatten())
             rows = {key: [] for key in keys[3:] if key != "clean_kl_unigram"}
             acts_rows = []
             for neuron in neurons:
@@ -148,14 +149,18 @@ def token_effects(lm, neurons: list[Neuron], tokens: torch.Tensor, means: dict[i
                 direct = logits + (shift / scale).unsqueeze(-1) * logit_dirs[neuron]
                 if neuron.layer == last and fast_final_layer:
                     new_scale = norm.scale(resid + shift.unsqueeze(-1) * write[neuron])
-                    total = ((scale / new_scale).unsqueeze(-1) * (logits - constant) + constant
-                             + (shift / new_scale).unsqueeze(-1) * logit_dirs[neuron])
+                    if no_constant:  # x - 0.0 and x + 0.0 are x: skip two passes over the vocabulary
+                        total = ((scale / new_scale).unsqueeze(-1) * logits
+                                 + (shift / new_scale).unsqueeze(-1) * logit_dirs[neuron])
+                    else:
+                        total = ((scale / new_scale).unsqueeze(-1) * (logits - constant) + constant
+                                 + (shift / new_scale).unsqueeze(-1) * logit_dirs[neuron])
                 else:
                     edit = _mean_edit(neuron.index, float(means[neuron.layer][neuron.index]))
                     with hooks(adapter, {f"blocks.{neuron.layer}.mlp.hook_post": edit}):
                         out = lm.model(input_ids=batch, use_cache=False).logits
                     total = out[:, :-1].to(work)
-                loss_t, entropy_t = loss_and_entropy(total, targets)
+                loss_t, entropy_t, kl_t = loss_entropy_kl(total, targets, log_q)
                 loss_d, entropy_d = loss_and_entropy(direct, targets)
                 acts_rows.append(acts.flatten())
                 rows["loss_total"].append((loss_t - loss0).flatten())
@@ -164,11 +169,11 @@ def token_effects(lm, neurons: list[Neuron], tokens: torch.Tensor, means: dict[i
                 rows["entropy_direct"].append((entropy_d - entropy0).flatten())
                 if unit_u is not None:
                     frozen = freeze_unigram(total, logits, unit_u)
-                    rows["loss_frozen_unigram"].append((loss_and_entropy(frozen, targets)[0] - loss0).flatten())
+                    rows["loss_frozen_unigram"].append((loss_of(frozen, targets) - loss0).flatten())
                     frozen = freeze_unigram(direct, logits, unit_u)
-                    rows["loss_direct_frozen_unigram"].append(
-                        (loss_and_entropy(frozen, targets)[0] - loss0).flatten())
-                    rows["kl_unigram_ablated"].append(kl_to_unigram(total, log_q).flatten())
+                    rows["loss_direct_frozen_unigram"].append((loss_of(frozen, targets) - loss0).flatten())
+                    del frozen
+                    rows["kl_unigram_ablated"].append(kl_t.flatten())
             parts["activation"].append(torch.stack(acts_rows))
             for key, row in rows.items():
                 if row:
@@ -269,9 +274,12 @@ def ablate(lm, neurons, n_tokens: int = 2048, seq_len: int = 128, n_random: int 
            k: int | None = None, source=None, mean_tokens: int | None = None, with_unigram: bool = True,
            batch_size: int = 4, progress: Progress | None = None) -> AblationResult:
     """Mean-ablate each neuron (and n_random random neurons of the same layers) over n_tokens held-out corpus
-    tokens (split 'valid'); means come from the cached activation store of the 'train' split."""
+    tokens (split 'valid'); means come from the 'train' split with position 0 and sinks left out (the model's
+    entropy-neuron store when it has them, else the cached activation store). Serves the Entropy neurons page's
+    Causal ablation and Token-frequency tabs; progress(fraction, text) as the other neuron calls."""
     from backend import corpus
-    from backend.neurons.store import DEFAULT_STORE_TOKENS, activation_stores
+    from backend.neurons.page_store import corpus_means
+    from backend.neurons.store import DEFAULT_STORE_TOKENS
     from backend.neurons.unigram import token_counts
     from backend.neurons.weights import check_k, neuron_stats
 
@@ -286,9 +294,8 @@ def ablate(lm, neurons, n_tokens: int = 2048, seq_len: int = 128, n_random: int 
     def stage(lo: float, hi: float, label: str) -> Progress | None:
         return None if progress is None else (lambda frac, text: progress(lo + (hi - lo) * frac, f"{label}: {text}"))
 
-    stores = activation_stores(lm, layers, n_tokens=mean_tokens or DEFAULT_STORE_TOKENS, seq_len=seq_len,
-                               source=source, split="train", progress=stage(0.0, 0.3, "mean activations"))
-    means = {layer: store.mean for layer, store in stores.items()}
+    means = corpus_means(lm, layers, n_tokens=mean_tokens or DEFAULT_STORE_TOKENS, seq_len=seq_len, source=source,
+                         split="train", progress=stage(0.0, 0.3, "mean activations"))
     counts = token_counts(lm.tokenizer, adapter.vocab_size, source=source) if with_unigram else None
     tokens = corpus.token_chunks(lm.tokenizer, seq_len, n_tokens, source=source, split="valid")
     effects = token_effects(lm, everyone, tokens, means, counts, batch_size=batch_size,

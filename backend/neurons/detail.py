@@ -4,6 +4,9 @@ Neuron detail: the W_U singular spectrum with the neuron's cosine to each singul
 histogram and top activating contexts over the cached corpus sample, and the tokens its direct logit effect
 promotes and suppresses. Your text: per-token activation of chosen neurons with the model's entropy and top
 prediction at each position.
+
+Position 0 and massive-activation rows (attention sinks, backend.sinks) are never ranked, never counted in a
+histogram or mean and never set a colour scale; every view says which positions it left out.
 """
 from __future__ import annotations
 
@@ -18,6 +21,9 @@ from backend.neurons.folding import folded_W_out
 from backend.neurons.metrics import entropy_of
 from backend.neurons.store import ActivationStore
 from backend.neurons.weights import check_k, unembed_basis
+from backend.sinks import colour_scale, detection_point, excluded_mask, excluded_positions, top_positions
+
+CONTEXT_LEFT, CONTEXT_RIGHT = 12, 4
 
 
 @dataclass
@@ -51,15 +57,18 @@ class NeuronDetail:
     histogram_edges: np.ndarray | None = None
     mean_activation: float | None = None
     contexts: list[Context] | None = None
+    excluded_tokens: int = 0
+    sink_positions: list[tuple[int, int]] | None = None
+    source: str = "weights only"
 
 
 def _token_text(tokenizer, token_id: int) -> str:
     return tokenizer.decode([int(token_id)]) if tokenizer is not None else str(token_id)
 
 
-def neuron_detail(lm, layer: int, index: int, k: int | None = None, store: ActivationStore | None = None,
-                  top_tokens: int = 15, top_contexts: int = 10, window: int = 12, bins: int = 60) -> NeuronDetail:
-    """Weight-side detail of one neuron, plus corpus-side detail when its layer's activation store is given."""
+def weight_detail(lm, layer: int, index: int, k: int | None = None, top_tokens: int = 15) -> NeuronDetail:
+    """What the weights say about one neuron: rho, norm, the W_U spectrum with its cosines, promoted and
+    suppressed tokens (no corpus needed; the W_U summaries are computed once per loaded model)."""
     adapter = lm.adapter
     neuron = parse_neurons([(layer, index)], adapter)[0]
     k = check_k(k, adapter.d_model)
@@ -73,29 +82,59 @@ def neuron_detail(lm, layer: int, index: int, k: int | None = None, store: Activ
     tokenizer = lm.tokenizer
     promoted = [TokenScore(_token_text(tokenizer, i), int(i), float(logit_effect[i])) for i in order[::-1][:top_tokens]]
     suppressed = [TokenScore(_token_text(tokenizer, i), int(i), float(logit_effect[i])) for i in order[:top_tokens]]
-    detail = NeuronDetail(layer=neuron.layer, index=neuron.index, k=k, rho=float(cosines[-k:].norm()), norm=norm,
-                          singular_values=basis.S.cpu().numpy(), cosines=cosines.cpu().numpy(),
-                          promoted=promoted, suppressed=suppressed)
+    return NeuronDetail(layer=neuron.layer, index=neuron.index, k=k, rho=float(cosines[-k:].norm()), norm=norm,
+                        singular_values=basis.S.cpu().numpy(), cosines=cosines.cpu().numpy(),
+                        promoted=promoted, suppressed=suppressed)
+
+
+def context_windows(values: np.ndarray, excluded: np.ndarray, k: int, left: int = CONTEXT_LEFT,
+                    right: int = CONTEXT_RIGHT) -> list[tuple[int, int, int, int]]:
+    """The k largest activations [N, T] among positions not excluded, as (row, position, lo, hi): the window
+    tokens[row, lo:hi] around each (up to `left` tokens before, `right` after), largest first. Position 0 is always
+    excluded, so every firing token has real left context inside its window."""
+    width = values.shape[1]
+    found = []
+    for flat in top_positions(values, excluded, k):
+        row, col = divmod(int(flat), width)
+        found.append((row, col, max(0, col - left), min(width, col + right)))
+    return found
+
+
+def kept_histogram(values: np.ndarray, excluded: np.ndarray, bins: int = 60) -> tuple[np.ndarray, np.ndarray]:
+    """Histogram (counts, edges) of one neuron's activations [N, T] over the positions not excluded."""
+    kept = np.asarray(values, dtype=np.float32)[~np.asarray(excluded, dtype=bool)]
+    return np.histogram(kept, bins=bins)
+
+
+def neuron_detail(lm, layer: int, index: int, k: int | None = None, store: ActivationStore | None = None,
+                  top_tokens: int = 15, top_contexts: int = 10, window: int = CONTEXT_LEFT,
+                  bins: int = 60) -> NeuronDetail:
+    """Weight-side detail of one neuron, plus corpus-side detail when its layer's activation store is given
+    (histogram, mean and top contexts over the positions the store does not exclude)."""
+    detail = weight_detail(lm, layer, index, k=k, top_tokens=top_tokens)
     if store is not None:
-        acts = np.asarray(store.activations[..., neuron.index], dtype=np.float32)  # [N, T]
-        detail.histogram_counts, detail.histogram_edges = np.histogram(acts, bins=bins)
-        detail.mean_activation = float(store.mean[neuron.index])
-        flat = np.argsort(acts.ravel())[::-1][:top_contexts]
+        acts = np.asarray(store.activations[..., detail.index], dtype=np.float32)  # [N, T]
+        excluded = np.asarray(store.excluded, dtype=bool)
+        detail.histogram_counts, detail.histogram_edges = kept_histogram(acts, excluded, bins)
+        detail.mean_activation = float(store.mean[detail.index])
         contexts = []
-        for position in flat:
-            row, col = divmod(int(position), acts.shape[1])
-            lo, hi = max(0, col - window), min(acts.shape[1], col + 4)
+        for row, col, lo, hi in context_windows(acts, excluded, top_contexts, left=window):
             ids = np.asarray(store.tokens[row, lo:hi])
-            contexts.append(Context(tokens=[_token_text(tokenizer, i) for i in ids], position=col - lo,
+            contexts.append(Context(tokens=[_token_text(lm.tokenizer, i) for i in ids], position=col - lo,
                                     activation=float(acts[row, col])))
         detail.contexts = contexts
+        detail.excluded_tokens = int(excluded.sum())
+        detail.sink_positions = store.sink_positions()
+        detail.source = f"corpus sample of {store.n_tokens} tokens"
     return detail
 
 
 @dataclass
 class TextActivations:
     """Per token of the text: the token strings, each chosen neuron's activation [n_neurons, T], the entropy of
-    the prediction made at that token [T], the top predicted next token and its probability."""
+    the prediction made at that token [T], the top predicted next token and its probability. excluded_positions:
+    position 0 and massive-activation rows, which set no colour scale; scale: each neuron's max |activation| over
+    the other positions [n_neurons] (what a colour scale should span)."""
 
     model: str
     tokens: list[str]
@@ -104,6 +143,8 @@ class TextActivations:
     entropy: np.ndarray
     top_prediction: list[str]
     top_probability: np.ndarray
+    excluded_positions: list[int] | None = None
+    scale: np.ndarray | None = None
 
 
 def text_activations(lm, text: str, neurons) -> TextActivations:
@@ -111,14 +152,21 @@ def text_activations(lm, text: str, neurons) -> TextActivations:
     chosen = parse_neurons(neurons, lm.adapter)
     ids = lm.encode(text)
     names = sorted({f"blocks.{n.layer}.mlp.hook_post" for n in chosen})
+    points = {n.layer: detection_point(lm.adapter, n.layer) for n in chosen}
     with model_lock(lm), torch.no_grad():
-        run = capture(lm.adapter, ids, names)
+        run = capture(lm.adapter, ids, names + sorted(set(points.values()) - set(names)))
     logits = run.logits.float()
     probs = torch.softmax(logits, dim=-1)
     top_probability, top_ids = probs.max(-1)
     activation = np.stack([run.activations[f"blocks.{n.layer}.mlp.hook_post"][:, n.index].float().numpy()
                            for n in chosen])
+    masks = {point: excluded_mask(run.activations[point]).numpy() for point in set(points.values())}
+    excluded = np.zeros(ids.shape[1], dtype=bool)
+    for mask in masks.values():
+        excluded |= mask
+    scale = np.array([colour_scale(row, excluded) for row in activation])
     return TextActivations(model=lm.name, tokens=lm.token_strings(ids[0]), neurons=[n.label for n in chosen],
                            activation=activation, entropy=entropy_of(logits).numpy(),
                            top_prediction=[_token_text(lm.tokenizer, i) for i in top_ids.tolist()],
-                           top_probability=top_probability.numpy())
+                           top_probability=top_probability.numpy(), excluded_positions=excluded_positions(excluded),
+                           scale=scale)

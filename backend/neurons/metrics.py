@@ -13,6 +13,23 @@ def loss_and_entropy(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch
     return loss, entropy
 
 
+def loss_entropy_kl(logits: torch.Tensor, targets: torch.Tensor,
+                    unigram_log_probs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """loss_and_entropy and kl_to_unigram (when unigram_log_probs is given) from one log-softmax and one exp:
+    the same operations as the separate functions, so the same numbers."""
+    log_probs = torch.log_softmax(logits, dim=-1)
+    loss = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    probs = log_probs.exp()
+    entropy = -(probs * log_probs).sum(-1)
+    kl = None if unigram_log_probs is None else (probs * (log_probs - unigram_log_probs)).sum(-1)
+    return loss, entropy, kl
+
+
+def loss_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The cross-entropy part of loss_and_entropy alone (same operations, same numbers), per position."""
+    return -torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
 def entropy_of(logits: torch.Tensor) -> torch.Tensor:
     log_probs = torch.log_softmax(logits, dim=-1)
     return -(log_probs.exp() * log_probs).sum(-1)

@@ -2,12 +2,12 @@
 top activating contexts of the neuron detail view all come from one store per (model, corpus sample, layer).
 
 Stores live under data_dir()/neurons/acts/<model key>/<sample>/ as .npy files (float16 activations,
-int32 token ids, float64 means), written atomically and opened memory-mapped.
+int32 token ids, bool excluded positions, float64 means), written atomically and opened memory-mapped.
+Position 0 of every window and massive-activation rows (backend.sinks) are marked excluded: means, histograms
+and rankings leave them out (v2 of the layout; v1 stores averaged them in and are not reused).
 """
 from __future__ import annotations
 
-import hashlib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -18,51 +18,55 @@ import torch
 from backend import corpus
 from backend.capture import StopForward, hooks, model_lock
 from backend.config import InterpscopeError, data_dir
+from backend.models.identity import model_key
 from backend.neurons.unigram import source_key, save_npy_atomic
 from backend.neurons.weights import check_layer
+from backend.sinks import detection_point, excluded_mask
 
 Progress = Callable[[float, str], None]
 DEFAULT_STORE_TOKENS = 8192
 DEFAULT_SEQ_LEN = 128
-
-
-def model_key(lm) -> str:
-    """A readable, content-based key for a loaded model: its name plus a hash of a few weights and the dtype."""
-    adapter = lm.adapter
-    digest = hashlib.sha1(str(lm.dtype).encode())
-    for tensor in (adapter.W_out(adapter.n_layers - 1)[:4], adapter.W_U()[:, :8], adapter.W_E()[:4]):
-        digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(str(lm.name)).name or str(lm.name))[-40:]
-    return f"{name}-{digest.hexdigest()[:12]}"
+LAYOUT = "v2"
 
 
 @dataclass
 class ActivationStore:
     """Activations of every neuron of one layer over a corpus sample: activations [N, T, d_mlp] (float16,
-    memory-mapped), tokens [N, T] (int32) and the mean activation per neuron [d_mlp] (float64)."""
+    memory-mapped), tokens [N, T] (int32), excluded [N, T] (bool: position 0 and massive-activation rows) and the
+    mean activation per neuron over the positions not excluded [d_mlp] (float64)."""
 
     layer: int
     activations: np.ndarray
     tokens: np.ndarray
     mean: np.ndarray
+    excluded: np.ndarray
 
     @property
     def n_tokens(self) -> int:
         return int(self.tokens.size)
 
+    def sink_positions(self) -> list[tuple[int, int]]:
+        """(window, position) of the massive-activation rows past position 0 (position 0 is always excluded)."""
+        rows, cols = np.nonzero(np.asarray(self.excluded)[:, 1:])
+        return [(int(r), int(c) + 1) for r, c in zip(rows, cols)]
+
 
 
 def _sample_dir(lm, n_tokens: int, seq_len: int, source, split: str) -> Path:
-    return data_dir() / "neurons" / "acts" / model_key(lm) / f"{source_key(source, split)}-{seq_len}x{n_tokens}"
+    sample = f"{source_key(source, split)}-{seq_len}x{n_tokens}-{LAYOUT}"
+    return data_dir() / "neurons" / "acts" / model_key(lm) / sample
 
 
 def run_layers(lm, token_batches: torch.Tensor, layers: list[int], batch_size: int = 8,
-               progress: Progress | None = None) -> dict[int, np.ndarray]:
-    """Neuron activations [N, T, d_mlp] (float32) of `layers` on token windows [N, T], stopping each forward
-    pass after the last of those layers."""
+               progress: Progress | None = None) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+    """Neuron activations [N, T, d_mlp] (float32) of `layers` on token windows [N, T], and each layer's excluded
+    positions [N, T] (bool; backend.sinks at the layer's detection point), stopping each forward pass after the last
+    of those layers."""
     adapter = lm.adapter
     layers = sorted(set(layers))
     outputs: dict[int, list[np.ndarray]] = {layer: [] for layer in layers}
+    points = {layer: detection_point(adapter, layer) for layer in layers}
+    masks: dict[str, list[np.ndarray]] = {point: [] for point in set(points.values())}
     last = layers[-1]
 
     def reader(layer: int):
@@ -72,9 +76,15 @@ def run_layers(lm, token_batches: torch.Tensor, layers: list[int], batch_size: i
                 raise StopForward
         return read
 
+    def sinks(point: str):
+        def read(tensor: torch.Tensor) -> None:
+            masks[point].append(excluded_mask(tensor.detach()).cpu().numpy())
+        return read
+
+    readers = [(point, sinks(point)) for point in masks] + [(f"blocks.{layer}.mlp.hook_post", reader(layer))
+                                                            for layer in layers]
     n = token_batches.shape[0]
-    with model_lock(lm), torch.no_grad(), hooks(adapter, {f"blocks.{layer}.mlp.hook_post": reader(layer)
-                                                   for layer in layers}):
+    with model_lock(lm), torch.no_grad(), hooks(adapter, readers, role="read"):
         for start in range(0, n, batch_size):
             batch = token_batches[start:start + batch_size].to(lm.device)
             try:
@@ -83,7 +93,14 @@ def run_layers(lm, token_batches: torch.Tensor, layers: list[int], batch_size: i
                 pass
             if progress:
                 progress(min(1.0, (start + batch.shape[0]) / n), f"corpus activations {start + batch.shape[0]}/{n}")
-    return {layer: np.concatenate(chunks, 0) for layer, chunks in outputs.items()}
+    activations = {layer: np.concatenate(chunks, 0) for layer, chunks in outputs.items()}
+    return activations, {layer: np.concatenate(masks[points[layer]], 0) for layer in layers}
+
+
+def kept_mean(activations: np.ndarray, excluded: np.ndarray) -> np.ndarray:
+    """Mean activation per neuron [d_mlp] (float64) over the positions not excluded."""
+    flat = np.asarray(activations).reshape(-1, activations.shape[-1])
+    return flat[~np.asarray(excluded, dtype=bool).reshape(-1)].astype(np.float64).mean(0)
 
 
 def activation_stores(lm, layers: list[int], n_tokens: int = DEFAULT_STORE_TOKENS, seq_len: int = DEFAULT_SEQ_LEN,
@@ -97,14 +114,16 @@ def activation_stores(lm, layers: list[int], n_tokens: int = DEFAULT_STORE_TOKEN
     missing = [layer for layer in layers if not (folder / f"layer{layer}.npy").is_file()]
     if missing:
         tokens = corpus.token_chunks(lm.tokenizer, seq_len, n_tokens, source=source, split=split)
-        computed = run_layers(lm, tokens, missing, progress=progress)
+        computed, excluded = run_layers(lm, tokens, missing, progress=progress)
         save_npy_atomic(token_path, tokens.numpy().astype(np.int32))
         for layer, acts in computed.items():
-            save_npy_atomic(folder / f"mean{layer}.npy", acts.reshape(-1, acts.shape[-1]).astype(np.float64).mean(0))
+            save_npy_atomic(folder / f"excluded{layer}.npy", excluded[layer])
+            save_npy_atomic(folder / f"mean{layer}.npy", kept_mean(acts, excluded[layer]))
             save_npy_atomic(folder / f"layer{layer}.npy", acts.astype(np.float16))
     tokens_np = np.load(token_path, mmap_mode="r")
     return {layer: ActivationStore(layer=layer, activations=np.load(folder / f"layer{layer}.npy", mmap_mode="r"),
-                                   tokens=tokens_np, mean=np.load(folder / f"mean{layer}.npy"))
+                                   tokens=tokens_np, mean=np.load(folder / f"mean{layer}.npy"),
+                                   excluded=np.load(folder / f"excluded{layer}.npy"))
             for layer in layers}
 
 

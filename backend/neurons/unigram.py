@@ -56,11 +56,19 @@ def save_npy_atomic(path: Path, array: np.ndarray) -> None:
 
 def token_counts(tokenizer, vocab_size: int, source: str | Path | None = None, split: str = "train",
                  max_tokens: int | None = None) -> np.ndarray:
-    """How often each token id occurs in the corpus [vocab_size] (int64), cached on disk."""
+    """How often each token id occurs in the corpus [vocab_size] (int64), cached on disk (or read from an
+    entropy-neuron store built with the same tokenizer and corpus)."""
     suffix = f"-{max_tokens}" if max_tokens else ""
     path = data_dir() / "neurons" / "unigram" / f"{tokenizer_key(tokenizer)}-{source_key(source, split)}{suffix}.npy"
+    shipped = None
+    if not path.is_file() and not max_tokens:
+        from backend.neurons.page_store import shipped_unigram_counts
+
+        shipped = shipped_unigram_counts(tokenizer, source, split)
     if path.is_file():
         counts = np.load(path)
+    elif shipped is not None:
+        counts = shipped
     else:
         ids = corpus.token_stream(tokenizer, corpus.paragraphs(source, split), max_tokens=max_tokens)
         if ids.numel() == 0:

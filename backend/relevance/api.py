@@ -17,10 +17,12 @@ from backend.config import InterpscopeError
 from backend.relevance.continuation import ContinuationRelevance, continuation_relevance
 from backend.relevance.engine import Attribution, Completeness, Conservation, LatentRelevance, forward_logits
 from backend.relevance.faithfulness import DEFAULT_STEPS, PerturbationCurves, perturbation_curves
-from backend.capture import model_lock
+from backend.capture import editing, model_lock
+from backend.predict import TokenProb, cached_next_logits, next_logits, remember_next_logits, top_predictions
+from backend.progress import Progress
 from backend.relevance.methods import MethodOptions, get_method
 from backend.relevance.sinks import sink_positions
-from backend.relevance.targets import Target, resolve_target
+from backend.relevance.targets import PendingTarget, Target, chosen_target, resolve_target
 
 
 MAX_NEW_TOKENS = 64
@@ -28,7 +30,8 @@ MAX_NEW_TOKENS = 64
 
 @dataclass
 class RelevanceResult:
-    """One relevance map: per-token relevance for one target, with the conservation readout of LRP methods."""
+    """One relevance map: per-token relevance for one target, with the conservation readout of LRP methods, and
+    the model's top next-token predictions after the text (`top`, from the same forward pass when possible)."""
 
     model: str
     method: str
@@ -45,6 +48,7 @@ class RelevanceResult:
     law: str = "none"
     through_softmax: bool = False
     sink_positions: list[int] = field(default_factory=lambda: [0])
+    top: list[TokenProb] | None = None
 
     def tidy(self) -> list[dict]:
         """One row per input token (the CSV export): position, token, relevance, its share of the colour scale
@@ -66,24 +70,31 @@ def _adapter(model_or_lm) -> ModelAdapter:
 
 
 def next_token_logits(model_or_lm, input_ids: torch.Tensor, position: int | None = None) -> torch.Tensor:
-    """Logits [vocab] predicting the token after `position` (default: the last input token)."""
+    """Logits [vocab] predicting the token after `position` (default: the last input token); the last position's
+    logits come from the per-process cache shared with predict_next (backend.predict)."""
     adapter = _adapter(model_or_lm)
-    position = input_ids.shape[1] - 1 if position is None else position
+    last = input_ids.shape[1] - 1
+    position = last if position is None else position
+    if position == last and not editing(adapter.model):
+        return next_logits(adapter.model, input_ids)
     with model_lock(model_or_lm), torch.no_grad():
         return forward_logits(adapter.model, adapter.embedding()(input_ids), [position])[0, 0]
 
 
-def run_method(model_or_lm, input_ids: torch.Tensor, method: str, target: Target, latent: bool = False,
-               options: MethodOptions | None = None) -> tuple[Attribution, float]:
-    """(attribution, seconds of the attribution itself) for one method on input_ids [1, T]."""
+def run_method(model_or_lm, input_ids: torch.Tensor, method: str, target: Target | PendingTarget,
+               latent: bool = False, options: MethodOptions | None = None,
+               progress: Progress | None = None) -> tuple[Attribution, float]:
+    """(attribution, seconds of the attribution itself) for one method on input_ids [1, T]; progress(done, total)
+    per internal batch (Integrated Gradients) or once at the end (one-pass methods)."""
     adapter = _adapter(model_or_lm)
     spec = get_method(method, adapter)
     options = (options or MethodOptions()).checked()
     if options.pad_token_id is None and not isinstance(model_or_lm, nn.Module):
         options = replace(options, pad_token_id=getattr(model_or_lm.tokenizer, "pad_token_id", None))
+    extra = {} if progress is None else {"progress": progress}
     with model_lock(model_or_lm):
         start = time.perf_counter()
-        result = spec.compute(adapter, input_ids, target, latent, options)
+        result = spec.compute(adapter, input_ids, target, latent, options, **extra)
         seconds = time.perf_counter() - start
     return result, seconds
 
@@ -92,25 +103,53 @@ def make_target(lm, input_ids: torch.Tensor, token: str | int | None = None,
                 contrast: tuple[str | int, str | int] | None = None, vs_rest: bool = False) -> Target:
     """The target at the last position: predicted token unless a token or a contrast (A, B) is given."""
     position = int(input_ids.shape[1]) - 1
-    return resolve_target(lm.tokenizer, next_token_logits(lm, input_ids, position), position, token=token,
-                          contrast=contrast, vs_rest=vs_rest)
+    if token is not None or contrast is not None:
+        return chosen_target(lm.tokenizer, lm.adapter.vocab_size, position, token=token, contrast=contrast,
+                             vs_rest=vs_rest)
+    return resolve_target(lm.tokenizer, next_token_logits(lm, input_ids, position), position, vs_rest=vs_rest)
 
 
 def explain(lm, text: str | None = None, method: str = "attnlrp", *, token: str | int | None = None,
             contrast: tuple[str | int, str | int] | None = None, vs_rest: bool = False, latent: bool = False,
-            input_ids: torch.Tensor | None = None, target: Target | None = None,
-            options: MethodOptions | None = None) -> RelevanceResult:
-    """Relevance of each token of `text` (or input_ids) for the next-token target, with one method."""
+            input_ids: torch.Tensor | None = None, target: Target | None = None, top: int = 10,
+            options: MethodOptions | None = None, progress: Progress | None = None) -> RelevanceResult:
+    """Relevance of each token of `text` (or input_ids) for the next-token target, with one method (serves the
+    relevance page's map; its `top` list is the page's top-10 next tokens).
+
+    One forward and one backward pass in all: the predicted-token target and the top-`top` list are read off the
+    attribution's own forward pass (LRP rules change no forward value), or off the logits a prediction of the same
+    text already left in the per-process cache; only methods that need the target before they start (IG,
+    occlusion) or recompute the model another way (MambaLRP) run a plain forward pass first when nothing is cached.
+    progress(done, total): per internal batch for Integrated Gradients (with_eta gives the page its ETA).
+    options: IG steps and baseline, occlusion window (backend.relevance.methods.MethodOptions). Attention sinks
+    (position 0 and massive activations, backend.relevance.sinks) are named in the result's sink_positions.
+    """
     ids = lm.encode(text) if input_ids is None else input_ids
-    target = target or make_target(lm, ids, token=token, contrast=contrast, vs_rest=vs_rest)
-    attribution, seconds = run_method(lm, ids, method, target, latent=latent, options=options)
-    spec = get_method(method)
+    spec = get_method(method, lm.adapter)
+    position = int(ids.shape[1]) - 1
+    cached = None if editing(lm.model) else cached_next_logits(lm.model, ids)
+    if target is None and (token is not None or contrast is not None):
+        target = make_target(lm, ids, token=token, contrast=contrast, vs_rest=vs_rest)
+    elif target is None and (cached is not None or not spec.one_backward_pass or not spec.exact_forward):
+        row = cached if cached is not None else next_token_logits(lm, ids, position)
+        target = resolve_target(lm.tokenizer, row, position, vs_rest=vs_rest)
+    pending = target or PendingTarget(position, lambda row: resolve_target(lm.tokenizer, row, position,
+                                                                           vs_rest=vs_rest))
+    attribution, seconds = run_method(lm, ids, method, pending, latent=latent, options=options, progress=progress)
+    target = attribution.target or target
+    row = cached
+    if row is None and spec.exact_forward and attribution.output_logits is not None and target.position == position:
+        row = attribution.output_logits
+        remember_next_logits(lm.model, ids, row)
+    if row is None and top:
+        row = next_token_logits(lm, ids, position)
+    predictions = top_predictions(row, lm.tokenizer, top)[0] if top else None
     sinks = sink_positions(lm.adapter, ids)
     return RelevanceResult(model=lm.name, method=spec.name, method_label=spec.label, tokens=lm.token_strings(ids[0]),
                            token_ids=ids[0].tolist(), relevance=attribution.relevance, target=target,
                            logit=attribution.logit, conservation=attribution.conservation, seconds=seconds,
                            latent=attribution.latent, completeness=attribution.completeness, law=spec.law,
-                           through_softmax=spec.through_softmax, sink_positions=sinks)
+                           through_softmax=spec.through_softmax, sink_positions=sinks, top=predictions)
 
 
 def faithfulness(lm, result: RelevanceResult, steps: int = DEFAULT_STEPS) -> PerturbationCurves:
@@ -152,8 +191,10 @@ def faithfulness_batch(lm, texts: Sequence[str], methods: Sequence[str], steps: 
                                n_texts=len(texts), seconds=seconds)
 
 
-def explain_continuation(lm, text: str, n_new: int, method: str = "attnlrp") -> tuple[ContinuationRelevance, list[str]]:
-    """Generate `n_new` tokens and the output x input relevance matrix; also the sequence's token strings."""
+def explain_continuation(lm, text: str, n_new: int, method: str = "attnlrp",
+                         progress: Progress | None = None) -> tuple[ContinuationRelevance, list[str]]:
+    """Generate `n_new` tokens and the output x input relevance matrix; also the sequence's token strings
+    (serves the relevance page's 'A continuation'); progress(done, n_new) per explained token."""
     spec = get_method(method, lm.adapter)
     if not spec.one_backward_pass:
         raise InterpscopeError(f"Continuation matrices use one backward pass per token: choose an LRP method or "
@@ -163,7 +204,7 @@ def explain_continuation(lm, text: str, n_new: int, method: str = "attnlrp") -> 
     ids = lm.encode(text, max_tokens=lm.token_cap - n_new)
     rules = spec.rules(lm.adapter) if spec.rules else []
     with model_lock(lm):
-        matrix = continuation_relevance(lm.adapter, ids, n_new, rules)
+        matrix = continuation_relevance(lm.adapter, ids, n_new, rules, progress=progress)
     return matrix, lm.token_strings(matrix.sequence_ids)
 
 

@@ -4,6 +4,8 @@ Both work on the input embeddings [1, T, d] with an all-zero baseline, and retur
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from backend.adapters import ModelAdapter
@@ -13,6 +15,7 @@ from backend.relevance.targets import Target
 
 IG_STEPS = 32
 TOKENS_PER_BATCH = 2048
+IG_TOKENS_PER_BATCH = 512  # several internal batches even for short inputs: progress and its ETA move
 
 
 def _target_function(adapter: ModelAdapter, target: Target):
@@ -54,18 +57,40 @@ def baseline_embeds(adapter: ModelAdapter, embeds: torch.Tensor, kind: str = "ze
     raise InterpscopeError(f"Unknown baseline {kind!r}: choose one of {', '.join(BASELINES)}.")
 
 
-def integrated_gradients(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target,
-                         steps: int = IG_STEPS, baseline: torch.Tensor | None = None) -> torch.Tensor:
+def ig_batches(n_tokens: int, steps: int = IG_STEPS) -> tuple[int, int]:
+    """(steps per internal batch, number of internal batches) for an input of n_tokens (captum runs at least 2
+    steps per batch)."""
+    per_batch = min(steps, max(2, IG_TOKENS_PER_BATCH // max(1, n_tokens)))
+    return per_batch, -(-steps // per_batch)
+
+
+def integrated_gradients(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target, steps: int = IG_STEPS,
+                         baseline: torch.Tensor | None = None,
+                         progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
     """captum IntegratedGradients on the embeddings from `baseline` (default all zeros), summed over d: relevance
-    [T] (float64)."""
+    [T] (float64).
+
+    progress(done, total) is called before each internal batch of steps and once at the end (done == total), so
+    a page can show a bar with an ETA (backend.progress.with_eta)."""
     from captum.attr import IntegratedGradients
 
     embeds = embeds_of(adapter, input_ids)
-    batch = max(1, TOKENS_PER_BATCH // input_ids.shape[1])
+    per_batch, total = ig_batches(input_ids.shape[1], steps)
+    forward = _target_function(adapter, target)
+    calls = [0]
+
+    def counted(batch_embeds: torch.Tensor) -> torch.Tensor:
+        if progress is not None:
+            progress(min(calls[0], total), total)
+        calls[0] += 1
+        return forward(batch_embeds)
+
     with torch.enable_grad():
-        attributions = IntegratedGradients(_target_function(adapter, target)).attribute(
+        attributions = IntegratedGradients(counted).attribute(
             embeds, baselines=torch.zeros_like(embeds) if baseline is None else baseline, n_steps=steps,
-            internal_batch_size=batch)
+            internal_batch_size=per_batch)
+    if progress is not None:
+        progress(total, total)
     return attributions[0].detach().double().sum(-1)
 
 

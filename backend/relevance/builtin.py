@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from backend.adapters import ModelAdapter
+from backend.progress import Progress
 from backend.relevance import baselines
 from backend.relevance.engine import Attribution, Completeness, attribute, forward_logits
 from backend.relevance.mamba.rule import mambalrp_rules
@@ -15,14 +16,20 @@ from backend.relevance.targets import Target
 
 def _with_rules(rules):
     def compute(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool,
-                options: MethodOptions) -> Attribution:
-        return attribute(adapter, ids, target, rules(adapter), latent=latent)
+                options: MethodOptions, progress: Progress | None = None) -> Attribution:
+        result = attribute(adapter, ids, target, rules(adapter), latent=latent)
+        if progress is not None:
+            progress(1, 1)
+        return result
     return compute
 
 
 def _gradient(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool,
-              options: MethodOptions) -> Attribution:
-    return attribute(adapter, ids, target, [], latent=latent, conservation=False)
+              options: MethodOptions, progress: Progress | None = None) -> Attribution:
+    result = attribute(adapter, ids, target, [], latent=latent, conservation=False)
+    if progress is not None:
+        progress(1, 1)
+    return result
 
 
 def _value(adapter: ModelAdapter, embeds: torch.Tensor, target: Target) -> float:
@@ -36,9 +43,9 @@ def _baseline(adapter: ModelAdapter, ids: torch.Tensor, options: MethodOptions) 
 
 
 def _integrated_gradients(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool,
-                          options: MethodOptions) -> Attribution:
+                          options: MethodOptions, progress: Progress | None = None) -> Attribution:
     embeds, reference = _baseline(adapter, ids, options)
-    relevance = baselines.integrated_gradients(adapter, ids, target, options.ig_steps, reference)
+    relevance = baselines.integrated_gradients(adapter, ids, target, options.ig_steps, reference, progress=progress)
     value, at_baseline = _value(adapter, embeds, target), _value(adapter, reference, target)
     total = float(relevance.sum())
     gap = total - (value - at_baseline)
@@ -50,10 +57,12 @@ def _integrated_gradients(adapter: ModelAdapter, ids: torch.Tensor, target: Targ
 
 
 def _occlusion(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool,
-               options: MethodOptions) -> Attribution:
+               options: MethodOptions, progress: Progress | None = None) -> Attribution:
     embeds, reference = _baseline(adapter, ids, options)
     relevance = baselines.occlusion(adapter, ids, target, options.occlusion_window,
                                     None if options.baseline == "zero" else reference)
+    if progress is not None:
+        progress(1, 1)
     return Attribution(relevance=relevance.cpu().numpy(), logit=_value(adapter, embeds, target), conservation=None,
                        latent=None)
 
@@ -62,14 +71,16 @@ TRANSFORMER_LRP = frozenset({"transformer_lrp"})
 
 register_method(Method("attnlrp", "AttnLRP", "lrp",
                        "LRP for transformers: relevance through attention, softmax kept (Achtibat et al. 2024).",
-                       TRANSFORMER_LRP, _with_rules(attnlrp_rules), attnlrp_rules, "conservation", through_softmax=True))
+                       TRANSFORMER_LRP, _with_rules(attnlrp_rules), attnlrp_rules, "conservation",
+                       through_softmax=True))
 register_method(Method("cplrp", "CP-LRP", "lrp",
                        "Conservative propagation: queries, keys and the MLP gate detached; conserves exactly.",
                        TRANSFORMER_LRP, _with_rules(cplrp_rules), cplrp_rules, "conservation"))
 register_method(Method("mambalrp", "MambaLRP", "lrp",
                        "LRP for Mamba: detached RMSNorm normaliser, SiLU identity rule, detached selective-SSM "
                        "parameters, half rule on the gate (Rezaei Jafari et al. 2024).",
-                       frozenset({"state_space"}), _with_rules(mambalrp_rules), mambalrp_rules, "conservation"))
+                       frozenset({"state_space"}), _with_rules(mambalrp_rules), mambalrp_rules, "conservation",
+                       exact_forward=False))
 register_method(Method("gradxinput", "Gradient x Input", "gradient",
                        "Plain gradient times input embedding, no rules.", frozenset(), _gradient))
 register_method(Method("ig", "Integrated Gradients", "perturbation",

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
 from backend.adapters import ModelAdapter
+from backend.generation import greedy_generate
 from backend.relevance.engine import forward_logits
 from backend.relevance.rules import Rule, applied
 
@@ -28,21 +29,14 @@ class ContinuationRelevance:
 
 
 def greedy_continue(adapter: ModelAdapter, input_ids: torch.Tensor, n_new: int) -> list[int]:
-    """The next `n_new` greedy tokens after input_ids [1, T]."""
-    ids = input_ids
-    generated = []
-    with torch.no_grad():
-        for _ in range(n_new):
-            embeds = adapter.embedding()(ids)
-            next_id = int(forward_logits(adapter.model, embeds, [ids.shape[1] - 1])[0, 0].argmax())
-            generated.append(next_id)
-            ids = torch.cat([ids, torch.tensor([[next_id]], device=ids.device)], dim=1)
-    return generated
+    """The next `n_new` greedy tokens after input_ids [1, T] (with the KV cache, backend.generation)."""
+    return greedy_generate(adapter, input_ids, n_new).tokens[0].tolist()
 
 
-def continuation_relevance(adapter: ModelAdapter, input_ids: torch.Tensor, n_new: int,
-                           rules: Sequence[Rule]) -> ContinuationRelevance:
-    """Generate `n_new` tokens and explain each one's logit (the caller holds the model's lock)."""
+def continuation_relevance(adapter: ModelAdapter, input_ids: torch.Tensor, n_new: int, rules: Sequence[Rule],
+                           progress: Callable[[int, int], None] | None = None) -> ContinuationRelevance:
+    """Generate `n_new` tokens and explain each one's logit (the caller holds the model's lock);
+    progress(done, n_new) after each explained token."""
     if n_new < 1:
         raise ValueError("n_new must be at least 1")
     generated = greedy_continue(adapter, input_ids, n_new)
@@ -59,6 +53,8 @@ def continuation_relevance(adapter: ModelAdapter, input_ids: torch.Tensor, n_new
         for row, token_id in enumerate(generated):
             (grad,) = torch.autograd.grad(logits[row, token_id], [embeds], retain_graph=row < n_new - 1)
             rows.append((embeds.detach().double() * grad.double())[0].sum(-1))
+            if progress is not None:
+                progress(row + 1, n_new)
     matrix = torch.stack(rows).cpu().numpy()
     chosen = logits.detach()[torch.arange(n_new), torch.tensor(generated)].double().cpu().numpy()
     return ContinuationRelevance(generated_ids=generated, sequence_ids=sequence[0].tolist(), matrix=matrix,

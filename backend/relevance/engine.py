@@ -22,7 +22,7 @@ from torch import nn
 from backend.adapters import ModelAdapter
 from backend.capture import Handle, on_input, on_output
 from backend.relevance.rules import Rule, applied
-from backend.relevance.targets import Target
+from backend.relevance.targets import PendingTarget, Target
 
 
 @dataclass
@@ -78,6 +78,8 @@ class Attribution:
     latent: LatentRelevance | None
     points: dict[str, np.ndarray] = field(default_factory=dict)
     completeness: Completeness | None = None
+    target: Target | None = None
+    output_logits: torch.Tensor | None = None
 
 
 def _first(value) -> torch.Tensor:
@@ -167,12 +169,14 @@ def _value_relevance(adapter: ModelAdapter, per_tensor: dict, layer: int, n_toke
     return np.zeros((n_tokens, 0))
 
 
-def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target, rules: Sequence[Rule], *,
-              latent: bool = False, conservation: bool = True, points: Sequence[str] = (),
+def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target | PendingTarget, rules: Sequence[Rule],
+              *, latent: bool = False, conservation: bool = True, points: Sequence[str] = (),
               extra: dict[str, torch.Tensor] | None = None) -> Attribution:
     """Relevance of every input token for `target` under `rules` ([] = plain Gradient x Input).
 
     The caller holds the model's lock. `points`: extra hook-point names whose relevance [T, ...] is returned.
+    A PendingTarget is resolved from this pass's own logits (rules change no forward value), and the result
+    carries the target and those logits (`output_logits`, [vocab], detached), so nothing runs the model twice.
     `extra`: a dict the caller's own hooks fill with named tensors during the forward pass (e.g. an SAE's feature
     activations and error term); their relevance (tensor x gradient, per element) is returned in `points` too.
     """
@@ -207,6 +211,8 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target, ru
 
         embeds = adapter.embedding()(input_ids).detach().requires_grad_(True)
         logits = forward_logits(model, embeds, [target.position])[0, 0]
+        if isinstance(target, PendingTarget):
+            target = target.resolve(logits.detach())
         value = target.value(logits)
         for name, tensor in (extra or {}).items():
             taps.tensors[f"extra.{name}"] = tensor
@@ -219,7 +225,8 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target, ru
     tap_grads = dict(zip(names, grads[1:1 + len(names)]))
     per_tensor = {n: _relevance(taps.tensors[n], tap_grads[n]) for n in names}
 
-    result = Attribution(relevance=embed_relevance.cpu().numpy(), logit=y, conservation=None, latent=None)
+    result = Attribution(relevance=embed_relevance.cpu().numpy(), logit=y, conservation=None, latent=None,
+                         target=target, output_logits=logits.detach())
     if conservation:
         bias_total = float(sum(float(_relevance(b, g).sum()) for b, g in zip(biases, grads[1 + len(names):])))
         if "pos_embed" in per_tensor:

@@ -14,11 +14,8 @@ from backend.adapters import ModelAdapter
 from backend.config import InterpscopeError
 
 if TYPE_CHECKING:
-    import torch
-
     from backend.relevance.engine import Attribution
     from backend.relevance.rules import Rule
-    from backend.relevance.targets import Target
 
 MethodKind = Literal["lrp", "gradient", "perturbation"]
 Law = Literal["conservation", "completeness", "none"]
@@ -50,7 +47,7 @@ class MethodOptions:
         return self
 
 
-Compute = Callable[[ModelAdapter, "torch.Tensor", "Target", bool, MethodOptions], "Attribution"]
+Compute = Callable[..., "Attribution"]  # (adapter, ids, target, latent, options[, progress=]) -> Attribution
 
 
 @dataclass(frozen=True)
@@ -58,11 +55,15 @@ class Method:
     """An attribution method.
 
     requires: adapter capabilities it needs (ModelAdapter.capabilities). compute(adapter, ids, target, latent,
-    options) returns the Attribution (the caller holds the model's lock). rules: the LRP rule set, for callers that
+    options) returns the Attribution (the caller holds the model's lock); the built-in ones also take progress=
+    (done, total), which run_method passes only when a caller gave one. rules: the LRP rule set, for callers that
     attribute other scalars through the same rules (SAE features, continuations). law: what the readout checks —
     'conservation' (LRP: relevance sums to the explained value, with bias and softmax shares), 'completeness'
     (Integrated Gradients: relevance sums to f(x) - f(baseline)), or 'none'. through_softmax: the method sends
     relevance through the attention softmaxes, so the readout shows what they drop (AttnLRP; CP-LRP detaches q/k).
+    exact_forward: its forward pass gives the model's own logits bit for bit (hooks that change only gradients),
+    so the predicted token and the next-token logits can be read off that same pass; False for rules that
+    recompute a module another way.
     """
 
     name: str
@@ -74,6 +75,7 @@ class Method:
     rules: Callable[[ModelAdapter], Sequence["Rule"]] | None = None
     law: Law = "none"
     through_softmax: bool = False  # relevance flows through attention softmaxes, which drop a share (AttnLRP)
+    exact_forward: bool = True
 
     @property
     def conserves(self) -> bool:

@@ -28,14 +28,60 @@ class Rule(Protocol):
         ...
 
 
+class _ScaleGrad(torch.autograd.Function):
+    """Identity in the forward pass (a view, no copy); the gradient times `scale` (a number or a tensor that
+    broadcasts over the last dimension) in the backward pass."""
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor, scale):
+        ctx.scale = scale
+        return tensor.view_as(tensor)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad * ctx.scale, None
+
+
+class _LinearRule(torch.autograd.Function):
+    """Returns `value` (computed without a graph) with the gradient of the affine map y = L(x) + bias that gave it,
+    L(x) = centre(x) * inv * gain: grad_x = centre((grad * gain) * inv), in the order autograd would multiply;
+    grad_bias = grad summed over positions, so biases keep their share of the relevance. Without `centre` and with
+    gain None this is grad_x = grad * inv (the activation rule)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, value: torch.Tensor, inv: torch.Tensor, gain: torch.Tensor | None,
+                centre: bool, bias: torch.Tensor | None = None):
+        ctx.save_for_backward(inv, gain)
+        ctx.centre, ctx.dtype = centre, x.dtype
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        return value.view_as(value)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        inv, gain = ctx.saved_tensors
+        grad_x = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_x = grad.to(inv.dtype)
+            if gain is not None:
+                grad_x = grad_x * gain
+            grad_x = grad_x * inv
+            if ctx.centre:
+                grad_x = grad_x - grad_x.sum(-1, keepdim=True) / grad_x.shape[-1]
+            grad_x = grad_x.to(ctx.dtype)
+        if ctx.bias_dtype is not None and ctx.needs_input_grad[5]:
+            grad_bias = grad.reshape(-1, grad.shape[-1]).sum(0).to(ctx.bias_dtype)
+        return grad_x, None, None, None, None, grad_bias
+
+
 def scale_grad(tensor: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor:
     """Same value as `tensor` (bit for bit), gradient multiplied by `scale` (0 detaches)."""
     if isinstance(scale, (int, float)) and scale == 1:
         return tensor
-    frozen = tensor.detach()
     if isinstance(scale, (int, float)) and scale == 0:
-        return frozen
-    return frozen + scale * (tensor - frozen)
+        return tensor.detach()
+    if not tensor.requires_grad:
+        return tensor
+    return _ScaleGrad.apply(tensor, scale)
 
 
 def safe_divisor(x: torch.Tensor) -> torch.Tensor:
@@ -70,7 +116,8 @@ class NormRule:
     """Identity on the normaliser: y = centre(x) * stopgrad(1 / scale(x)) * gamma + beta, for every norm the adapter
     lists (per-block, sandwich, query/key and final norms), computed as the adapter says its family computes it
     (LayerNorm or RMSNorm, Gemma's 1 + w gain, weightless norms). The map x -> y is then exactly linear in the
-    backward pass and conserves relevance; the forward values are the module's own (same operations, same order).
+    backward pass and conserves relevance; the forward values are the module's own (same operations, same order),
+    computed without a graph, and the backward is one product per norm (grad_x = centre(grad * gamma / scale(x))).
     """
 
     name = "norm-identity"
@@ -78,8 +125,21 @@ class NormRule:
     @staticmethod
     def _hook(adapter: ModelAdapter) -> Callable:
         def hook(module, args, output):
-            y = adapter.norm_forward(module, args[0], detach_scale=True)
-            return _replace_first(output, y.to(_first(output).dtype))
+            x = args[0]
+            out = _first(output)
+            if not out.requires_grad:
+                return None
+            spec = adapter.norm_spec(module)
+            work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+            with torch.no_grad():
+                value = adapter.norm_forward(module, x, detach_scale=True).to(out.dtype)
+                source = x.to(work)
+                centred = source - source.mean(-1, keepdim=True) if spec.centred else source
+                inv = torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + adapter.norm_eps(module))
+                gain = adapter.norm_gamma(module)
+                gain = None if gain is None else gain.detach().to(work)
+            bias = getattr(module, "bias", None)
+            return _replace_first(output, _LinearRule.apply(x, value, inv, gain, spec.centred, bias))
         return hook
 
     def apply(self, adapter: ModelAdapter):
@@ -101,10 +161,14 @@ class ActivationRule:
         activated = _first(output)
         if self.grad_scale == 0:
             return _replace_first(output, activated.detach())
-        linear = x * (activated / safe_divisor(x)).detach()
-        # the native value, bit for bit, with the identity rule's gradient
-        y = activated.detach() + (linear - linear.detach())
-        return _replace_first(output, scale_grad(y, self.grad_scale))
+        if not activated.requires_grad:
+            return None
+        with torch.no_grad():
+            factor = activated / safe_divisor(x)
+            if self.grad_scale != 1:
+                factor = factor * self.grad_scale
+        # the native value, bit for bit, with the identity rule's gradient (times grad_scale)
+        return _replace_first(output, _LinearRule.apply(x, activated, factor, None, False))
 
     def apply(self, adapter: ModelAdapter):
         modules = [adapter.mlp_activation(layer) for layer in range(adapter.n_layers)]
@@ -122,6 +186,7 @@ class OutputGradScale:
     def _hook(scale: torch.Tensor) -> Callable:
         cache: dict[tuple, torch.Tensor] = {}
         all_zero, all_one = bool((scale == 0).all()), bool((scale == 1).all())
+        uniform = float(scale.flatten()[0]) if bool((scale == scale.flatten()[0]).all()) else None
 
         def hook(module, args, output):
             out = _first(output)
@@ -129,6 +194,8 @@ class OutputGradScale:
                 return None
             if all_zero:
                 return _replace_first(output, out.detach())
+            if uniform is not None:
+                return _replace_first(output, scale_grad(out, uniform))
             key = (out.dtype, out.device)
             if key not in cache:
                 cache[key] = scale.to(dtype=out.dtype, device=out.device)

@@ -6,6 +6,7 @@ all others (METHODS.md rule 8, for models whose logits are mostly negative).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -81,12 +82,32 @@ def token_id_of(tokenizer, token: str | int, vocab_size: int | None = None) -> i
 def resolve_target(tokenizer, logits_row: torch.Tensor, position: int, token: str | int | None = None,
                    contrast: tuple[str | int, str | int] | None = None, vs_rest: bool = False) -> Target:
     """Build a Target: the predicted token (argmax) unless `token` or a contrast (A, B) is given."""
-    vocab = int(logits_row.shape[-1])
+    if token is None and contrast is None:
+        token_id = int(logits_row.argmax())
+        return Target(position, token_id, vs_rest=vs_rest, token=tokenizer.decode([token_id]))
+    return chosen_target(tokenizer, int(logits_row.shape[-1]), position, token=token, contrast=contrast,
+                         vs_rest=vs_rest)
+
+
+def chosen_target(tokenizer, vocab: int, position: int, token: str | int | None = None,
+                  contrast: tuple[str | int, str | int] | None = None, vs_rest: bool = False) -> Target:
+    """A target named by the person (a token, or a contrast A rather than B): no logits needed."""
     if contrast is not None:
         first, second = (token_id_of(tokenizer, t, vocab) for t in contrast)
         if first == second:
             raise InterpscopeError("The two contrast tokens are the same token; pick two different ones.")
         return Target(position, first, contrast_id=second, token=tokenizer.decode([first]),
                       contrast_token=tokenizer.decode([second]))
-    token_id = int(logits_row.argmax()) if token is None else token_id_of(tokenizer, token, vocab)
+    if token is None:
+        raise InterpscopeError("Name a target token or a contrast.")
+    token_id = token_id_of(tokenizer, token, vocab)
     return Target(position, token_id, vs_rest=vs_rest, token=tokenizer.decode([token_id]))
+
+
+@dataclass(frozen=True)
+class PendingTarget:
+    """A target decided by the logits of the attribution's own forward pass (the predicted token): the engine
+    calls `resolve(logits_row)` once it has the logits at `position`, so no separate pass picks the target."""
+
+    position: int
+    resolve: Callable[[torch.Tensor], Target]

@@ -23,7 +23,7 @@ import torch
 from backend.capture import StopForward, hooks, model_lock
 from backend.config import InterpscopeError, data_dir
 from backend.corpus import token_chunks
-from backend.sae.sinks import sink_rows
+from backend.sinks import sink_rows
 
 Progress = Callable[[int, int], None]
 NP_DTYPES = {"float16": np.float16, "float32": np.float32}

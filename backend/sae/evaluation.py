@@ -22,12 +22,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from backend.capture import hooks, model_lock
+from backend.capture import hooks, model_lock, resume_after
 from backend.config import InterpscopeError
 from backend.corpus import token_chunks
 from backend.sae.architectures import SparseAutoencoder
 from backend.sae.folder import check_compatible
-from backend.sae.sinks import sink_rows
+from backend.sinks import sink_rows
 
 DENSE_THRESHOLD = 0.1
 
@@ -88,8 +88,25 @@ def log10_density_histogram(density: np.ndarray, bins: int = 40, floor: float = 
 
 def _ce(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """Per-position next-token loss for positions 1..T-2 (positions whose activation may be replaced)."""
-    logp = F.log_softmax(logits[:, 1:-1].double(), dim=-1)
+    return _ce_from(F.log_softmax(logits[:, 1:-1].double(), dim=-1), ids)
+
+
+def _ce_from(logp: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """The same loss from log-probabilities of positions 1..T-2 already computed (shared with the KL)."""
     return -logp.gather(-1, ids[:, 2:, None]).squeeze(-1)
+
+
+def resume_block(adapter, hook: str) -> int | None:
+    """The block whose output a hook is (blocks.L.hook_resid_post, or blocks.L.hook_resid_pre for L >= 1): spliced
+    passes may then start after it (backend.capture.resume_after); None for hooks inside a block."""
+    parts = hook.split(".")
+    if len(parts) == 3 and parts[0] == "blocks" and parts[1].isdigit():
+        layer = int(parts[1])
+        if parts[2] == "hook_resid_post":
+            return layer
+        if parts[2] == "hook_resid_pre" and layer >= 1:
+            return layer - 1
+    return None
 
 
 def evaluate_sae(loaded, sae: SparseAutoencoder, *, hook_name: str | None = None, n_tokens: int = 4096,
@@ -116,7 +133,10 @@ def evaluate_saes(loaded, saes: list[SparseAutoencoder], *, hook_name: str | Non
                   ids: torch.Tensor | None = None, dense_threshold: float = DENSE_THRESHOLD,
                   progress: Callable[[int, int], None] | None = None) -> list[SAEEvaluation]:
     """Evaluate several SAEs reading the same hook on the same tokens: the clean and zero-ablated passes are
-    shared, each SAE adds one spliced pass."""
+    shared, each SAE adds one spliced pass. When the hook is a block's output, the zero-ablated and spliced passes
+    start after that block (the clean pass already computed everything before it) and each pass's
+    log-probabilities are computed once for both its loss and the KL; the numbers are those of three full passes.
+    progress(done, total) is called after each batch of windows."""
     hooks_of = {check_compatible(sae, loaded.adapter, hook_name, loaded.name) for sae in saes}
     if len(hooks_of) != 1:
         raise InterpscopeError(f"evaluate_saes needs SAEs on one hook point; got {sorted(hooks_of)}.")
@@ -131,16 +151,27 @@ def evaluate_saes(loaded, saes: list[SparseAutoencoder], *, hook_name: str | Non
     x_sq = ce_clean_sum = ce_zero_sum = 0.0
     n_rows = n_ce = n_sinks = 0
     state: dict[str, torch.Tensor] = {}
+    resume = resume_block(loaded.adapter, hook)
 
     def record(tensor: torch.Tensor):
+        state["first"] = tensor[:, :1].detach()
         state["x"] = tensor[:, 1:].detach()
         state["sinks"] = sink_rows(state["x"])
         return None
 
-    def splice(tensor: torch.Tensor):
-        out = tensor.clone()
-        out[:, 1:] = state["replacement"].to(tensor.dtype)
-        return out
+    def spliced_logits(batch: torch.Tensor, replacement: torch.Tensor) -> torch.Tensor:
+        """Logits with positions 1.. of the hook replaced; from the hook on only when the hook ends a block."""
+        replacement = replacement.to(device=loaded.device, dtype=state["first"].dtype)
+        if resume is not None:
+            with resume_after(loaded.adapter, resume, torch.cat([state["first"], replacement], 1)):
+                return model(input_ids=batch, use_cache=False).logits.cpu()
+
+        def splice(tensor: torch.Tensor):
+            out = tensor.clone()
+            out[:, 1:] = replacement.to(tensor.dtype)
+            return out
+        with hooks(loaded.adapter, {hook: splice}):
+            return model(input_ids=batch, use_cache=False).logits.cpu()
 
     model = loaded.model
     with model_lock(loaded):
@@ -151,14 +182,14 @@ def evaluate_saes(loaded, saes: list[SparseAutoencoder], *, hook_name: str | Non
                 clean_logits = model(input_ids=batch, use_cache=False).logits.cpu()
             x_model, sinks = state["x"], state["sinks"]
             keep = ~sinks.reshape(-1).cpu()
-            state["replacement"] = torch.where(sinks[..., None], x_model, torch.zeros_like(x_model))
-            with hooks(loaded.adapter, {hook: splice}):
-                zero_logits = model(input_ids=batch, use_cache=False).logits.cpu()
-            ce_clean = _ce(clean_logits, targets)
+            zero_logits = spliced_logits(batch, torch.where(sinks[..., None], x_model, torch.zeros_like(x_model)))
+            p_log = F.log_softmax(clean_logits[:, 1:-1].double(), -1)
+            del clean_logits
+            ce_clean = _ce_from(p_log, targets)
             ce_clean_sum += float(ce_clean.sum())
             ce_zero_sum += float(_ce(zero_logits, targets).sum())
+            del zero_logits
             n_ce += ce_clean.numel()
-            p_log = F.log_softmax(clean_logits[:, 1:-1].double(), -1)
             all_rows = x_model.reshape(-1, d_in).double().cpu()
             r = all_rows[keep]
             n_sinks += int((~keep).sum())
@@ -171,10 +202,8 @@ def evaluate_saes(loaded, saes: list[SparseAutoencoder], *, hook_name: str | Non
                 f = sae.encode(rows)
                 x_hat_rows = sae.decode(f)
                 x_hat_rows[~keep] = rows[~keep]
-                state["replacement"] = x_hat_rows.reshape(x_model.shape).to(loaded.device)
+                sae_logits = spliced_logits(batch, x_hat_rows.reshape(x_model.shape))
                 f, x_hat_rows = f[keep], x_hat_rows[keep]
-                with hooks(loaded.adapter, {hook: splice}):
-                    sae_logits = model(input_ids=batch, use_cache=False).logits.cpu()
                 rh = x_hat_rows.double()
                 v = acc.values
                 v["l0"] += float((f > 0).sum())
@@ -183,9 +212,11 @@ def evaluate_saes(loaded, saes: list[SparseAutoencoder], *, hook_name: str | Non
                 v["xhxh"] += float(rh.pow(2).sum())
                 v["xhx"] += float((r * rh).sum())
                 acc.fired += (f > 0).double().sum(0)
-                v["ce_sae"] += float(_ce(sae_logits, targets).sum())
                 q_log = F.log_softmax(sae_logits[:, 1:-1].double(), -1)
+                del sae_logits
+                v["ce_sae"] += float(_ce_from(q_log, targets).sum())
                 v["kl"] += float((p_log.exp() * (p_log - q_log)).sum())
+                del q_log
             if progress:
                 progress(min(start + batch_size, ids.shape[0]), ids.shape[0])
     total_var = x_sq - float(x_sum.pow(2).sum()) / n_rows

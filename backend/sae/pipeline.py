@@ -17,7 +17,7 @@ from backend.resume import check_same_settings
 from backend.sae.activations import ActivationCache, ShuffledBuffer, build_activation_cache
 from backend.sae.architectures import SAEConfig, SparseAutoencoder, architecture_class, build_sae
 from backend.sae.folder import CFG_FILE, WEIGHTS_FILE, hook_width, save_sae
-from backend.sae.sinks import SINK_FACTOR
+from backend.sinks import SINK_FACTOR
 from backend.sae.training import TrainConfig, Trainer, TrainRun
 
 OUTLIER_FACTOR = SINK_FACTOR  # training drops rows whose norm exceeds 10x the RMS norm (sinks past position 0)

@@ -28,7 +28,7 @@ from backend.corpus import token_chunks
 from backend.outputs import OutputFolder, check_output_folder
 from backend.resume import check_same_settings
 from backend.sae import check_compatible, load_sae
-from backend.sae.sinks import zero_sink_features
+from backend.sinks import zero_sink_features
 from backend.sae_store.cached import cached_batch, find_cache
 from backend.sae_store.encode import encode_ids
 from backend.sae_store.features import feature_stats

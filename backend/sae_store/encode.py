@@ -9,7 +9,7 @@ import torch
 
 from backend.capture import StopForward, hooks, model_lock
 from backend.sae import SparseAutoencoder, check_compatible
-from backend.sae.sinks import zero_sink_features
+from backend.sinks import zero_sink_features
 
 
 

@@ -35,6 +35,11 @@ class PromptFeatures:
     top_values: np.ndarray
     sink_positions: list[int]
 
+    @property
+    def excluded_positions(self) -> list[int]:
+        """Positions never ranked: 0 (the attention sink) and the massive-activation rows (backend.sinks)."""
+        return [0] + [p for p in self.sink_positions if p != 0]
+
     def active_at(self, position: int, limit: int = 50) -> list[dict]:
         """Features active at one token, largest first: [{feature, activation}]."""
         if not 0 <= position < len(self.tokens):

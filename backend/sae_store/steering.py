@@ -5,11 +5,14 @@
   and the SAE's error term is kept.
 Position 0 (the attention sink) is never edited. Reported: the next-token distribution after the prompt (top
 tokens, KL(clean || edited)), the change of log p(actual next token) at every position (the per-token ablation
-effect), and a greedy continuation of each run.
+effect), and a greedy continuation of each run. Clean and edited runs are the two rows of one batch, generated
+with the KV cache (backend.generation): the edit acts on the edited row only, at every position from 1 on,
+newly generated positions included.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -17,6 +20,7 @@ import torch.nn.functional as F
 
 from backend.capture import hooks, model_lock
 from backend.config import InterpscopeError
+from backend.generation import RowEdit, greedy_generate
 from backend.sae import SparseAutoencoder, check_compatible
 
 MODES = ("add", "ablate")
@@ -41,18 +45,15 @@ class SteeringResult:
 
 
 def _editor(sae: SparseAutoencoder, feature: int, mode: str, strength: float):
+    """The edit on activations x [n, t, d] at positions from 1 on (backend.generation.RowEdit picks them)."""
     direction = sae.W_dec[feature].detach()
 
-    def edit(tensor: torch.Tensor) -> torch.Tensor:
-        out = tensor.clone()
-        rest = out[:, 1:]
-        d = direction.to(device=tensor.device, dtype=tensor.dtype)
+    def edit(rest: torch.Tensor) -> torch.Tensor:
+        d = direction.to(device=rest.device, dtype=rest.dtype)
         if mode == "add":
-            out[:, 1:] = rest + strength * d
-        else:
-            f = sae.encode(rest.to(sae.W_enc.dtype))[..., feature].to(tensor.dtype)
-            out[:, 1:] = rest - f[..., None] * d
-        return out
+            return rest + strength * d
+        f = sae.encode(rest.to(sae.W_enc.dtype))[..., feature].to(rest.dtype)
+        return rest - f[..., None] * d
     return edit
 
 
@@ -62,18 +63,10 @@ def _top(probs: torch.Tensor, tokenizer, k: int = 10) -> list[dict]:
 
 
 @torch.no_grad()
-def _greedy(loaded, ids: torch.Tensor, n_new: int) -> list[int]:
-    sequence = ids
-    for _ in range(n_new):
-        logits = loaded.model(input_ids=sequence, use_cache=False).logits[0, -1]
-        sequence = torch.cat([sequence, logits.argmax().view(1, 1)], dim=1)
-    return sequence[0, ids.shape[1]:].tolist()
-
-
-@torch.no_grad()
 def steer(loaded, sae: SparseAutoencoder, text: str, feature: int, mode: str = "add", strength: float = 10.0,
-          n_new: int = 10) -> SteeringResult:
-    """Run the prompt clean and with the feature added/removed; compare next-token distributions and continuations."""
+          n_new: int = 10, progress: Callable[[int, int], None] | None = None) -> SteeringResult:
+    """Run the prompt clean and with the feature added/removed; compare next-token distributions and continuations
+    (serves the SAE feature page's Steering view and `interpscope sae steer`); progress(done, n_new) per token."""
     if mode not in MODES:
         raise InterpscopeError(f"Mode must be one of {', '.join(MODES)} (got {mode!r}).")
     if not 0 <= feature < sae.cfg.d_sae:
@@ -85,17 +78,14 @@ def steer(loaded, sae: SparseAutoencoder, text: str, feature: int, mode: str = "
     captured: dict[str, torch.Tensor] = {}
 
     def record(tensor: torch.Tensor) -> None:
-        captured["x"] = tensor.detach()
+        captured.setdefault("x", tensor[:1].detach())
 
-    edit = _editor(sae, feature, mode, float(strength))
-    with model_lock(loaded):
-        with hooks(loaded.adapter, {hook: record}):
-            clean_logits = loaded.model(input_ids=ids, use_cache=False).logits[0].double()
-        with hooks(loaded.adapter, {hook: edit}):
-            edited_logits = loaded.model(input_ids=ids, use_cache=False).logits[0].double()
-        clean_new = _greedy(loaded, ids, n_new)
-        with hooks(loaded.adapter, {hook: edit}):
-            edited_new = _greedy(loaded, ids, n_new)
+    edit = RowEdit(hook, _editor(sae, feature, mode, float(strength)), rows=[1], start=1)
+    with model_lock(loaded), hooks(loaded.adapter, {hook: record}, role="read"):
+        run = greedy_generate(loaded.adapter, ids.repeat(2, 1), n_new, [edit], prompt_logits=True,
+                             prefill_rows_apart=True, progress=progress)
+    clean_logits, edited_logits = run.prompt_logits[0].double(), run.prompt_logits[1].double()
+    clean_new, edited_new = run.tokens[0].tolist(), run.tokens[1].tolist()
     f_prompt = sae.encode(captured["x"][0].to(sae.W_enc.dtype))[:, feature].float().cpu().numpy()
     clean_logp, edited_logp = F.log_softmax(clean_logits, -1), F.log_softmax(edited_logits, -1)
     kl = float((clean_logp[-1].exp() * (clean_logp[-1] - edited_logp[-1])).sum())

@@ -1,0 +1,94 @@
+"""`interpscope sae steer` and `interpscope sae prompt`: the SAE pages' live views from the command line (steering
+or ablating one feature with clean and edited continuations; the features on a text). Registered inside the `sae`
+group by backend/cli/sae_cmd.py (SAE_SUBCOMMAND_MODULES)."""
+from __future__ import annotations
+
+import argparse
+
+from backend.cli.common import add_model_args, emit_json, load_from_args
+from backend.config import InterpscopeError
+
+
+def _sae_and_model(args: argparse.Namespace):
+    from backend.sae import load_sae
+
+    sae = load_sae(args.sae)
+    if args.model is None:
+        args.model = sae.cfg.model_name or "smollm2-135m"
+    return sae, load_from_args(args)
+
+
+def _text(args: argparse.Namespace) -> str:
+    if bool(args.text) == bool(args.text_file):
+        raise InterpscopeError("Give exactly one of --text TEXT or --text-file FILE.")
+    if args.text_file:
+        from backend.cli.common import read_text_file
+
+        return read_text_file(args.text_file)
+    return args.text
+
+
+def _steer(args: argparse.Namespace) -> int:
+    from backend.sae_store.steering import steer
+
+    sae, lm = _sae_and_model(args)
+    result = steer(lm, sae, _text(args), args.feature, mode=args.mode, strength=args.strength, n_new=args.tokens)
+    if args.json:
+        emit_json(result, args.out)
+        return 0
+    print(f"feature {result.feature} {result.mode}" + (f" x {result.strength:g}" if result.mode == "add" else "")
+          + f": KL(clean || edited) after the prompt = {result.kl:.4g}")
+    print("clean top:  " + ", ".join(f"{t['token']!r} {t['prob']:.3f}" for t in result.clean_top[:5]))
+    print("edited top: " + ", ".join(f"{t['token']!r} {t['prob']:.3f}" for t in result.edited_top[:5]))
+    print(f"clean:  {result.clean_continuation!r}")
+    print(f"edited: {result.edited_continuation!r}")
+    return 0
+
+
+def _prompt(args: argparse.Namespace) -> int:
+    from backend.sae_store.prompt import prompt_features
+
+    sae, lm = _sae_and_model(args)
+    if args.top < 1 or args.per_token < 0:
+        raise InterpscopeError("--top must be at least 1 and --per-token 0 or more.")
+    view = prompt_features(lm, sae, _text(args), n_top=args.top)
+    peak = view.top_values.max(axis=0) if view.top_values.size else []
+    payload = {"model": lm.name, "hook": sae.cfg.hook_name, "tokens": view.tokens,
+               "excluded_positions": view.excluded_positions, "sink_positions": view.sink_positions,
+               "top_features": [{"feature": f, "max_activation": float(v)} for f, v in zip(view.top_features, peak)],
+               "per_token": [{"position": p, "token": t, "excluded": p in view.excluded_positions,
+                              "features": view.active_at(p, args.per_token) if args.per_token else []}
+                             for p, t in enumerate(view.tokens)]}
+    if args.json:
+        emit_json(payload, args.out)
+        return 0
+    print(f"{len(view.tokens)} tokens; left out of the ranking: positions {payload['excluded_positions']}")
+    for row in payload["top_features"]:
+        print(f"  feature {row['feature']:>6}  max {row['max_activation']:.4g}")
+    return 0
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    add_model_args(parser)
+    parser.set_defaults(model=None)
+    parser.add_argument("--sae", required=True, help="SAE folder (cfg.json + sae_weights.safetensors)")
+    parser.add_argument("--text", default=None, help="the prompt")
+    parser.add_argument("--text-file", default=None, help="read the prompt from this file instead")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--out", default=None, help="write the JSON here instead of stdout")
+
+
+def register(sae_sub) -> None:
+    steer = sae_sub.add_parser("steer", help="add or ablate one feature: next-token change and two continuations")
+    _common(steer)
+    steer.add_argument("--feature", type=int, required=True, help="feature id")
+    steer.add_argument("--mode", choices=["add", "ablate"], default="add")
+    steer.add_argument("--strength", type=float, default=10.0, help="multiple of the decoder row added (add mode)")
+    steer.add_argument("--tokens", type=int, default=10, help="tokens to generate for each continuation (0..32)")
+    steer.set_defaults(func=_steer)
+
+    prompt = sae_sub.add_parser("prompt", help="features on a text: top features, active features per token, sinks")
+    _common(prompt)
+    prompt.add_argument("--top", type=int, default=20, help="how many top features (default 20)")
+    prompt.add_argument("--per-token", type=int, default=10, help="active features listed per token (default 10)")
+    prompt.set_defaults(func=_prompt)

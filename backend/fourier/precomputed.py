@@ -1,0 +1,188 @@
+"""Fourier results computed once: per process for every session, and shipped for the bundled models.
+
+What the Fourier page computes on first open with its default settings is kept in a store per model: the
+embedding and unembedding spectra of models whose numbers are single tokens, and for models that split numbers
+into digits the hidden-state spectra (default context) and the generated addition probe (default prompts).
+`interpscope fourier store --model M --out DIR` builds one (it writes only into a folder it created or owns);
+assets/fourier_stores/<model>/ ships them. `recall(lm, key, compute)` answers from this process's memory, else
+from a store of the same model (content key), else computes and remembers.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, TypeVar
+
+import numpy as np
+
+from backend.config import ASSETS_DIR, InterpscopeError, data_dir
+from backend.models.identity import model_key
+
+KIND = "interpscope-fourier-store"
+MANIFEST = "manifest.json"
+SHIPPED_DIR = ASSETS_DIR / "fourier_stores"
+Result = TypeVar("Result")
+
+_MEMO: dict[tuple[str, str], object] = {}
+_MEMO_LOCK = threading.Lock()
+MEMO_ENTRIES = 64
+
+
+def pairs_digest(pairs: np.ndarray) -> str:
+    return hashlib.sha1(np.ascontiguousarray(np.asarray(pairs, dtype=np.int64)).tobytes()).hexdigest()[:16]
+
+
+def encode(result) -> tuple[dict[str, np.ndarray], dict]:
+    """A flat result dataclass as (arrays, JSON fields); lists of dataclasses become lists of dicts."""
+    arrays, plain = {}, {"type": type(result).__name__}
+    for field in dataclasses.fields(result):
+        value = getattr(result, field.name)
+        if isinstance(value, np.ndarray):
+            arrays[field.name] = value
+        elif isinstance(value, list) and value and dataclasses.is_dataclass(value[0]):
+            plain[field.name] = [dataclasses.asdict(item) for item in value]
+        else:
+            plain[field.name] = value
+    return arrays, plain
+
+
+def decode(cls, arrays: dict[str, np.ndarray], plain: dict, items: dict[str, type] | None = None):
+    """The inverse of encode for class `cls`; `items` names the dataclass of list fields (e.g. outliers)."""
+    values = {name: value for name, value in plain.items() if name != "type"}
+    for name, item_cls in (items or {}).items():
+        values[name] = [item_cls(**item) for item in values.get(name, [])]
+    values.update(arrays)
+    return cls(**values)
+
+
+def _stores() -> list[Path]:
+    roots = [SHIPPED_DIR, data_dir() / "fourier" / "stores"]
+    return [child for root in roots if root.is_dir() for child in sorted(root.iterdir()) if child.is_dir()]
+
+
+@lru_cache(maxsize=32)
+def _manifest(folder: str) -> dict:
+    try:
+        return json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def stored(lm, key: str) -> tuple[dict[str, np.ndarray], dict] | None:
+    """(arrays, fields) of `key` from a store of this model, or None."""
+    wanted = model_key(lm)
+    for folder in _stores():
+        manifest = _manifest(str(folder))
+        entry = manifest.get("entries", {}).get(key)
+        if manifest.get("kind") == KIND and manifest.get("model_key") == wanted and entry is not None:
+            with np.load(folder / entry["file"]) as data:
+                return {name: data[name] for name in data.files}, entry["fields"]
+    return None
+
+
+def recall(lm, key: str, compute: Callable[[], Result], cls: type, items: dict[str, type] | None = None,
+           use_store: bool = True) -> Result:
+    """The result named `key` for this model: from this process's memory, a store, or `compute()` (kept)."""
+    from backend.capture import editing
+
+    if editing(lm.model):  # a result under this run's own edits is nobody else's
+        return compute()
+    memo_key = (model_key(lm), key)
+    with _MEMO_LOCK:
+        if memo_key in _MEMO:
+            return _MEMO[memo_key]
+    found = stored(lm, key) if use_store else None
+    result = decode(cls, *found, items=items) if found is not None else compute()
+    with _MEMO_LOCK:
+        _MEMO[memo_key] = result
+        while len(_MEMO) > MEMO_ENTRIES:
+            _MEMO.pop(next(iter(_MEMO)))
+    return result
+
+
+def forget() -> None:
+    """Drop every result kept in memory (tests)."""
+    with _MEMO_LOCK:
+        _MEMO.clear()
+    _manifest.cache_clear()
+
+
+def _write(path: Path, writer: Callable) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=path.suffix + ".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            writer(handle)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _json_number(value):
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    raise TypeError(f"cannot store {type(value).__name__} in a Fourier store manifest")
+
+
+def save_entries(lm, out: str | Path, results: dict[str, object]) -> Path:
+    """Write results (key -> result dataclass) into the store folder `out` (created, or already this model's
+    store; anything else is refused untouched)."""
+    folder = Path(out).expanduser()
+    manifest = {}
+    if folder.exists() and any(folder.iterdir()):
+        manifest = _manifest.__wrapped__(str(folder))
+        if manifest.get("kind") != KIND:
+            raise InterpscopeError(f"{folder} exists and is not a Fourier store; choose a new or empty folder.")
+        if manifest.get("model_key") != model_key(lm):
+            raise InterpscopeError(f"{folder} holds the Fourier store of another model; choose another folder.")
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = manifest or {"kind": KIND, "model": lm.name, "model_key": model_key(lm), "entries": {}}
+    for index, (key, result) in enumerate(results.items()):
+        arrays, plain = encode(result)
+        name = f"entry-{hashlib.sha1(key.encode()).hexdigest()[:12]}.npz"
+        _write(folder / name, lambda handle: np.savez_compressed(handle, **arrays))
+        manifest["entries"][key] = {"file": name, "fields": plain}
+    _write(folder / MANIFEST, lambda handle: handle.write(json.dumps(manifest, indent=1, default=_json_number).encode()))
+    _manifest.cache_clear()
+    return folder
+
+
+def build_fourier_store(lm, out: str | Path) -> Path:
+    """Compute what the Fourier page shows on first open with its defaults and save it (see the module doc)."""
+    from backend.fourier.addition import run_addition, small_sum_pairs
+    from backend.fourier.numbers import splits_digits
+    from backend.fourier.probe import DIGIT_PROBE_PROMPTS, default_numbers
+    from backend.fourier.spectrum import default_number_template, embedding_spectrum, hidden_spectra
+
+    n_numbers = default_numbers(lm)
+    results: dict[str, object] = {}
+    if splits_digits(lm.tokenizer):
+        template = default_number_template(lm.tokenizer)
+        results[hidden_key(n_numbers, template)] = hidden_spectra(lm, n_numbers, template=template, use_store=False)
+        pairs = small_sum_pairs(DIGIT_PROBE_PROMPTS)
+        results[probe_key(pairs, "{a}+{b}=", "")] = run_addition(lm, pairs, "{a}+{b}=", use_store=False)
+    else:
+        for matrix in ("embedding", "unembedding"):
+            results[embedding_key(n_numbers, matrix)] = embedding_spectrum(lm, n_numbers, matrix=matrix)
+    return save_entries(lm, out, results)
+
+
+def hidden_key(n_numbers: int, template: str, top: int = 5) -> str:
+    return f"hidden|{n_numbers}|{template}|{top}"
+
+
+def embedding_key(n_numbers: int, matrix: str) -> str:
+    return f"embedding|{n_numbers}|{matrix}"
+
+
+def probe_key(pairs: np.ndarray, template: str, prefix: str) -> str:
+    return f"probe|{pairs_digest(pairs)}|{template}|{prefix}"

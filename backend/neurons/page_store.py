@@ -1,0 +1,259 @@
+"""The entropy-neuron store: everything the Entropy neurons page shows on open, precomputed per model and layer.
+
+Per layer (one `layer{L}.npz`): the candidates' weight statistics (norm, LogitVar, rho at the default k, unigram
+cosine), and over a corpus sample (8,192 tokens of the bundled corpus's train split by default): each neuron's
+mean / std / min / max / firing fraction over the positions not excluded (position 0 and massive-activation rows,
+backend.sinks), its activation histogram over those positions, and its top activating contexts with their left
+context (token ids around the firing token, which is never position 0 of its window). The folder also keeps the
+corpus's token counts (the unigram direction) and a manifest naming the model (content key), the corpus sample
+and the settings. Built by `interpscope neurons store --model M --out DIR` (resumable, layer by layer; it writes
+only into a folder it created or that already holds such a store), shipped in assets/neuron_stores/<model>/.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from backend import corpus
+from backend.config import ASSETS_DIR, InterpscopeError, data_dir
+from backend.neurons.detail import (CONTEXT_LEFT, CONTEXT_RIGHT, Context, NeuronDetail, context_windows,
+                                    kept_histogram, weight_detail)
+from backend.neurons.store import DEFAULT_SEQ_LEN, DEFAULT_STORE_TOKENS, model_key, run_layers
+from backend.neurons.unigram import save_npy_atomic, source_key, token_counts, tokenizer_key, unigram_direction
+from backend.neurons.weights import NeuronStats, check_layer, default_k, neuron_stats
+
+KIND = "interpscope-neuron-store"
+MANIFEST = "manifest.json"
+SHIPPED_DIR = ASSETS_DIR / "neuron_stores"
+TOP_CONTEXTS, BINS = 20, 60
+StoreProgress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """The corpus sample and settings a store was built with (two stores with equal specs hold equal numbers)."""
+
+    n_tokens: int = DEFAULT_STORE_TOKENS
+    seq_len: int = DEFAULT_SEQ_LEN
+    source: str = "austen-train"
+    top_contexts: int = TOP_CONTEXTS
+    left: int = CONTEXT_LEFT
+    right: int = CONTEXT_RIGHT
+    bins: int = BINS
+
+
+def _write_json(path: Path, value: dict) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(value, handle, indent=1)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.savez_compressed(handle, **arrays)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def layer_arrays(lm, layer: int, acts: np.ndarray, excluded: np.ndarray, tokens: np.ndarray, spec: StoreSpec,
+                 unigram) -> dict[str, np.ndarray]:
+    """One layer's arrays from its corpus activations [N, T, d_mlp], excluded mask [N, T] and token ids [N, T]."""
+    stats = neuron_stats(lm.adapter, layer, default_k(lm.adapter.d_model), unigram)
+    d_mlp = acts.shape[-1]
+    kept = acts.reshape(-1, d_mlp)[~excluded.reshape(-1)]
+    width = spec.left + 1 + spec.right
+    ids = np.full((d_mlp, spec.top_contexts, width), -1, dtype=np.int32)
+    where = np.full((d_mlp, spec.top_contexts, 2), -1, dtype=np.int32)
+    values = np.full((d_mlp, spec.top_contexts), np.nan, dtype=np.float32)
+    counts = np.zeros((d_mlp, spec.bins), dtype=np.int32)
+    edges = np.zeros((d_mlp, spec.bins + 1), dtype=np.float32)
+    for neuron in range(d_mlp):
+        column = acts[..., neuron]
+        counts[neuron], edges[neuron] = kept_histogram(column, excluded, spec.bins)
+        for slot, (row, col, lo, hi) in enumerate(context_windows(column, excluded, spec.top_contexts,
+                                                                  spec.left, spec.right)):
+            start = spec.left - (col - lo)
+            ids[neuron, slot, start:start + hi - lo] = tokens[row, lo:hi]
+            where[neuron, slot] = (row, col)
+            values[neuron, slot] = column[row, col]
+    sinks = np.argwhere(excluded[:, 1:]) + np.array([0, 1])
+    arrays = {"norm": stats.norm, "logit_var": stats.logit_var, "rho": stats.rho, "k": np.array(stats.k),
+              "mean": kept.astype(np.float64).mean(0), "std": kept.astype(np.float64).std(0),
+              "min": kept.min(0), "max": kept.max(0), "fire_fraction": (kept > 0).mean(0),
+              "hist_counts": counts, "hist_edges": edges, "context_ids": ids, "context_where": where,
+              "context_values": values, "excluded_tokens": np.array(int(excluded.sum())),
+              "n_tokens": np.array(int(excluded.size)), "sink_positions": sinks.astype(np.int32)}
+    if stats.unigram_cosine is not None:
+        arrays["unigram_cosine"] = stats.unigram_cosine
+    return arrays
+
+
+def _owned(folder: Path) -> dict | None:
+    """The manifest of a store folder, None for a missing or empty folder; an error for anything else."""
+    if not folder.exists() or not any(folder.iterdir()):
+        return None
+    path = folder / MANIFEST
+    manifest = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if manifest.get("kind") != KIND:
+        raise InterpscopeError(f"{folder} exists and is not an entropy-neuron store; choose a new or empty folder.")
+    return manifest
+
+
+def build_neuron_store(lm, out: str | Path, layers: list[int] | None = None, spec: StoreSpec = StoreSpec(),
+                       batch_size: int = 8, progress: StoreProgress | None = None) -> Path:
+    """Build (or finish) the store of `layers` (default: the final layer) in `out`; layers already there with the
+    same model and spec are kept. progress(done, total) counts layers."""
+    folder = Path(out).expanduser()
+    manifest = _owned(folder)
+    key = model_key(lm)
+    wanted = sorted({check_layer(lm.adapter, layer) for layer in (layers or [None])})
+    if manifest is not None and (manifest.get("model_key") != key or manifest.get("spec") != spec.__dict__):
+        raise InterpscopeError(f"{folder} holds a store of another model or other settings; choose another folder.")
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = manifest or {"kind": KIND, "model": lm.name, "model_key": key, "spec": spec.__dict__,
+                            "tokenizer_key": tokenizer_key(lm.tokenizer), "layers": {}, "build_seconds": {}}
+    _write_json(folder / MANIFEST, manifest)
+    missing = [layer for layer in wanted if str(layer) not in manifest["layers"]]
+    source, split = spec.source.rsplit("-", 1)
+    counts = token_counts(lm.tokenizer, lm.adapter.vocab_size, source=None if source == "austen" else source,
+                          split=split)
+    save_npy_atomic(folder / "unigram_counts.npy", counts)
+    unigram = unigram_direction(counts)
+    tokens = corpus.token_chunks(lm.tokenizer, spec.seq_len, spec.n_tokens, split=split,
+                                 source=None if source == "austen" else source)
+    for done, layer in enumerate(missing):
+        started = time.perf_counter()
+        acts, excluded = run_layers(lm, tokens, [layer], batch_size=batch_size)
+        arrays = layer_arrays(lm, layer, acts[layer], excluded[layer], tokens.numpy(), spec, unigram)
+        _save_npz(folder / f"layer{layer}.npz", arrays)
+        manifest["layers"][str(layer)] = f"layer{layer}.npz"
+        manifest["build_seconds"][str(layer)] = round(time.perf_counter() - started, 1)
+        _write_json(folder / MANIFEST, manifest)
+        if progress:
+            progress(done + 1, len(missing))
+    _load_layer.cache_clear()
+    return folder
+
+
+@lru_cache(maxsize=16)
+def _load_layer(path: str) -> dict[str, np.ndarray]:
+    with np.load(path) as data:
+        return {name: data[name] for name in data.files}
+
+
+class NeuronStore:
+    """A finished store folder opened read-only; layers load on first use and stay in memory (a few MB)."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        try:
+            self.manifest = json.loads((self.folder / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise InterpscopeError(f"{folder} is not an entropy-neuron store ({err}).") from None
+        if self.manifest.get("kind") != KIND:
+            raise InterpscopeError(f"{folder} is not an entropy-neuron store.")
+        self.spec = StoreSpec(**self.manifest["spec"])
+
+    @property
+    def layers(self) -> list[int]:
+        return sorted(int(layer) for layer in self.manifest["layers"])
+
+    def layer(self, layer: int) -> dict[str, np.ndarray]:
+        if str(layer) not in self.manifest["layers"]:
+            raise InterpscopeError(f"The store at {self.folder} has no layer {layer} (it has {self.layers}).")
+        return _load_layer(str(self.folder / self.manifest["layers"][str(layer)]))
+
+    def stats(self, layer: int) -> NeuronStats:
+        data = self.layer(layer)
+        return NeuronStats(layer=layer, k=int(data["k"]), norm=data["norm"], logit_var=data["logit_var"],
+                           rho=data["rho"], unigram_cosine=data.get("unigram_cosine"))
+
+    def matches(self, n_tokens: int, seq_len: int, source, split: str) -> bool:
+        """Whether the store's corpus sample is the one asked for (so its means stand for a fresh computation)."""
+        return (self.spec.n_tokens, self.spec.seq_len, self.spec.source) == (n_tokens, seq_len,
+                                                                           source_key(source, split))
+
+    def detail(self, lm, layer: int, index: int, k: int | None = None, top_contexts: int = 10) -> NeuronDetail:
+        """The neuron detail card: weights computed live (cheap), corpus side from the store."""
+        data = self.layer(layer)
+        detail = weight_detail(lm, layer, index, k=k)
+        detail.histogram_counts = data["hist_counts"][index].astype(np.int64)
+        detail.histogram_edges = data["hist_edges"][index].astype(np.float64)
+        detail.mean_activation = float(data["mean"][index])
+        contexts = []
+        for slot in range(min(top_contexts, self.spec.top_contexts)):
+            ids = data["context_ids"][index, slot]
+            if ids[self.spec.left] < 0:
+                break
+            present = ids >= 0
+            contexts.append(Context(tokens=[lm.tokenizer.decode([int(i)]) for i in ids[present]],
+                                    position=int(present[:self.spec.left].sum()),
+                                    activation=float(data["context_values"][index, slot])))
+        detail.contexts = contexts
+        detail.excluded_tokens = int(data["excluded_tokens"])
+        detail.sink_positions = [(int(r), int(c)) for r, c in data["sink_positions"]]
+        detail.source = f"precomputed store ({self.spec.n_tokens} corpus tokens)"
+        return detail
+
+
+def _candidate_folders() -> list[Path]:
+    roots = [SHIPPED_DIR, data_dir() / "neurons" / "stores"]
+    return [child for root in roots if root.is_dir() for child in sorted(root.iterdir()) if child.is_dir()]
+
+
+def find_neuron_store(lm) -> NeuronStore | None:
+    """The store built for this very model (same content key), shipped in assets/ or built into the data dir."""
+    key = model_key(lm)
+    for folder in _candidate_folders():
+        try:
+            manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if manifest.get("kind") == KIND and manifest.get("model_key") == key:
+            return NeuronStore(folder)
+    return None
+
+
+def shipped_unigram_counts(tokenizer, source, split: str) -> np.ndarray | None:
+    """Token counts of a corpus split kept in a store built with the same tokenizer, or None."""
+    wanted_tokenizer, wanted_source = tokenizer_key(tokenizer), source_key(source, split)
+    for folder in _candidate_folders():
+        try:
+            manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if (manifest.get("kind") == KIND and manifest.get("tokenizer_key") == wanted_tokenizer
+                and manifest.get("spec", {}).get("source") == wanted_source
+                and (folder / "unigram_counts.npy").is_file()):
+            return np.load(folder / "unigram_counts.npy")
+    return None
+
+
+def corpus_means(lm, layers: list[int], n_tokens: int = DEFAULT_STORE_TOKENS, seq_len: int = DEFAULT_SEQ_LEN,
+                 source=None, split: str = "train", progress=None) -> dict[int, np.ndarray]:
+    """Mean activation per neuron of each layer over the corpus sample (position 0 and sinks left out), from this
+    model's entropy-neuron store when it holds those layers for that sample, else from the activation store
+    (computed once per data dir)."""
+    from backend.neurons.store import activation_stores
+
+    store = find_neuron_store(lm)
+    if store is not None and store.matches(n_tokens, seq_len, source, split) and set(layers) <= set(store.layers):
+        return {layer: store.layer(layer)["mean"] for layer in layers}
+    stores = activation_stores(lm, layers, n_tokens=n_tokens, seq_len=seq_len, source=source, split=split,
+                               progress=progress)
+    return {layer: s.mean for layer, s in stores.items()}
