@@ -223,6 +223,12 @@ _SHARED_GATES: dict[tuple, threading.Lock] = {}
 SHARED_ENTRIES = 256
 
 
+def clear_shared() -> None:
+    """Forget every shared result (tests and benchmarks that need a cold start)."""
+    with _SHARED_LOCK:
+        _SHARED.clear()
+
+
 def shared(name: str, key: tuple, compute: Callable[[], Any]) -> Any:
     """The result of compute() for (name, key), computed once per process and shared by every session (least
     recently used out after SHARED_ENTRIES). Backend hooks are scoped to their run, so a result computed here is

@@ -20,6 +20,8 @@ from streamlit.testing.v1 import AppTest
 from backend.models import load_model
 from backend.models.loading import cached_models
 from backend.sae_store import FeatureStore, build_store
+from backend.predict import forget_next_logits
+from pages._common import clear_shared
 from tests.apptest_util import APP, ROOT, concurrent_apptests
 from tests.sae_store_tiny import isolated_data, random_sae_folder, save_tiny_lm
 
@@ -97,7 +99,9 @@ def test_eight_concurrent_sessions_match_serial_runs_and_share_one_model(env):
         assert drawn, f"{name} drew nothing"
 
     for round_ in range(2):
-        st.cache_data.clear()
+        st.cache_data.clear()  # and every other cache shared across sessions: each session really computes
+        clear_shared()
+        forget_next_logits()
         concurrent: dict[str, dict] = {}
         failures: list[str] = []
         start = threading.Barrier(len(plan))

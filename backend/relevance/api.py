@@ -21,7 +21,7 @@ from backend.capture import editing, model_lock
 from backend.predict import TokenProb, cached_next_logits, next_logits, remember_next_logits, top_predictions
 from backend.progress import Progress
 from backend.relevance.methods import MethodOptions, get_method
-from backend.relevance.sinks import sink_positions
+from backend.relevance.sinks import positions_from, sink_positions, watching
 from backend.relevance.targets import PendingTarget, Target, chosen_target, resolve_target
 
 
@@ -135,7 +135,9 @@ def explain(lm, text: str | None = None, method: str = "attnlrp", *, token: str 
         target = resolve_target(lm.tokenizer, row, position, vs_rest=vs_rest)
     pending = target or PendingTarget(position, lambda row: resolve_target(lm.tokenizer, row, position,
                                                                            vs_rest=vs_rest))
-    attribution, seconds = run_method(lm, ids, method, pending, latent=latent, options=options, progress=progress)
+    with watching(lm.adapter) as probe:
+        attribution, seconds = run_method(lm, ids, method, pending, latent=latent, options=options,
+                                          progress=progress)
     target = attribution.target or target
     row = cached
     if row is None and spec.exact_forward and attribution.output_logits is not None and target.position == position:
@@ -144,7 +146,9 @@ def explain(lm, text: str | None = None, method: str = "attnlrp", *, token: str 
     if row is None and top:
         row = next_token_logits(lm, ids, position)
     predictions = top_predictions(row, lm.tokenizer, top)[0] if top else None
-    sinks = sink_positions(lm.adapter, ids)
+    # one-pass methods ran exactly this input: their pass shows the sinks; perturbation methods saw other inputs
+    sinks = (positions_from(probe["residual"]) if spec.one_backward_pass and "residual" in probe
+             else sink_positions(lm.adapter, ids))
     return RelevanceResult(model=lm.name, method=spec.name, method_label=spec.label, tokens=lm.token_strings(ids[0]),
                            token_ids=ids[0].tolist(), relevance=attribution.relevance, target=target,
                            logit=attribution.logit, conservation=attribution.conservation, seconds=seconds,
