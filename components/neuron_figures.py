@@ -97,13 +97,19 @@ def share_scatter(rho: Sequence[float], share: Sequence[float | None], entropy_c
                   labels: Sequence[str], is_random: Sequence[bool]) -> go.Figure:
     """rho vs norm-mediated share of the loss effect (undefined shares left out), colour = mean |ΔH|."""
     keep = [i for i, s in enumerate(share) if s is not None]
+    positions = ["top center", "bottom center", "middle right", "middle left"]
+    # only the chosen neurons are named on the plot (random ones in the hover), alternating sides so close
+    # points do not print over each other
+    chosen = [i for i in keep if not is_random[i]]
     fig = go.Figure(go.Scatter(
         x=[rho[i] for i in keep], y=[share[i] for i in keep], mode="markers+text",
-        text=[labels[i] for i in keep], textposition="top center",
+        text=[labels[i] if not is_random[i] else "" for i in keep],
+        textposition=[positions[chosen.index(i) % 4] if i in chosen else "top center" for i in keep],
+        customdata=[labels[i] for i in keep],
         marker=dict(size=12, color=[entropy_change[i] for i in keep], colorscale="Reds",
                     colorbar=dict(title=dict(text="mean |ΔH|")),
                     symbol=["circle-open" if is_random[i] else "circle" for i in keep], line=dict(width=2)),
-        hovertemplate="%{text}<br>rho %{x:.3f}<br>share %{y:.3f}<extra></extra>"))
+        hovertemplate="%{customdata}<br>rho %{x:.3f}<br>share %{y:.3f}<extra></extra>"))
     fig.update_layout(title="Null-space fraction rho vs norm-mediated share 1 - |direct|/|total| (loss)",
                       xaxis_title="rho", yaxis_title="norm-mediated share", template=TEMPLATE, height=430,
                       xaxis=dict(range=[-0.02, 1.05]), yaxis=dict(range=[-0.05, 1.05]))
@@ -129,16 +135,22 @@ def unigram_histogram(cosines: np.ndarray, layer: int) -> go.Figure:
 
 def frozen_unigram_figure(labels: Sequence[str], total: Sequence[float], frozen: Sequence[float],
                           kl_clean: float, kl_ablated: Sequence[float]) -> go.Figure:
+    """Left: mean |Δ loss| with and without the unigram component frozen. Right: how far each ablation moves
+    KL(model || unigram) from its clean value (the KLs themselves are all about the same size, so the bars show
+    the change)."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("mean |Δ loss|: ablation vs frozen unigram",
-                                                        "KL(model || unigram)"))
+                                                        f"Δ KL(model || unigram) from clean ({kl_clean:.3f} nats)"))
     fig.add_trace(go.Bar(x=list(labels), y=list(total), name="ablation", marker_color=CHOSEN), row=1, col=1)
     fig.add_trace(go.Bar(x=list(labels), y=list(frozen), name="ablation, unigram component frozen",
                          marker_color="#1f77b4"), row=1, col=1)
-    fig.add_trace(go.Bar(x=list(labels), y=list(kl_ablated), name="KL after ablation", marker_color="#9467bd"),
-                  row=1, col=2)
-    fig.add_hline(y=kl_clean, line_dash="dash", row=1, col=2, annotation_text=f"clean {kl_clean:.3f}")
+    change = [k - kl_clean for k in kl_ablated]
+    fig.add_trace(go.Bar(x=list(labels), y=change, name="KL after ablation − clean KL", marker_color="#9467bd",
+                         text=[f"{c:+.3g}" for c in change], textposition="outside",
+                         customdata=list(kl_ablated), hovertemplate="%{x}: KL %{customdata:.4f} (%{y:+.4f})"
+                         "<extra></extra>"), row=1, col=2)
+    fig.add_hline(y=0, line_color="#888888", row=1, col=2)
     fig.update_yaxes(title_text="nats", row=1, col=1)
-    fig.update_yaxes(title_text="nats", row=1, col=2)
+    fig.update_yaxes(title_text="Δ nats", row=1, col=2)
     fig.update_xaxes(title_text="neuron")
     fig.update_layout(barmode="group", template=TEMPLATE, height=430, legend=dict(orientation="h", y=-0.25),
                       title="Token-frequency neurons: effect through the unigram direction")
@@ -166,10 +178,16 @@ def induction_figure(activation: np.ndarray, labels: Sequence[str], is_random: S
     return fig
 
 
-def text_figure(tokens: Sequence[str], activation: np.ndarray, neurons: Sequence[str], entropy: np.ndarray) -> go.Figure:
+def text_figure(tokens: Sequence[str], activation: np.ndarray, neurons: Sequence[str], entropy: np.ndarray,
+                excluded: Sequence[int] = ()) -> go.Figure:
+    """Activations per token (sink positions left out of the lines and the axis range, named below) and the
+    model's entropy."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     x = np.arange(len(tokens))
-    for row, label in zip(activation, neurons):
+    shown = np.asarray(activation, dtype=float).copy()
+    if len(excluded):
+        shown[:, [i for i in excluded if i < shown.shape[1]]] = np.nan
+    for row, label in zip(shown, neurons):
         fig.add_trace(go.Scatter(x=x, y=row, mode="lines+markers", name=f"activation {label}"), secondary_y=False)
     fig.add_trace(go.Scatter(x=x, y=entropy, mode="lines", name="entropy", line=dict(color="black", dash="dot")),
                   secondary_y=True)
@@ -179,4 +197,9 @@ def text_figure(tokens: Sequence[str], activation: np.ndarray, neurons: Sequence
     fig.update_yaxes(title_text="entropy of the next-token prediction (nats)", secondary_y=True)
     fig.update_layout(title="Your text: neuron activations and the model's entropy at each token", template=TEMPLATE,
                       height=460, legend=dict(orientation="h", y=-0.45))
+    if len(excluded):
+        named = ", ".join(f"{i} {tokens[i]!r} ({', '.join(f'{row[i]:.3g}' for row in activation)})"
+                          for i in excluded if i < len(tokens))
+        fig.add_annotation(text=f"attention sinks left out of the lines and the scale: {named}", xref="paper",
+                           yref="paper", x=0, y=1.06, showarrow=False, xanchor="left", font=dict(size=11))
     return fig

@@ -204,11 +204,16 @@ def progress(label: str, page: str | None = None) -> Iterator[Callable[[int, int
         row.button("Stop", key=f"{page}-stop", help="Stop this computation (the page keeps its inputs).")
     start = time.perf_counter()
 
-    def update(done: int, total: int) -> None:
-        fraction = min(max(done / total, 0.0), 1.0) if total else 1.0
+    def update(done, total) -> None:
+        """Counting calls: (done, total); staged calls: (fraction, text) (backend.progress names both)."""
+        if isinstance(total, str):
+            fraction, shown = min(max(float(done), 0.0), 1.0), f"{label}: {total}"
+        else:
+            fraction = min(max(done / total, 0.0), 1.0) if total else 1.0
+            shown = f"{label} {done:,} / {total:,}"
         elapsed = time.perf_counter() - start
         eta = f" · about {elapsed / fraction * (1 - fraction):.0f} s left" if 0 < fraction < 1 and elapsed > 1 else ""
-        bar.progress(fraction, text=f"{label} {done:,} / {total:,}{eta}")
+        bar.progress(fraction, text=f"{shown}{eta}")
 
     try:
         yield update

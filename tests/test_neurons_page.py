@@ -74,7 +74,23 @@ def test_candidates_view(page):
     assert page.text_input(key="en-neurons").value.startswith("1.5")
 
 
+def view(page, name: str):
+    page.segmented_control(key="en-view").set_value(name).run()
+    assert not page.exception, page.exception
+    return page
+
+
+def test_only_the_chosen_view_runs(page):
+    view(page, "Candidates")
+    assert not any(title.startswith("W_U singular spectrum") for title in charts(page))
+    assert page.query_params.get("view") in (None, "Candidates")
+    view(page, "Neuron detail")
+    assert page.query_params["view"] == "Neuron detail"
+    assert not any(title.startswith("Layer 1 neurons") for title in charts(page))
+
+
 def test_neuron_detail_view(page):
+    view(page, "Neuron detail")
     page.selectbox(key="en-detail-neuron").set_value("1.5").run()
     spec = chart(page, "W_U singular spectrum")
     cosines = values(spec["data"][0]["y"])
@@ -83,12 +99,15 @@ def test_neuron_detail_view(page):
     page.button(key="en-detail-run").click().run()
     assert not page.exception, page.exception
     hist = chart(page, "Activation of neuron 1.5")
-    assert sum(values(hist["data"][0]["y"])) == 256
+    assert sum(values(hist["data"][0]["y"])) == 256 - 2  # two 128-token windows, position 0 of each left out
     contexts = [df.value for df in page.dataframe if "context" in df.value.columns][0]
     assert len(contexts) == 10 and contexts["context"].str.contains(r"\[\[").all()
+    assert not contexts["context"].str.startswith("[[").any()  # real left context: never a window's first token
+    assert any("attention-sink tokens" in c.value for c in page.caption)
 
 
 def test_causal_ablation_view(page):
+    view(page, "Causal ablation")
     page.number_input(key="en-abl-tokens").set_value(256)
     page.number_input(key="en-abl-random").set_value(3)
     page.text_input(key="en-neurons").input("1.5").run()
@@ -105,6 +124,7 @@ def test_causal_ablation_view(page):
 
 
 def test_token_frequency_view(page):
+    view(page, "Token-frequency neurons")
     assert chart(page, "Cosine of each layer-1 neuron")
     top = [df.value for df in page.dataframe if "unigram_cosine" in df.value.columns and len(df.value) == 20][0]
     assert top["unigram_cosine"].abs().is_monotonic_decreasing
@@ -113,9 +133,13 @@ def test_token_frequency_view(page):
     assert not page.exception, page.exception
     spec = chart(page, "Token-frequency neurons")
     assert spec["data"][0]["x"] == list(top["neuron"][:3])
+    kl = spec["data"][2]
+    assert kl["name"].startswith("KL after ablation − clean KL")  # the change, readable, not three ~equal bars
+    assert all(abs(float(c) - float(a)) < 1e-9 + abs(float(c)) for c, a in zip(values(kl["y"]), values(kl["y"])))
 
 
 def test_induction_view(page):
+    view(page, "Induction")
     page.text_input(key="en-neurons").input("1.5").run()
     page.number_input(key="en-ind-seqs").set_value(2)
     page.number_input(key="en-ind-half").set_value(8)
@@ -129,11 +153,15 @@ def test_induction_view(page):
 
 
 def test_your_text_view(page):
+    view(page, "Your text")
     page.text_area(key="en-text-text").input("Mr. Darcy danced with Elizabeth.").run()
     assert not page.exception, page.exception
     spec = chart(page, "Your text")
     table = [df.value for df in page.dataframe if "top prediction" in df.value.columns][0]
-    assert len(values(spec["data"][0]["y"])) == len(table) > 3
+    line = values(spec["data"][0]["y"])
+    assert len(line) == len(table) > 3
+    assert (line[0] is None or np.isnan(line[0])) and bool(table["sink"].iloc[0])  # position 0 is off the line and its scale, and named
+    assert "attention sinks left out" in spec["layout"]["annotations"][0]["text"]
     page.text_area(key="en-text-text").input("   ").run()
     assert any("empty" in w.value for w in page.warning)
 
