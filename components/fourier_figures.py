@@ -14,13 +14,17 @@ def _period_text(period: float) -> str:
 
 
 def _period_ticks(periods: np.ndarray, max_ticks: int = 14) -> tuple[list[int], list[str]]:
-    """Ticks on the frequency axis (k = 1..N/2) labelled by period, always including periods 10, 5, 2.5, 2."""
+    """Ticks on the frequency axis (k = 1..N/2) labelled by period, always including periods 10, 5, 2.5, 2, and
+    never two ticks closer than the axis can print (so '2.5' and '2.38' do not overlap)."""
     n_freq = len(periods)
     special = [int(np.flatnonzero(np.isclose(periods, p))[0]) + 1 for p in (10.0, 5.0, 2.5, 2.0)
                if np.any(np.isclose(periods, p))]
-    spacing = max(1, n_freq // (2 * max_ticks))
-    even = np.unique(np.linspace(1, n_freq, num=min(max_ticks, n_freq)).round().astype(int)).tolist()
-    ordered = sorted(set(special) | {k for k in even if all(abs(k - s) > spacing for s in special)})
+    gap = max(1.0, n_freq / max_ticks)
+    chosen = sorted(special)
+    for k in np.unique(np.linspace(1, n_freq, num=min(max_ticks, n_freq)).round().astype(int)).tolist():
+        if all(abs(k - c) >= gap for c in chosen):
+            chosen.append(k)
+    ordered = sorted(chosen)
     return ordered, [_period_text(periods[k - 1]) for k in ordered]
 
 

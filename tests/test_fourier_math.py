@@ -164,3 +164,22 @@ def test_last_position_edit_touches_only_the_answer_position():
     untouched[0, 3] = untouched[1, 1] = False
     assert torch.equal(edited[untouched], output[untouched])
     assert torch.equal(projection_edit(matrix)(output)[..., 1], torch.zeros(2, 4, dtype=torch.float64))
+
+
+def test_the_filter_reading_follows_the_numbers():
+    from backend.fourier.filters import FilterRow, FilterTable, reading
+
+    def table(base: float, no_high: float, no_low: float) -> FilterTable:
+        rows = [FilterRow(kind=k, modules=m, removed="", loss=0.0, accuracy=a, within_2=a, within_10=a, rank=0,
+                          zeroes_everything=False, errors=np.zeros(0), error_counts={})
+                for k, m, a in (("none", "none", base), ("low", "both", no_high), ("high", "both", no_low))]
+        return FilterTable(model="m", template="{a}+{b}=", numbers=100, tau=10, d_model=32, prompts=500,
+                           positions="last", rows=rows, seconds=0.0)
+
+    scratch = reading(table(0.9, 0.88, 0.1))
+    assert "costs 80.0% accuracy and removing high frequencies 2.0%" in scratch and "from-scratch" in scratch
+    both = reading(table(0.99, 0.2, 0.05))
+    assert "needs both bands" in both and "from-scratch" not in both
+    mixed = reading(table(0.8, 0.03, 0.5))  # removing high costs 96%: never called the from-scratch regime
+    assert "from-scratch" not in mixed and "High frequencies matter more" in mixed
+    assert "cannot be read" in reading(table(0.05, 0.05, 0.05))

@@ -33,8 +33,27 @@ def metric_values(at) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
 
 
+def show(at, view: str):
+    at.segmented_control(key="fourier-view").set_value(view).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_only_the_chosen_view_runs_on_open(adder_page):
+    show(adder_page, "Spectrum")
+    assert not adder_page.metric  # the probe did not run
+    show(adder_page, "Addition probe")
+    assert not adder_page.metric and any("Run the probe" in i.value for i in adder_page.info)
+    assert adder_page.query_params["view"] == "Addition probe"
+
+
 def test_spectrum_view_marks_the_outliers(adder_page):
+    show(adder_page, "Spectrum")
     spec = json.loads(adder_page.get("plotly_chart")[0].proto.spec)
+    ticks = spec["layout"]["xaxis"]["tickvals"]
+    gap = len(plotly_array(spec["data"][0]["y"])) / 14
+    # ticks never crowd each other (only two of the paper's periods may sit closer): '2.5' and '2.38' did
+    assert all(b - a >= gap - 1e-9 or {a, b} <= {10, 20, 40, 50} for a, b in zip(ticks, ticks[1:]))
     assert "number-token embeddings" in spec["layout"]["title"]["text"]
     assert spec["layout"]["xaxis"]["title"]["text"].startswith("period")
     n_numbers = default_numbers(load_model("adder"))
@@ -44,6 +63,9 @@ def test_spectrum_view_marks_the_outliers(adder_page):
 
 
 def test_probe_accuracy_matches_an_independent_argmax(adder_page):
+    show(adder_page, "Addition probe")
+    adder_page.button(key="fourier-probe-run").click().run()
+    assert not adder_page.exception, adder_page.exception
     lm = load_model("adder")
     numbers = single_token_setup(lm, None)
     pairs = probe_pairs(numbers.n_numbers, 200, split="test")
@@ -67,6 +89,7 @@ def test_heatmaps_switch_to_one_prompt(adder_page):
 
 
 def test_filter_table_runs_from_the_button(adder_page):
+    show(adder_page, "Filters")
     adder_page.number_input(key="fourier-filter-prompts").set_value(120).run()
     adder_page.button(key="fourier-run-filters").click().run()
     assert not adder_page.exception, adder_page.exception
@@ -77,14 +100,28 @@ def test_filter_table_runs_from_the_button(adder_page):
     assert frame["accuracy"].nunique() > 1
     titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in adder_page.get("plotly_chart")]
     assert any("by kind of error" in t for t in titles)
+    base = float(frame["accuracy"].iloc[0])
+    lost_low = base - float(frame["accuracy"].iloc[1])
+    sentence = " ".join(m.value for m in adder_page.markdown if "Removing low frequencies" in m.value)
+    assert f"costs {lost_low:.1%} accuracy" in sentence  # the sentence is built from the table's numbers
+
+
+def test_asking_for_more_prompts_than_the_split_holds_is_said(adder_page):
+    show(adder_page, "Filters")
+    adder_page.number_input(key="fourier-filter-prompts").set_value(5000).run()
+    adder_page.button(key="fourier-run-filters").click().run()
+    frame = next(d.value for d in adder_page.dataframe if "filter" in d.value.columns)
+    assert any("5000" in w.value or "5,000" in w.value for w in adder_page.warning)
 
 
 @pytest.mark.bundled
 def test_digit_tokenizer_shows_hidden_state_spectra(bundled_lm):
-    at = open_page("pages/fourier.py", **{"fourier-prompts-smollm2-135m": 6, "fourier-n-smollm2-135m": 30})
+    at = open_page("pages/fourier.py", **{"fourier-prompts": 6, "fourier-n": 30})
     assert not at.exception, at.exception
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert "hidden state" in spec["layout"]["title"]["text"]
     assert spec["data"][0]["y"] == ["embed"] + [f"layer {l}" for l in range(bundled_lm.adapter.n_layers)]
     assert any("splits numbers into digits" in i.value for i in at.info)
+    show(at, "Addition probe")
+    at.button(key="fourier-probe-run").click().run()
     assert metric_values(at)["Prompts"] == "6"
