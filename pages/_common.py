@@ -149,6 +149,10 @@ def url_inputs(page: str, params: Sequence[Param]) -> None:
                 st.session_state[param.key] = value
         if ignored:
             st.warning(f"Ignored link parameter(s) this page cannot use: {', '.join(ignored)}.")
+        # a link with run=1 commits the inputs it carries: for the first Run the page reaches on this visit only
+        st.session_state["_link-run"] = st.query_params.get("run") == "1"
+    else:
+        st.session_state.pop("_link-run", None)
     for param in params:
         st.session_state.setdefault(param.key, param.default)
 
@@ -175,13 +179,12 @@ def write_url(params: Sequence[Param], extra: dict[str, str] | None = None) -> l
 # --- expensive work: an explicit Run, a progress bar with an ETA, a Stop --------------------------------------
 def committed(page: str, inputs: dict, submitted: bool) -> dict | None:
     """The inputs of the page's last Run (None before any): expensive work is done for these only, so changing a
-    widget never starts it. Run commits the current inputs; a link with run=1 commits the inputs it carries on the
-    session's first visit; a Stop clears them. Says so when the inputs changed since the last Run."""
+    widget never starts it. Run commits the current inputs; a link with run=1 commits the inputs it carries (on the
+    visit that opened it, for the first Run the page reaches: another view opened later waits for its Run); a Stop
+    clears them. Says so when the inputs changed since the last Run."""
     key = f"_committed-{page}"
-    if f"_url-run-{page}" not in st.session_state:
-        st.session_state[f"_url-run-{page}"] = True
-        if st.query_params.get("run") == "1":
-            submitted = True
+    if st.session_state.pop("_link-run", False):  # set by url_inputs on the visit that opened a link with run=1
+        submitted = True
     if st.session_state.get(f"{page}-stop"):
         st.session_state.pop(key, None)
         st.info("Stopped. Press Run to start again.")
@@ -192,6 +195,15 @@ def committed(page: str, inputs: dict, submitted: bool) -> dict | None:
     if last is not None and last != inputs:
         st.caption("The inputs changed since the last Run: press **Run** to update the results below.")
     return last
+
+
+def run_flag(page: str | None) -> dict[str, str]:
+    """{"run": "1"} for write_url while `page` (a committed() key) shows a Run's results, or while a link's run=1
+    waits for it: a shared link then reproduces the results."""
+    if page is None:
+        return {}
+    waiting = bool(st.session_state.get("_link-run"))
+    return {"run": "1"} if waiting or st.session_state.get(f"_committed-{page}") is not None else {}
 
 
 @contextmanager

@@ -82,7 +82,7 @@ def _feature_input(store: FeatureStore, key: str) -> int:
 
 
 def show_prompt(store: FeatureStore, lm, text: str, open_feature: Callable[[int], None]) -> None:
-    n_top = st.slider("Features in the heatmap", 5, 50, 20, key="sae-prompt-top")
+    n_top = st.slider("Features in the heatmap", 5, 50, key="sae-prompt-top")  # default and URL: the page's Param
     result = _prompt(str(store.folder), (lm.name,) + _device_dtype(), text, n_top)
     sinks = [0] + list(result.sink_positions)
     later = ", ".join(f"{i}: {result.tokens[i]!r}" for i in result.sink_positions[:8])
@@ -149,6 +149,8 @@ def show_attribution(store: FeatureStore, lm, text: str) -> None:
                             format_func=lambda i: f"{i}: {view.tokens[i]!r} (activation {column[i]:.3g})")
     lrp = [m for m in methods_for(lm.adapter) if m.kind == "lrp"]
     names = [m.name for m in lrp]
+    if names and st.session_state.get("sae-attr-method") not in names:
+        st.session_state["sae-attr-method"] = names[0]
     method = st.radio("Method", names, format_func=lambda n: {m.name: m.label for m in lrp}[n], horizontal=True,
                       key="sae-attr-method") if names else None
     sinks = [0] + list(view.sink_positions)
@@ -180,7 +182,7 @@ def show_steering(store: FeatureStore, lm, text: str) -> None:
                                     key=f"sae-steer-strength-{feature}", disabled=mode == "ablate",
                                     help=f"Adds strength × W_dec[{feature}] at every position; this feature's "
                                          f"max activation on the corpus is {max_act:.3g}.")
-    n_new = cols[2].slider("Tokens to generate", 0, MAX_NEW_TOKENS, 12, key="sae-steer-new")
+    n_new = cols[2].slider("Tokens to generate", 0, MAX_NEW_TOKENS, key="sae-steer-new")
     submitted = st.button("Run", type="primary", key="sae-steer-run")
     run = committed("sae-steer", {"store": store.name, "text": text, "feature": feature, "mode": mode,
                                   "strength": float(strength), "n_new": n_new}, submitted)

@@ -15,8 +15,8 @@ from backend.neurons.store import DEFAULT_STORE_TOKENS
 from backend.neurons.weights import default_k
 from components import neuron_figures as figs
 from components.export import export_menu
-from pages._common import (Param, committed, current_model, model_key, progress, shared, show_errors, text_source,
-                           url_inputs, write_url)
+from pages._common import (Param, committed, current_model, model_key, progress, run_flag, shared, show_errors,
+                           text_source, url_inputs, write_url)
 
 PAGE = "neurons"
 VIEWS = ["Candidates", "Neuron detail", "Causal ablation", "Token-frequency neurons", "Induction", "Your text"]
@@ -70,7 +70,7 @@ def detail_view(lm, chosen: list[str], k: int, store_tokens: int) -> None:
     if detail.histogram_counts is None:
         st.caption(f"Corpus activations of layer {layer} over {store_tokens:,} tokens are not computed yet (no "
                    "precomputed store for this model and layer).")
-        if st.button(f"Compute them (cached on disk afterwards)", key="en-detail-run"):
+        if st.button("Compute them (cached on disk afterwards)", key="en-detail-run"):
             with progress("Corpus activations", PAGE) as report:
                 detail = neuron_card(lm, layer, index, k=k, n_tokens=store_tokens, compute=True, progress=report)
             shared("neuron-card", card_key, lambda: detail)
@@ -277,7 +277,8 @@ def main() -> None:
             [s for s in neuron_text.replace(" ", ",").split(",") if s], adapter)]
     st.caption(f"Weight statistics and corpus data from {'the precomputed store ' + page.store if page.store else 'a live computation (no precomputed store for this model)'}.")
     view = st.segmented_control("View", VIEWS, key="en-view") or VIEWS[0]
-    write_url(page_params)
+    runs = {"Causal ablation": "en-abl", "Token-frequency neurons": "en-tf", "Induction": "en-ind"}
+    write_url(page_params, run_flag(runs.get(view)))  # before the slow part: a reload mid-run keeps the inputs
     with show_errors():
         if view == "Candidates":
             candidates_view(lm, page, chosen)
@@ -291,6 +292,7 @@ def main() -> None:
             induction_view(lm, chosen, store_tokens)
         else:
             text_view(lm, chosen)
+    write_url(page_params, run_flag(runs.get(view)))  # and after it: a Run just pressed goes into the link
 
 
 main()

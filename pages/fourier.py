@@ -15,8 +15,8 @@ from backend.fourier.spectrum import describe_regime, embedding_spectrum, hidden
 from backend.models.registry import BUNDLED
 from components import fourier_figures as figs
 from components.export import export_menu
-from pages._common import (Param, committed, current_model, model_key, progress, shared, show_errors, url_inputs,
-                           write_url)
+from pages._common import (Param, committed, current_model, model_key, progress, run_flag, shared, show_errors,
+                           url_inputs, write_url)
 
 PAGE = "fourier"
 VIEWS = ["Spectrum", "Addition probe", "Filters"]
@@ -257,7 +257,7 @@ def main() -> None:
             probe_view(lm, digits, n_default)
         else:
             filter_view(lm, digits, n_default)
-    write_url(page_params)
+    write_url(page_params, run_flag({"Addition probe": "fourier-probe", "Filters": "fourier-filters"}.get(view)))
 
 
 main()

@@ -16,13 +16,14 @@ from backend.sae_store.search import no_match_reason, search
 from components.export import export_menu
 from components.feature_card import show_feature_card
 from components.sae_figures import density_figure
-from pages._sae_live import VIEWS_LIVE, build_section, live_view
-from pages._common import show_errors
+from pages._sae_live import DEFAULT_PROMPT, VIEWS_LIVE, build_section, live_view
+from pages._common import Param, run_flag, show_errors, url_inputs, write_url
 
 VIEWS = ["Overview", "Feature", *VIEWS_LIVE]
 SEARCH_KINDS = {"Label or explanation": "label", "Feature id": "id", "Token in top logits": "logit",
                 "Word in top contexts": "context"}
 DENSE = 0.1
+PAGE = "sae"
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
@@ -65,19 +66,29 @@ def select_from_table(table_key: str, ids: list[int]) -> None:
         open_feature(ids[rows[0]])
 
 
-def apply_query_params(stores: dict[str, str]) -> None:
-    """On a session's first run, take store / view / feature from the URL."""
-    if st.session_state.get("sae_params_read"):
-        return
-    st.session_state["sae_params_read"] = True
-    params = st.query_params
-    if params.get("store") in stores:
-        st.session_state["sae_store"] = params["store"]
-    if params.get("view") in VIEWS:
-        st.session_state["sae_view"] = params["view"]
-    if str(params.get("feature", "")).isdigit():
-        st.session_state["sae_feature"] = int(params["feature"])
-        st.session_state.setdefault("sae_view", "Feature")
+def url_params(stores: dict[str, str]) -> list[Param]:
+    """The page's inputs kept in its URL: store, view and feature, then the live views' text and settings."""
+    from backend.sae_store.steering import MAX_NEW_TOKENS
+    from pages._sae_circuit import TARGETS
+
+    first = next(iter(stores), "")
+    return [Param("sae_store", "store", first, choices=list(stores)), Param("sae_view", "view", "Overview", choices=VIEWS),
+            Param("sae_feature", "feature", 0, int, low=0, high=10 ** 8),
+            Param("sae-prompt-text", "text", DEFAULT_PROMPT),
+            Param("sae-prompt-top", "top", 20, int, low=5, high=50),
+            Param("sae-attr-method", "method", "attnlrp", choices=["attnlrp", "cplrp"]),
+            Param("sae-steer-mode", "mode", "add", choices=["add", "ablate"]),
+            Param("sae-steer-new", "new", 12, int, low=0, high=MAX_NEW_TOKENS),
+            Param("sae-circuit-target", "target", TARGETS[0], choices=TARGETS),
+            Param("sae-circuit-method", "rules", "attnlrp", choices=["attnlrp", "cplrp"])]
+
+
+def read_url(stores: dict[str, str], params: list[Param]) -> None:
+    """Before the widgets: the URL's inputs (a link with only a feature opens that feature's page)."""
+    if not st.session_state.get(f"_url-read-{PAGE}") and "feature" in st.query_params \
+            and "view" not in st.query_params:
+        st.session_state["sae_view"] = "Feature"
+    url_inputs(PAGE, params)
 
 
 def show_overview(store: FeatureStore, path: str) -> None:
@@ -167,12 +178,16 @@ def show_feature(store: FeatureStore, path: str) -> None:
     show_feature_card(store.card(feature), store.name, open_feature)
 
 
+RUN_PAGES = {"Attribution": "sae-attr", "Steering": "sae-steer", "Circuit": "sae-circuit"}
+
+
 def main() -> None:
     st.title("SAE feature browser")
     st.caption("Feature dashboards for sparse autoencoders: what each feature fires on across a corpus, what it "
                "writes to the logits, and what it does on your own text.")
     stores = {p.name: str(p) for p in list_stores()}
-    apply_query_params(stores)
+    params = url_params(stores)
+    read_url(stores, params)
     if not stores:
         st.info("No feature store yet. Build one for an SAE below (or with `interpscope sae store --sae DIR`).")
         build_section()
@@ -192,12 +207,9 @@ def main() -> None:
     if store_is_stale(path):
         st.warning(f"The SAE `{spec['sae_path']}` changed (or is missing) since this store was built: what is shown "
                    f"describes the old weights. Rebuild it: `interpscope sae store --sae {spec['sae_path']} --force`.")
-    st.session_state.setdefault("sae_view", "Overview")
     view = st.segmented_control("View", VIEWS, key="sae_view") or "Overview"
-    st.session_state.setdefault("sae_feature", 0)
     st.session_state["sae_feature"] = int(np.clip(st.session_state["sae_feature"], 0, store.d_sae - 1))
-    permalink = {"store": name, "view": view}
-    st.query_params.update({**permalink, "feature": str(st.session_state["sae_feature"])})  # before the slow part
+    write_url(params, run_flag(RUN_PAGES.get(view)))  # before the slow part: a reload mid-run keeps the inputs
     with show_errors():
         if view == "Overview":
             show_overview(store, path)
@@ -205,7 +217,9 @@ def main() -> None:
             show_feature(store, path)
         else:
             live_view(view, store, open_feature)
-    st.query_params.update({**permalink, "feature": str(st.session_state["sae_feature"])})
+    too_long = write_url(params, run_flag(RUN_PAGES.get(view)))
+    if too_long:
+        st.caption("The prompt is too long for a link: a shared link opens with the default prompt.")
     with st.expander("Build another store"):
         build_section()
 

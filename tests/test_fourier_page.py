@@ -125,3 +125,27 @@ def test_digit_tokenizer_shows_hidden_state_spectra(bundled_lm):
     show(at, "Addition probe")
     at.button(key="fourier-probe-run").click().run()
     assert metric_values(at)["Prompts"] == "6"
+
+
+def test_a_filter_link_with_run_reproduces_the_table(adder_page):
+    """After a Run the URL carries the view, the inputs and run=1: opening it shows the same table, and switching
+    to another view of that session does not start that view's computation."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.apptest_util import ROOT
+
+    show(adder_page, "Filters")
+    adder_page.number_input(key="fourier-filter-prompts").set_value(60).run()
+    adder_page.button(key="fourier-run-filters").click().run()
+    link = dict(adder_page.query_params)
+    assert link["run"] == ["1"] or link["run"] == "1"
+    first = next(d.value for d in adder_page.dataframe if "filter" in d.value.columns)
+    at = AppTest.from_file(str(ROOT / "pages/fourier.py"), default_timeout=180)
+    at.session_state["model_name"] = "adder"
+    at.query_params.update({k: v[0] if isinstance(v, list) else v for k, v in link.items()})
+    at.run()
+    assert not at.exception, at.exception
+    again = next(d.value for d in at.dataframe if "filter" in d.value.columns)
+    assert again.equals(first)
+    show(at, "Addition probe")
+    assert not at.metric  # the link's run=1 was for the view it opened

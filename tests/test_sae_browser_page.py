@@ -148,6 +148,24 @@ def test_permalink_query_parameters_open_the_feature(env):
     assert metrics(at)["Max activation"] == f"{store.card(11).max_activation:.4g}"
 
 
+def test_live_view_inputs_live_in_the_url(env):
+    """A steering link carries the prompt, the edit and the length; with run=1 it shows that run on open; a value
+    the page cannot take is ignored with a note instead of breaking the page."""
+    store, _, _ = env
+    at = AppTest.from_file(str(ROOT / PAGE), default_timeout=180)
+    at.query_params.update({"store": store.name, "view": "Steering", "feature": "3", "text": "The cat sat on the mat",
+                            "mode": "ablate", "new": "4", "run": "1", "top": "999"})
+    at.run()
+    assert not at.exception, at.exception
+    assert at.text_area(key="sae-prompt-text").value == "The cat sat on the mat"
+    assert at.radio(key="sae-steer-mode").value == "ablate" and at.slider(key="sae-steer-new").value == 4
+    assert any("removed" in json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart"))
+    assert any("top" in w.value for w in at.warning)  # 999 features is outside the slider's range
+    assert at.query_params["run"] == "1" and at.query_params["mode"] == "ablate"
+    at.text_area(key="sae-prompt-text").input("A different prompt").run()
+    assert at.query_params["text"] == "A different prompt" and at.query_params["new"] == "4"
+
+
 def test_prompt_view_click_token_then_feature(env):
     store, _, _ = env
     at = open_browser(store, "Prompt")
