@@ -25,14 +25,39 @@ PAGES = [
 ]
 OTHER = "Other: Hugging Face id or local folder…"
 
+DEVICES = ["auto", "cpu", "cuda", "mps"]
+DTYPES = ["float32", "bfloat16", "float16", "float64"]
+
+
+def model_from_url(names: list[str]) -> None:
+    """On a session's first run, the sidebar's model, device and dtype from the URL (pages write them there when
+    they differ from the defaults, so a shared link opens on the same model); unknown values are left out."""
+    state = st.session_state
+    if state.get("_url-read-model"):
+        return
+    state["_url-read-model"] = True
+    params = st.query_params
+    model = (params.get("model") or "").strip()
+    if model in BUNDLED:
+        state["model_choice"] = model
+    elif model and len(model) <= 500:
+        state["model_choice"], state["model_custom"] = OTHER, model
+    if params.get("device") in DEVICES:
+        state["device"] = params["device"]
+    if params.get("dtype") in DTYPES:
+        state["dtype"] = params["dtype"]
+    state.setdefault("model_choice", DEFAULT_MODEL)
+
+
 def model_picker() -> str | None:
     """Sidebar choice of model, device and dtype, kept in session_state for every page; returns why a typed
     model cannot be used (None when it can)."""
     refusal = None
+    names = list(BUNDLED) + [OTHER]
+    model_from_url(names)
     with st.sidebar:
         st.header("Model")
-        names = list(BUNDLED) + [OTHER]
-        choice = st.selectbox("Model", names, index=names.index(DEFAULT_MODEL), key="model_choice",
+        choice = st.selectbox("Model", names, key="model_choice",
                               help="Bundled models work offline. Others must be a local folder or already in "
                                    "the Hugging Face cache.")
         if choice == OTHER:
@@ -44,9 +69,8 @@ def model_picker() -> str | None:
                 refusal = str(err)
         else:
             st.session_state["model_name"] = choice
-        st.selectbox("Device", ["auto", "cpu", "cuda", "mps"], key="device",
-                     help="auto = CUDA GPU if present, else Apple MPS, else CPU")
-        st.selectbox("Dtype", ["float32", "bfloat16", "float16", "float64"], key="dtype")
+        st.selectbox("Device", DEVICES, key="device", help="auto = CUDA GPU if present, else Apple MPS, else CPU")
+        st.selectbox("Dtype", DTYPES, key="dtype")
     return refusal
 
 

@@ -132,10 +132,13 @@ class Param:
 
 
 def url_inputs(page: str, params: Sequence[Param]) -> None:
-    """Before the widgets: on a session's first visit to the page, take each input from the URL (checked; a value
-    the input cannot take is ignored with a note), then give every input without a value its default."""
+    """Before the widgets: on a session's first visit to the page, or when the URL carries parameters this session
+    did not write (a link inside the app), take each input from the URL (checked; a value the input cannot take is
+    ignored with a note), then give every input without a value its default."""
     flag = f"_url-read-{page}"
-    if not st.session_state.get(flag):
+    here = {k: st.query_params.get(k) for k in st.query_params}
+    if not st.session_state.get(flag) or (here and here != st.session_state.get("_url-wrote")):
+        # a first visit, or a link inside the app (st.page_link with query parameters) to a page visited before
         st.session_state[flag] = True
         ignored = []
         for param in params:
@@ -157,6 +160,17 @@ def url_inputs(page: str, params: Sequence[Param]) -> None:
         st.session_state.setdefault(param.key, param.default)
 
 
+def model_params() -> dict[str, str]:
+    """The sidebar's model, device and dtype for a link, where they differ from the defaults (app.py reads them)."""
+    name, device, dtype = model_key()
+    out = {"model": name} if name != DEFAULT_MODEL else {}
+    if device != "auto":
+        out["device"] = device
+    if dtype != "float32":
+        out["dtype"] = dtype
+    return out
+
+
 def write_url(params: Sequence[Param], extra: dict[str, str] | None = None) -> list[str]:
     """After the widgets: the URL holds every input that differs from its default (so a reload or a shared link
     restores the view). Returns the inputs too long for a link (they keep their default in a shared link)."""
@@ -171,8 +185,10 @@ def write_url(params: Sequence[Param], extra: dict[str, str] | None = None) -> l
         else:
             values[param.url] = text
     values.update(extra or {})
+    values.update(model_params())
     if dict(st.query_params) != values:
         st.query_params.from_dict(values)
+    st.session_state["_url-wrote"] = values
     return too_long
 
 

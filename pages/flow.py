@@ -7,8 +7,8 @@ from backend.relevance.flow import DEFAULT_THRESHOLD, InformationFlow, attention
 from backend.sae_store import list_stores
 from components.export import export_menu
 from components.flow_figures import attention_figure, contributions_figure, graph_figure, lens_figure
-from pages._common import (Param, committed, current_model, model_key, shared, show_errors, text_source, url_inputs,
-                           write_url)
+from pages._common import (Param, committed, current_model, model_key, model_params, shared, show_errors, text_source,
+                           url_inputs, write_url)
 
 PAGE = "flow"
 DEFAULT_TEXT = "When Mary and John went to the store, John gave a drink to"
@@ -52,11 +52,12 @@ def node_detail(lm, flow: InformationFlow, text: str, node_id: str) -> None:
             for column, neuron in zip(st.columns(min(5, len(neurons))) * 2, neurons):
                 column.page_link("pages/entropy_neurons.py", label=f"{neuron['layer']}.{neuron['neuron']} "
                                  f"({neuron['relevance']:+.3g})", query_params={
-                                     "neurons": f"{neuron['layer']}.{neuron['neuron']}", "tab": "detail"})
+                                     "view": "Neuron detail", "layer": str(neuron["layer"]),
+                                     "neurons": f"{neuron['layer']}.{neuron['neuron']}", **model_params()})
         stores = [s for s in list_stores() if s.name.startswith(f"{lm.name}-blocks.{node.layer}-")]
         for store in stores:
             st.page_link("pages/sae_features.py", label=f"Features of {store.name} on this prompt",
-                         query_params={"store": store.name, "view": "Prompt", "text": text})
+                         query_params={"store": store.name, "view": "Prompt", "text": text, **model_params()})
 
 
 def main() -> None:

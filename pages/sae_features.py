@@ -85,8 +85,8 @@ def url_params(stores: dict[str, str]) -> list[Param]:
 
 def read_url(stores: dict[str, str], params: list[Param]) -> None:
     """Before the widgets: the URL's inputs (a link with only a feature opens that feature's page)."""
-    if not st.session_state.get(f"_url-read-{PAGE}") and "feature" in st.query_params \
-            and "view" not in st.query_params:
+    if "feature" in st.query_params and "view" not in st.query_params \
+            and dict(st.query_params) != st.session_state.get("_url-wrote"):
         st.session_state["sae_view"] = "Feature"
     url_inputs(PAGE, params)
 

@@ -82,6 +82,12 @@ def open_from_sidebar(page, url: str, link: str):
     return sidebar
 
 
+def choose_view(page, name: str) -> None:
+    """Click a page's view (its "View" segmented control) and wait for the page to finish."""
+    page.locator("[data-testid='stButtonGroup']").get_by_role("button", name=name, exact=True).first.click()
+    wait_for_app(page)
+
+
 def wait_for_app(page) -> None:
     """Wait in a browser page until Streamlit has finished running the script."""
     page.wait_for_selector("[data-testid='stApp']")

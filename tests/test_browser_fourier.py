@@ -8,7 +8,7 @@ import re
 import pytest
 from PIL import Image
 
-from tests.conftest import open_from_sidebar, wait_for_app
+from tests.conftest import choose_view, open_from_sidebar, wait_for_app
 
 pytestmark = pytest.mark.browser
 
@@ -16,15 +16,15 @@ pytestmark = pytest.mark.browser
 def test_filter_table_runs_and_exports(app_server, browser_page, artefacts):
     page = browser_page
     sidebar = open_from_sidebar(page, app_server, "Fourier features")
-    page.get_by_role("tab", name="Filters").wait_for(timeout=180_000)
+    page.locator("[data-testid='stButtonGroup']").get_by_role("button", name="Filters").wait_for(timeout=180_000)
     sidebar.locator("[data-testid='stSelectbox']").first.click()
     page.get_by_role("option", name="adder", exact=True).click()
     page.get_by_text("Fourier magnitude of the number-token embeddings").wait_for(timeout=180_000)
     wait_for_app(page)
     page.locator(".js-plotly-plot").first.screenshot(path=str(artefacts / "fourier-spectrum.png"))
 
-    page.get_by_role("tab", name="Filters").click()
-    panel = page.get_by_role("tabpanel", name="Filters")
+    choose_view(page, "Filters")
+    panel = page.locator("[data-testid='stMain']")
     panel.get_by_role("button", name="Run filter table").click()
     wait_for_app(page)
     panel.get_by_text(re.compile(r"^Filter table \(\d+ prompts")).wait_for(timeout=180_000)

@@ -171,3 +171,21 @@ def test_bad_neuron_text_gets_a_message(page):
     assert not page.exception
     assert any("out of range" in e.value for e in page.error)
     page.text_input(key="en-neurons").input("1.5").run()
+
+
+def test_links_carry_the_model_and_open_on_a_page_visited_before(page, tiny_folder):
+    """The URL names the sidebar's (non-default) model; a link inside the app (Information flow's neuron links)
+    to this page, visited before in the session, opens the view and neurons it carries."""
+    from tests.apptest_util import ROOT
+
+    view(page, "Candidates")
+    assert page.query_params["model"] == str(tiny_folder)
+    page.switch_page(str(ROOT / "pages/home.py"))
+    page.run()
+    page.switch_page(str(ROOT / PAGE))
+    page.query_params.update({"view": "Neuron detail", "layer": "1", "neurons": "1.7"})
+    page.run()
+    assert not page.exception, page.exception
+    assert page.session_state["en-view"] == "Neuron detail" and page.session_state["en-neurons"] == "1.7"
+    page.text_input(key="en-neurons").input("1.5").run()  # the session's own edits are not undone by its URL
+    assert page.session_state["en-neurons"] == "1.5" and page.query_params["neurons"] == "1.5"
