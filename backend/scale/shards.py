@@ -10,40 +10,49 @@ import numpy as np
 
 
 class ShardFiles:
-    """Shard results of one job in `folder` as shard_{index:05d}.npz (arrays only, no pickles)."""
+    """Shard results of one job in `folder`, one file per shard named by the range [first, stop) it covers
+    (arrays only, no pickles), so shards of any size, from any run, tile the job without overlapping."""
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
 
-    def path(self, index: int) -> Path:
-        return self.folder / f"shard_{index:05d}.npz"
+    def path(self, first: int, stop: int) -> Path:
+        return self.folder / f"shard_{first:08d}_{stop:08d}.npz"
 
-    def done(self, index: int) -> bool:
-        return self.path(index).is_file()
+    def intervals(self) -> list[list[int]]:
+        """The merged [first, stop) ranges of the finished shards."""
+        found = []
+        for path in self.folder.glob("shard_*_*.npz") if self.folder.is_dir() else []:
+            _, first, stop = path.stem.split("_")
+            found.append([int(first), int(stop)])
+        return merge_intervals(found)
 
-    def save(self, index: int, arrays: dict[str, np.ndarray]) -> Path:
+    def save(self, first: int, stop: int, arrays: dict[str, np.ndarray]) -> Path:
         self.folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".npz.tmp")
         try:
             with os.fdopen(fd, "wb") as handle:
                 np.savez(handle, **arrays)
-            os.replace(tmp, self.path(index))
+            os.replace(tmp, self.path(first, stop))
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        return self.path(index)
+        return self.path(first, stop)
 
-    def load(self, index: int) -> dict[str, np.ndarray]:
-        with np.load(self.path(index), allow_pickle=False) as data:
-            return {name: data[name] for name in data.files}
+    def load_all(self) -> list[dict[str, np.ndarray]]:
+        """Every finished shard's arrays, in the order of the ranges they cover."""
+        paths = sorted(self.folder.glob("shard_*_*.npz"), key=lambda p: int(p.stem.split("_")[1]))
+        loaded = []
+        for path in paths:
+            with np.load(path, allow_pickle=False) as data:
+                loaded.append({name: data[name] for name in data.files})
+        return loaded
 
     def remove(self) -> None:
         """Delete the shard files this job wrote (and the folder when nothing else is left in it)."""
         if not self.folder.is_dir():
             return
-        for path in self.folder.glob("shard_*.npz*"):
-            path.unlink(missing_ok=True)
-        for path in self.folder.glob("*.npz.tmp"):
+        for path in [*self.folder.glob("shard_*_*.npz"), *self.folder.glob("*.npz.tmp")]:
             path.unlink(missing_ok=True)
         try:
             self.folder.rmdir()
