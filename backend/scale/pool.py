@@ -164,6 +164,8 @@ def map_shards(job: Job, shards: Sequence[Shard], on_result: Callable[[Shard, An
     started = time.perf_counter()
     try:
         if not on_ray(scale):
+            if shards and hasattr(job, "setup"):
+                job.setup(lm)
             for shard in shards:
                 clock = time.perf_counter()
                 result = job.run(lm, shard)
