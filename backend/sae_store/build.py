@@ -272,7 +272,8 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
     if eval_tokens > 0:
         from backend.sae.evaluation import evaluate_sae
 
-        metrics = evaluate_sae(loaded, sae, n_tokens=eval_tokens, context_size=min(context_size, eval_tokens)).summary()
+        metrics = evaluate_sae(loaded, sae, n_tokens=eval_tokens, context_size=min(context_size, eval_tokens),
+                               scale=scale).summary()
         lap("evaluation")
     seconds["total"] = sum(seconds.values())
     n_counted = tokens.shape[0] * (context_size - 1)
