@@ -122,7 +122,8 @@ def evaluate_sae(loaded, sae: SparseAutoencoder, *, hook_name: str | None = None
 
 @dataclass
 class BatchTerms:
-    """One batch's contribution to every sum of the evaluation (float64 numbers, added up in batch order)."""
+    """One batch's contribution to every sum of the evaluation (float64 numbers, added up in batch order; each a
+    fixed_sum, so it has the same bits in a worker with one thread as in a process with many)."""
 
     ce_clean: float
     ce_zero: float
@@ -168,6 +169,13 @@ class _Splice:
             return loaded.model(input_ids=batch, use_cache=False).logits.cpu()
 
 
+def fixed_sum(tensor: torch.Tensor, axis: int | None = None):
+    """Sum in float64 whose rounding does not depend on torch's thread count (numpy's pairwise summation, one
+    thread): a worker with one thread gives the bits of a process with many. A float, or a tensor with `axis`."""
+    total = np.sum(tensor.detach().double().cpu().numpy(), axis=axis)
+    return float(total) if axis is None else torch.from_numpy(np.asarray(total))
+
+
 def batch_terms(passes: _Splice, saes: list[SparseAutoencoder], batch: torch.Tensor) -> BatchTerms:
     """Every sum's term for one batch of windows [B, T] (the caller holds the model's lock)."""
     batch = batch.to(passes.loaded.device)
@@ -180,7 +188,7 @@ def batch_terms(passes: _Splice, saes: list[SparseAutoencoder], batch: torch.Ten
     p_log = F.log_softmax(clean_logits[:, 1:-1].double(), -1)
     del clean_logits
     ce_clean = _ce_from(p_log, targets)
-    ce_zero = float(_ce(zero_logits, targets).sum())
+    ce_zero = fixed_sum(_ce(zero_logits, targets))
     del zero_logits
     all_rows = x_model.reshape(-1, d_in).double().cpu()
     r = all_rows[keep]
@@ -196,15 +204,15 @@ def batch_terms(passes: _Splice, saes: list[SparseAutoencoder], batch: torch.Ten
         rh = x_hat_rows.double()
         q_log = F.log_softmax(sae_logits[:, 1:-1].double(), -1)
         del sae_logits
-        per_sae.append({"l0": float((f > 0).sum()), "err": float((r - rh).pow(2).sum()),
-                        "cos": float(F.cosine_similarity(r, rh, dim=-1).sum()), "xhxh": float(rh.pow(2).sum()),
-                        "xhx": float((r * rh).sum()), "ce_sae": float(_ce_from(q_log, targets).sum()),
-                        "kl": float((p_log.exp() * (p_log - q_log)).sum())})
-        fired.append((f > 0).double().sum(0))
+        per_sae.append({"l0": fixed_sum(f > 0), "err": fixed_sum((r - rh).pow(2)),
+                        "cos": fixed_sum(F.cosine_similarity(r, rh, dim=-1)), "xhxh": fixed_sum(rh.pow(2)),
+                        "xhx": fixed_sum(r * rh), "ce_sae": fixed_sum(_ce_from(q_log, targets)),
+                        "kl": fixed_sum(p_log.exp() * (p_log - q_log))})
+        fired.append(fixed_sum(f > 0, axis=0))
         del q_log
-    return BatchTerms(ce_clean=float(ce_clean.sum()), ce_zero=ce_zero, n_ce=ce_clean.numel(), n_rows=r.shape[0],
-                      n_sinks=int((~keep).sum()), x_sum=r.sum(0), x_sq=float(r.pow(2).sum()), per_sae=per_sae,
-                      fired=fired)
+    return BatchTerms(ce_clean=fixed_sum(ce_clean), ce_zero=ce_zero, n_ce=ce_clean.numel(), n_rows=r.shape[0],
+                      n_sinks=int((~keep).sum()), x_sum=fixed_sum(r, axis=0), x_sq=fixed_sum(r.pow(2)),
+                      per_sae=per_sae, fired=fired)
 
 
 @dataclass

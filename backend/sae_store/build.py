@@ -215,7 +215,8 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
     files (they are kept), and start afresh when an unfinished build was started with other settings.
     use_cache: take the hook activations from a matching SAE-training activation cache when one covers the
     corpus windows (backend.sae_store.cached), instead of running the model.
-    scale: run pass 1 on Ray workers (backend.scale); the store is byte for byte the one a single process builds.
+    scale: run pass 1 on Ray workers (backend.scale); the store is byte for byte the one a single process builds
+    (the overview's few evaluation tokens run here).
     """
     spec = store_spec(loaded, sae_folder, corpus=corpus, split=split, n_tokens=n_tokens, context_size=context_size,
                       batch_size=batch_size, **options)
@@ -272,8 +273,7 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
     if eval_tokens > 0:
         from backend.sae.evaluation import evaluate_sae
 
-        metrics = evaluate_sae(loaded, sae, n_tokens=eval_tokens, context_size=min(context_size, eval_tokens),
-                               scale=scale).summary()
+        metrics = evaluate_sae(loaded, sae, n_tokens=eval_tokens, context_size=min(context_size, eval_tokens)).summary()
         lap("evaluation")
     seconds["total"] = sum(seconds.values())
     n_counted = tokens.shape[0] * (context_size - 1)
