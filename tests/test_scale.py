@@ -48,6 +48,7 @@ def test_intervals_and_shard_files(tmp_path):
     ["neurons", "store", "--out", "x", "--workers", "2"],
     ["fourier", "filter", "--kind", "low", "--modules", "mlp", "--workers", "3"],
     ["sae", "train", "--hook", "blocks.0.hook_resid_post", "--out", "x", "--workers", "2"],
+    ["sae", "explain", "--store", "no-such-store", "--workers", "2"],
 ])
 def test_workers_without_ray_is_one_line_and_status_2(command, monkeypatch, capsys, tmp_path):
     from backend.cli import main

@@ -37,12 +37,14 @@ class Shard:
 
 @dataclass
 class RunStats:
-    """What the last run did: shards computed, worker processes seen, seconds of work and of merging."""
+    """What the last run did: shards computed, worker processes seen, seconds until the workers had loaded the
+    model (startup), of shard work (summed over workers), of merging in the driver, and in all (wall)."""
 
     shards: int = 0
     workers: int = 0
     worker_pids: list[int] = field(default_factory=list)
     pids_seen: set[int] = field(default_factory=set)
+    startup_seconds: float = 0.0
     compute_seconds: float = 0.0
     merge_seconds: float = 0.0
     wall_seconds: float = 0.0
@@ -173,7 +175,7 @@ def map_shards(job: Job, shards: Sequence[Shard], on_result: Callable[[Shard, An
                 _deliver(on_result, shard, result, stats)
             return stats
         if shards:
-            _on_ray(job, list(shards), on_result, scale, model or ModelRef.of(lm), lm, stats)
+            _on_ray(job, list(shards), on_result, scale, model or ModelRef.of(lm), stats)
         return stats
     finally:
         stats.wall_seconds = time.perf_counter() - started
@@ -186,7 +188,8 @@ def _deliver(on_result, shard: Shard, result, stats: RunStats) -> None:
     stats.shards += 1
 
 
-def _on_ray(job: Job, shards: list[Shard], on_result, scale: Scale, model: ModelRef, lm, stats: RunStats) -> None:
+def _on_ray(job: Job, shards: list[Shard], on_result, scale: Scale, model: ModelRef, stats: RunStats) -> None:
+    started = time.perf_counter()
     with connected(scale.workers, scale.address) as ray:
         on_gpu = model.device.startswith("cuda")
         plan = plan_workers(ray, scale.workers, scale.address, on_gpu)
@@ -197,6 +200,7 @@ def _on_ray(job: Job, shards: list[Shard], on_result, scale: Scale, model: Model
         try:
             stats.workers = len(actors)
             stats.worker_pids = _get(ray, [actor.ready.remote() for actor in actors])
+            stats.startup_seconds = time.perf_counter() - started
             queue = deque(shards)
             running: dict = {}
 
