@@ -77,9 +77,11 @@ def plan_workers(ray, workers: int, address: str | None, on_gpu: bool) -> Worker
     if on_gpu and gpus == 0:
         raise InterpscopeError("The model runs on CUDA but the Ray cluster has no GPU; use --device cpu.")
     if not address:
+        workers = max(1, min(workers, int(cpus)))  # a cluster already running here may have fewer CPUs
         return WorkerPlan(workers, 1.0, gpus / workers if gpus else 0.0, max(1, local_cores() // workers))
     if workers <= 1:
         nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
         workers = int(gpus) if gpus >= 1 else max(1, nodes)
+    workers = max(1, min(workers, int(cpus)))  # more workers than CPUs would wait forever to be placed
     share = max(1.0, float(int(cpus // workers)))
     return WorkerPlan(workers, share, gpus / workers if gpus else 0.0, int(share))
