@@ -106,7 +106,7 @@ def test_store_round_trips_and_equals_a_fresh_computation(sink_lm, tmp_path, mon
     def no_forward(*args, **kwargs):
         raise AssertionError("a finished layer must not be recomputed")
 
-    monkeypatch.setattr("backend.neurons.page_store.run_layers", no_forward)
+    monkeypatch.setattr("backend.neurons.store.run_layers", no_forward)
     build_neuron_store(lm, out, layers=[LAYER], spec=SPEC)  # resumes: nothing left to do
     with pytest.raises(InterpscopeError, match="other settings"):
         build_neuron_store(lm, out, layers=[LAYER], spec=StoreSpec(n_tokens=256, seq_len=32))

@@ -8,6 +8,7 @@ import numpy as np
 
 from backend.cli.argtypes import int_between, positive_int
 from backend.cli.common import add_model_args, emit_json, load_from_args
+from backend.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
 from backend.config import InterpscopeError
 from backend.results import to_plain
 
@@ -47,6 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              help="filter at the answer position only (default) or at every token")
         command.add_argument("--template", default="{a}+{b}=", help="prompt template with {a} and {b}")
         command.add_argument("--json", action="store_true", help="print JSON")
+        add_batch_arg(command, "--batch-size", 512, "prompts per model call")
+        add_scale_args(command)
         command.set_defaults(func=run_filter)
 
 
@@ -92,7 +95,11 @@ def run_filter(args: argparse.Namespace) -> int:
     from backend.fourier.filters import filter_table
     from backend.fourier.probe import probe_pairs, single_token_setup
 
+    scale = scale_from_args(args)
     lm = load_from_args(args)
+    from backend.scale.memory import resolve_batch_size
+
+    batch_size = resolve_batch_size(args.batch_size, lm, context=16, default=512)
     numbers = single_token_setup(lm, args.numbers)
     pairs = probe_pairs(numbers.n_numbers, args.prompts, split=args.split)
     template = check_template(args.template)
@@ -100,7 +107,8 @@ def run_filter(args: argparse.Namespace) -> int:
                                     [(k, m) for k in ("high", "low") for m in ("both", "mlp", "attn")])
     with tqdm(total=len(configs), disable=args.json, desc="filters") as bar:
         table = filter_table(lm, numbers, pairs, template=template, tau=args.tau, configs=configs,
-                             progress=lambda fraction, label: bar.update(1), positions=args.positions)
+                             progress=lambda fraction, label: bar.update(1), positions=args.positions,
+                             batch_size=batch_size, scale=scale)
     rows = [_row_payload(row) for row in table.rows]
     payload = {"model": table.model, "template": table.template, "numbers": table.numbers, "tau": table.tau,
                "d_model": table.d_model, "prompts": table.prompts, "split": args.split, "positions": table.positions,

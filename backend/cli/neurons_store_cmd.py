@@ -8,6 +8,7 @@ import sys
 import time
 
 from backend.cli.common import add_model_args, emit_json, load_from_args
+from backend.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
 from backend.config import InterpscopeError
 
 
@@ -29,7 +30,11 @@ def _store(args: argparse.Namespace) -> int:
 
     if args.tokens < args.seq_len:
         raise InterpscopeError(f"--tokens ({args.tokens}) must be at least --seq-len ({args.seq_len}).")
+    scale = scale_from_args(args)
     lm = load_from_args(args)
+    from backend.scale.memory import resolve_batch_size
+
+    batch_size = resolve_batch_size(args.batch_size, lm, context=args.seq_len, default=8)
     spec = StoreSpec(n_tokens=args.tokens, seq_len=args.seq_len, source=f"austen-{args.split}")
     bar = tqdm(total=1, desc="layers", unit="layer", file=sys.stderr)
 
@@ -38,7 +43,8 @@ def _store(args: argparse.Namespace) -> int:
         bar.update(done - bar.n)
 
     started = time.perf_counter()
-    out = build_neuron_store(lm, args.out, layers=_layers(args.layers), spec=spec, progress=progress)
+    out = build_neuron_store(lm, args.out, layers=_layers(args.layers), spec=spec, progress=progress,
+                             batch_size=batch_size, scale=scale)
     bar.close()
     from backend.neurons.page_store import NeuronStore
 
@@ -79,6 +85,8 @@ def register(actions) -> None:
     store.add_argument("--seq-len", type=int, default=128, help="window length in tokens (default 128)")
     store.add_argument("--split", default="train", choices=["train", "valid", "test"],
                        help="split of the bundled corpus (default train, as the page's means)")
+    add_batch_arg(store, "--batch-size", 8, "windows per model call")
+    add_scale_args(store)
     store.set_defaults(func=_store)
 
     detail = actions.add_parser("detail", help="one neuron's card: weights, histogram, top contexts")

@@ -10,6 +10,7 @@ import sys
 from backend.cli.argtypes import (eval_tokens_int, eval_window_int, fraction, list_of, non_negative_float,
                                   non_negative_int, open_fraction, positive_float, positive_int, window_int)
 from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args, load_model_for_sae
+from backend.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
 from backend.config import InterpscopeError
 
 SAE_SUBCOMMAND_MODULES = ["backend.cli.sae_store_cmd", "backend.cli.sae_live_cmd", "backend.cli.sae_circuit_cmd",
@@ -49,7 +50,11 @@ def _train(args: argparse.Namespace) -> int:
                    decay_fraction=args.decay_fraction, resample_at=tuple(args.resample_at),
                    dead_window_tokens=args.dead_window_tokens, seed=args.seed)
     check_resume(args.out, train_settings(args.model.strip(), args.hook, specs, **options), force=args.force)
+    scale = scale_from_args(args)
     loaded = load_from_args(args)
+    from backend.scale.memory import resolve_batch_size
+
+    cache_batch = resolve_batch_size(args.cache_batch_size, loaded, context=args.context, default=8)
     bars: dict[str, tqdm] = {}
 
     def cache_progress(done: int, total: int) -> None:
@@ -63,7 +68,7 @@ def _train(args: argparse.Namespace) -> int:
 
     saved = train_saes(loaded, args.hook, specs, args.out, checkpoint_every=args.checkpoint_every,
                        save_dtype=args.save_dtype, force=args.force, cache_progress=cache_progress,
-                       progress=progress, **options)
+                       progress=progress, cache_batch_size=cache_batch, scale=scale, **options)
     for bar in bars.values():
         bar.close()
     report = {"saved": {name: str(path) for name, path in saved.items()}}
@@ -72,7 +77,7 @@ def _train(args: argparse.Namespace) -> int:
         from backend.sae.folder import load_sae
 
         report["eval"] = {name: evaluate_sae(loaded, load_sae(path), n_tokens=args.eval_tokens,
-                                             context_size=min(128, args.eval_tokens)).summary()
+                                             context_size=min(128, args.eval_tokens), scale=scale).summary()
                           for name, path in saved.items()}
     emit_json(report)
     return 0
@@ -86,8 +91,12 @@ def _eval(args: argparse.Namespace) -> int:
     if not args.text_file and args.tokens < args.context:
         raise InterpscopeError(f"--tokens ({args.tokens}) must be at least one window of --context ({args.context}) "
                                "tokens.")
+    scale = scale_from_args(args)
     sae = load_sae(args.sae)
     loaded = load_model_for_sae(args, sae, load_from_args)
+    from backend.scale.memory import resolve_batch_size
+
+    batch_size = resolve_batch_size(args.batch_size, loaded, context=args.context, default=4, logits=True)
     text_ids = None
     if args.text_file:
         from backend.cli.common import read_text_file
@@ -99,7 +108,7 @@ def _eval(args: argparse.Namespace) -> int:
             raise InterpscopeError(f"{args.text_file} has fewer than {args.context} tokens; lower --context.")
         text_ids = stream[: n * args.context].view(n, args.context)
     result = evaluate_sae(loaded, sae, hook_name=args.hook, n_tokens=args.tokens, context_size=args.context,
-                          source=args.corpus, split=args.split, ids=text_ids)
+                          source=args.corpus, split=args.split, ids=text_ids, batch_size=batch_size, scale=scale)
     summary = result.summary()
     if args.json:
         summary["log10_density_histogram"] = {"counts": result.log10_density_counts,
@@ -158,6 +167,8 @@ def register(subparsers) -> None:
                        "files Interpscope did not write is refused unless --force")
     train.add_argument("--force", action="store_true", help="write into a folder that holds other files (they are "
                        "kept), or start afresh when the checkpoint there was made with other settings")
+    add_batch_arg(train, "--cache-batch-size", 8, "windows per model call while caching activations")
+    add_scale_args(train)
     train.set_defaults(func=_train)
 
     evaluate = sae_sub.add_parser("eval", help="L0, FVU, loss recovered, shrinkage, density of an SAE")
@@ -172,6 +183,8 @@ def register(subparsers) -> None:
     evaluate.add_argument("--text-file", default=None, help="evaluate on this text file instead of the corpus")
     evaluate.add_argument("--json", action="store_true", help="print JSON")
     evaluate.add_argument("--out", default=None, help="write the JSON here instead of stdout")
+    add_batch_arg(evaluate, "--batch-size", 4, "windows per model call")
+    add_scale_args(evaluate)
     evaluate.set_defaults(func=_eval)
 
     for module_name in SAE_SUBCOMMAND_MODULES:

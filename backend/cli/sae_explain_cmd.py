@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from backend.cli.argtypes import list_of, non_negative_int, positive_int
+from backend.scale.memory import batch_size_arg
 from backend.cli.common import emit_json
 
 
@@ -16,7 +17,8 @@ def register(sae_sub) -> None:
                          help="comma-separated feature ids (default: every feature that fired)")
     explain.add_argument("--explainer", default="smollm2-135m", help="instruction-tuned model that writes them")
     explain.add_argument("--device", default="auto")
-    explain.add_argument("--batch-size", type=positive_int, default=16, help="prompts per generation batch")
+    explain.add_argument("--batch-size", type=batch_size_arg, default=16,
+                         help="prompts per generation batch (default 16); auto: from free memory")
     explain.add_argument("--workers", type=positive_int, default=1,
                          help="Ray workers (needs the scale extra: pip install -e .[scale]); 1 = this process")
     explain.add_argument("--ray-address", default=None, help="join a running Ray cluster instead")
@@ -46,12 +48,20 @@ def run_explain(args: argparse.Namespace) -> int:
     from backend.models import load_model
     from backend.sae_store import FeatureStore
     from backend.sae_store.explain import explain_store, model_writer, negative_pool
+    if args.workers > 1 or args.ray_address:
+        from backend.scale.cluster import require_ray
+
+        require_ray()
     store = FeatureStore(_store_folder(args.store))
     if args.features is not None:
         for feature in args.features:
             store.check_id(feature)
     explainer = load_model(args.explainer, device=args.device)
     writer = model_writer(explainer)
+    if args.batch_size == "auto":
+        from backend.scale.memory import resolve_batch_size
+
+        args.batch_size = resolve_batch_size("auto", explainer, context=512, default=16, logits=True)
     loaded = load_model(store.spec["model_name"], device=args.device)
     pool = negative_pool(loaded, store.load_sae(), store)
     if args.workers > 1 or args.ray_address:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from backend.cli.argtypes import eval_tokens_int, non_negative_int, positive_int, window_int
 from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args, load_model_for_sae
+from backend.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
 from backend.config import InterpscopeError
 
 
@@ -37,6 +38,25 @@ def _model_for_sae(args: argparse.Namespace):
     return load_model_for_sae(args, sae, load_from_args)
 
 
+def _batch_size(args: argparse.Namespace, loaded) -> int:
+    """--batch-size: a number, or auto: the batch of an unfinished build of this store (its chunks are batches,
+    so a resume keeps them), else one from the free memory."""
+    import json
+
+    from backend.sae_store.build import PROGRESS_FILE, partial_folder
+    from backend.sae_store.layout import default_store_dir
+    from backend.scale.memory import resolve_batch_size
+
+    if args.batch_size == "auto":
+        out = Path(args.out).expanduser() if args.out else default_store_dir(args.sae)
+        try:
+            saved = json.loads((partial_folder(out) / PROGRESS_FILE).read_text(encoding="utf-8"))
+            return int(saved["spec"]["batch_size"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    return resolve_batch_size(args.batch_size, loaded, context=args.context, default=8)
+
+
 def folder_size(folder: Path) -> int:
     return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
 
@@ -46,7 +66,9 @@ def _store(args: argparse.Namespace) -> int:
 
     from backend.sae_store import build_store
 
+    scale = scale_from_args(args)
     loaded = _model_for_sae(args)
+    batch_size = _batch_size(args, loaded)
     bars: dict[str, tqdm] = {}
 
     def progress(stage: str, done: int, total: int) -> None:
@@ -57,8 +79,8 @@ def _store(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     out = build_store(loaded, args.sae, args.out, corpus=args.corpus, split=args.split, n_tokens=args.tokens,
-                      context_size=args.context, batch_size=args.batch_size, eval_tokens=args.eval_tokens,
-                      force=args.force, progress=progress, use_cache=args.from_cache)
+                      context_size=args.context, batch_size=batch_size, eval_tokens=args.eval_tokens,
+                      force=args.force, progress=progress, use_cache=args.from_cache, scale=scale)
     for bar in bars.values():
         bar.close()
     from backend.sae_store import read_manifest
@@ -121,8 +143,7 @@ def register(sae_sub) -> None:
     store.add_argument("--split", default="train", choices=["train", "valid", "test", "all"])
     store.add_argument("--tokens", type=positive_int, default=65536, help="corpus tokens to run (default 65536)")
     store.add_argument("--context", type=window_int, default=128, help="tokens per window")
-    store.add_argument("--batch-size", type=positive_int, default=8,
-                       help="windows per model call (one resumable chunk)")
+    add_batch_arg(store, "--batch-size", 8, "windows per model call (one resumable chunk)")
     store.add_argument("--eval-tokens", type=eval_tokens_int, default=2048, help="evaluate the SAE on this many "
                        "test tokens for the overview's metrics (0 = skip)")
     store.add_argument("--out", default=None, help="store folder (default: the SAE's store in the data dir); a "
@@ -134,6 +155,7 @@ def register(sae_sub) -> None:
     store.add_argument("--from-cache", action="store_true",
                        help="encode a matching SAE-training activation cache instead of running the model, when one "
                             "covers the corpus windows (checked against one live window)")
+    add_scale_args(store)
     store.set_defaults(func=_store)
 
     feature = sae_sub.add_parser("feature", help="print one feature's card from a store")

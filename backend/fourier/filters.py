@@ -5,7 +5,7 @@ output h onto null(M), M = B F W_U_num^T (B picks the basis rows to remove), P =
 B F W_U_num^T (P h) = 0 while the rest of h is kept. If rank(M) = d_model the null space is {0} and the filter
 zeroes the whole output: that is checked and reported. The filter runs in every layer through
 backend.capture.hooks on blocks.{l}.hook_attn_out / blocks.{l}.hook_mlp_out, at the answer position (default) or
-at every token.
+at every token. A sweep over prompts is sharded by (configuration, batch of prompts), here or on Ray workers.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from backend.fourier.data import render
 from backend.fourier.lens import check_tau, default_tau
 from backend.fourier.numbers import NumberTokens, number_unembedding
 from backend.fourier.probe import PromptPairs
+from backend.scale.pool import Scale, Shard, map_shards
 
 KINDS = {"low": "low-pass (removes high frequencies, k >= tau)",
          "high": "high-pass (removes low frequencies, 1 <= k < tau)"}
@@ -116,26 +117,36 @@ def error_counts(errors: np.ndarray) -> dict:
             "not_a_number": int(len(wrong) - len(numeric))}
 
 
-def evaluate(lm, numbers: NumberTokens, texts: list[str], answers: np.ndarray, edits: dict, batch: int = 512,
-             where: dict | None = None):
-    """Loss (cross-entropy of the answer token) and predictions with the given hook edits active.
-
-    where: if given, where["last"] is set to each batch's last-token indices before its forward pass, for edits
-    that act on the answer position only."""
+def evaluate_batch(lm, numbers: NumberTokens, texts: list[str], answers: np.ndarray, edits: dict,
+                   where: dict | None = None) -> tuple[float, np.ndarray]:
+    """Summed loss (cross-entropy of the answer token) and predictions of one batch of prompts with the given hook
+    edits active. where: if given, where["last"] is set to the batch's last-token indices before its forward pass,
+    for edits that act on the answer position only."""
     lookup = token_to_number(numbers)
     answer_tokens = torch.as_tensor(numbers.ids[answers])
-    losses, predictions = [], []
     with model_lock(lm), torch.no_grad(), hooks(lm.adapter, edits):
-        for start in range(0, len(texts), batch):
-            ids, mask, last = pad_right(lm.tokenizer, texts[start:start + batch])
-            if where is not None:
-                where["last"] = last.to(lm.device)
-            logits = lm.model(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device), use_cache=False).logits
-            final = logits[torch.arange(len(ids)), last.to(lm.device)].float()
-            target = answer_tokens[start:start + batch].to(final.device)
-            losses.append(torch.nn.functional.cross_entropy(final, target, reduction="sum").item())
-            predictions += [lookup.get(int(t), -1) for t in final.argmax(dim=-1).tolist()]
-    return sum(losses) / len(texts), np.array(predictions, dtype=np.int64)
+        ids, mask, last = pad_right(lm.tokenizer, texts)
+        if where is not None:
+            where["last"] = last.to(lm.device)
+        logits = lm.model(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device), use_cache=False).logits
+        final = logits[torch.arange(len(ids)), last.to(lm.device)].float()
+        target = answer_tokens.to(final.device)
+        loss = torch.nn.functional.cross_entropy(final, target, reduction="sum").item()
+        predictions = [lookup.get(int(t), -1) for t in final.argmax(dim=-1).tolist()]
+    return loss, np.array(predictions, dtype=np.int64)
+
+
+def evaluate(lm, numbers: NumberTokens, texts: list[str], answers: np.ndarray, edits: dict, batch: int = 512,
+             where: dict | None = None):
+    """Loss (mean cross-entropy of the answer token) and predictions with the given hook edits active, batch by
+    batch (see evaluate_batch)."""
+    losses, predictions = [], []
+    for start in range(0, len(texts), batch):
+        loss, predicted = evaluate_batch(lm, numbers, texts[start:start + batch], answers[start:start + batch], edits,
+                                         where)
+        losses.append(loss)
+        predictions.append(predicted)
+    return sum(losses) / len(texts), np.concatenate(predictions)
 
 
 POSITIONS = {"last": "the answer position (the prompt's last token)", "all": "every token"}
@@ -154,15 +165,40 @@ def projection_edit(matrix: torch.Tensor, where: dict | None = None):
     return apply
 
 
+@dataclass
+class FilterJob:
+    """What a worker (or this process) computes for one shard of a filter table: one batch of prompts under one
+    filter configuration (the projections come from the driver, so every worker applies the same matrices)."""
+
+    numbers: NumberTokens
+    configs: list[tuple[str, str]]
+    matrices: dict[str, np.ndarray]
+    positions: str
+
+    def run(self, lm, shard: Shard) -> tuple[float, np.ndarray]:
+        config, texts, answers = shard.payload
+        kind, modules = self.configs[config]
+        edits: dict = {}
+        where = None
+        if kind != "none":
+            matrix = torch.as_tensor(self.matrices[kind], device=lm.device)
+            where = {} if self.positions == "last" else None
+            edits = {f"blocks.{l}.{point}": projection_edit(matrix, where)
+                     for l in range(lm.adapter.n_layers) for point in MODULES[modules]}
+        return evaluate_batch(lm, self.numbers, texts, answers, edits, where=where if edits else None)
+
+
 def filter_table(lm, numbers: NumberTokens, pairs: np.ndarray | PromptPairs, template: str = "{a}+{b}=", tau: int | None = None,
-                 configs: list[tuple[str, str]] | None = None, progress=None, positions: str = "last") -> FilterTable:
+                 configs: list[tuple[str, str]] | None = None, progress=None, positions: str = "last",
+                 batch_size: int = 512, scale: Scale | None = None) -> FilterTable:
     """Loss, accuracy and error histogram with no filter and each (kind, modules) filter in all layers (serves
     the Fourier page's Filters tab). pairs: operand pairs [P, 2], or a PromptPairs (backend.fourier.probe) whose
     request is kept: when its split held fewer pairs than asked for, the table says so in `warnings` and
     `requested_prompts` (never silently fewer).
 
     positions: 'last' filters the module outputs at the answer position only (where W_U reads them), 'all' at
-    every token (operand positions too)."""
+    every token (operand positions too). The sweep is sharded by (configuration, batch of prompts): run here in
+    order, or on Ray workers with `scale`; the losses are summed here in batch order, so the table is the same."""
     requested, note = None, None
     if isinstance(pairs, PromptPairs):
         requested, note, pairs = pairs.requested, pairs.note, pairs.pairs
@@ -178,23 +214,33 @@ def filter_table(lm, numbers: NumberTokens, pairs: np.ndarray | PromptPairs, tem
     texts = render(template, pairs)
     configs = configs if configs is not None else [("none", "none")] + [
         (kind, modules) for kind in ("high", "low") for modules in ("both", "mlp", "attn")]
+    for kind, modules in configs:
+        if kind != "none" and modules not in MODULES:
+            raise InterpscopeError(f"Unknown modules {modules!r}: choose attn, mlp or both.")
     projections = {kind: filter_projection(lm, numbers, kind, tau) for kind in KINDS}
+    job = FilterJob(numbers, list(configs), {kind: p.matrix for kind, p in projections.items()}, positions)
+    starts = range(0, len(texts), batch_size)
+    shards = [Shard(len(starts) * c + b, start, min(start + batch_size, len(texts)),
+                    (c, texts[start:start + batch_size], answers[start:start + batch_size]))
+              for c in range(len(configs)) for b, start in enumerate(starts)]
+    results: dict[int, tuple[float, np.ndarray]] = {}
+
+    def collect(shard: Shard, result: tuple[float, np.ndarray]) -> None:
+        results[shard.index] = result
+        kind, modules = configs[shard.payload[0]]
+        if progress is not None and all(len(starts) * shard.payload[0] + b in results for b in range(len(starts))):
+            progress(len(results) / len(shards), f"{kind} on {modules}")
+
+    map_shards(job, shards, collect, lm=lm, scale=scale)
     rows, warnings = [], ([note] if note else [])
     for index, (kind, modules) in enumerate(configs):
-        edits: dict = {}
-        projection, where = None, None
-        if kind != "none":
-            if modules not in MODULES:
-                raise InterpscopeError(f"Unknown modules {modules!r}: choose attn, mlp or both.")
-            projection = projections[kind]
-            matrix = torch.as_tensor(projection.matrix, device=lm.device)
-            where = {} if positions == "last" else None
-            edits = {f"blocks.{l}.{point}": projection_edit(matrix, where)
-                     for l in range(lm.adapter.n_layers) for point in MODULES[modules]}
-            if projection.zeroes_everything:
-                warnings.append(f"{KINDS[kind]} on {modules}: rank(B F W_U) = {projection.rank} = d_model, so the "
-                                f"filter zeroes the whole output (raise d_model or change tau).")
-        loss, predictions = evaluate(lm, numbers, texts, answers, edits, where=where if edits else None)
+        projection = projections[kind] if kind != "none" else None
+        if projection is not None and projection.zeroes_everything:
+            warnings.append(f"{KINDS[kind]} on {modules}: rank(B F W_U) = {projection.rank} = d_model, so the "
+                            f"filter zeroes the whole output (raise d_model or change tau).")
+        batches = [results[len(starts) * index + b] for b in range(len(starts))]
+        loss = sum(loss for loss, _ in batches) / len(texts)
+        predictions = np.concatenate([predicted for _, predicted in batches])
         errors = np.where(predictions >= 0, predictions - answers, np.nan).astype(np.float64)
         exact, near, rough = score(predictions, answers)
         rows.append(FilterRow(
@@ -204,8 +250,6 @@ def filter_table(lm, numbers: NumberTokens, pairs: np.ndarray | PromptPairs, tem
             rank=projection.rank if projection else 0,
             zeroes_everything=bool(projection and projection.zeroes_everything),
             errors=errors, error_counts=error_counts(errors)))
-        if progress is not None:
-            progress((index + 1) / len(configs), f"{kind} on {modules}")
     return FilterTable(model=lm.name, template=template, numbers=n_numbers, tau=tau, d_model=lm.adapter.d_model,
                        prompts=len(pairs), positions=positions, rows=rows, seconds=time.perf_counter() - start_time,
                        warnings=warnings, requested_prompts=requested)

@@ -26,7 +26,8 @@ from backend import corpus
 from backend.config import ASSETS_DIR, InterpscopeError, data_dir
 from backend.neurons.detail import (CONTEXT_LEFT, CONTEXT_RIGHT, Context, NeuronDetail, context_windows,
                                     kept_histogram, weight_detail)
-from backend.neurons.store import DEFAULT_SEQ_LEN, DEFAULT_STORE_TOKENS, model_key, run_layers
+from backend.neurons.store import DEFAULT_SEQ_LEN, DEFAULT_STORE_TOKENS, corpus_activations, model_key
+from backend.scale.pool import Scale
 from backend.neurons.unigram import save_npy_atomic, source_key, token_counts, tokenizer_key, unigram_direction
 from backend.neurons.weights import NeuronStats, check_layer, default_k, neuron_stats
 
@@ -115,9 +116,13 @@ def _owned(folder: Path) -> dict | None:
 
 
 def build_neuron_store(lm, out: str | Path, layers: list[int] | None = None, spec: StoreSpec = StoreSpec(),
-                       batch_size: int = 8, progress: StoreProgress | None = None) -> Path:
+                       batch_size: int = 8, progress: StoreProgress | None = None,
+                       scale: Scale | None = None) -> Path:
     """Build (or finish) the store of `layers` (default: the final layer) in `out`; layers already there with the
-    same model and spec are kept. progress(done, total) counts layers."""
+    same model and spec are kept. progress(done, total) counts layers. The model pass over the corpus runs as
+    shards of windows (on Ray workers with `scale`), each kept in `layer{L}.shards/` until the layer is written,
+    so a stopped build resumes mid-layer; the statistics come from the joined activations here, so the files are
+    the same either way."""
     folder = Path(out).expanduser()
     manifest = _owned(folder)
     key = model_key(lm)
@@ -138,7 +143,8 @@ def build_neuron_store(lm, out: str | Path, layers: list[int] | None = None, spe
                                  source=None if source == "austen" else source)
     for done, layer in enumerate(missing):
         started = time.perf_counter()
-        acts, excluded = run_layers(lm, tokens, [layer], batch_size=batch_size)
+        acts, excluded = corpus_activations(lm, tokens, [layer], folder / f"layer{layer}.shards",
+                                            batch_size=batch_size, scale=scale)
         arrays = layer_arrays(lm, layer, acts[layer], excluded[layer], tokens.numpy(), spec, unigram)
         _save_npz(folder / f"layer{layer}.npz", arrays)
         manifest["layers"][str(layer)] = f"layer{layer}.npz"

@@ -5,6 +5,8 @@ Stores live under data_dir()/neurons/acts/<model key>/<sample>/ as .npy files (f
 int32 token ids, bool excluded positions, float64 means), written atomically and opened memory-mapped.
 Position 0 of every window and massive-activation rows (backend.sinks) are marked excluded: means, histograms
 and rankings leave them out (v2 of the layout; v1 stores averaged them in and are not reused).
+The model pass runs as shards of whole batches of windows (backend.scale), in this process or on Ray workers, each
+finished shard saved at once so an interrupted pass resumes; the joined arrays are the same bytes either way.
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from backend.config import InterpscopeError, data_dir
 from backend.models.identity import model_key
 from backend.neurons.unigram import source_key, save_npy_atomic
 from backend.neurons.weights import check_layer
+from backend.scale.pool import Scale, Shard, batch_shards, map_shards
+from backend.scale.shards import ShardFiles, covered
 from backend.sinks import detection_point, excluded_mask
 
 Progress = Callable[[float, str], None]
@@ -97,6 +101,47 @@ def run_layers(lm, token_batches: torch.Tensor, layers: list[int], batch_size: i
     return activations, {layer: np.concatenate(masks[points[layer]], 0) for layer in layers}
 
 
+@dataclass
+class NeuronJob:
+    """What a worker (or this process) computes for one shard of windows: run_layers on them."""
+
+    layers: list[int]
+    batch_size: int
+
+    def run(self, lm, shard: Shard) -> dict[str, np.ndarray]:
+        acts, excluded = run_layers(lm, shard.payload, self.layers, batch_size=self.batch_size)
+        return {**{f"acts{layer}": a for layer, a in acts.items()},
+                **{f"excluded{layer}": e for layer, e in excluded.items()}}
+
+
+def corpus_activations(lm, tokens: torch.Tensor, layers: list[int], shard_dir: Path, batch_size: int = 8,
+                       progress: Progress | None = None,
+                       scale: Scale | None = None) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+    """run_layers over token windows [N, T] as shards of whole batches, here or on Ray workers (`scale`). Each
+    finished shard is saved in shard_dir at once (a rerun after a stop skips it); the arrays returned are the
+    shards joined in order, byte for byte what run_layers returns. shard_dir is removed once they are joined."""
+    files = ShardFiles(shard_dir)
+    done = files.intervals()
+    n = tokens.shape[0]
+    shards = [Shard(i, first, stop, tokens[first:stop]) for i, (first, stop) in
+              enumerate(batch_shards(n, batch_size, scale, lambda a, b: covered(done, a, b)))]
+    finished = sum(b - a for a, b in done)
+
+    def save(shard: Shard, arrays: dict[str, np.ndarray]) -> None:
+        nonlocal finished
+        files.save(shard.first, shard.stop, arrays)
+        finished += shard.stop - shard.first
+        if progress:
+            progress(min(1.0, finished / n), f"corpus activations {finished}/{n}")
+
+    map_shards(NeuronJob(sorted(set(layers)), batch_size), shards, save, lm=lm, scale=scale)
+    parts = files.load_all()
+    joined = {name: np.concatenate([part[name] for part in parts], 0) for name in parts[0]}
+    files.remove()
+    return ({layer: joined[f"acts{layer}"] for layer in layers},
+            {layer: joined[f"excluded{layer}"] for layer in layers})
+
+
 def kept_mean(activations: np.ndarray, excluded: np.ndarray) -> np.ndarray:
     """Mean activation per neuron [d_mlp] (float64) over the positions not excluded."""
     flat = np.asarray(activations).reshape(-1, activations.shape[-1])
@@ -104,8 +149,10 @@ def kept_mean(activations: np.ndarray, excluded: np.ndarray) -> np.ndarray:
 
 
 def activation_stores(lm, layers: list[int], n_tokens: int = DEFAULT_STORE_TOKENS, seq_len: int = DEFAULT_SEQ_LEN,
-                      source=None, split: str = "train", progress: Progress | None = None) -> dict[int, ActivationStore]:
-    """One ActivationStore per layer, read from the cache or computed in a single pass for the missing ones."""
+                      source=None, split: str = "train", progress: Progress | None = None,
+                      scale: Scale | None = None) -> dict[int, ActivationStore]:
+    """One ActivationStore per layer, read from the cache or computed in a single pass for the missing ones (as
+    shards of windows, on Ray workers with `scale`: the same files either way)."""
     if n_tokens < seq_len:
         raise InterpscopeError(f"Need at least {seq_len} corpus tokens for the activation store; got {n_tokens}.")
     layers = sorted({check_layer(lm.adapter, layer) for layer in layers})
@@ -114,7 +161,8 @@ def activation_stores(lm, layers: list[int], n_tokens: int = DEFAULT_STORE_TOKEN
     missing = [layer for layer in layers if not (folder / f"layer{layer}.npy").is_file()]
     if missing:
         tokens = corpus.token_chunks(lm.tokenizer, seq_len, n_tokens, source=source, split=split)
-        computed, excluded = run_layers(lm, tokens, missing, progress=progress)
+        shard_dir = folder / ("shards-layers-" + "_".join(map(str, missing)))
+        computed, excluded = corpus_activations(lm, tokens, missing, shard_dir, progress=progress, scale=scale)
         save_npy_atomic(token_path, tokens.numpy().astype(np.int32))
         for layer, acts in computed.items():
             save_npy_atomic(folder / f"excluded{layer}.npy", excluded[layer])

@@ -1,8 +1,9 @@
 """Activations on disk, read back through a shuffled buffer, so several SAEs train from one pass of the model.
 
 A cache is a folder under data_dir()/activations/<key>/ holding a raw row-major array (float16 or float32,
-[n_rows, d_in]) read as a numpy memmap. It is written into `acts.partial` with a `progress.json` that records the
-rows already flushed (so an interrupted build resumes), then renamed to `acts.bin` and described by `meta.json`
+[n_rows, d_in]) read as a numpy memmap. It is written into `acts.partial` shard by shard (whole model batches of
+windows, in this process or on Ray workers: backend.scale) with a `progress.json` that records the windows
+already flushed (so an interrupted build resumes), then renamed to `acts.bin` and described by `meta.json`
 (written via a temporary file and os.replace): a folder with meta.json is complete by construction.
 
 The first position of every context is left out: it is the attention sink, whose norm is tens of times larger
@@ -23,10 +24,14 @@ import torch
 from backend.capture import StopForward, hooks, model_lock
 from backend.config import InterpscopeError, data_dir
 from backend.corpus import token_chunks
+from backend.scale.pool import Scale, Shard, batch_shards, map_shards
+from backend.scale.shards import covered, merge_intervals
+from backend.scale.transfer import to_device, to_host
 from backend.sinks import sink_rows
 
 Progress = Callable[[int, int], None]
 NP_DTYPES = {"float16": np.float16, "float32": np.float32}
+TORCH_DTYPES = {"float16": torch.float16, "float32": torch.float32}
 
 
 @dataclass
@@ -84,18 +89,72 @@ def cache_folder(spec: CacheSpec) -> Path:
     return data_dir() / "activations" / spec.key()
 
 
+@dataclass
+class CacheJob:
+    """What a worker (or this process) computes for one shard of a cache: the rows of its windows."""
+
+    hook_name: str
+    dtype: str
+    batch_size: int
+
+    def run(self, loaded, shard: Shard) -> np.ndarray:
+        return window_rows(loaded, self.hook_name, shard.payload, self.batch_size, self.dtype)
+
+
+def window_rows(loaded, hook_name: str, windows: torch.Tensor, batch_size: int, dtype: str) -> np.ndarray:
+    """Activations at hook_name of token windows [N, T], positions 1.. of each, as rows [N * (T - 1), d] of dtype;
+    the windows run batch_size at a time (the batches, hence the bits, of a single-process build)."""
+    adapter = loaded.adapter
+    stop_early = adapter.resolve(hook_name).kind == "post" and hook_name.startswith("blocks.")
+    captured: dict[str, torch.Tensor] = {}
+
+    def grab(tensor: torch.Tensor):
+        captured["x"] = tensor.detach()
+        if stop_early:
+            raise StopForward
+        return None
+
+    copies = []
+    with model_lock(loaded), torch.no_grad():
+        for first in range(0, windows.shape[0], batch_size):
+            batch = windows[first:first + batch_size].to(loaded.device)
+            try:
+                with hooks(adapter, {hook_name: grab}):
+                    loaded.model(input_ids=batch, use_cache=False)
+            except StopForward:
+                pass
+            acts = captured.pop("x")[:, 1:, :].reshape(-1, adapter.d_model)
+            copies.append(to_host(acts, TORCH_DTYPES[dtype]))
+    return np.concatenate([copy.numpy().astype(NP_DTYPES[dtype], copy=False) for copy in copies])
+
+
+def _windows_done(progress_file: Path, spec: CacheSpec, n_rows: int, rows_per_chunk: int) -> list[list[int]]:
+    """[first, stop) window ranges an interrupted build of this spec already wrote (older builds recorded a
+    prefix of rows)."""
+    saved = json.loads(progress_file.read_text(encoding="utf-8"))
+    if saved.get("spec") != asdict(spec) or saved.get("n_rows") != n_rows:
+        return []
+    if "windows_done" in saved:
+        return merge_intervals([list(r) for r in saved["windows_done"]])
+    prefix = int(saved.get("rows_done", 0)) // rows_per_chunk
+    return [[0, prefix]] if prefix else []
+
+
 def build_activation_cache(loaded, hook_name: str, n_tokens: int, *, source: str | None = None,
                            split: str = "train", context_size: int = 128, batch_size: int = 8,
                            dtype: str = "float16", progress: Progress | None = None,
-                           folder: Path | None = None) -> ActivationCache:
+                           folder: Path | None = None, scale: Scale | None = None) -> ActivationCache:
     """Run the model over ~n_tokens corpus tokens and store the activations at hook_name; resumes if interrupted.
 
-    Returns the existing cache at once when an identical one is complete.
+    Returns the existing cache at once when an identical one is complete. The windows are cut into shards of
+    whole batches (backend.scale): run here in order, or on Ray workers with `scale`; each finished shard is
+    written into acts.partial and recorded in progress.json at once, so a rerun skips it, and the bytes are the
+    same either way.
     """
     if dtype not in NP_DTYPES:
         raise InterpscopeError(f"Activation cache dtype must be float16 or float32, not {dtype!r}.")
     adapter = loaded.adapter
-    spec_point = adapter.resolve(hook_name)  # validates the name for this model
+    adapter.resolve(hook_name)  # validates the name for this model
     d_in = adapter.d_model
     spec = CacheSpec(model_name=loaded.name, hook_name=hook_name, d_in=d_in, n_tokens=int(n_tokens),
                      source=str(source or "austen"), split=split, context_size=int(context_size), dtype=dtype)
@@ -108,39 +167,25 @@ def build_activation_cache(loaded, hook_name: str, n_tokens: int, *, source: str
     n_rows = chunks.shape[0] * rows_per_chunk
     partial = folder / "acts.partial"
     progress_file = folder / "progress.json"
-    done_rows = 0
+    done: list[list[int]] = []
     if partial.is_file() and progress_file.is_file():
-        saved = json.loads(progress_file.read_text(encoding="utf-8"))
-        if saved.get("spec") == asdict(spec) and saved.get("n_rows") == n_rows:
-            done_rows = int(saved["rows_done"])
-    mode = "r+" if done_rows else "w+"
-    array = np.memmap(partial, dtype=NP_DTYPES[dtype], mode=mode, shape=(n_rows, d_in))
-    stop_early = spec_point.kind == "post" and hook_name.startswith("blocks.")
-    captured: dict[str, torch.Tensor] = {}
+        done = _windows_done(progress_file, spec, n_rows, rows_per_chunk)
+    array = np.memmap(partial, dtype=NP_DTYPES[dtype], mode="r+" if done else "w+", shape=(n_rows, d_in))
+    shards = [Shard(i, first, stop, chunks[first:stop]) for i, (first, stop) in
+              enumerate(batch_shards(chunks.shape[0], batch_size, scale, lambda a, b: covered(done, a, b)))]
 
-    def grab(tensor: torch.Tensor):
-        captured["x"] = tensor.detach()
-        if stop_early:
-            raise StopForward
-        return None
+    def write(shard: Shard, rows: np.ndarray) -> None:
+        nonlocal done
+        array[shard.first * rows_per_chunk:shard.stop * rows_per_chunk] = rows
+        array.flush()
+        done = merge_intervals(done + [[shard.first, shard.stop]])
+        prefix = done[0][1] if done[0][0] == 0 else 0
+        _write_json_atomic(progress_file, {"spec": asdict(spec), "n_rows": n_rows, "windows_done": done,
+                                           "rows_done": prefix * rows_per_chunk})
+        if progress:
+            progress(sum(b - a for a, b in done) * rows_per_chunk, n_rows)
 
-    start_chunk = done_rows // rows_per_chunk
-    with model_lock(loaded), torch.no_grad():
-        for first in range(start_chunk, chunks.shape[0], batch_size):
-            batch = chunks[first:first + batch_size].to(loaded.device)
-            try:
-                with hooks(adapter, {hook_name: grab}):
-                    loaded.model(input_ids=batch, use_cache=False)
-            except StopForward:
-                pass
-            acts = captured.pop("x")[:, 1:, :].reshape(-1, d_in).float().cpu().numpy()
-            row = first * rows_per_chunk
-            array[row:row + acts.shape[0]] = acts.astype(NP_DTYPES[dtype])
-            done_rows = row + acts.shape[0]
-            array.flush()
-            _write_json_atomic(progress_file, {"spec": asdict(spec), "n_rows": n_rows, "rows_done": done_rows})
-            if progress:
-                progress(done_rows, n_rows)
+    map_shards(CacheJob(hook_name, dtype, batch_size), shards, write, lm=loaded, scale=scale)
     del array
     os.replace(partial, folder / "acts.bin")
     _write_json_atomic(folder / "meta.json", {"spec": asdict(spec), "n_rows": n_rows,
@@ -153,12 +198,14 @@ class ShuffledBuffer:
     """Endless shuffled batches from a cache: blocks of rows in random order, mixed within a buffer of blocks.
 
     The order is a pure function of `seed`, so `skip(n)` (used when resuming) lands on the same batches without
-    reading the skipped data. Rows with norm above `max_norm` (after scaling) are dropped: a rare token that acts
+    reading the skipped data. With a CUDA `device` each fill goes to the GPU once (pinned memory, non_blocking)
+    and batches are cut there. Rows with norm above `max_norm` (after scaling) are dropped: a rare token that acts
     as an attention sink mid-text has a norm ~100x the typical one, and one such row can wreck a training step.
     """
 
     def __init__(self, cache: ActivationCache, batch_size: int, *, buffer_rows: int = 131072,
-                 block_rows: int = 2048, seed: int = 0, scale: float = 1.0, max_norm: float | None = None):
+                 block_rows: int = 2048, seed: int = 0, scale: float = 1.0, max_norm: float | None = None,
+                 device: torch.device | str = "cpu"):
         if batch_size < 1:
             raise InterpscopeError("batch_size must be positive.")
         self.cache = cache
@@ -169,6 +216,7 @@ class ShuffledBuffer:
         self.seed = seed
         self.scale = scale
         self.max_norm = max_norm
+        self.device = torch.device(device)
         self.batches_served = 0
         self.rows_dropped = 0
 
@@ -191,10 +239,11 @@ class ShuffledBuffer:
                 skip -= n_batches
                 continue
             rows = (np.sort(blocks)[:, None] * self.block_rows + np.arange(self.block_rows)[None, :]).ravel()
-            data = torch.from_numpy(np.asarray(self.cache.array[rows], dtype=np.float32))
+            data = to_device(torch.from_numpy(np.asarray(self.cache.array[rows], dtype=np.float32)), self.device)
             if self.scale != 1.0:
                 data.mul_(self.scale)
             perm = torch.from_numpy(np.random.default_rng([self.seed, fill_id, 7]).permutation(n_rows))
+            perm = perm.to(self.device)
             for b in range(skip, n_batches):
                 self.batches_served += 1
                 batch = data[perm[b * self.batch_size:(b + 1) * self.batch_size]]

@@ -27,6 +27,7 @@ from backend.config import InterpscopeError
 from backend.corpus import token_chunks
 from backend.sae.architectures import SparseAutoencoder
 from backend.sae.folder import check_compatible
+from backend.scale.pool import Scale, Shard, batch_shards, map_shards
 from backend.sinks import sink_rows
 
 DENSE_THRESHOLD = 0.1
@@ -112,31 +113,166 @@ def resume_block(adapter, hook: str) -> int | None:
 def evaluate_sae(loaded, sae: SparseAutoencoder, *, hook_name: str | None = None, n_tokens: int = 4096,
                  context_size: int = 128, batch_size: int = 4, source: str | None = None, split: str = "test",
                  ids: torch.Tensor | None = None, dense_threshold: float = DENSE_THRESHOLD,
-                 progress: Callable[[int, int], None] | None = None) -> SAEEvaluation:
+                 progress: Callable[[int, int], None] | None = None, scale: Scale | None = None) -> SAEEvaluation:
     """Evaluate on ~n_tokens tokens of the corpus split (or on `ids` [N, T] given directly)."""
     return evaluate_saes(loaded, [sae], hook_name=hook_name, n_tokens=n_tokens, context_size=context_size,
                          batch_size=batch_size, source=source, split=split, ids=ids,
-                         dense_threshold=dense_threshold, progress=progress)[0]
+                         dense_threshold=dense_threshold, progress=progress, scale=scale)[0]
+
+
+@dataclass
+class BatchTerms:
+    """One batch's contribution to every sum of the evaluation (float64 numbers, added up in batch order; each a
+    fixed_sum, so it has the same bits in a worker with one thread as in a process with many)."""
+
+    ce_clean: float
+    ce_zero: float
+    n_ce: int
+    n_rows: int
+    n_sinks: int
+    x_sum: torch.Tensor
+    x_sq: float
+    per_sae: list[dict[str, float]]
+    fired: list[torch.Tensor]
+
+
+class _Splice:
+    """The clean, zero-ablated and spliced passes of one batch on one model and hook."""
+
+    def __init__(self, loaded, hook: str):
+        self.loaded, self.hook = loaded, hook
+        self.resume = resume_block(loaded.adapter, hook)
+        self.state: dict[str, torch.Tensor] = {}
+
+    def clean(self, batch: torch.Tensor) -> torch.Tensor:
+        def record(tensor: torch.Tensor):
+            self.state["first"] = tensor[:, :1].detach()
+            self.state["x"] = tensor[:, 1:].detach()
+            self.state["sinks"] = sink_rows(self.state["x"])
+            return None
+        with hooks(self.loaded.adapter, {self.hook: record}):
+            return self.loaded.model(input_ids=batch, use_cache=False).logits.cpu()
+
+    def spliced(self, batch: torch.Tensor, replacement: torch.Tensor) -> torch.Tensor:
+        """Logits with positions 1.. of the hook replaced; from the hook on only when the hook ends a block."""
+        loaded, first = self.loaded, self.state["first"]
+        replacement = replacement.to(device=loaded.device, dtype=first.dtype)
+        if self.resume is not None:
+            with resume_after(loaded.adapter, self.resume, torch.cat([first, replacement], 1)):
+                return loaded.model(input_ids=batch, use_cache=False).logits.cpu()
+
+        def splice(tensor: torch.Tensor):
+            out = tensor.clone()
+            out[:, 1:] = replacement.to(tensor.dtype)
+            return out
+        with hooks(loaded.adapter, {self.hook: splice}):
+            return loaded.model(input_ids=batch, use_cache=False).logits.cpu()
+
+
+def fixed_sum(tensor: torch.Tensor, axis: int | None = None):
+    """Sum in float64 whose rounding does not depend on torch's thread count (numpy's pairwise summation, one
+    thread): a worker with one thread gives the bits of a process with many. A float, or a tensor with `axis`."""
+    total = np.sum(tensor.detach().double().cpu().numpy(), axis=axis)
+    return float(total) if axis is None else torch.from_numpy(np.asarray(total))
+
+
+def batch_terms(passes: _Splice, saes: list[SparseAutoencoder], batch: torch.Tensor) -> BatchTerms:
+    """Every sum's term for one batch of windows [B, T] (the caller holds the model's lock)."""
+    batch = batch.to(passes.loaded.device)
+    targets = batch.cpu()
+    clean_logits = passes.clean(batch)
+    x_model, sinks = passes.state["x"], passes.state["sinks"]
+    d_in = x_model.shape[-1]
+    keep = ~sinks.reshape(-1).cpu()
+    zero_logits = passes.spliced(batch, torch.where(sinks[..., None], x_model, torch.zeros_like(x_model)))
+    p_log = F.log_softmax(clean_logits[:, 1:-1].double(), -1)
+    del clean_logits
+    ce_clean = _ce_from(p_log, targets)
+    ce_zero = fixed_sum(_ce(zero_logits, targets))
+    del zero_logits
+    all_rows = x_model.reshape(-1, d_in).double().cpu()
+    r = all_rows[keep]
+    per_sae, fired = [], []
+    for sae in saes:
+        sae.eval()
+        rows = all_rows.to(sae.W_enc.dtype)
+        f = sae.encode(rows)
+        x_hat_rows = sae.decode(f)
+        x_hat_rows[~keep] = rows[~keep]
+        sae_logits = passes.spliced(batch, x_hat_rows.reshape(x_model.shape))
+        f, x_hat_rows = f[keep], x_hat_rows[keep]
+        rh = x_hat_rows.double()
+        q_log = F.log_softmax(sae_logits[:, 1:-1].double(), -1)
+        del sae_logits
+        per_sae.append({"l0": fixed_sum(f > 0), "err": fixed_sum((r - rh).pow(2)),
+                        "cos": fixed_sum(F.cosine_similarity(r, rh, dim=-1)), "xhxh": fixed_sum(rh.pow(2)),
+                        "xhx": fixed_sum(r * rh), "ce_sae": fixed_sum(_ce_from(q_log, targets)),
+                        "kl": fixed_sum(p_log.exp() * (p_log - q_log))})
+        fired.append(fixed_sum(f > 0, axis=0))
+        del q_log
+    return BatchTerms(ce_clean=fixed_sum(ce_clean), ce_zero=ce_zero, n_ce=ce_clean.numel(), n_rows=r.shape[0],
+                      n_sinks=int((~keep).sum()), x_sum=fixed_sum(r, axis=0), x_sq=fixed_sum(r.pow(2)),
+                      per_sae=per_sae, fired=fired)
+
+
+@dataclass
+class EvalJob:
+    """What a worker (or this process) computes for one shard of an evaluation: each batch's terms."""
+
+    saes: list[SparseAutoencoder]
+    hook: str
+    batch_size: int
+
+    @torch.no_grad()
+    def run(self, loaded, shard: Shard) -> list[BatchTerms]:
+        passes = _Splice(loaded, self.hook)
+        windows = shard.payload
+        with model_lock(loaded):
+            return [batch_terms(passes, self.saes, windows[k:k + self.batch_size])
+                    for k in range(0, windows.shape[0], self.batch_size)]
 
 
 class _Sums:
-    """Running sums for one SAE."""
+    """The running sums, added to batch by batch in batch order (the same float64 additions wherever the
+    batches ran)."""
 
-    def __init__(self, d_sae: int, d_in: int):
-        self.values = {k: 0.0 for k in ("l0", "err", "cos", "xhx", "xhxh", "ce_sae", "kl")}
-        self.fired = torch.zeros(d_sae, dtype=torch.float64)
+    KEYS = ("l0", "err", "cos", "xhx", "xhxh", "ce_sae", "kl")
+
+    def __init__(self, saes: list[SparseAutoencoder]):
+        d_in = saes[0].cfg.d_in
+        self.values = [{k: 0.0 for k in self.KEYS} for _ in saes]
+        self.fired = [torch.zeros(sae.cfg.d_sae, dtype=torch.float64) for sae in saes]
+        self.x_sum = torch.zeros(d_in, dtype=torch.float64)
+        self.x_sq = self.ce_clean = self.ce_zero = 0.0
+        self.n_rows = self.n_ce = self.n_sinks = 0
+
+    def add(self, terms: BatchTerms) -> None:
+        self.ce_clean += terms.ce_clean
+        self.ce_zero += terms.ce_zero
+        self.n_ce += terms.n_ce
+        self.n_sinks += terms.n_sinks
+        self.x_sum += terms.x_sum
+        self.x_sq += terms.x_sq
+        self.n_rows += terms.n_rows
+        for values, fired, sae_terms, sae_fired in zip(self.values, self.fired, terms.per_sae, terms.fired):
+            for key in self.KEYS:
+                values[key] += sae_terms[key]
+            fired += sae_fired
 
 
 @torch.no_grad()
 def evaluate_saes(loaded, saes: list[SparseAutoencoder], *, hook_name: str | None = None, n_tokens: int = 4096,
                   context_size: int = 128, batch_size: int = 4, source: str | None = None, split: str = "test",
                   ids: torch.Tensor | None = None, dense_threshold: float = DENSE_THRESHOLD,
-                  progress: Callable[[int, int], None] | None = None) -> list[SAEEvaluation]:
+                  progress: Callable[[int, int], None] | None = None,
+                  scale: Scale | None = None) -> list[SAEEvaluation]:
     """Evaluate several SAEs reading the same hook on the same tokens: the clean and zero-ablated passes are
     shared, each SAE adds one spliced pass. When the hook is a block's output, the zero-ablated and spliced passes
     start after that block (the clean pass already computed everything before it) and each pass's
     log-probabilities are computed once for both its loss and the KL; the numbers are those of three full passes.
-    progress(done, total) is called after each batch of windows."""
+    progress(done, total) is called after each batch of windows (each shard on Ray).
+    scale: run the batches on Ray workers (backend.scale); their terms are added here in batch order, so every
+    number equals the single-process one exactly."""
     hooks_of = {check_compatible(sae, loaded.adapter, hook_name, loaded.name) for sae in saes}
     if len(hooks_of) != 1:
         raise InterpscopeError(f"evaluate_saes needs SAEs on one hook point; got {sorted(hooks_of)}.")
@@ -145,87 +281,32 @@ def evaluate_saes(loaded, saes: list[SparseAutoencoder], *, hook_name: str | Non
         ids = token_chunks(loaded.tokenizer, context_size, n_tokens, source=source, split=split)
     if ids.dim() != 2 or ids.shape[1] < 3:
         raise InterpscopeError("Evaluation needs token windows of at least 3 tokens.")
-    sums = [_Sums(sae.cfg.d_sae, sae.cfg.d_in) for sae in saes]
-    d_in = saes[0].cfg.d_in
-    x_sum = torch.zeros(d_in, dtype=torch.float64)
-    x_sq = ce_clean_sum = ce_zero_sum = 0.0
-    n_rows = n_ce = n_sinks = 0
-    state: dict[str, torch.Tensor] = {}
-    resume = resume_block(loaded.adapter, hook)
+    shards = [Shard(i, first, stop, ids[first:stop])
+              for i, (first, stop) in enumerate(batch_shards(ids.shape[0], batch_size, scale))]
+    results: dict[int, list[BatchTerms]] = {}
 
-    def record(tensor: torch.Tensor):
-        state["first"] = tensor[:, :1].detach()
-        state["x"] = tensor[:, 1:].detach()
-        state["sinks"] = sink_rows(state["x"])
-        return None
+    def collect(shard: Shard, terms: list[BatchTerms]) -> None:
+        results[shard.index] = terms
+        if progress:
+            progress(min(sum(s.stop - s.first for s in shards if s.index in results), ids.shape[0]), ids.shape[0])
 
-    def spliced_logits(batch: torch.Tensor, replacement: torch.Tensor) -> torch.Tensor:
-        """Logits with positions 1.. of the hook replaced; from the hook on only when the hook ends a block."""
-        replacement = replacement.to(device=loaded.device, dtype=state["first"].dtype)
-        if resume is not None:
-            with resume_after(loaded.adapter, resume, torch.cat([state["first"], replacement], 1)):
-                return model(input_ids=batch, use_cache=False).logits.cpu()
+    map_shards(EvalJob(saes, hook, batch_size), shards, collect, lm=loaded, scale=scale)
+    sums = _Sums(saes)
+    for index in range(len(shards)):
+        for terms in results[index]:
+            sums.add(terms)
+    return _figures(loaded, saes, hook, sums, dense_threshold)
 
-        def splice(tensor: torch.Tensor):
-            out = tensor.clone()
-            out[:, 1:] = replacement.to(tensor.dtype)
-            return out
-        with hooks(loaded.adapter, {hook: splice}):
-            return model(input_ids=batch, use_cache=False).logits.cpu()
 
-    model = loaded.model
-    with model_lock(loaded):
-        for start in range(0, ids.shape[0], batch_size):
-            batch = ids[start:start + batch_size].to(loaded.device)
-            targets = batch.cpu()
-            with hooks(loaded.adapter, {hook: record}):
-                clean_logits = model(input_ids=batch, use_cache=False).logits.cpu()
-            x_model, sinks = state["x"], state["sinks"]
-            keep = ~sinks.reshape(-1).cpu()
-            zero_logits = spliced_logits(batch, torch.where(sinks[..., None], x_model, torch.zeros_like(x_model)))
-            p_log = F.log_softmax(clean_logits[:, 1:-1].double(), -1)
-            del clean_logits
-            ce_clean = _ce_from(p_log, targets)
-            ce_clean_sum += float(ce_clean.sum())
-            ce_zero_sum += float(_ce(zero_logits, targets).sum())
-            del zero_logits
-            n_ce += ce_clean.numel()
-            all_rows = x_model.reshape(-1, d_in).double().cpu()
-            r = all_rows[keep]
-            n_sinks += int((~keep).sum())
-            x_sum += r.sum(0)
-            x_sq += float(r.pow(2).sum())
-            n_rows += r.shape[0]
-            for sae, acc in zip(saes, sums):
-                sae.eval()
-                rows = all_rows.to(sae.W_enc.dtype)
-                f = sae.encode(rows)
-                x_hat_rows = sae.decode(f)
-                x_hat_rows[~keep] = rows[~keep]
-                sae_logits = spliced_logits(batch, x_hat_rows.reshape(x_model.shape))
-                f, x_hat_rows = f[keep], x_hat_rows[keep]
-                rh = x_hat_rows.double()
-                v = acc.values
-                v["l0"] += float((f > 0).sum())
-                v["err"] += float((r - rh).pow(2).sum())
-                v["cos"] += float(F.cosine_similarity(r, rh, dim=-1).sum())
-                v["xhxh"] += float(rh.pow(2).sum())
-                v["xhx"] += float((r * rh).sum())
-                acc.fired += (f > 0).double().sum(0)
-                q_log = F.log_softmax(sae_logits[:, 1:-1].double(), -1)
-                del sae_logits
-                v["ce_sae"] += float(_ce_from(q_log, targets).sum())
-                v["kl"] += float((p_log.exp() * (p_log - q_log)).sum())
-                del q_log
-            if progress:
-                progress(min(start + batch_size, ids.shape[0]), ids.shape[0])
-    total_var = x_sq - float(x_sum.pow(2).sum()) / n_rows
-    ce_clean, ce_zero = ce_clean_sum / n_ce, ce_zero_sum / n_ce
+def _figures(loaded, saes: list[SparseAutoencoder], hook: str, sums: _Sums,
+             dense_threshold: float) -> list[SAEEvaluation]:
+    n_rows, n_ce, d_in = sums.n_rows, sums.n_ce, saes[0].cfg.d_in
+    total_var = sums.x_sq - float(sums.x_sum.pow(2).sum()) / n_rows
+    ce_clean, ce_zero = sums.ce_clean / n_ce, sums.ce_zero / n_ce
     results = []
-    for sae, acc in zip(saes, sums):
-        v = acc.values
+    for sae, v, fired in zip(saes, sums.values, sums.fired):
         fvu = v["err"] / total_var if total_var > 0 else math.nan
-        density = (acc.fired / n_rows).numpy()
+        density = (fired / n_rows).numpy()
         counts, edges = log10_density_histogram(density)
         ce_sae = v["ce_sae"] / n_ce
         results.append(SAEEvaluation(
@@ -236,9 +317,10 @@ def evaluate_saes(loaded, saes: list[SparseAutoencoder], *, hook_name: str | Non
             ce_clean=ce_clean, ce_sae=ce_sae, ce_zero=ce_zero,
             loss_recovered=loss_recovered(ce_clean, ce_sae, ce_zero), kl=v["kl"] / n_ce,
             dead_fraction=float((density == 0).mean()), dense_fraction=float((density > dense_threshold).mean()),
-            dense_threshold=dense_threshold, sink_tokens=n_sinks, density=density, log10_density_counts=counts,
+            dense_threshold=dense_threshold, sink_tokens=sums.n_sinks, density=density, log10_density_counts=counts,
             log10_density_edges=edges))
     return results
+
 
 def text_windows(tokenizer, text: str, context_size: int = 128, max_tokens: int = 65536) -> torch.Tensor:
     """A person's text as [N, T] token windows for evaluate_sae (one shorter window if the text is short)."""

@@ -14,6 +14,7 @@ from typing import Callable
 from backend.config import InterpscopeError
 from backend.outputs import OutputFolder, check_output_folder
 from backend.resume import check_same_settings
+from backend.scale.pool import Scale
 from backend.sae.activations import ActivationCache, ShuffledBuffer, build_activation_cache
 from backend.sae.architectures import SAEConfig, SparseAutoencoder, architecture_class, build_sae
 from backend.sae.folder import CFG_FILE, WEIGHTS_FILE, hook_width, save_sae
@@ -168,12 +169,14 @@ def train_saes(loaded, hook_name: str, specs: list[SAESpec], out_dir: str | Path
                checkpoint_every: int = 50, save_dtype: str = "float32", seed: int = 0, log_every: int = 10,
                force: bool = False, cache_progress: Callable[[int, int], None] | None = None,
                progress: Callable[[int, int, dict], None] | None = None,
-               stop: Callable[[], bool] | None = None) -> dict[str, Path]:
+               stop: Callable[[], bool] | None = None, cache_batch_size: int = 8,
+               scale: Scale | None = None) -> dict[str, Path]:
     """Cache activations (reused if present), train every spec from one buffer, save each to out_dir/<run name>.
 
     Resumes from out_dir/checkpoints when it holds a checkpoint made with the same settings; other settings are
     refused (force: start afresh). out_dir is an Interpscope output folder (backend.outputs): a folder holding
     files Interpscope did not write is refused unless force, and only files this command wrote are ever deleted.
+    scale: cache the activations on Ray workers (backend.scale; same bytes as one process).
     """
     check_specs(specs)
     if hook_name.endswith("mlp.hook_post"):
@@ -189,7 +192,8 @@ def train_saes(loaded, hook_name: str, specs: list[SAESpec], out_dir: str | Path
     if not resumable:
         output.remove("checkpoints")
     cache = build_activation_cache(loaded, hook_name, cache_tokens, source=source, split=split,
-                                   context_size=context_size, dtype="float16", progress=cache_progress)
+                                   context_size=context_size, batch_size=cache_batch_size, dtype="float16",
+                                   progress=cache_progress, scale=scale)
     if cache.n_rows < batch_size:
         raise InterpscopeError(f"Only {cache.n_rows} cached activations; need at least one batch of {batch_size}.")
     scale = input_scale(cache)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -27,7 +28,8 @@ from backend.config import InterpscopeError
 from backend.corpus import token_chunks
 from backend.outputs import OutputFolder, check_output_folder
 from backend.resume import check_same_settings
-from backend.sae import check_compatible, load_sae
+from backend.sae import SparseAutoencoder, check_compatible, load_sae
+from backend.scale.pool import Scale, Shard, batch_shards, map_shards
 from backend.sinks import zero_sink_features
 from backend.sae_store.cached import cached_batch, find_cache
 from backend.sae_store.encode import encode_ids
@@ -111,38 +113,80 @@ def store_spec(loaded, sae_folder: str | Path, *, corpus: str | None = None, spl
                      **options)
 
 
+def chunk_arrays(loaded, sae, batch: torch.Tensor, first: int, spec: StoreSpec,
+                 cached_rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One chunk (the windows first.. of `batch`): its nonzero feature activations as (token index, feature,
+    value), position 0 of every window left out."""
+    context = spec.context_size
+    if cached_rows is None:
+        acts = encode_ids(loaded, sae, batch, spec.hook_name)
+    else:
+        x = cached_batch(cached_rows, first, batch.shape[0], context).to(sae.W_enc.dtype)
+        with torch.no_grad():
+            acts = sae.encode(x)
+            zero_sink_features(x, acts)
+            acts = acts.float()
+    acts[:, 0, :] = 0.0
+    seq, pos, feat = torch.nonzero(acts > 0, as_tuple=True)
+    val = acts[seq, pos, feat].numpy().astype(np.float32)
+    tok = ((seq + first) * context + pos).numpy().astype(np.int64)
+    return tok, feat.numpy().astype(np.int32), val
+
+
+@dataclass
+class ChunkJob:
+    """What a worker (or this process) computes for one shard of pass 1: the chunks of its windows."""
+
+    sae: SparseAutoencoder
+    spec: StoreSpec
+
+    def run(self, loaded, shard: Shard) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        size = self.spec.batch_size
+        return [chunk_arrays(loaded, self.sae, shard.payload[k:k + size], shard.first + k, self.spec)
+                for k in range(0, shard.stop - shard.first, size)]
+
+
 def run_chunks(loaded, sae, spec: StoreSpec, tokens: torch.Tensor, work: OutputFolder,
                progress: Progress | None = None, stop: Callable[[], bool] | None = None,
-               cached_rows: np.ndarray | None = None) -> int:
+               cached_rows: np.ndarray | None = None, scale: Scale | None = None) -> int:
     """Pass 1: write every missing chunk; returns the number of chunks. `stop()` true = stop after this chunk.
 
-    With `cached_rows` (an activation cache covering the windows) the SAE encodes those instead of a model pass.
+    With `cached_rows` (an activation cache covering the windows) the SAE encodes those instead of a model pass,
+    in this process. With `scale` the chunks are computed on Ray workers, several per shard, and written here as
+    they arrive; a chunk is one batch of windows either way, so the files are the same.
     """
-    n_chunks = -(-tokens.shape[0] // spec.batch_size)
+    n_windows = tokens.shape[0]
+    n_chunks = -(-n_windows // spec.batch_size)
     context = spec.context_size
-    for index in range(n_chunks):
-        path = _chunk_path(work.path, index)
-        first = index * spec.batch_size
-        batch = tokens[first:first + spec.batch_size]
-        if not path.is_file():
-            if cached_rows is None:
-                acts = encode_ids(loaded, sae, batch, spec.hook_name)
-            else:
-                x = cached_batch(cached_rows, first, batch.shape[0], context).to(sae.W_enc.dtype)
-                with torch.no_grad():
-                    acts = sae.encode(x)
-                    zero_sink_features(x, acts)
-                    acts = acts.float()
-            acts[:, 0, :] = 0.0
-            seq, pos, feat = torch.nonzero(acts > 0, as_tuple=True)
-            val = acts[seq, pos, feat].numpy().astype(np.float32)
-            tok = ((seq + first) * context + pos).numpy().astype(np.int64)
-            _save_chunk(path, tok, feat.numpy().astype(np.int32), val)
+    done = sum(_chunk_path(work.path, index).is_file() for index in range(n_chunks))
+    if done and progress:
+        progress("activations", min(done * spec.batch_size, n_windows) * context, tokens.numel())
+
+    def written(first: int, stop: int) -> bool:
+        return _chunk_path(work.path, first // spec.batch_size).is_file()
+
+    if cached_rows is not None:
+        scale = None  # no model pass to spread: the SAE encodes the cached rows here
+    shards = [Shard(i, first, stop, tokens[first:stop]) for i, (first, stop) in
+              enumerate(batch_shards(n_windows, spec.batch_size, scale, written))]
+
+    def save(shard: Shard, chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        nonlocal done
+        for k, (tok, feat, val) in enumerate(chunks):
+            path = _chunk_path(work.path, shard.first // spec.batch_size + k)
+            _save_chunk(path, tok, feat, val)
             work.record(path)
-        if progress:
-            progress("activations", min(first + spec.batch_size, tokens.shape[0]) * context, tokens.numel())
+            done += 1
+            if progress:
+                progress("activations", min(done * spec.batch_size, n_windows) * context, tokens.numel())
         if stop is not None and stop():
             raise InterpscopeError("Store build stopped; run it again to resume where it stopped.")
+
+    if cached_rows is None:
+        map_shards(ChunkJob(sae, spec), shards, save, lm=loaded, scale=scale)
+    else:
+        for shard in shards:
+            save(shard, [chunk_arrays(loaded, sae, shard.payload, shard.first, spec, cached_rows)])
     return n_chunks
 
 
@@ -163,13 +207,16 @@ def vocabulary(tokenizer, size: int) -> list[str]:
 def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *, corpus: str | None = None,
                 split: str = "train", n_tokens: int = 65536, context_size: int = 128, batch_size: int = 8,
                 eval_tokens: int = 0, force: bool = False, progress: Progress | None = None,
-                stop: Callable[[], bool] | None = None, use_cache: bool = False, **options) -> Path:
+                stop: Callable[[], bool] | None = None, use_cache: bool = False, scale: Scale | None = None,
+                **options) -> Path:
     """Build (or resume, or return the existing) store for the SAE folder over the corpus; returns its folder.
 
     force: replace a store built with other settings (only its own files), write into a folder holding other
     files (they are kept), and start afresh when an unfinished build was started with other settings.
     use_cache: take the hook activations from a matching SAE-training activation cache when one covers the
     corpus windows (backend.sae_store.cached), instead of running the model.
+    scale: run pass 1 on Ray workers (backend.scale); the store is byte for byte the one a single process builds
+    (the overview's few evaluation tokens run here).
     """
     spec = store_spec(loaded, sae_folder, corpus=corpus, split=split, n_tokens=n_tokens, context_size=context_size,
                       batch_size=batch_size, **options)
@@ -204,7 +251,7 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
         seconds[name] = now - clock
         clock = now
 
-    n_chunks = run_chunks(loaded, sae, spec, tokens, work, progress, stop, cached_rows)
+    n_chunks = run_chunks(loaded, sae, spec, tokens, work, progress, stop, cached_rows, scale)
     lap("activations")
     tok, feat, val = _load_chunks(partial, n_chunks)
     work.remove("final")

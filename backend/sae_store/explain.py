@@ -146,21 +146,43 @@ def model_writer(explainer) -> Callable[[list[str]], list[str]]:
     return write
 
 
+def pending(store, features: Sequence[int] | None) -> tuple[list[int], list[int], dict[int, dict]]:
+    """(features wanted, those still to explain: live and not yet in the store, explanations already there)."""
+    wanted = list(range(store.d_sae)) if features is None else [store.check_id(int(f)) for f in features]
+    fired = np.asarray(store.arrays["fire_count"]) > 0
+    done = read_explanations(store.folder)
+    return wanted, [f for f in wanted if f not in done and fired[f]], done
+
+
+def scored_entry(store, feature: int, answer: str, pool: tuple[list[str], np.ndarray], writer_name: str) -> dict:
+    """One line of explanations.jsonl: the answer scored by detection against held-out positives and the pool."""
+    texts, peak = pool
+    positives = held_out_positives(store, feature)
+    negatives = [t for t, v in zip(texts, peak[:, feature]) if v <= 0][:len(positives) or 10]
+    entry = ScoredExplanation(feature, answer, balanced_accuracy(answer, positives, negatives),
+                              "lexical simulator", writer_name, len(positives), len(negatives))
+    return entry.__dict__
+
+
+def append_entries(handle, entries: list[dict], done: dict[int, dict]) -> None:
+    """Append one batch's lines to explanations.jsonl (flushed, so a stopped run keeps them)."""
+    for entry in entries:
+        handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        done[entry["feature"]] = entry
+    handle.flush()
+
+
 def explain_store(store, writer: Callable[[list[str]], list[str]], pool: tuple[list[str], np.ndarray], *,
                   features: Sequence[int] | None = None, batch_size: int = 16,
                   progress: Callable[[int, int], None] | None = None,
                   should_stop: Callable[[], bool] | None = None) -> dict[int, dict]:
     """Write (with `writer`) and score (against `pool`, see negative_pool) explanations for `features` (default all
     live ones) of `store`, resuming what is done."""
-    wanted = list(range(store.d_sae)) if features is None else [store.check_id(int(f)) for f in features]
-    fired = np.asarray(store.arrays["fire_count"]) > 0
-    done = read_explanations(store.folder)
-    todo = [f for f in wanted if f not in done and fired[f]]
+    wanted, todo, done = pending(store, features)
     owned = OutputFolder.claim(store.folder, force=True, command="sae explain")
     path = Path(store.folder) / EXPLANATIONS_FILE
     if not todo:
         return {f: done[f] for f in wanted if f in done}
-    texts, peak = pool
     writer_name = getattr(writer, "name", "explainer")
     with open(path, "a", encoding="utf-8") as handle:
         owned.record(EXPLANATIONS_FILE)
@@ -168,16 +190,9 @@ def explain_store(store, writer: Callable[[list[str]], list[str]], pool: tuple[l
             if should_stop is not None and should_stop():
                 break
             chunk = todo[start:start + batch_size]
-            prompts = [writer_prompt(store, f) for f in chunk]
-            answers = writer(prompts)
-            for feature, answer in zip(chunk, answers):
-                positives = held_out_positives(store, feature)
-                negatives = [t for t, v in zip(texts, peak[:, feature]) if v <= 0][:len(positives) or 10]
-                entry = ScoredExplanation(feature, answer, balanced_accuracy(answer, positives, negatives),
-                                          "lexical simulator", writer_name, len(positives), len(negatives))
-                handle.write(json.dumps(entry.__dict__, ensure_ascii=False) + "\n")
-                done[feature] = entry.__dict__
-            handle.flush()
+            answers = writer([writer_prompt(store, f) for f in chunk])
+            append_entries(handle, [scored_entry(store, f, a, pool, writer_name) for f, a in zip(chunk, answers)],
+                           done)
             if progress:
                 progress(min(start + batch_size, len(todo)), len(todo))
     return {f: done[f] for f in wanted if f in done}
