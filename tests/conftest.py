@@ -84,7 +84,7 @@ def open_from_sidebar(page, url: str, link: str):
 
 def choose_view(page, name: str) -> None:
     """Click a page's view (its "View" segmented control) and wait for the page to finish."""
-    page.locator("[data-testid='stButtonGroup']").get_by_role("button", name=name, exact=True).first.click()
+    page.get_by_role("radiogroup", name="View").get_by_role("radio", name=name, exact=True).first.click()
     wait_for_app(page)
 
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.browser
 def test_filter_table_runs_and_exports(app_server, browser_page, artefacts):
     page = browser_page
     sidebar = open_from_sidebar(page, app_server, "Fourier features")
-    page.locator("[data-testid='stButtonGroup']").get_by_role("button", name="Filters").wait_for(timeout=180_000)
+    page.get_by_role("radiogroup", name="View").get_by_role("radio", name="Filters").wait_for(timeout=180_000)
     sidebar.locator("[data-testid='stSelectbox']").first.click()
     page.get_by_role("option", name="adder", exact=True).click()
     page.get_by_text("Fourier magnitude of the number-token embeddings").wait_for(timeout=180_000)

@@ -13,10 +13,12 @@ pytestmark = pytest.mark.browser
 def test_mamba_heatmap_in_the_browser(app_server, browser_page, artefacts):
     page = browser_page
     sidebar = open_from_sidebar(page, app_server, "Relevance maps")
-    page.locator(".relevance-heatmap").first.wait_for(timeout=180_000)
+    page.get_by_role("button", name="Run", exact=True).wait_for(timeout=180_000)
     wait_for_app(page)
     sidebar.locator("[data-testid='stSelectbox']").first.click()
     page.get_by_role("option", name="mamba-tiny", exact=True).click()
+    wait_for_app(page)
+    page.get_by_role("button", name="Run", exact=True).click()
     try:
         page.get_by_text("MambaLRP: relevance for").first.wait_for(timeout=180_000)
     finally:

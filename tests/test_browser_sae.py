@@ -35,8 +35,8 @@ def test_sae_overview_shipped_gated(app_server, browser_page, artefacts):
     path = artefacts / "sae_overview-export.json"
     download_info.value.save_as(path)
     exported = json.loads(path.read_text())
-    assert exported["summary"]["architecture"] == "gated" and exported["summary"]["d_sae"] == 4608
-    assert exported["summary"]["n_tokens"] == 2 * 127
+    assert exported["architecture"] == "gated" and exported["d_sae"] == 4608
+    assert exported["n_tokens"] == 2 * 127  # two 128-token windows, each without its position-0 sink
     assert len(exported["density"]) == 4608
     with page.expect_download() as download_info:
         page.get_by_role("button", name="PNG").first.click()

@@ -15,6 +15,9 @@ def test_relevance_heatmap_and_svg_export(app_server, browser_page, artefacts):
     box = page.get_by_role("textbox", name="Text to explain")
     box.fill("Elizabeth was delighted to see her sister walk into the")
     box.press("Control+Enter")
+    wait_for_app(page)
+    assert page.locator(".relevance-heatmap").count() == 0  # nothing is computed before Run
+    page.get_by_role("button", name="Run", exact=True).click()
     page.wait_for_selector("span[title*=\"' sister': R = \"]", timeout=180_000)  # the new text's map
     wait_for_app(page)
     tokens = page.locator("span[title*='R = ']")
@@ -23,7 +26,8 @@ def test_relevance_heatmap_and_svg_export(app_server, browser_page, artefacts):
     assert title.startswith("token 0") and "R = " in title
     backgrounds = {tokens.nth(i).evaluate("e => getComputedStyle(e).backgroundColor") for i in range(tokens.count())}
     assert len(backgrounds) > 3  # coloured by relevance, not one flat colour
-    page.wait_for_selector("text=Relative error")
+    page.get_by_text("relative error").first.wait_for()  # the conservation readout's sentence
+    assert "run=1" in page.url and "sister" in page.url  # the inputs and the Run live in the URL
     page.screenshot(path=str(artefacts / "relevance.png"), full_page=True)
 
     with page.expect_download() as download_info:
@@ -31,5 +35,6 @@ def test_relevance_heatmap_and_svg_export(app_server, browser_page, artefacts):
     svg_path = artefacts / "relevance-heatmap.svg"
     download_info.value.save_as(svg_path)
     svg = svg_path.read_text(encoding="utf-8")
-    assert "<svg" in svg[:500] and "AttnLRP" in svg and "R / max|R|" in svg
+    assert "<svg" in svg[:500] and "AttnLRP" in svg and "relevance R" in svg
+    assert "Attention sink not used for the colour scale: position 0" in svg  # named where shown
     assert svg_path.stat().st_size > 5_000
