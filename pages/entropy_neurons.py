@@ -137,7 +137,9 @@ def ablation_view(lm, chosen: list[str], k: int, store_tokens: int) -> None:
         st.caption(f"The chosen neurons move the entropy {ratio:.1f}x as much as random neurons of their layers "
                    f"(mean |ΔH| {np.mean([e.entropy_total_abs for e in chosen_rows]):.3g} vs "
                    f"{np.mean([e.entropy_total_abs for e in random_rows]):.3g} nats).")
-    st.caption(f"{result.n_tokens} tokens, clean loss {result.clean_loss:.3f}, clean entropy "
+    ablated = ", ".join(e.neuron for e in chosen_rows) or "no chosen neuron"
+    st.caption(f"Mean-ablated {ablated} (and {len(random_rows)} random neurons) over {result.n_tokens} tokens: clean "
+               f"loss {result.clean_loss:.3f}, clean entropy "
                f"{result.clean_entropy:.3f} nats, {result.seconds:.1f} s. Norm-mediated share = 1 - |direct| / "
                "|total| on mean |Δ loss|, left empty where |direct| > |total| or total ~0.")
     table = pd.DataFrame([{"neuron": e.neuron, "random": e.is_random, "rho": e.rho, "norm": e.norm,

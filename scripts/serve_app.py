@@ -111,6 +111,10 @@ def main(argv: list[str]) -> int:
     from streamlit.runtime.pages_manager import PagesManager
     from streamlit.web import cli
 
+    # transformers is a lazy module: imported here, once, before any session thread can race another into a
+    # half-initialised module (seen as "cannot import name 'AutoConfig'" when a first load raced a rerun)
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+
     args = [arg for arg in argv if arg != "--shared"]
     if len(args) != len(argv):
         os.environ[SERVER_MODE_ENV] = "1"

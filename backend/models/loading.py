@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -95,9 +96,21 @@ def hub_reachable() -> bool:
         return False
 
 
+_IMPORT_LOCK = threading.Lock()
+
+
+def _auto_classes():
+    """transformers' Auto classes, imported by one thread at a time: transformers is a lazy module, and two sessions
+    importing it at once (a page's first load racing a rerun) saw a half-initialised module ("cannot import name
+    'AutoConfig'")."""
+    with _IMPORT_LOCK:
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+    return AutoConfig, AutoModelForCausalLM, AutoTokenizer, hf_logging
+
+
 def _from_pretrained(location: str, device: torch.device, dtype: torch.dtype, local_only: bool):
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    AutoConfig, AutoModelForCausalLM, AutoTokenizer, hf_logging = _auto_classes()
 
     hf_logging.disable_progress_bar()
     kwargs = {"local_files_only": local_only, "trust_remote_code": False}
