@@ -70,7 +70,7 @@ GPU = "cuda"
 def agreement() -> dict:
     from backend.models import load_model
     from backend.relevance.api import explain
-    from backend.scale.tolerance import relative_error, tolerance
+    from backend.scale.tolerance import relative_error, relevance_tolerance, tolerance
     from backend_timings import _text
 
     runs = [("cpu", "float32"), (GPU, "float32"), (GPU, "bfloat16"), (GPU, "float16")]
@@ -92,9 +92,10 @@ def agreement() -> dict:
         ref_rel, ref_cons, ref_target = maps[("cpu", "float32", length, method)]
         tol = tolerance(getattr(torch, dtype))
         error = relative_error(rel, ref_rel)
+        allowed = relevance_tolerance(getattr(torch, dtype), method)
         row = {"device": device, "dtype": dtype, "tokens": length, "method": method, "relevance_rel_l2": error,
-               "relevance_tolerance": tol.relevance, "same_target": target == ref_target,
-               "relevance_close": bool(error <= tol.relevance)}
+               "relevance_tolerance": allowed, "same_target": target == ref_target,
+               "relevance_close": bool(error <= allowed)}
         if cons is not None and ref_cons is not None:
             row.update(conservation=cons, conservation_cpu=ref_cons, conservation_tolerance=tol.conservation,
                        conservation_close=bool(abs(cons - ref_cons) <= tol.conservation))

@@ -4,6 +4,7 @@ These run the SAE's own model (the one named in the store), not necessarily the 
 """
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Callable
 
@@ -103,12 +104,14 @@ def show_prompt(store: FeatureStore, lm, text: str, open_feature: Callable[[int]
         return
     default = positions[-1]  # the last token: what the model predicts from
     label = lambda i: f"{i}: {result.tokens[i]!r}"  # noqa: E731
+    # keyed by the text: a new text starts at its own last token, not at a position picked on the old one
+    text_key = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     if len(positions) <= MAX_TOKEN_PILLS:
         chosen = st.pills("Click a token", positions, default=default, format_func=lambda i: result.tokens[i] or "∅",
-                          key="sae-prompt-token")
+                          key=f"sae-prompt-token-{text_key}")
     else:
         chosen = st.selectbox("Token", positions, index=positions.index(default), format_func=label,
-                              key="sae-prompt-token-select")
+                              key=f"sae-prompt-token-select-{text_key}")
     if chosen is None:
         st.caption("Pick a token to list its active features.")
         return

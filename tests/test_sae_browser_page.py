@@ -166,6 +166,23 @@ def test_live_view_inputs_live_in_the_url(env):
     assert at.query_params["text"] == "A different prompt" and at.query_params["new"] == "4"
 
 
+def token_pills(at):
+    """The prompt view's token pills (keyed by the text, so a new text starts at its own last token)."""
+    (key,) = [p.key for p in at.get("button_group") if (p.key or "").startswith("sae-prompt-token-")]
+    return at.pills(key=key)
+
+
+def test_a_new_prompt_starts_at_its_own_last_token(env):
+    store, _, _ = env
+    at = open_browser(store, "Prompt")
+    token_pills(at).set_value(3).run()
+    assert token_pills(at).value == 3
+    text = "One two three four five six seven eight nine ten"
+    at.text_area(key="sae-prompt-text").input(text).run()
+    assert not at.exception
+    assert token_pills(at).value == tiny_lm().encode(text).shape[1] - 1  # not position 2 carried over
+
+
 def test_prompt_view_click_token_then_feature(env):
     store, _, _ = env
     at = open_browser(store, "Prompt")
@@ -174,14 +191,15 @@ def test_prompt_view_click_token_then_feature(env):
     from pages._sae_live import DEFAULT_PROMPT
 
     last = tiny_lm().encode(DEFAULT_PROMPT).shape[1] - 1
-    assert at.pills(key="sae-prompt-token").value == last  # the last token, never the sink at position 0
+    assert token_pills(at).value == last  # the last token, never the sink at position 0
     assert "position 0" in " ".join(c.value for c in at.caption).lower()
     z = spec["data"][0]["z"]
     column_0 = [row[0] for row in z] if isinstance(z, list) else None
     assert column_0 is None or all(v is None for v in column_0)  # the sink column is blank, off the colour scale
-    at.pills(key="sae-prompt-token").set_value(3).run()
+    token_pills(at).set_value(3).run()
     buttons = [b for b in at.button if b.key and b.key.startswith("sae-active-")]
     assert buttons, "token 3 should have active features"
+    assert token_pills(at).value == 3
     feature = int(buttons[0].key.rsplit("-", 1)[1])
     buttons[0].click().run()
     assert not at.exception

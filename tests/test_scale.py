@@ -119,6 +119,19 @@ def test_bfloat16_relevance_is_within_its_tolerance_and_outside_float32s(models)
     assert relevance_close(reference.relevance, reference.relevance.copy(), torch.float32)
 
 
+def test_plain_gradient_maps_get_the_looser_half_precision_tolerance(models):
+    from backend.relevance.api import explain
+    from backend.scale.tolerance import relevance_tolerance
+
+    text = "The capital of France is Paris, and the capital of Spain is"
+    reference = explain(models["float32"], text, method="gradxinput")
+    half = explain(models["bfloat16"], text, method="gradxinput", target=reference.target)
+    assert relevance_close(half.relevance, reference.relevance, torch.bfloat16, method="gradxinput")
+    for dtype in (torch.bfloat16, torch.float16):
+        assert relevance_tolerance(dtype, "gradxinput") > relevance_tolerance(dtype, "attnlrp")
+    assert relevance_tolerance(torch.float32, "gradxinput") == relevance_tolerance(torch.float32, "attnlrp")
+
+
 def test_bfloat16_sae_metrics_and_activations_are_within_their_tolerance(models, tmp_path):
     from backend.sae import load_sae
     from backend.sae.evaluation import evaluate_sae

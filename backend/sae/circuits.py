@@ -27,6 +27,7 @@ from backend.graph import GraphEdge, GraphNode
 from backend.relevance.engine import attribute
 from backend.relevance.methods import get_method
 from backend.sae.folder import check_compatible
+from backend.sae.placement import on_device
 from backend.sae.sinks import sink_rows
 
 
@@ -141,6 +142,8 @@ def feature_circuit(loaded, upstream, downstream=None, text: str = "", *, featur
     if spec.kind != "lrp" or spec.rules is None:
         raise InterpscopeError(f"Feature circuits propagate with LRP rules (AttnLRP or CP-LRP), not {spec.label}.")
     up_hook = check_compatible(upstream, loaded.adapter, None, loaded.name)
+    upstream = on_device(upstream, loaded.device)
+    downstream = None if downstream is None else on_device(downstream, loaded.device)
     ids = loaded.encode(text)
     n_tokens = ids.shape[1]
     position = n_tokens + position if position < 0 else position

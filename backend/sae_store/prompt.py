@@ -20,6 +20,7 @@ from backend.config import InterpscopeError
 from backend.relevance import attribute, get_method, methods_for
 from backend.capture import model_lock
 from backend.sae import SparseAutoencoder, check_compatible
+from backend.sae.placement import on_device
 from backend.sae_store.encode import encode_with_sinks
 
 
@@ -118,6 +119,7 @@ def feature_attribution(loaded, sae: SparseAutoencoder, text: str, feature: int,
     if not 0 <= position < n_tokens:
         raise InterpscopeError(f"Position must be 0..{n_tokens - 1} for this text (got {position}).")
     target = _FeatureTarget(position)
+    sae = on_device(sae, loaded.device)
 
     def read_feature(tensor: torch.Tensor) -> None:
         x = tensor[0, position].to(sae.W_enc.dtype)

@@ -22,6 +22,7 @@ from backend.capture import hooks, model_lock
 from backend.config import InterpscopeError
 from backend.generation import RowEdit, greedy_generate
 from backend.sae import SparseAutoencoder, check_compatible
+from backend.sae.placement import on_device
 
 MODES = ("add", "ablate")
 MAX_NEW_TOKENS = 32
@@ -74,6 +75,7 @@ def steer(loaded, sae: SparseAutoencoder, text: str, feature: int, mode: str = "
     if not 0 <= n_new <= MAX_NEW_TOKENS:
         raise InterpscopeError(f"Generate between 0 and {MAX_NEW_TOKENS} tokens (asked for {n_new}).")
     hook = check_compatible(sae, loaded.adapter, None, loaded.name)
+    sae = on_device(sae, loaded.device)
     ids = loaded.encode(text, max_tokens=loaded.token_cap - n_new)
     captured: dict[str, torch.Tensor] = {}
 
