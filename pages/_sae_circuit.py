@@ -66,6 +66,9 @@ def show_circuit(store: FeatureStore, lm, text: str, open_in_store: Callable[[st
     with show_errors(), st.spinner("Propagating relevance through the spliced model…"):
         circuit = _circuit(lm, upstream, store if run["feature"] is not None else None, run["text"], run["feature"],
                            run["position"], run["method"])
+    if run["feature"] is not None and circuit.value == 0:
+        _not_active(store, lm, run)
+        return
     c = circuit.conservation
     parts = [("input tokens", c.input_tokens), ("SAE error node", c.error_node),
              ("SAE biases", c.sae_biases + c.target_sae_biases),
@@ -95,3 +98,18 @@ def show_circuit(store: FeatureStore, lm, text: str, open_in_store: Callable[[st
         cols[k % 4].button(f"#{top['feature']} · {top['relevance']:+.3g} · {upstream.labels[top['feature']][:40]}",
                            key=f"sae-circuit-open-{top['feature']}", on_click=open_in_store,
                            args=(upstream.name, top["feature"]), width="stretch")
+
+
+def _not_active(store: FeatureStore, lm, run: dict) -> None:
+    """The chosen feature is 0 at the chosen token: say so and name the features that do fire there."""
+    from pages._sae_live import _device_dtype, _prompt
+
+    view = _prompt(str(store.folder), (lm.name,) + _device_dtype(), run["text"], 20)
+    position = run["position"] if run["position"] >= 0 else len(view.tokens) + run["position"]
+    firing = view.active_at(position, limit=5) if 0 < position < len(view.tokens) else []
+    names = ", ".join(f"#{row['feature']} ({row['activation']:.3g})" for row in firing)
+    token = f" ({view.tokens[position]!r})" if 0 <= position < len(view.tokens) else ""
+    st.info(f"Feature {run['feature']} is not active at token {position}{token} of this text: "
+            "its value is 0, so there is nothing to propagate. "
+            + (f"Features active there, strongest first: {names}." if names else "No feature is active there.")
+            + " Or explain the next-token logit.")

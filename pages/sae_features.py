@@ -98,7 +98,7 @@ def show_overview(store: FeatureStore, path: str) -> None:
     dense = int((density > DENSE).sum())
     cols = st.columns(6)
     cols[0].metric("Features", f"{store.d_sae:,}")
-    cols[1].metric("Dead", f"{dead:,} ({dead / store.d_sae:.1%})",
+    cols[1].metric(f"Dead ({dead / store.d_sae:.1%})", f"{dead:,}",  # the share in the label: the value fits
                    help=f"features that never fired on the store's {store.n_counted:,} corpus tokens")
     cols[2].metric("Dense", f"{dense:,}", help=f"features active on more than {DENSE:.0%} of tokens")
     cols[3].metric("Corpus tokens", f"{store.n_counted:,}")

@@ -136,3 +136,41 @@ def test_the_circuit_view_in_the_feature_browser(tmp_path, monkeypatch):
     button = next(b for b in at.button if b.key and b.key.startswith("sae-circuit-open-"))
     button.click().run()
     assert at.session_state["sae_store"] == up_store.name and at.session_state["sae_view"] == "Feature"
+
+
+def test_a_feature_that_is_not_active_gets_a_message_naming_those_that_are(tmp_path, monkeypatch):
+    import numpy as np
+    from streamlit.testing.v1 import AppTest
+
+    from backend.models import load_model
+    from backend.sae import load_sae
+    from backend.sae_store import build_store, layout
+    from backend.sae_store.prompt import prompt_features
+    from tests.apptest_util import ROOT
+    from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
+
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setattr(layout, "SHIPPED_STORES_DIR", tmp_path / "no-shipped-stores")
+    model_dir = save_tiny_lm(tmp_path / "model", seed=2)
+    lm = load_model(str(model_dir), device="cpu")
+    up = random_sae_folder(lm, tmp_path / "up", hook="blocks.0.hook_resid_post")
+    down = random_sae_folder(lm, tmp_path / "down", hook="blocks.1.hook_resid_post", seed=4)
+    build_store(lm, up, n_tokens=512, context_size=64, batch_size=4, eval_tokens=0)
+    down_store = build_store(lm, down, n_tokens=512, context_size=64, batch_size=4, eval_tokens=0)
+    text = "The cat sat on the mat and looked at the dog"
+    view = prompt_features(lm, load_sae(down), text)
+    last = view.activations[-1]
+    silent = int(np.flatnonzero(last <= 0)[0])
+    firing = [row["feature"] for row in view.active_at(len(view.tokens) - 1, limit=5)]
+    at = AppTest.from_file(str(ROOT / "pages/sae_features.py"), default_timeout=300)
+    at.session_state["sae_store"] = down_store.name
+    at.session_state["sae_view"] = "Circuit"
+    at.session_state["sae-prompt-text"] = text
+    at.session_state["sae-circuit-feature"] = silent
+    at.run()
+    at.button(key="sae-circuit-run").click().run()
+    assert not at.exception, at.exception
+    (note,) = [i.value for i in at.info if "not active" in i.value]
+    assert f"Feature {silent} is not active at token {len(view.tokens) - 1}" in note
+    assert all(f"#{f} " in note for f in firing) and firing
+    assert not any("Strongest edges" in str(c.proto.spec) for c in at.get("plotly_chart"))

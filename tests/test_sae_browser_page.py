@@ -64,7 +64,7 @@ def test_overview_metrics_density_and_table(env):
     shown = metrics(at)
     assert shown["Features"] == "48"
     dead = int((store.density == 0).sum())
-    assert shown["Dead"] == f"{dead:,} ({dead / store.d_sae:.1%})"
+    assert shown[f"Dead ({dead / store.d_sae:.1%})"] == f"{dead:,}"
     assert shown["Dense"] == str(int((store.density > 0.1).sum()))
     assert shown["L0"] == f"{store.manifest['metrics']['l0']:.1f}"
     charts = at.get("plotly_chart")
