@@ -101,14 +101,10 @@ def test_the_logit_target_and_the_errors(planted):
         feature_circuit(lm, upstream, downstream, "abcdefgh", feature=3, position=0)
 
 
-def test_the_circuit_view_in_the_feature_browser(tmp_path, monkeypatch):
-    import json
-
-    from streamlit.testing.v1 import AppTest
-
+def _two_stores(tmp_path, monkeypatch):
+    """A tiny model with random SAEs at blocks 0 and 1 and their stores (nothing shipped in sight)."""
     from backend.models import load_model
     from backend.sae_store import build_store, layout
-    from tests.apptest_util import ROOT
     from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
 
     monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
@@ -119,6 +115,17 @@ def test_the_circuit_view_in_the_feature_browser(tmp_path, monkeypatch):
     down = random_sae_folder(lm, tmp_path / "down", hook="blocks.1.hook_resid_post", seed=4)
     up_store = build_store(lm, up, n_tokens=512, context_size=64, batch_size=4, eval_tokens=0)
     down_store = build_store(lm, down, n_tokens=512, context_size=64, batch_size=4, eval_tokens=0)
+    return lm, down, up_store, down_store
+
+
+def test_the_circuit_view_in_the_feature_browser(tmp_path, monkeypatch):
+    import json
+
+    from streamlit.testing.v1 import AppTest
+
+    from tests.apptest_util import ROOT
+
+    _, _, up_store, down_store = _two_stores(tmp_path, monkeypatch)
     at = AppTest.from_file(str(ROOT / "pages/sae_features.py"), default_timeout=300)
     at.session_state["sae_store"] = down_store.name
     at.session_state["sae_view"] = "Circuit"
@@ -142,21 +149,11 @@ def test_a_feature_that_is_not_active_gets_a_message_naming_those_that_are(tmp_p
     import numpy as np
     from streamlit.testing.v1 import AppTest
 
-    from backend.models import load_model
     from backend.sae import load_sae
-    from backend.sae_store import build_store, layout
     from backend.sae_store.prompt import prompt_features
     from tests.apptest_util import ROOT
-    from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
 
-    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setattr(layout, "SHIPPED_STORES_DIR", tmp_path / "no-shipped-stores")
-    model_dir = save_tiny_lm(tmp_path / "model", seed=2)
-    lm = load_model(str(model_dir), device="cpu")
-    up = random_sae_folder(lm, tmp_path / "up", hook="blocks.0.hook_resid_post")
-    down = random_sae_folder(lm, tmp_path / "down", hook="blocks.1.hook_resid_post", seed=4)
-    build_store(lm, up, n_tokens=512, context_size=64, batch_size=4, eval_tokens=0)
-    down_store = build_store(lm, down, n_tokens=512, context_size=64, batch_size=4, eval_tokens=0)
+    lm, down, _, down_store = _two_stores(tmp_path, monkeypatch)
     text = "The cat sat on the mat and looked at the dog"
     view = prompt_features(lm, load_sae(down), text)
     last = view.activations[-1]
