@@ -1,5 +1,6 @@
 """Corpus-scale jobs on a local 2-worker Ray cluster write exactly what one process writes, and survive a killed
-worker (its shard re-run on the restarted actor) and a stopped driver (the rerun skips the finished shards).
+worker (its shard re-run on the restarted actor), a stopped driver (the rerun skips the finished shards) and a SIGKILLed
+driver process with its workers (the same).
 
 Workers are other processes, so the model is a tiny GPT-2 saved as a folder (tests.sae_store_tiny.save_tiny_lm)
 and loaded by path on both sides; one cluster serves the whole module.
@@ -241,3 +242,33 @@ def test_cli_store_with_two_workers_matches_the_api(env, capsys):
     reference = build_store(lm, sae, root / "cli-reference", n_tokens=2048, context_size=CONTEXT, batch_size=BATCH,
                             eval_tokens=0)
     _same_store(reference, root / "cli-store")
+
+
+def test_a_sigkilled_driver_on_workers_resumes_to_the_same_store(env):
+    """`sae store --workers 2` in its own process (its own local cluster), SIGKILLed with its process group once
+    some chunks are on disk; the rerun finishes from them and writes exactly the uninterrupted store."""
+    import subprocess
+    import sys
+    import time
+
+    from backend.sae_store import build_store
+
+    root, lm, sae = env
+    options = dict(n_tokens=32768, context_size=CONTEXT, batch_size=BATCH, eval_tokens=0)
+    out = root / "store-killed"
+    partial = out.with_name(out.name + ".partial")
+    command = [sys.executable, "-m", "backend.cli", "sae", "store", "--sae", str(sae), "--model", lm.name,
+               "--device", "cpu", "--out", str(out), "--workers", "2", "--tokens", "32768", "--context",
+               str(CONTEXT), "--batch-size", str(BATCH), "--eval-tokens", "0"]
+    driver = subprocess.Popen(command, cwd=Path(__file__).resolve().parent.parent, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ))
+    deadline = time.time() + 240
+    while time.time() < deadline and driver.poll() is None and len(list(partial.glob("chunk_*.npz"))) < 8:
+        time.sleep(0.02)
+    assert driver.poll() is None, "the build ended before it could be killed"
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait(30)
+    done = len(list(partial.glob("chunk_*.npz")))
+    assert 8 <= done < 32768 // CONTEXT // BATCH and not (out / "manifest.json").exists()
+    resumed = build_store(lm, sae, out, **options)  # the rerun, here in one process
+    _same_store(build_store(lm, sae, root / "store-uninterrupted", **options), resumed)
