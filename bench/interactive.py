@@ -290,15 +290,19 @@ def drive(url: str, repeats: int, only: list[str] | None) -> list[dict]:
                                  "screenshot": str(shot.relative_to(ROOT))})
                     print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
                     break
-                first, seconds = seconds[0], seconds[1:]
-                rows.append({"action": action.name, "budget_seconds": action.budget, "first": first,
-                             "p50": float(np.percentile(seconds, 50)), "p95": float(np.percentile(seconds, 95)),
-                             "runs": len(seconds), "within_budget": bool(np.percentile(seconds, 50) <= action.budget),
-                             "retried": retried, "loadavg": [round(v, 2) for v in os.getloadavg()]})
+                rows.append(timing_row(action.name, action.budget, seconds[0], seconds[1:], retried))
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
             context.close()
         browser.close()
     return rows
+
+
+def timing_row(name: str, budget: float, first: float, seconds: list[float], retried: int = 0) -> dict:
+    """One action's figures: the warm-up (first) apart, p50/p95 of the repeats beside the budget, the load."""
+    p50 = float(np.percentile(seconds, 50))
+    return {"action": name, "budget_seconds": budget, "first": first, "p50": p50,
+            "p95": float(np.percentile(seconds, 95)), "runs": len(seconds), "within_budget": bool(p50 <= budget),
+            "retried": retried, "loadavg": [round(v, 2) for v in os.getloadavg()]}
 
 
 def fourier_filter_rows(repeats: int) -> list[dict]:
@@ -322,13 +326,9 @@ def fourier_filter_rows(repeats: int) -> list[dict]:
                 start = time.perf_counter()
                 click(page, "Run filter table")
                 wait_text(page, "Filter table")
-                if n:
-                    seconds.append(time.perf_counter() - start)
+                seconds.append(time.perf_counter() - start)
             browser.close()
-        rows.append({"action": "Fourier filter table, 500 prompts (adder)", "budget_seconds": 10.0,
-                     "p50": float(np.percentile(seconds, 50)), "p95": float(np.percentile(seconds, 95)),
-                     "runs": len(seconds), "within_budget": bool(np.percentile(seconds, 50) <= 10.0),
-                     "loadavg": [round(v, 2) for v in os.getloadavg()]})
+        rows.append(timing_row("Fourier filter table, 500 prompts (adder)", 10.0, seconds[0], seconds[1:]))
     finally:
         stop_app(process)
     return rows
