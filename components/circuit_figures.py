@@ -18,12 +18,16 @@ def circuit_figure(nodes: Sequence, edges: Sequence, title: str) -> go.Figure:
     width = max(len(tokens) - 1, 1)
     position = {n.id: (float(n.position), 0.0) for n in tokens}
     middle = sorted([n for n in nodes if n.kind == "feature"], key=lambda n: (n.position, n.index))
+    gap = max(0.6, 0.05 * (width + 2))  # ~a label's width ("#1234") on a ~1000 px plot, in token units
     last_x = -1.0
+    label_below: set[str] = set()
     for node in middle:
-        x = max(float(node.position), last_x + 0.6)
+        x = max(float(node.position), last_x + gap)
+        if x - last_x < 2 * gap and middle.index(node) % 2:  # crowded: every other label under its point
+            label_below.add(node.id)
         position[node.id] = (x, 1.0)
         last_x = x
-    position["error"] = (width + 0.8, 1.0)
+    position["error"] = (max(width + 0.8, last_x + gap), 1.0)
     position["target"] = (width / 2, 2.0)
     fig = go.Figure()
     biggest = add_edges(fig, edges, position, width=7.0)
@@ -31,7 +35,7 @@ def circuit_figure(nodes: Sequence, edges: Sequence, title: str) -> go.Figure:
     fig.add_trace(go.Scatter(
         x=[position[n.id][0] for n in shown], y=[position[n.id][1] for n in shown], mode="markers+text",
         text=[n.label.split(": ", 1)[-1] if n.kind == "token" else n.label for n in shown],
-        textposition=["bottom center" if n.kind == "token" else "top center" for n in shown],
+        textposition=["bottom center" if n.kind == "token" or n.id in label_below else "top center" for n in shown],
         customdata=[n.index if n.kind == "feature" else -1 for n in shown], showlegend=False,
         marker=dict(size=[12 + 16 * min(1.0, abs(n.relevance) / biggest) for n in shown],
                     color=[KIND_COLOUR[n.kind] for n in shown]),
