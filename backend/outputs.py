@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from backend.atomic import is_temp_name, remove_stale_temps, write_json
 from backend.config import InterpscopeError
 
 MARKER = ".interpscope-output.json"
@@ -32,8 +33,13 @@ def check_output_file(path: str | Path, flag: str = "--out") -> Path:
     path = Path(path).expanduser()
     if path.is_dir():
         raise InterpscopeError(f"{flag} {path} is a folder; give a file name.")
+    if path.exists() and not path.is_file():
+        raise InterpscopeError(f"{flag} {path} is not a regular file; give a file name.")
     parent = path.parent
     if not parent.is_dir():
+        existing = _nearest_existing(parent)
+        if existing.exists() and not existing.is_dir():
+            raise InterpscopeError(f"{flag} {path}: {existing} is a file, not a folder.")
         raise InterpscopeError(f"{flag} {path}: the folder {parent} does not exist; create it first or choose "
                                "another path.")
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
@@ -41,13 +47,30 @@ def check_output_file(path: str | Path, flag: str = "--out") -> Path:
     return path
 
 
+def safe_entry(folder: Path, entry: object) -> bool:
+    """Whether a marker entry names something inside `folder`: a relative path without '..' that, resolved with
+    symlinks followed, stays inside the folder. Anything else (a hand-edited or planted marker) is never trusted."""
+    if not isinstance(entry, str) or not entry or "\0" in entry or "\\" in entry:
+        return False
+    parts = Path(entry.rstrip("/")).parts
+    if not parts or Path(entry).is_absolute() or ".." in parts or entry.startswith("~"):
+        return False
+    root = Path(os.path.realpath(folder))
+    target = Path(os.path.realpath(Path(folder) / entry.rstrip("/")))
+    return target != root and target.is_relative_to(root)
+
+
 def read_marker(folder: Path) -> dict | None:
-    """The marker of a folder Interpscope writes into, or None when it has none (or an unreadable one)."""
+    """The marker of a folder Interpscope writes into, or None when it has none (or an unreadable one). Entries
+    that would name anything outside the folder are dropped (see safe_entry)."""
     try:
         marker = json.loads((Path(folder) / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return marker if isinstance(marker, dict) and isinstance(marker.get("files"), list) else None
+    if not isinstance(marker, dict) or not isinstance(marker.get("files"), list):
+        return None
+    marker["files"] = [entry for entry in marker["files"] if safe_entry(Path(folder), entry)]
+    return marker
 
 
 def foreign_entries(folder: Path) -> list[str]:
@@ -56,7 +79,8 @@ def foreign_entries(folder: Path) -> list[str]:
     if marker is not None and marker.get("created"):
         return []
     own = {entry.split("/", 1)[0] for entry in marker["files"]} if marker else set()
-    return sorted(p.name for p in folder.iterdir() if p.name not in (MARKER, MARKER + ".tmp") and p.name not in own)
+    return sorted(p.name for p in folder.iterdir()
+                  if p.name not in (MARKER, MARKER + ".tmp") and p.name not in own and not is_temp_name(p.name))
 
 
 def check_output_folder(path: str | Path, force: bool = False, flag: str = "--out") -> Path:
@@ -107,18 +131,22 @@ class OutputFolder:
             raise InterpscopeError(f"Cannot create the folder {path}: {err.strerror or err}.") from None
         folder = cls(path, marker)
         folder._save()
+        remove_stale_temps(path)
         return folder
 
     def _save(self) -> None:
-        tmp = self.path / (MARKER + ".tmp")
-        tmp.write_text(json.dumps(self.marker, indent=1), encoding="utf-8")
-        os.replace(tmp, self.path / MARKER)
+        write_json(self.path / MARKER, self.marker, indent=1)
 
     def _relative(self, path: str | Path) -> str:
-        """Paths are absolute (inside the folder) or relative to the folder."""
+        """Paths are absolute (inside the folder) or relative to the folder; anything outside it is refused."""
         path = Path(path)
         if path.is_absolute():
-            path = path.relative_to(self.path)
+            try:
+                path = path.relative_to(self.path)
+            except ValueError:
+                raise InterpscopeError(f"{path} is outside the output folder {self.path}.") from None
+        if ".." in path.parts:
+            raise InterpscopeError(f"{path} is outside the output folder {self.path}.")
         return path.as_posix()
 
     @property
@@ -180,11 +208,13 @@ class OutputFolder:
         entries = self.marker["files"]
         inside = [e for e in entries if e.rstrip("/") == rel or e.startswith(rel + "/")]
         for entry in sorted((e for e in inside if not e.endswith("/")), reverse=True):
-            (self.path / entry).unlink(missing_ok=True)
+            if safe_entry(self.path, entry):
+                (self.path / entry).unlink(missing_ok=True)
             entries.remove(entry)
         for entry in sorted((e for e in inside if e.endswith("/")), key=len, reverse=True):
             folder = self.path / entry
-            if folder.is_dir() and not any(folder.iterdir()):
+            if safe_entry(self.path, entry) and folder.is_dir() and not folder.is_symlink() \
+                    and not any(folder.iterdir()):
                 folder.rmdir()
             if not folder.exists():
                 entries.remove(entry)
