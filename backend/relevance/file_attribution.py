@@ -22,10 +22,11 @@ from typing import Callable
 
 import numpy as np
 
+from backend.atomic import write_json
 from backend.config import InterpscopeError, data_dir
 from backend.outputs import OutputFolder
 from backend.relevance.methods import MethodOptions, get_method
-from backend.resume import check_same_settings
+from backend.resume import appending, check_same_settings, read_log
 from backend.uploads import UploadTable
 
 SPEC_FILE = "spec.json"
@@ -111,19 +112,6 @@ def default_folder(spec: FileSpec) -> Path:
     return data_dir() / "file_attribution" / key
 
 
-def _read_rows(path: Path) -> list[dict]:
-    """Finished rows (a torn last line from an interrupted run is dropped)."""
-    if not path.is_file():
-        return []
-    found = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            found.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return found
-
-
 def explain_file(lm, table: UploadTable, data: bytes, method: str, *, options: MethodOptions | None = None,
                  token: str | None = None, folder: str | Path | None = None, force: bool = False,
                  progress: Callable[[int, int], None] | None = None,
@@ -146,12 +134,12 @@ def explain_file(lm, table: UploadTable, data: bytes, method: str, *, options: M
                                                      where="in the folder", force=force):
         owned.remove(out / ROWS_FILE)
     if saved is None or saved != asdict(spec):
-        (out / SPEC_FILE).write_text(json.dumps(asdict(spec), indent=2), encoding="utf-8")
+        write_json(out / SPEC_FILE, asdict(spec))
         owned.record(SPEC_FILE)
-    done = _read_rows(out / ROWS_FILE)
+    done = read_log(out / ROWS_FILE)  # a torn last line is cut off, so the resume appends whole lines
     start = time.perf_counter()
     total = len(table.examples)
-    with open(out / ROWS_FILE, "a", encoding="utf-8") as handle:
+    with appending(out / ROWS_FILE) as append:
         owned.record(ROWS_FILE)
         for index in range(len(done), total):
             if should_stop is not None and should_stop():
@@ -164,8 +152,7 @@ def explain_file(lm, table: UploadTable, data: bytes, method: str, *, options: M
                          "label": label, "seconds": result.seconds}
             except InterpscopeError as err:
                 entry = {"row": index, "error": str(err), "label": label}
-            handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
-            handle.flush()
+            append(entry)
             done.append(entry)
             if progress:
                 progress(index + 1, total)

@@ -17,7 +17,6 @@ writer, positives, negatives), appended as features finish, so a run resumes; th
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ import torch
 
 from backend.config import InterpscopeError
 from backend.outputs import OutputFolder
+from backend.resume import appending, read_log
 from backend.sae_store.explanations import EXPLANATIONS_FILE, read_explanations
 
 STOP = {"the", "and", "that", "this", "with", "from", "for", "are", "was", "word", "words", "token", "tokens",
@@ -164,12 +164,11 @@ def scored_entry(store, feature: int, answer: str, pool: tuple[list[str], np.nda
     return entry.__dict__
 
 
-def append_entries(handle, entries: list[dict], done: dict[int, dict]) -> None:
-    """Append one batch's lines to explanations.jsonl (flushed, so a stopped run keeps them)."""
+def append_entries(append: Callable[[dict], None], entries: list[dict], done: dict[int, dict]) -> None:
+    """Append one batch's lines to explanations.jsonl (each written whole, so a stopped run keeps them)."""
     for entry in entries:
-        handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        append(entry)
         done[entry["feature"]] = entry
-    handle.flush()
 
 
 def explain_store(store, writer: Callable[[list[str]], list[str]], pool: tuple[list[str], np.ndarray], *,
@@ -184,7 +183,8 @@ def explain_store(store, writer: Callable[[list[str]], list[str]], pool: tuple[l
     if not todo:
         return {f: done[f] for f in wanted if f in done}
     writer_name = getattr(writer, "name", "explainer")
-    with open(path, "a", encoding="utf-8") as handle:
+    read_log(path)  # a torn last line (a killed run) is cut off before appending
+    with appending(path) as handle:
         owned.record(EXPLANATIONS_FILE)
         for start in range(0, len(todo), batch_size):
             if should_stop is not None and should_stop():

@@ -16,6 +16,7 @@ import numpy as np
 
 from backend.config import resolve_device
 from backend.outputs import OutputFolder
+from backend.resume import appending, read_log
 from backend.sae_store.explain import append_entries, check_explainer, pending, scored_entry, write_explanations, \
     writer_prompt
 from backend.sae_store.explanations import EXPLANATIONS_FILE
@@ -51,7 +52,8 @@ def explain_store_on_ray(store, explainer_name: str, pool: tuple[list[str], np.n
     scale = Scale(workers=workers, address=address, stats=stats or RunStats())
     arrived: dict[int, tuple[str, list[str]]] = {}
     written = 0
-    with open(Path(store.folder) / EXPLANATIONS_FILE, "a", encoding="utf-8") as handle:
+    read_log(Path(store.folder) / EXPLANATIONS_FILE)  # a torn last line (a killed run) is cut off first
+    with appending(Path(store.folder) / EXPLANATIONS_FILE) as handle:
         owned.record(EXPLANATIONS_FILE)
 
         def collect(shard: Shard, answered: tuple[str, list[str]]) -> None:
