@@ -16,6 +16,7 @@ import torch
 
 from backend.config import ASSETS_DIR, InterpscopeError
 from backend.inputs import decode_bytes, parse_examples
+from backend.paths import confined, display_path
 
 Split = Literal["train", "valid", "test", "all"]
 BUNDLED_DIR = ASSETS_DIR / "corpus" / "austen"
@@ -51,17 +52,21 @@ def _bundled_paragraphs() -> tuple[tuple[str, str], ...]:
 
 
 def _read_source(path: Path) -> list[str]:
-    """Texts from a .txt/.md file (paragraphs), a .jsonl file ("text" field) or a folder of those."""
+    """Texts from a .txt/.md file (paragraphs), a .jsonl file ("text" field) or a folder of those. On a shared
+    server the path and every file found in a folder are confined to the allowed folders by their resolved path
+    (a symlink leading outside is refused, never read)."""
+    path = confined(path, "corpus file or folder")
     if path.is_dir():
         texts: list[str] = []
         for child in sorted(path.rglob("*")):
             if child.suffix.lower() in (".txt", ".md", ".jsonl") and child.is_file():
+                confined(child, f"corpus folder's file {child.relative_to(path).as_posix()!r}")
                 texts.extend(_read_source(child))
         if not texts:
-            raise InterpscopeError(f"No .txt, .md or .jsonl files with text under {path}.")
+            raise InterpscopeError(f"No .txt, .md or .jsonl files with text under {display_path(path)}.")
         return texts
     if not path.is_file():
-        raise InterpscopeError(f"No corpus file or folder at {path}.")
+        raise InterpscopeError(f"No corpus file or folder at {display_path(path)}.")
     if path.suffix.lower() == ".jsonl":
         return parse_examples(path.read_bytes(), path.name)
     text = decode_bytes(path.read_bytes(), name=path.name)

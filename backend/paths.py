@@ -1,8 +1,10 @@
-"""Paths and names typed into a page: server mode confines paths to a few folders; names are always plain.
+"""Paths the server opens and shows: server mode confines them to a few folders; names are always plain.
 
 On a shared server (INTERPSCOPE_SERVER_MODE=1) a page must not become a way to read, or probe, the server's
-file system: a typed path is resolved (home, symlinks, '..') and refused unless it lies inside an allowed root,
-with one message whether or not it exists. Run and store names become folder names, so they are plain names.
+file system: every path it opens, typed or read from a file (an SAE's cfg.json, a store's manifest, a file in a
+corpus folder), is resolved (home, symlinks, '..') and refused unless it lies inside an allowed root, with one
+message whether or not it exists. A path shown in a page is written relative to its root (display_path), never as
+the server's absolute path. Run and store names become folder names, so they are plain names.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from backend.config import ASSETS_DIR, InterpscopeError, data_dir
 SERVER_MODE_ENV = "INTERPSCOPE_SERVER_MODE"
 ALLOWED_ROOTS_ENV = "INTERPSCOPE_ALLOWED_ROOTS"
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
+DATA_LABEL = "[data dir]"
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 
 
@@ -50,15 +53,34 @@ def allowed_roots() -> list[Root]:
 
 def _refusal(what: str) -> InterpscopeError:
     roles = list(dict.fromkeys(root.role for root in allowed_roots()))
-    return InterpscopeError(f"Paths typed into this shared server must lie inside its allowed folders "
-                            f"({', '.join(roles)}); this {what} does not. Pick one from the lists, or ask the "
-                            "server's operator to allow its folder.")
+    return InterpscopeError(f"Paths typed into this shared server (or named in its files) must lie inside its "
+                            f"allowed folders ({', '.join(roles)}); this {what} does not. Pick one from the lists, "
+                            "or ask the server's operator to allow its folder.")
+
+
+def inside_roots(path: Path) -> bool:
+    """Whether a path, resolved with its symlinks followed, lies inside one of allowed_roots()."""
+    try:
+        resolved = Path(path).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False
+    return any(resolved.is_relative_to(root.path) for root in allowed_roots())
+
+
+def _from_display(text: str) -> str:
+    """A path written the way display_path shows it ('[data dir]/...', 'assets/...') as a real path."""
+    if text.startswith(DATA_LABEL):
+        return str(data_dir()) + text[len(DATA_LABEL):]
+    if text == "assets" or text.startswith("assets/"):
+        return str(ASSETS_DIR.parent / text)
+    return text
 
 
 def user_path(text: str, what: str = "path") -> Path:
-    """The absolute, symlink-free path a person typed; in server mode only inside allowed_roots(), refusing
-    everything else with one message that does not depend on whether the path exists."""
-    text = (text or "").strip()
+    """The absolute, symlink-free path a person typed (or the page shows: display_path's form is read back); in
+    server mode only inside allowed_roots(), refusing everything else with one message that does not depend on
+    whether the path exists."""
+    text = _from_display((text or "").strip())
     if not text:
         raise InterpscopeError(f"Give a {what}.")
     try:
@@ -70,6 +92,45 @@ def user_path(text: str, what: str = "path") -> Path:
     if server_mode() and not any(resolved.is_relative_to(root.path) for root in allowed_roots()):
         raise _refusal(what)
     return resolved
+
+
+def confined(path: str | Path, what: str = "path") -> Path:
+    """Any path the server is about to open, wherever it came from (typed, or read from a cfg.json or a manifest):
+    resolved, and in server mode refused unless it lies inside allowed_roots() (as user_path)."""
+    return user_path(str(path), what)
+
+
+def confined_folder(folder: str | Path, what: str = "folder") -> Path:
+    """A folder the server reads files from (a model, an SAE): the folder and, in server mode, every file in it
+    resolved inside allowed_roots(), so a file that is a symlink leading outside is refused before it is opened."""
+    resolved = confined(folder, what)
+    if server_mode() and resolved.is_dir():
+        for child in resolved.iterdir():
+            if not inside_roots(child):
+                raise _refusal(f"{what} (its file {child.name!r} leads outside them)")
+    return resolved
+
+
+def display_path(path: str | Path) -> str:
+    """How a page shows a path: relative to the bundled assets ('assets/...'), the data directory
+    ('[data dir]/...'), the Hugging Face cache or an operator's folder; never the server's absolute path in server
+    mode (a path outside every root shows as its last part only). Outside server mode such a path is shown as is.
+    A relative text (a bundled model's name, a hub id, 'assets/...') is shown as it is, so any name can pass."""
+    text = str(path)
+    if not text.startswith(("/", "~")):
+        return text
+    try:
+        resolved = Path(text).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError):
+        return Path(text).name if server_mode() else text
+    labels = [(ASSETS_DIR.resolve(), "assets"), (data_dir().resolve(), DATA_LABEL),
+              (hf_hub_cache().resolve(), "[Hugging Face cache]")]
+    labels += [(root.path, "[allowed folder]") for root in allowed_roots() if ALLOWED_ROOTS_ENV in root.role]
+    for root, label in sorted(labels, key=lambda pair: -len(pair[0].parts)):  # the innermost root names it
+        if resolved.is_relative_to(root):
+            rest = resolved.relative_to(root).as_posix()
+            return label if rest == "." else f"{label}/{rest}"
+    return f"…/{resolved.name}" if server_mode() else text
 
 
 def plain_name(text: str, what: str = "name") -> str:
@@ -97,7 +158,7 @@ def hub_cached(repo_id: str) -> bool:
     return any(repo.glob("snapshots/*/config.json"))
 
 
-def model_choice(text: str) -> str:
+def model_choice(text: str, what: str = "model folder") -> str:
     """Check a model name typed into the sidebar and return what to load: folders go through user_path; in
     server mode a Hugging Face id must already be in the local hub cache (nothing is downloaded for a visitor).
     Bundled names pass as they are."""
@@ -107,7 +168,7 @@ def model_choice(text: str) -> str:
     if name in BUNDLED:
         return name
     if looks_like_path(name) or (not server_mode() and Path(name).expanduser().exists()):
-        user_path(name, "model folder")
+        user_path(name, what)
         return name
     if server_mode() and not hub_cached(name):
         raise InterpscopeError(f"{name!r} is not in this server's Hugging Face cache, and a shared server "

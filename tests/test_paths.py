@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,162 @@ def test_server_mode_takes_hub_ids_only_from_the_cache(server):
     assert model_choice("adder") == "adder"
     with pytest.raises(InterpscopeError, match="allowed folders"):
         model_choice("/etc")
+
+
+# --- every path the server opens, not only typed ones (issue 22, item 13) --------------------------------------
+SECRET = "The outside secret paragraph that a shared server must never read for a visitor, however it is linked."
+
+
+def outside_secret(server: Path) -> Path:
+    """A text file outside every allowed root (the test's tmp folder is not one)."""
+    secret = server / "outside" / "secret.txt"
+    secret.parent.mkdir(parents=True, exist_ok=True)
+    secret.write_text(SECRET + "\n")
+    return secret
+
+
+def corpus_with_symlink(server: Path) -> Path:
+    """A corpus folder in the data dir: one real file and a symlink to a file outside the roots."""
+    corpus = server / "data" / "corpus"
+    corpus.mkdir(parents=True)
+    (corpus / "mine.txt").write_text("A paragraph of the visitor's own corpus, long enough to be kept as one.\n")
+    (corpus / "zz-link.txt").symlink_to(outside_secret(server))
+    return corpus
+
+
+def test_corpus_folder_walk_refuses_a_symlink_to_an_outside_file(server):
+    from backend.corpus import paragraphs
+
+    corpus = corpus_with_symlink(server)
+    with pytest.raises(InterpscopeError) as err:
+        paragraphs(corpus, split="all")
+    message = str(err.value)
+    assert "allowed folders" in message and "zz-link.txt" in message
+    assert str(server) not in message and "secret" not in message
+    (corpus / "zz-link.txt").unlink()
+    assert paragraphs(corpus, split="all") == ["A paragraph of the visitor's own corpus, long enough to be kept as one."]
+
+
+def test_corpus_symlinked_file_given_directly_is_refused(server):
+    from backend.corpus import paragraphs
+
+    corpus = corpus_with_symlink(server)
+    with pytest.raises(InterpscopeError, match="allowed folders"):
+        paragraphs(corpus / "zz-link.txt", split="all")
+
+
+def test_outside_server_mode_the_symlinked_file_is_read(server, monkeypatch):
+    from backend.corpus import paragraphs
+
+    corpus = corpus_with_symlink(server)
+    monkeypatch.delenv("INTERPSCOPE_SERVER_MODE")
+    assert SECRET in paragraphs(corpus, split="all")
+
+
+def test_model_folder_outside_the_roots_is_not_loaded(server):
+    from backend.models import load_model
+
+    outside = server / "outside" / "adder"
+    shutil.copytree(ASSETS_DIR / "models" / "adder", outside)
+    with pytest.raises(InterpscopeError, match="allowed folders"):
+        load_model(str(outside), device="cpu")
+    linked = server / "data" / "models" / "adder"  # a folder inside the data dir whose weights lead outside
+    linked.mkdir(parents=True)
+    for child in outside.iterdir():
+        (linked / child.name).symlink_to(child)
+    with pytest.raises(InterpscopeError, match="allowed folders") as err:
+        load_model(str(linked), device="cpu")
+    assert str(server) not in str(err.value)
+    assert load_model(str(ASSETS_DIR / "models" / "adder"), device="cpu").adapter.family == "gpt2"
+
+
+def test_sae_cfg_model_name_outside_the_roots_is_refused(server, monkeypatch):
+    from backend.models import load_model
+    from backend.sae import load_sae
+    from backend.sae.folder import sae_model_name
+    from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
+
+    monkeypatch.delenv("INTERPSCOPE_SERVER_MODE")
+    model = save_tiny_lm(server / "outside" / "tiny")
+    sae_folder = random_sae_folder(load_model(str(model), device="cpu"), server / "data" / "saes" / "tiny-sae")
+    assert load_sae(sae_folder).cfg.model_name == str(model.resolve())
+    assert sae_model_name(load_sae(sae_folder)) == str(model.resolve())  # a researcher's own machine: as named
+    monkeypatch.setenv("INTERPSCOPE_SERVER_MODE", "1")
+    sae = load_sae(sae_folder)  # the SAE itself is inside the data dir
+    with pytest.raises(InterpscopeError, match="allowed folders") as err:
+        sae_model_name(sae)
+    assert "cfg.json" in str(err.value) and str(server) not in str(err.value)
+    with pytest.raises(InterpscopeError, match="allowed folders"):
+        load_model(sae.cfg.model_name, device="cpu")  # and load_model refuses it on its own
+
+
+def test_sae_folder_with_a_file_leading_outside_is_refused(server, monkeypatch):
+    from backend.models import load_model
+    from backend.sae import load_sae
+    from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
+
+    monkeypatch.delenv("INTERPSCOPE_SERVER_MODE")
+    model = save_tiny_lm(server / "data" / "tiny")
+    real = random_sae_folder(load_model(str(model), device="cpu"), server / "outside" / "sae")
+    linked = server / "data" / "saes" / "linked"
+    linked.mkdir(parents=True)
+    for child in real.iterdir():
+        (linked / child.name).symlink_to(child)
+    assert load_sae(linked).cfg.d_sae == load_sae(real).cfg.d_sae
+    monkeypatch.setenv("INTERPSCOPE_SERVER_MODE", "1")
+    with pytest.raises(InterpscopeError, match="allowed folders"):
+        load_sae(linked)
+
+
+def test_store_manifest_naming_an_outside_sae_is_refused(server):
+    from backend.sae_store.layout import folder_of
+
+    assert folder_of("assets/saes/x") == ASSETS_DIR / "saes" / "x"
+    with pytest.raises(InterpscopeError, match="manifest"):
+        folder_of(str(server / "outside" / "sae"))
+    with pytest.raises(InterpscopeError, match="allowed folders"):
+        folder_of("../../../../../../etc")
+
+
+# --- ceilings on what a visitor asks for --------------------------------------------------------------------------
+def test_server_mode_refuses_amounts_above_their_ceiling(server, monkeypatch):
+    from backend.limits import SERVER_CEILINGS, ceiling, check_amounts
+
+    with pytest.raises(InterpscopeError, match="at most 10,000,000 training tokens") as err:
+        check_amounts(training_tokens=10**14)
+    assert "100,000,000,000,000" in str(err.value) and "INTERPSCOPE_LIMIT_TRAINING_TOKENS" in str(err.value)
+    with pytest.raises(InterpscopeError, match="corpus tokens to cache"):
+        check_amounts(cache_tokens=10**12)
+    for name in SERVER_CEILINGS:
+        check_amounts(**{name: ceiling(name)})  # the ceiling itself is allowed
+        with pytest.raises(InterpscopeError, match="This shared server allows at most"):
+            check_amounts(**{name: ceiling(name) + 1})
+    check_amounts(sae_k=None)  # an amount that does not apply
+    monkeypatch.setenv("INTERPSCOPE_LIMIT_TRAINING_TOKENS", "2000")
+    with pytest.raises(InterpscopeError, match="at most 2,000 training tokens"):
+        check_amounts(training_tokens=2001)
+    monkeypatch.delenv("INTERPSCOPE_SERVER_MODE")
+    check_amounts(training_tokens=10**14, cache_tokens=10**12)
+
+
+# --- paths shown in pages -------------------------------------------------------------------------------------------
+def test_display_paths_are_relative_to_their_root_and_read_back(server):
+    from backend.paths import display_path
+
+    data = server / "data"
+    assert display_path(ASSETS_DIR / "saes" / "x") == "assets/saes/x"
+    assert display_path(data / "saes" / "trained" / "run") == "[data dir]/saes/trained/run"
+    assert display_path(server / "hub" / "models--a--b") == "[Hugging Face cache]/models--a--b"
+    assert display_path(server / "elsewhere" / "thing") == "…/thing"
+    assert display_path("smollm2-135m") == "smollm2-135m" and display_path("org/model") == "org/model"
+    for path in (ASSETS_DIR / "saes" / "x", data / "saes" / "trained" / "run"):
+        assert user_path(display_path(path), "folder") == path.resolve()
+
+
+def test_display_paths_outside_server_mode_keep_outside_paths(monkeypatch, tmp_path):
+    from backend.paths import display_path
+
+    monkeypatch.delenv("INTERPSCOPE_SERVER_MODE", raising=False)
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
+    assert display_path(tmp_path / "mine") == str(tmp_path / "mine")
+    assert display_path(tmp_path / "data" / "x") == "[data dir]/x"

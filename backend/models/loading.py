@@ -23,6 +23,7 @@ from backend.inputs import DEFAULT_TOKEN_CAP, check_text, check_token_count
 from backend.models.cache import CACHE, estimate_bytes
 from backend.models.checks import cached_hub_folder, check_finite_weights, check_model_name, check_weight_files
 from backend.models.registry import BUNDLED
+from backend.paths import confined, confined_folder, display_path, looks_like_path, server_mode
 
 
 @dataclass
@@ -148,14 +149,20 @@ def _resolve_location(name: str) -> tuple[str, str, bool]:
     try:
         exists = path.exists()
     except OSError as err:
+        if server_mode():
+            confined(name, "model folder")
         raise InterpscopeError(f"No model folder at {name[:80]!r}: {err.strerror or err}.") from None
+    if server_mode() and (exists or looks_like_path(name)):
+        # every folder a shared server loads, typed or named in a file (an SAE's cfg.json), and each file in it
+        path = confined_folder(path, "model folder")
     if exists:
         if not (path / "config.json").is_file():
-            raise InterpscopeError(f"{path} is not a Hugging Face model folder (no config.json in it).")
+            raise InterpscopeError(f"{display_path(path)} is not a Hugging Face model folder (no config.json in "
+                                   "it).")
         return str(path.resolve()), "local", True
     if name.count("/") > 1 or name.startswith((".", "/", "~")) or not name.strip():
         raise InterpscopeError(f"No model folder at {name!r}.")
-    return name, "huggingface", not hub_reachable()
+    return name, "huggingface", server_mode() or not hub_reachable()  # a shared server downloads nothing
 
 
 def _identity(location: str, source: str) -> str:

@@ -20,6 +20,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from backend.config import DTYPES, InterpscopeError
+from backend.paths import confined_folder, model_choice, server_mode
 from backend.sae.arch import SparseAutoencoder
 from backend.sae.cfg_json import config_to_json, read_config
 
@@ -82,6 +83,8 @@ def load_sae(path: str | Path, dtype: str | torch.dtype | None = "float32") -> S
     if path.suffix.lower() in PICKLE_SUFFIXES and path.exists():
         _refuse_pickle(path)
     folder = path.parent if path.is_file() else path
+    if server_mode():  # the folder and each file in it inside the allowed folders, symlinks followed
+        folder = confined_folder(folder, "SAE folder")
     if not folder.is_dir():
         raise InterpscopeError(f"No SAE folder at {path}.")
     if not (folder / CFG_FILE).is_file() or not (folder / WEIGHTS_FILE).is_file():
@@ -145,6 +148,13 @@ def check_finite(tensor: torch.Tensor, name: str, where: Path | str) -> None:
                                "weights are broken (diverged training or a damaged file), so they are refused.")
 
 
+def sae_model_name(sae: SparseAutoencoder, default: str = "smollm2-135m") -> str:
+    """The model an SAE reads: its cfg.json's model_name (or default). A name read from a file is checked like one
+    typed into the sidebar: on a shared server a folder must lie inside the allowed folders and a Hugging Face id
+    must already be cached."""
+    return model_choice(sae.cfg.model_name or default, "model folder named in the SAE's cfg.json (model_name)")
+
+
 def hook_width(adapter, hook_name: str) -> int:
     """The size of the activation at hook_name (d_mlp for MLP neurons, else d_model)."""
     adapter.resolve(hook_name)
@@ -170,4 +180,4 @@ def check_compatible(sae: SparseAutoencoder, adapter, hook_name: str | None = No
     return hook
 
 
-__all__ = ["save_sae", "load_sae", "check_compatible", "check_finite", "hook_width"]
+__all__ = ["save_sae", "load_sae", "check_compatible", "check_finite", "hook_width", "sae_model_name"]

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from backend.config import ASSETS_DIR, REPO_ROOT, data_dir
+from backend.paths import confined, server_mode
 from backend.sae.catalog import SHIPPED_DIR as SHIPPED_SAES_DIR
 from backend.sae.folder import WEIGHTS_FILE
 
@@ -78,9 +79,11 @@ def portable_path(folder: Path) -> str:
 
 
 def folder_of(stored: str) -> Path:
-    """The SAE folder a manifest names (relative paths are inside the repository)."""
+    """The SAE folder a manifest names (relative paths are inside the repository); on a shared server only one
+    inside the allowed folders (a manifest is a file anyone who can write a store can shape)."""
     path = Path(stored)
-    return path if path.is_absolute() else REPO_ROOT / path
+    path = path if path.is_absolute() else REPO_ROOT / path
+    return confined(path, "SAE folder named in the store's manifest") if server_mode() else path
 
 
 def sae_digest(folder: Path) -> str:

@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 
 from backend.config import InterpscopeError
+from backend.paths import confined_folder, server_mode
 from backend.sae_store.layout import (ARRAYS, MANIFEST, SHIPPED_STORES_DIR, WEIGHTS_HASH, default_store_dir,
                                       folder_of, list_stores, sae_digest, weights_sha256)
 
@@ -118,6 +119,8 @@ class FeatureStore:
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder).expanduser()
+        if server_mode():  # the store and each of its files inside the allowed folders, symlinks followed
+            confined_folder(self.folder, "feature store")
         self.manifest = read_manifest(self.folder)
         self.spec = self.manifest["spec"]
         self.d_sae = int(self.spec["d_sae"])
@@ -172,7 +175,7 @@ class FeatureStore:
         """True when the SAE folder's weights differ from those the store was built for (or the SAE is gone)."""
         try:
             return sae_digest(self.sae_folder()) != self.spec["sae_digest"]
-        except OSError:
+        except (OSError, InterpscopeError):  # gone, or (on a shared server) outside the allowed folders
             return True
 
     def load_sae(self):
