@@ -1,10 +1,13 @@
 """Mean ablation of MLP neurons: total effect vs direct effect on loss and entropy, the frozen-unigram
 ablation and KL(model || unigram).
 
-Ablating neuron n replaces its activation a_t by its corpus mean mu, adding (mu - a_t) w_out to the residual.
-Total effect: the model runs on (for a final-layer neuron the final norm is recomputed on x + delta, which is
-exact and needs no second forward pass). Direct effect: only the direct path to the logits, with the final norm's
-scale frozen at its clean value: logits + (mu - a_t) / s_t * (gamma * centre(w_out)) W_U.
+Ablating neuron n replaces its activation a_t by its corpus mean mu, changing the MLP's output by
+(mu - a_t) w_out. Where the adapter declares a norm on the MLP's output (Gemma 3), the residual changes by
+postnorm(m_t + (mu - a_t) w_out) - postnorm(m_t) instead, m_t the norm's input at that position.
+Total effect: the model runs on (for a final-layer neuron the output norm and the final norm are recomputed on the
+changed vectors, which is exact and needs no second forward pass). Direct effect: only the neuron's own write
+along its direct path to the logits, every norm's scale frozen at its clean value (s_t of the final norm, r_t of
+the output norm, r_t = 1 without one): logits + (mu - a_t) / (s_t r_t) * (gamma * centre(gamma_post * w_out)) W_U.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import torch
 from backend.adapters import ModelAdapter
 from backend.capture import capture, hooks, model_lock
 from backend.config import InterpscopeError
-from backend.neurons.folding import final_norm, unembed_bias
+from backend.neurons.folding import final_norm, mlp_pre_output, output_norm, output_norm_change, unembed_bias
 from backend.neurons.metrics import freeze_unigram, loss_and_entropy, loss_entropy_kl, loss_of, norm_mediated_share
 from backend.neurons.store import Progress
 
@@ -114,13 +117,18 @@ def token_effects(lm, neurons: list[Neuron], tokens: torch.Tensor, means: dict[i
     bias = unembed_bias(adapter)
     constant = beta_logits + (bias.to(work) if bias is not None else 0.0)
     no_constant = isinstance(constant, float) and constant == 0.0
+    layers = sorted({n.layer for n in neurons})
+    posts = {layer: output_norm(adapter, layer) for layer in layers}
     write = {n: adapter.W_out(n.layer)[n.index].detach().to(work) for n in neurons}
-    logit_dirs = {n: ((gamma * norm.centre(w)).to(W_U.dtype) @ W_U).to(work) for n, w in write.items()}
+    # a unit of activation's write into the residual before division by the output norm's scale (when there is one)
+    residual_dir = {n: w if posts[n.layer] is None else posts[n.layer].gamma.to(work) * posts[n.layer].centre(w)
+                    for n, w in write.items()}
+    logit_dirs = {n: ((gamma * norm.centre(v)).to(W_U.dtype) @ W_U).to(work) for n, v in residual_dir.items()}
     unit_u = log_q = None
     if unigram_counts is not None:
         unit_u = unigram_direction(unigram_counts).to(device=W_U.device, dtype=work)
         log_q = torch.from_numpy(unigram_log_probs(unigram_counts)).to(device=W_U.device, dtype=work)
-    layers = sorted({n.layer for n in neurons})
+    last_post = posts.get(last) if fast_final_layer and any(n.layer == last for n in neurons) else None
     names = [f"blocks.{last}.hook_resid_post"] + [f"blocks.{layer}.mlp.hook_post" for layer in layers]
     keys = ["activation", "clean_loss", "clean_entropy", "loss_total", "loss_direct", "entropy_total",
             "entropy_direct", "clean_kl_unigram", "kl_unigram_ablated", "loss_frozen_unigram",
@@ -135,6 +143,16 @@ def token_effects(lm, neurons: list[Neuron], tokens: torch.Tensor, means: dict[i
             targets = batch[:, 1:]
             resid = clean.activations[names[0]].reshape(batch.shape[0], batch.shape[1], -1)[:, :-1].to(work)
             scale = norm.scale(resid)
+            layer_acts = {layer: clean.activations[f"blocks.{layer}.mlp.hook_post"].reshape(
+                batch.shape[0], batch.shape[1], -1)[:, :-1].to(work) for layer in layers}
+            # each position's own output-norm input m and scale r: the direct path divides by r, the exact
+            # total effect recomputes the norm on m + shift * w
+            mlp_pre = {layer: mlp_pre_output(adapter, layer, layer_acts[layer]) for layer in layers
+                       if posts[layer] is not None}
+            post_scale = {layer: posts[layer].scale(m) for layer, m in mlp_pre.items()}
+            if last_post is not None:
+                normed_mlp = last_post.gamma.to(work) * last_post.centre(mlp_pre[last]) / post_scale[last].unsqueeze(-1)
+                mlp_logits = ((gamma * norm.centre(normed_mlp)).to(W_U.dtype) @ W_U).to(work)
             loss0, entropy0, kl0 = loss_entropy_kl(logits, targets, log_q)
             parts["clean_loss"].append(loss0.flatten())
             parts["clean_entropy"].append(entropy0.flatten())
@@ -143,18 +161,29 @@ def token_effects(lm, neurons: list[Neuron], tokens: torch.Tensor, means: dict[i
             rows = {key: [] for key in keys[3:] if key != "clean_kl_unigram"}
             acts_rows = []
             for neuron in neurons:
-                acts = clean.activations[f"blocks.{neuron.layer}.mlp.hook_post"]
-                acts = acts.reshape(batch.shape[0], batch.shape[1], -1)[:, :-1, neuron.index].to(work)
+                acts = layer_acts[neuron.layer][..., neuron.index]
                 shift = float(means[neuron.layer][neuron.index]) - acts
-                direct = logits + (shift / scale).unsqueeze(-1) * logit_dirs[neuron]
+                post = posts[neuron.layer]
+                # direct: the neuron's own write, every norm's scale frozen at its clean value
+                frozen_scale = scale if post is None else scale * post_scale[neuron.layer]
+                direct = logits + (shift / frozen_scale).unsqueeze(-1) * logit_dirs[neuron]
                 if neuron.layer == last and fast_final_layer:
-                    new_scale = norm.scale(resid + shift.unsqueeze(-1) * write[neuron])
+                    if post is None:
+                        along_mlp, along_write = None, shift
+                        change = shift.unsqueeze(-1) * write[neuron]
+                    else:  # exact: postnorm(m + shift * w) - postnorm(m)
+                        along_mlp, along_write = output_norm_change(post, mlp_pre[last], shift, write[neuron])
+                        change = (along_mlp.unsqueeze(-1) * normed_mlp
+                                  + along_write.unsqueeze(-1) * residual_dir[neuron])
+                    new_scale = norm.scale(resid + change)
                     if no_constant:  # x - 0.0 and x + 0.0 are x: skip two passes over the vocabulary
                         total = ((scale / new_scale).unsqueeze(-1) * logits
-                                 + (shift / new_scale).unsqueeze(-1) * logit_dirs[neuron])
+                                 + (along_write / new_scale).unsqueeze(-1) * logit_dirs[neuron])
                     else:
                         total = ((scale / new_scale).unsqueeze(-1) * (logits - constant) + constant
-                                 + (shift / new_scale).unsqueeze(-1) * logit_dirs[neuron])
+                                 + (along_write / new_scale).unsqueeze(-1) * logit_dirs[neuron])
+                    if along_mlp is not None:
+                        total = total + (along_mlp / new_scale).unsqueeze(-1) * mlp_logits
                 else:
                     edit = _mean_edit(neuron.index, float(means[neuron.layer][neuron.index]))
                     with hooks(adapter, {f"blocks.{neuron.layer}.mlp.hook_post": edit}):
@@ -279,6 +308,7 @@ def ablate(lm, neurons, n_tokens: int = 2048, seq_len: int = 128, n_random: int 
     Causal ablation and Token-frequency tabs; progress(fraction, text) as the other neuron calls."""
     from backend import corpus
     from backend.neurons.page_store import corpus_means
+    from backend.neurons.postnorm import layer_post_scale
     from backend.neurons.store import DEFAULT_STORE_TOKENS
     from backend.neurons.unigram import token_counts
     from backend.neurons.weights import check_k, neuron_stats
@@ -302,7 +332,7 @@ def ablate(lm, neurons, n_tokens: int = 2048, seq_len: int = 128, n_random: int 
                             progress=stage(0.3, 1.0, "ablation"))
     weight_stats = {}
     for layer in layers:
-        stats = neuron_stats(adapter, layer, k)
+        stats = neuron_stats(adapter, layer, k, post_scale=layer_post_scale(lm, layer))
         for n in everyone:
             if n.layer == layer:
                 weight_stats[n] = (float(stats.rho[n.index]), float(stats.norm[n.index]))

@@ -3,19 +3,22 @@ from __future__ import annotations
 
 import time
 
+from backend.neurons.postnorm import layer_post_scale
 from backend.neurons.unigram import token_counts, unigram_direction
-from backend.neurons.weights import NeuronStats, neuron_stats
+from backend.neurons.weights import NeuronStats, check_layer, neuron_stats
 
 
 def candidates(lm, layer: int | None = None, k: int | None = None, with_unigram: bool = True,
                source=None) -> NeuronStats:
     """Norm, LogitVar, rho (bottom-k null-space fraction) and unigram cosine of every neuron of `layer`
-    (default: the final layer). Token counts for the unigram direction come from the on-disk cache."""
+    (default: the final layer), through the MLP's output norm where there is one. Token counts for the unigram
+    direction come from the on-disk cache."""
     unigram = None
     if with_unigram:
         counts = token_counts(lm.tokenizer, lm.adapter.vocab_size, source=source)
         unigram = unigram_direction(counts)
-    return neuron_stats(lm.adapter, layer, k, unigram)
+    layer = check_layer(lm.adapter, layer)
+    return neuron_stats(lm.adapter, layer, k, unigram, post_scale=layer_post_scale(lm, layer))
 
 
 def timed_candidates(lm, **kwargs) -> tuple[NeuronStats, float]:

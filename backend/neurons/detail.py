@@ -19,6 +19,7 @@ from backend.capture import capture, model_lock
 from backend.neurons.ablation import parse_neurons
 from backend.neurons.folding import folded_W_out
 from backend.neurons.metrics import entropy_of
+from backend.neurons.postnorm import layer_post_scale, typical_scale
 from backend.neurons.store import ActivationStore
 from backend.neurons.weights import check_k, unembed_basis
 from backend.sinks import colour_scale, detection_point, excluded_mask, excluded_positions, top_positions
@@ -66,15 +67,20 @@ def _token_text(tokenizer, token_id: int) -> str:
     return tokenizer.decode([int(token_id)]) if tokenizer is not None else str(token_id)
 
 
-def weight_detail(lm, layer: int, index: int, k: int | None = None, top_tokens: int = 15) -> NeuronDetail:
+def weight_detail(lm, layer: int, index: int, k: int | None = None, top_tokens: int = 15,
+                  post_scale: float | None = None) -> NeuronDetail:
     """What the weights say about one neuron: rho, norm, the W_U spectrum with its cosines, promoted and
-    suppressed tokens (no corpus needed; the W_U summaries are computed once per loaded model)."""
+    suppressed tokens, all on what the neuron writes into the residual (through the MLP's output norm at its
+    typical scale `post_scale` where there is one; looked up when not given). The W_U summaries are computed once
+    per loaded model."""
     adapter = lm.adapter
     neuron = parse_neurons([(layer, index)], adapter)[0]
     k = check_k(k, adapter.d_model)
     basis = unembed_basis(adapter)
+    if post_scale is None and adapter.mlp_output_norm(neuron.layer) is not None:
+        post_scale = layer_post_scale(lm, neuron.layer)
     with torch.no_grad():
-        write = folded_W_out(adapter, neuron.layer)[neuron.index].double().to(basis.U.device)
+        write = folded_W_out(adapter, neuron.layer, post_scale=post_scale)[neuron.index].double().to(basis.U.device)
         norm = float(write.norm())
         cosines = (basis.U.T @ write) / max(norm, 1e-30)
         logit_effect = (write.to(basis.W_U.dtype) @ basis.W_U).double().cpu().numpy()
@@ -111,7 +117,10 @@ def neuron_detail(lm, layer: int, index: int, k: int | None = None, store: Activ
                   bins: int = 60) -> NeuronDetail:
     """Weight-side detail of one neuron, plus corpus-side detail when its layer's activation store is given
     (histogram, mean and top contexts over the positions the store does not exclude)."""
-    detail = weight_detail(lm, layer, index, k=k, top_tokens=top_tokens)
+    post_scale = None
+    if store is not None and lm.adapter.mlp_output_norm(store.layer) is not None:
+        post_scale = typical_scale(lm.adapter, store.layer, store.activations, store.excluded)
+    detail = weight_detail(lm, layer, index, k=k, top_tokens=top_tokens, post_scale=post_scale)
     if store is not None:
         acts = np.asarray(store.activations[..., detail.index], dtype=np.float32)  # [N, T]
         excluded = np.asarray(store.excluded, dtype=bool)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from backend.adapters import FoldedNorm, ModelAdapter
+from backend.config import InterpscopeError
 
 
 FinalNorm = FoldedNorm
@@ -52,11 +53,51 @@ def folded_unembedding(adapter: ModelAdapter, dtype: torch.dtype | None = None) 
     return folded - folded.mean(1, keepdim=True)
 
 
-def folded_W_out(adapter: ModelAdapter, layer: int, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """W_out [d_mlp, d_model] of a layer, each row centred for LayerNorm models (what the norm lets through)."""
+def output_norm(adapter: ModelAdapter, layer: int) -> FoldedNorm | None:
+    """The norm the adapter declares on the MLP's output before it joins the residual (Gemma 3's
+    post_feedforward_layernorm), as plain tensors; None when the MLP writes into the residual directly."""
+    module = adapter.mlp_output_norm(layer)
+    return None if module is None else adapter.folded_norm(module)
+
+
+def mlp_pre_output(adapter: ModelAdapter, layer: int, activations: torch.Tensor) -> torch.Tensor:
+    """What the MLP's down projection makes of neuron activations [..., d_mlp]: the input of its output norm
+    (or the residual write itself when there is none) [..., d_model], in the activations' dtype."""
+    W_out = adapter.W_out(layer).detach().to(device=activations.device, dtype=activations.dtype)
+    bias = adapter.b_out(layer)
+    out = activations @ W_out
+    return out + bias.detach().to(out.dtype) if bias is not None else out
+
+
+def folded_W_out(adapter: ModelAdapter, layer: int, dtype: torch.dtype | None = None,
+                 post_scale: float | None = None) -> torch.Tensor:
+    """What each neuron of a layer writes into the residual per unit of activation [d_mlp, d_model].
+
+    Without an output norm that is W_out itself. Through an output norm (gain gamma, scale r) the write of
+    neuron n is gamma * centre(w_n) / r: exact to first order at the position's own scale r. For weight
+    statistics r is one measured typical scale (`post_scale`, the mean RMS of the MLP's pre-norm output over
+    corpus tokens, backend.neurons.postnorm), so norms compare across the neurons of a layer and across families;
+    rho, LogitVar and the unigram cosine are ratios and do not depend on it. Each row is then centred for
+    LayerNorm models (what the final norm lets through)."""
     W_out = adapter.W_out(layer).detach()
     dtype = dtype or (W_out.dtype if W_out.dtype in (torch.float32, torch.float64) else torch.float32)
     W_out = W_out.to(dtype)
+    post = output_norm(adapter, layer)
+    if post is not None:
+        if post_scale is None or not post_scale > 0:
+            raise InterpscopeError(f"Layer {layer}'s MLP output passes through a norm: its neurons' writes need "
+                                   "the norm's typical scale (post_scale), measured on corpus tokens.")
+        W_out = post.gamma.to(device=W_out.device, dtype=dtype) * post.centre(W_out) / post_scale
     if adapter.norm.centred:
         W_out = W_out - W_out.mean(1, keepdim=True)
     return W_out
+
+
+def output_norm_change(post: FoldedNorm, mlp_pre: torch.Tensor, shift: torch.Tensor,
+                       w_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exact residual change postnorm(m + shift * w) - postnorm(m) as two coefficients [...]: the change is
+    a * (postnorm(m) - beta) + b * gamma * centre(w), with a = r / r' - 1 and b = shift / r' (r, r' the norm's
+    scale before and after), since the norm is linear once its scale is fixed. mlp_pre: m [..., d]; shift [...]."""
+    r = post.scale(mlp_pre)
+    r_new = post.scale(mlp_pre + shift.unsqueeze(-1) * w_out)
+    return r / r_new - 1.0, shift / r_new

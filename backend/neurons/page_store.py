@@ -1,12 +1,13 @@
 """The entropy-neuron store: everything the Entropy neurons page shows on open, precomputed per model and layer.
 
 Per layer (one `layer{L}.npz`): the candidates' weight statistics (norm, LogitVar, rho at the default k, unigram
-cosine), and over a corpus sample (8,192 tokens of the bundled corpus's train split by default): each neuron's
-mean / std / min / max / firing fraction over the positions not excluded (position 0 and massive-activation rows,
-backend.sinks), its activation histogram over those positions, and its top activating contexts with their left
-context (token ids around the firing token, which is never position 0 of its window). The folder also keeps the
-corpus's token counts (the unigram direction) and a manifest naming the model (content key), the corpus sample
-and the settings. Built by `interpscope neurons store --model M --out DIR` (resumable, layer by layer; it writes
+cosine; on what each neuron writes into the residual, through the MLP's output norm at its typical scale
+`post_norm_scale` where the model has one), and over a corpus sample (8,192 tokens of the bundled corpus's train
+split by default): each neuron's mean / std / min / max / firing fraction over the positions not excluded
+(position 0 and massive-activation rows, backend.sinks), its activation histogram over those positions, and its top
+activating contexts with their left context (token ids around the firing token, which is never position 0 of its
+window). The folder also keeps the corpus's token counts (the unigram direction) and a manifest naming the model
+(content key), the corpus sample and the settings. Built by `interpscope neurons store --model M --out DIR` (resumable, layer by layer; it writes
 only into a folder it created or that already holds such a store), shipped in assets/neuron_stores/<model>/.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ from backend import corpus
 from backend.config import ASSETS_DIR, InterpscopeError, data_dir
 from backend.neurons.detail import (CONTEXT_LEFT, CONTEXT_RIGHT, Context, NeuronDetail, context_windows,
                                     kept_histogram, weight_detail)
+from backend.neurons.postnorm import typical_scale
 from backend.neurons.store import DEFAULT_SEQ_LEN, DEFAULT_STORE_TOKENS, corpus_activations, model_key
 from backend.scale.pool import Scale
 from backend.neurons.unigram import save_npy_atomic, source_key, token_counts, tokenizer_key, unigram_direction
@@ -74,7 +76,8 @@ def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
 def layer_arrays(lm, layer: int, acts: np.ndarray, excluded: np.ndarray, tokens: np.ndarray, spec: StoreSpec,
                  unigram) -> dict[str, np.ndarray]:
     """One layer's arrays from its corpus activations [N, T, d_mlp], excluded mask [N, T] and token ids [N, T]."""
-    stats = neuron_stats(lm.adapter, layer, default_k(lm.adapter.d_model), unigram)
+    post_scale = typical_scale(lm.adapter, layer, acts, excluded)
+    stats = neuron_stats(lm.adapter, layer, default_k(lm.adapter.d_model), unigram, post_scale=post_scale)
     d_mlp = acts.shape[-1]
     kept = acts.reshape(-1, d_mlp)[~excluded.reshape(-1)]
     width = spec.left + 1 + spec.right
@@ -101,6 +104,8 @@ def layer_arrays(lm, layer: int, acts: np.ndarray, excluded: np.ndarray, tokens:
               "n_tokens": np.array(int(excluded.size)), "sink_positions": sinks.astype(np.int32)}
     if stats.unigram_cosine is not None:
         arrays["unigram_cosine"] = stats.unigram_cosine
+    if post_scale is not None:
+        arrays["post_norm_scale"] = np.array(post_scale)
     return arrays
 
 
@@ -113,6 +118,17 @@ def _owned(folder: Path) -> dict | None:
     if manifest.get("kind") != KIND:
         raise InterpscopeError(f"{folder} exists and is not an entropy-neuron store; choose a new or empty folder.")
     return manifest
+
+
+def _stale(lm, folder: Path, layer: int) -> bool:
+    """A layer file written before neuron writes went through the MLP's output norm (rebuilt, not kept)."""
+    if lm.adapter.mlp_output_norm(layer) is None:
+        return False
+    path = folder / f"layer{layer}.npz"
+    if not path.is_file():
+        return True
+    with np.load(path) as data:
+        return "post_norm_scale" not in data.files
 
 
 def build_neuron_store(lm, out: str | Path, layers: list[int] | None = None, spec: StoreSpec = StoreSpec(),
@@ -133,7 +149,7 @@ def build_neuron_store(lm, out: str | Path, layers: list[int] | None = None, spe
     manifest = manifest or {"kind": KIND, "model": lm.name, "model_key": key, "spec": spec.__dict__,
                             "tokenizer_key": tokenizer_key(lm.tokenizer), "layers": {}, "build_seconds": {}}
     _write_json(folder / MANIFEST, manifest)
-    missing = [layer for layer in wanted if str(layer) not in manifest["layers"]]
+    missing = [layer for layer in wanted if str(layer) not in manifest["layers"] or _stale(lm, folder, layer)]
     source, split = spec.source.rsplit("-", 1)
     counts = token_counts(lm.tokenizer, lm.adapter.vocab_size, source=None if source == "austen" else source,
                           split=split)
@@ -189,6 +205,17 @@ class NeuronStore:
         return NeuronStats(layer=layer, k=int(data["k"]), norm=data["norm"], logit_var=data["logit_var"],
                            rho=data["rho"], unigram_cosine=data.get("unigram_cosine"))
 
+    def post_scale(self, layer: int) -> float | None:
+        """The typical scale of the layer's MLP output norm the statistics were computed at (None: no such norm)."""
+        data = self.layer(layer)
+        return float(data["post_norm_scale"]) if "post_norm_scale" in data else None
+
+    def current(self, adapter) -> bool:
+        """False for a store built before neuron writes went through the MLP's output norm: a layer of a model
+        with that norm whose file has no post_norm_scale holds statistics of the wrong direction."""
+        return all(adapter.mlp_output_norm(layer) is None or self.post_scale(layer) is not None
+                   for layer in self.layers)
+
     def matches(self, n_tokens: int, seq_len: int, source, split: str) -> bool:
         """Whether the store's corpus sample is the one asked for (so its means stand for a fresh computation)."""
         return (self.spec.n_tokens, self.spec.seq_len, self.spec.source) == (n_tokens, seq_len,
@@ -197,7 +224,7 @@ class NeuronStore:
     def detail(self, lm, layer: int, index: int, k: int | None = None, top_contexts: int = 10) -> NeuronDetail:
         """The neuron detail card: weights computed live (cheap), corpus side from the store."""
         data = self.layer(layer)
-        detail = weight_detail(lm, layer, index, k=k)
+        detail = weight_detail(lm, layer, index, k=k, post_scale=self.post_scale(layer))
         detail.histogram_counts = data["hist_counts"][index].astype(np.int64)
         detail.histogram_edges = data["hist_edges"][index].astype(np.float64)
         detail.mean_activation = float(data["mean"][index])
@@ -231,7 +258,9 @@ def find_neuron_store(lm) -> NeuronStore | None:
         except (OSError, ValueError):
             continue
         if manifest.get("kind") == KIND and manifest.get("model_key") == key:
-            return NeuronStore(folder)
+            store = NeuronStore(folder)
+            if store.current(lm.adapter):
+                return store
     return None
 
 

@@ -147,12 +147,14 @@ def stats_for_vectors(basis: UnembedBasis, vectors: torch.Tensor, k: int,
 
 
 def neuron_stats(adapter: ModelAdapter, layer: int | None = None, k: int | None = None,
-                 unigram: torch.Tensor | None = None) -> NeuronStats:
-    """Weight statistics of every MLP neuron of `layer` (default: the final layer)."""
+                 unigram: torch.Tensor | None = None, post_scale: float | None = None) -> NeuronStats:
+    """Weight statistics of every MLP neuron of `layer` (default: the final layer), on what each neuron writes
+    into the residual: through the MLP's output norm when the adapter declares one, at that norm's typical scale
+    `post_scale` (backend.neurons.postnorm.layer_post_scale; required then)."""
     layer = check_layer(adapter, layer)
     k = check_k(k, adapter.d_model)
     basis = unembed_basis(adapter)
     with torch.no_grad():
-        stats = stats_for_vectors(basis, folded_W_out(adapter, layer), k, unigram)
+        stats = stats_for_vectors(basis, folded_W_out(adapter, layer, post_scale=post_scale), k, unigram)
     return NeuronStats(layer=layer, k=k, norm=stats["norm"], logit_var=stats["logit_var"], rho=stats["rho"],
                        unigram_cosine=stats.get("unigram_cosine"))
