@@ -34,6 +34,8 @@ def test_exact_sae_recovers_all_the_loss(lm):
     assert result.kl == pytest.approx(0.0, abs=1e-6)
     assert result.ce_zero != pytest.approx(result.ce_clean, abs=1e-3)
     assert result.loss_recovered == pytest.approx(1.0, abs=1e-3)
+    assert result.ce_increase == pytest.approx(result.ce_sae - result.ce_clean, abs=1e-15)
+    assert abs(result.ce_increase) < 1e-4
     assert result.cosine == pytest.approx(1.0, abs=1e-6)
     assert result.n_tokens == 16 * 31
 
@@ -104,3 +106,10 @@ def test_spliced_passes_from_the_hook_equal_three_full_passes(lm):
     assert result.ce_zero == pytest.approx(ce["zero"], rel=1e-9) and abs(ce["zero"] - ce["clean"]) > 1e-4
     assert result.ce_sae == pytest.approx(ce["sae"], rel=1e-9) and abs(ce["sae"] - ce["clean"]) > 1e-4
     assert result.kl == pytest.approx(kl, rel=1e-9) and kl > 1e-4
+    # the CE increase over the clean model, beside loss recovered and the zero-ablation loss it is relative to
+    assert result.ce_increase == pytest.approx(ce["sae"] - ce["clean"], rel=1e-9, abs=1e-12)
+    assert result.ce_increase > 1e-4
+    summary = result.summary()
+    assert summary["ce_increase"] == result.ce_increase and summary["ce_zero"] == pytest.approx(ce["zero"])
+    sentence = result.loss_sentence()
+    assert f"{result.ce_zero:.3f}" in sentence and f"{result.ce_increase:+.3f}" in sentence
