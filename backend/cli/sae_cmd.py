@@ -117,6 +117,7 @@ def _eval(args: argparse.Namespace) -> int:
     else:
         for key, value in summary.items():
             print(f"{key:>20}: {value:.4f}" if isinstance(value, float) else f"{key:>20}: {value}")
+        print(result.loss_sentence())
     return 0
 
 
