@@ -37,13 +37,17 @@ class Shard:
 
 @dataclass
 class RunStats:
-    """What the last run did: shards computed, worker processes seen, seconds until the workers had loaded the
-    model (startup), of shard work (summed over workers), of merging in the driver, and in all (wall)."""
+    """What the last run did: shards computed, worker processes seen (at the start, on results, and each actor's
+    process at the end: a restarted actor has a new one), the shards delivered in order (each once per success),
+    seconds until the workers had loaded the model (startup), of shard work (summed over workers), of merging in
+    the driver, and in all (wall)."""
 
     shards: int = 0
     workers: int = 0
     worker_pids: list[int] = field(default_factory=list)
     pids_seen: set[int] = field(default_factory=set)
+    final_pids: list[int] = field(default_factory=list)
+    delivered: list[tuple] = field(default_factory=list)
     startup_seconds: float = 0.0
     compute_seconds: float = 0.0
     merge_seconds: float = 0.0
@@ -186,6 +190,7 @@ def _deliver(on_result, shard: Shard, result, stats: RunStats) -> None:
     on_result(shard, result)
     stats.merge_seconds += time.perf_counter() - clock
     stats.shards += 1
+    stats.delivered.append((shard.index, shard.first, shard.stop))
 
 
 def _on_ray(job: Job, shards: list[Shard], on_result, scale: Scale, model: ModelRef, stats: RunStats) -> None:
@@ -221,6 +226,7 @@ def _on_ray(job: Job, shards: list[Shard], on_result, scale: Scale, model: Model
                 if queue:
                     submit(actor)
                 _deliver(on_result, shard, result, stats)
+            stats.final_pids = _get(ray, [actor.ready.remote() for actor in actors])
         finally:
             for actor in actors:
                 ray.kill(actor, no_restart=True)
