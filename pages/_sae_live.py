@@ -13,9 +13,11 @@ import streamlit as st
 
 from backend.config import ASSETS_DIR, InterpscopeError
 from backend.models import load_model
-from backend.paths import user_path
+from backend.limits import check_amounts
+from backend.paths import display_path, user_path
 from backend.relevance import methods_for
 from backend.sae import load_sae
+from backend.sae.folder import sae_model_name
 from backend.sae.sinks import SINK_FACTOR
 from backend.sae_store import FeatureStore, build_store
 from backend.sae_store.prompt import FeatureAttribution, PromptFeatures, feature_attribution, prompt_features
@@ -248,7 +250,7 @@ def shipped_saes() -> list[Path]:
 def build_section() -> None:
     """Pick an SAE folder and build its store with a progress bar (resumes a build that was interrupted)."""
     options = [str(p) for p in shipped_saes()]
-    choice = st.selectbox("SAE folder", options + ["Other folder…"], key="sae-build-choice")
+    choice = st.selectbox("SAE folder", options + ["Other folder…"], key="sae-build-choice", format_func=display_path)
     folder = st.text_input("SAE folder path", key="sae-build-path") if choice == "Other folder…" else choice
     try:
         folder = str(user_path(folder, "SAE folder")) if folder.strip() else ""
@@ -257,6 +259,11 @@ def build_section() -> None:
         folder = ""
     tokens = st.number_input("Corpus tokens", min_value=256, max_value=2_000_000, value=65536, step=8192,
                              key="sae-build-tokens")
+    try:
+        check_amounts(store_tokens=int(tokens))
+    except InterpscopeError as err:
+        st.error(str(err))
+        folder = ""
     if not st.button("Build store", key="sae-build-go", disabled=not folder):
         return
     bar = st.progress(0.0, text="Starting…")
@@ -267,9 +274,9 @@ def build_section() -> None:
     try:
         sae = load_sae(folder)
         device, dtype = _device_dtype()
-        lm = load_model(sae.cfg.model_name or "smollm2-135m", device=device, dtype=dtype)
+        lm = load_model(sae_model_name(sae), device=device, dtype=dtype)
         out = build_store(lm, folder, n_tokens=int(tokens), eval_tokens=2048, progress=progress, use_cache=True)
     except InterpscopeError as err:
         st.error(str(err))
         return
-    st.success(f"Store ready: {out}")
+    st.success(f"Store ready: {display_path(out)}")

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from backend.limits import check_amounts
 from backend.neurons import ablation as ablation_mod
 from backend.neurons.detail import text_activations
 from backend.neurons.induction import induction_study
@@ -13,6 +14,7 @@ from backend.neurons.page import neuron_card, neuron_page
 from backend.neurons.page_store import corpus_means
 from backend.neurons.store import DEFAULT_STORE_TOKENS
 from backend.neurons.weights import default_k
+from backend.paths import display_path
 from components import neuron_figures as figs
 from components.export import export_menu
 from pages._common import (Param, committed, current_model, model_key, progress, run_flag, shared, show_errors,
@@ -113,6 +115,8 @@ def ablation_view(lm, chosen: list[str], k: int, store_tokens: int) -> None:
     cols = st.columns(2)
     n_tokens = int(cols[0].number_input("Held-out tokens", 128, 20_000, step=128, key="en-abl-tokens"))
     n_random = int(cols[1].number_input("Random neurons per layer", 0, 32, key="en-abl-random"))
+    with show_errors():
+        check_amounts(neuron_tokens=n_tokens, random_neurons=n_random)
     submitted = st.button("Run ablation", key="en-abl-run", type="primary")
     run = committed("en-abl", {"neurons": tuple(chosen), "tokens": n_tokens, "random": n_random}, submitted)
     if run is None:
@@ -181,6 +185,8 @@ def frequency_view(lm, page, k: int, store_tokens: int) -> None:
     st.dataframe(top, hide_index=True, key="en-uni-table")
     export_menu(None, top, key="en-uni-table", filename=f"token-frequency-neurons-layer{layer}")
     tokens = int(st.number_input("Held-out tokens", 128, 20_000, 1024, step=128, key="en-tf-tokens"))
+    with show_errors():
+        check_amounts(neuron_tokens=tokens)
     submitted = st.button("Run frozen-unigram ablation of the top 3", key="en-tf-run")
     run = committed("en-tf", {"neurons": tuple(top["neuron"][:3]), "tokens": tokens}, submitted)
     if run is None:
@@ -200,6 +206,8 @@ def induction_view(lm, chosen: list[str], store_tokens: int) -> None:
     n_seqs = int(cols[0].number_input("Sequences", 1, 64, 4, key="en-ind-seqs"))
     half_len = int(cols[1].number_input("Tokens before repeating", 4, 256, 40, key="en-ind-half"))
     n_random = int(cols[2].number_input("Random neurons", 0, 32, 6, key="en-ind-random"))
+    with show_errors():
+        check_amounts(induction_sequences=n_seqs, induction_length=half_len, random_neurons=n_random)
     submitted = st.button("Run induction study", key="en-ind-run")
     run = committed("en-ind", {"neurons": tuple(chosen), "seqs": n_seqs, "half": half_len, "random": n_random},
                     submitted)
@@ -277,7 +285,9 @@ def main() -> None:
     with show_errors():
         chosen = [n.label for n in ablation_mod.parse_neurons(
             [s for s in neuron_text.replace(" ", ",").split(",") if s], adapter)]
-    st.caption(f"Weight statistics and corpus data from {'the precomputed store ' + page.store if page.store else 'a live computation (no precomputed store for this model)'}.")
+    source = f"the precomputed store {display_path(page.store)}" if page.store else \
+        "a live computation (no precomputed store for this model)"
+    st.caption(f"Weight statistics and corpus data from {source}.")
     view = st.segmented_control("View", VIEWS, key="en-view") or VIEWS[0]
     runs = {"Causal ablation": "en-abl", "Token-frequency neurons": "en-tf", "Induction": "en-ind"}
     write_url(page_params, run_flag(runs.get(view)))  # before the slow part: a reload mid-run keeps the inputs

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from backend.config import InterpscopeError
+from backend.config import REPO_ROOT, InterpscopeError
+from backend.paths import display_path
 from backend.sae_store import FeatureStore, list_stores
 from backend.sae_store.search import no_match_reason, search
 from components.export import export_menu
@@ -201,12 +202,13 @@ def main() -> None:
         store = open_store(path)
     spec = store.spec
     architecture = store.manifest["sae_cfg"]["architecture"]
-    st.caption(f"SAE `{spec['sae_path']}` · {architecture} · {store.d_sae:,} features · "
-               f"reads `{spec['hook_name']}` of {spec['model_name']} · corpus {spec['corpus']} ({spec['split']}, "
+    sae_shown = display_path(REPO_ROOT / spec["sae_path"])
+    st.caption(f"SAE `{sae_shown}` · {architecture} · {store.d_sae:,} features · reads `{spec['hook_name']}` of "
+               f"{display_path(spec['model_name'])} · corpus {display_path(spec['corpus'])} ({spec['split']}, "
                f"{store.n_counted:,} tokens)")
     if store_is_stale(path):
-        st.warning(f"The SAE `{spec['sae_path']}` changed (or is missing) since this store was built: what is shown "
-                   f"describes the old weights. Rebuild it: `interpscope sae store --sae {spec['sae_path']} --force`.")
+        st.warning(f"The SAE `{sae_shown}` changed (or is missing) since this store was built: what is shown "
+                   f"describes the old weights. Rebuild it: `interpscope sae store --sae {sae_shown} --force`.")
     view = st.segmented_control("View", VIEWS, key="sae_view") or "Overview"
     st.session_state["sae_feature"] = int(np.clip(st.session_state["sae_feature"], 0, store.d_sae - 1))
     write_url(params, run_flag(RUN_PAGES.get(view)))  # before the slow part: a reload mid-run keeps the inputs

@@ -10,7 +10,8 @@ import pandas as pd
 import streamlit as st
 
 from backend.config import InterpscopeError
-from backend.paths import PLAIN_NAME, plain_name, user_path
+from backend.limits import check_amounts
+from backend.paths import PLAIN_NAME, display_path, plain_name, user_path
 from backend.sae import load_sae, registered
 from backend.sae.catalog import trained_dir
 from backend.sae.evaluation import evaluate_sae
@@ -91,6 +92,8 @@ def settings(lm) -> dict | None:
         st.info("Choose at least one architecture.")
         return None
     try:
+        check_amounts(training_tokens=tokens, cache_tokens=cache_tokens, sae_width=width, batch_size=batch,
+                      eval_tokens=eval_tokens, sae_k=max((spec.k for spec in specs if spec.k), default=None))
         run_name = plain_name(run_name, "run name")
         source = None if corpus.strip() in ("", "austen") else str(user_path(corpus, "corpus file or folder"))
     except InterpscopeError as err:
@@ -142,7 +145,7 @@ def show_result(result: dict) -> None:
     export_menu(fig, {"report": result["report"], "histories": histories}, key="sae_training",
                 filename="sae_training")
     for name, folder in result["saved"].items():
-        st.caption(f"{name} saved to `{folder}` (open it on the SAE overview page).")
+        st.caption(f"{name} saved to `{display_path(folder)}` (open it on the SAE overview page).")
 
 
 def main() -> None:

@@ -6,7 +6,10 @@ script first calls st.navigation; a shared link opened as a session's first requ
 
 Safe defaults (each one yields to the same option given on the command line, in STREAMLIT_* environment
 variables or in a Streamlit config file): listen on 127.0.0.1 ($INTERPSCOPE_ADDRESS overrides), no file
-watcher, no error details in the browser, uploads up to 20 MB. `--shared` turns on server mode
+watcher, no error details in the browser, uploads up to 20 MB, and no "magic" (runner.magicEnabled: Streamlit
+then compiles a page from its source instead of parsing it into Python AST objects and rewriting them; on
+CPython 3.11.7 concurrent sessions' ast.parse calls share one recursion counter and now and then fail with
+"SystemError: AST constructor recursion depth mismatch" (CPython gh-106905); no page relies on magic). `--shared` turns on server mode
 (INTERPSCOPE_SERVER_MODE=1: typed paths confined to the allowed folders, nothing downloaded for a visitor).
 Usage: python scripts/serve_app.py [--shared] [streamlit run options...]
 """
@@ -24,6 +27,7 @@ DEFAULTS = {
     "server.fileWatcherType": "none",
     "client.showErrorDetails": "none",
     "server.maxUploadSize": "20",
+    "runner.magicEnabled": "false",
 }
 
 

@@ -11,10 +11,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from streamlit import config as streamlit_config
 
 # Tests never touch the network: hub ids resolve from the local cache only (also in subprocesses and the app).
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# AppTests run the pages as the server does: without Streamlit magic (scripts/serve_app.py says why)
+streamlit_config.set_option("runner.magicEnabled", False)
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTEFACTS = ROOT / "test-artefacts"
@@ -50,7 +53,7 @@ def start_app(log_path: Path, env: dict | None = None) -> tuple[subprocess.Popen
     process = subprocess.Popen(
         [sys.executable, str(ROOT / "scripts" / "serve_app.py"), "--server.port", str(port),
          "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
-         "--server.fileWatcherType", "none"],
+         "--server.fileWatcherType", "none", "--runner.magicEnabled", "false"],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 90

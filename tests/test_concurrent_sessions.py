@@ -125,3 +125,61 @@ def test_eight_concurrent_sessions_match_serial_runs_and_share_one_model(env):
 
     copies = [e for e in cached_models() if e["key"][0] == os.path.realpath(model_dir)]
     assert len(copies) == 1
+
+
+# --- real page loads on one server (issue 22, item 14) ---------------------------------------------------------
+LOADED_PAGES = ["", "relevance-maps", "information-flow", "sae-metrics", "feature-browser", "train-sae", "neurons",
+                "numbers-fourier"]
+ERROR_TEXT = ("Something went wrong", "SystemError", "Traceback", "recursion depth mismatch")
+
+
+def page_problems(page) -> list[str]:
+    """Exceptions, error messages and error text in a loaded page."""
+    found = [f"exception: {e.inner_text()[:200]}" for e in page.locator("[data-testid='stException']").all()]
+    found += [f"error: {e.inner_text()[:200]}" for e in page.locator("[data-testid='stAlertContentError']").all()]
+    text = page.locator("[data-testid='stApp']").inner_text()
+    return found + [f"text: {marker}" for marker in ERROR_TEXT if marker in text]
+
+
+def test_eight_concurrent_page_loads_repeated_show_no_error(app_server, browser):
+    """Eight pages opened at once in eight browser sessions on one server, three rounds; every page finishes with
+    its title and no exception, error message or error text (a SystemError from Streamlit's magic rewriting of a
+    page's source was seen once in 44 sessions with magic on: it is off, see scripts/serve_app.py)."""
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    tabs = [context.new_page() for _ in LOADED_PAGES]
+    try:
+        for round_ in range(3):
+            for tab, path in zip(tabs, LOADED_PAGES):
+                tab.goto(f"{app_server}/{path}?model=adder", wait_until="commit")
+            for tab, path in zip(tabs, LOADED_PAGES):
+                tab.locator("[data-testid='stMain'] h1").first.wait_for(timeout=120_000)
+                tab.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
+                                      timeout=120_000)
+                assert not page_problems(tab), (round_, path or "home", page_problems(tab))
+    finally:
+        context.close()
+
+
+def test_no_page_relies_on_streamlit_magic():
+    """With runner.magicEnabled off (the served and tested configuration), a bare expression in a page would no
+    longer render: every page writes what it shows explicitly."""
+    import ast
+
+    from streamlit.runtime.scriptrunner import magic
+
+    scripts = [ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py"))]
+    for script in scripts:
+        tree = magic.add_magic(script.read_text(encoding="utf-8"), str(script))
+        written = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                   and isinstance(node.value, ast.Name) and node.value.id == magic.MAGIC_MODULE_NAME]
+        assert not written, f"{script.name} lines {written} render only through Streamlit magic"
+    assert len(scripts) > 8
+
+
+def test_served_and_tested_apps_run_with_magic_off():
+    from streamlit import config
+
+    from tests.test_serving import load_serve_app
+
+    assert "--runner.magicEnabled=false" in load_serve_app().streamlit_args([])
+    assert config.get_option("runner.magicEnabled") is False  # AppTests here (tests/conftest.py)

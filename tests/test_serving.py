@@ -131,7 +131,7 @@ def test_safe_defaults_and_explicit_options_win(serve_app, monkeypatch, tmp_path
     args = serve_app.streamlit_args(["--server.port", "9"])
     assert args[:2] == ["run", str(ROOT / "app.py")] and args[-2:] == ["--server.port", "9"]
     assert {"--server.address=127.0.0.1", "--server.fileWatcherType=none", "--client.showErrorDetails=none",
-            "--server.maxUploadSize=20"} <= set(args)
+            "--server.maxUploadSize=20", "--runner.magicEnabled=false"} <= set(args)
     assert serve_app.effective_address(args) == "127.0.0.1"
     given = ["--server.address", "10.1.2.3", "--client.showErrorDetails=full"]
     args = serve_app.streamlit_args(given)
@@ -311,3 +311,120 @@ def test_streamlit_control_flow_passes_through(control):
 
     with pytest.raises(type(control)):
         run_page(Page())
+
+
+# --- every path the server opens, ceilings, and paths shown (issue 22, item 13) ---------------------------------
+def shown_texts(at) -> list[str]:
+    """Every text a page shows: titles, markdown, captions, messages, metrics, select options and table cells."""
+    texts = [e.value for kind in ("title", "header", "subheader", "markdown", "caption", "error", "warning", "info",
+                                  "success", "code", "latex") for e in at.get(kind)]
+    texts += [f"{m.label} {m.value}" for m in at.metric]
+    texts += [str(option) for box in (*at.selectbox, *at.multiselect, *at.radio) for option in box.options]
+    texts += [d.value.to_csv() for d in at.dataframe]
+    return texts + [str(e.value) for e in at.exception]
+
+
+def absolute_paths(at, *roots: Path) -> list[str]:
+    """The shown texts that hold one of these absolute server folders."""
+    return [text for text in shown_texts(at) for root in roots if str(root) in text]
+
+
+def tiny_model_in(folder: Path, server_mode_root: Path, monkeypatch) -> Path:
+    """A tiny GPT-2 saved as a model folder (server mode off while it is written and loaded once)."""
+    from tests.sae_store_tiny import save_tiny_lm
+
+    monkeypatch.delenv("INTERPSCOPE_SERVER_MODE")
+    model = save_tiny_lm(folder)
+    monkeypatch.setenv("INTERPSCOPE_SERVER_MODE", "1")
+    return model
+
+
+def test_server_mode_build_store_refuses_a_cfg_model_name_outside_the_roots(server_mode, monkeypatch):
+    from backend.models import load_model
+    from backend.models.loading import cached_models, clear_cache
+    from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
+
+    monkeypatch.delenv("INTERPSCOPE_SERVER_MODE")
+    outside = save_tiny_lm(server_mode / "outside" / "tiny")
+    sae = random_sae_folder(load_model(str(outside), device="cpu"), server_mode / "data" / "saes" / "visitor-sae")
+    assert str(outside.resolve()) in (sae / "cfg.json").read_text()  # cfg.json's model_name names the outside model
+    monkeypatch.setenv("INTERPSCOPE_SERVER_MODE", "1")
+    clear_cache()
+    stores = server_mode / "data" / "sae_stores"
+    at = open_page("pages/sae_features.py", model_choice="adder", **{"sae-build-choice": "Other folder…"})
+    at.text_input(key="sae-build-path").set_value(str(sae)).run()
+    assert not at.error and not at.button(key="sae-build-go").disabled  # the SAE folder itself is allowed
+    at.button(key="sae-build-go").click().run()
+    assert not at.exception, at.exception
+    [message] = [e.value for e in at.error]
+    assert "allowed folders" in message and "cfg.json" in message and str(server_mode) not in message
+    assert not at.success
+    assert not [e for e in cached_models() if str(server_mode) in e["key"][0]]  # the outside model never loaded
+    assert not files_under(stores)
+
+
+def test_server_mode_training_page_refuses_huge_token_counts(server_mode):
+    at = open_page("pages/sae_training.py", model_choice="adder")
+    assert "sae_train_run" in [b.key for b in at.button]
+    before = files_under(server_mode / "data")
+    for key, value, named in (("sae_train_tokens", 10**14, "training tokens"),
+                              ("sae_train_cache_tokens", 10**12, "corpus tokens to cache")):
+        at.number_input(key=key).set_value(value).run()
+        assert not at.exception, at.exception
+        [message] = [e.value for e in at.error]
+        assert f"{value:,}" in message and f"at most" in message and named in message, message
+        assert "sae_train_run" not in [b.key for b in at.button]
+        at.number_input(key=key).set_value(2048).run()
+        assert not at.error and "sae_train_run" in [b.key for b in at.button]
+    at.number_input(key="sae_train_width").set_value(262144).run()
+    assert any("SAE width" in e.value for e in at.error)
+    assert files_under(server_mode / "data") == before
+
+
+def test_outside_server_mode_the_training_page_takes_large_token_counts(no_server_mode):
+    at = open_page("pages/sae_training.py", model_choice="adder")
+    at.number_input(key="sae_train_tokens").set_value(10**14).run()
+    assert not at.error and "sae_train_run" in [b.key for b in at.button]
+
+
+def test_server_mode_sae_browser_shows_no_absolute_server_path(server_mode):
+    at = open_page("pages/sae_features.py", model_choice="adder", **{"sae-all-models": True})
+    assert not at.exception, at.exception
+    options = at.selectbox(key="sae-build-choice").options
+    shipped = [o for o in options if o != "Other folder…"]
+    assert shipped and all(o.startswith("assets/saes/") for o in shipped), options
+    assert any("SAE `assets/saes/" in c.value for c in at.caption)
+    assert not absolute_paths(at, ROOT, server_mode)
+
+
+def test_server_mode_entropy_neurons_caption_names_the_store_relative(server_mode, monkeypatch):
+    from app import OTHER
+    from backend.models import load_model
+    from backend.neurons.page_store import StoreSpec, build_neuron_store
+
+    model = tiny_model_in(server_mode / "data" / "models" / "tiny", server_mode, monkeypatch)
+    build_neuron_store(load_model(str(model), device="cpu"), server_mode / "data" / "neurons" / "stores" / "tiny",
+                       spec=StoreSpec(n_tokens=256, seq_len=32, top_contexts=4))
+    at = open_page("pages/entropy_neurons.py", model_choice=OTHER, model_custom=str(model))
+    assert not at.exception, at.exception
+    assert any("the precomputed store [data dir]/neurons/stores/tiny" in c.value for c in at.caption), \
+        [c.value for c in at.caption]
+    assert not absolute_paths(at, ROOT, server_mode)
+
+
+def test_server_mode_training_result_names_its_folder_relative(server_mode, monkeypatch):
+    from app import OTHER
+
+    model = tiny_model_in(server_mode / "data" / "models" / "tiny", server_mode, monkeypatch)
+    at = open_page("pages/sae_training.py", model_choice=OTHER, model_custom=str(model))
+    at.selectbox(key="sae_train_hook").set_value("blocks.0.hook_resid_post")
+    at.multiselect(key="sae_train_archs").set_value(["relu"])
+    for key, value in (("sae_train_width", 64), ("sae_train_tokens", 2048), ("sae_train_cache_tokens", 1024),
+                       ("sae_train_batch", 256), ("sae_train_eval_tokens", 0)):
+        at.number_input(key=key).set_value(value)
+    at.text_input(key="sae_train_name").set_value("visitor-run").run()
+    at.button(key="sae_train_run").click().run()
+    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    saved = [c.value for c in at.caption if "saved to" in c.value]
+    assert saved and all("`[data dir]/saes/visitor-run/" in c for c in saved), saved
+    assert not absolute_paths(at, ROOT, server_mode)
