@@ -47,9 +47,12 @@ def contexts_html(contexts: Sequence, scale: float) -> str:
     return contexts_table_html([vars(c) for c in contexts], scale)
 
 
-def show_feature_card(card, store_name: str, open_feature: Callable[[int], None]) -> None:
+def show_feature_card(card, store_name: str, open_feature: Callable[[int], None], explanation_note: str | None = None,
+                      hide_weak: bool = True) -> None:
     """The whole feature card: label and explanation, metrics, top contexts, activation and logit-weight
-    histograms, top and bottom logits, nearest features (buttons calling open_feature), interval samples."""
+    histograms, top and bottom logits, nearest features (buttons calling open_feature), interval samples.
+    explanation_note: why the written explanation is weak (degenerate, at or below chance); a weak one is then
+    only named (hide_weak) or shown with the note."""
     import streamlit as st
 
     from components.export import export_menu
@@ -59,8 +62,14 @@ def show_feature_card(card, store_name: str, open_feature: Callable[[int], None]
     if card.explanation:
         score = card.explanation.get("score")
         scored = f" · detection score {score:.2f} ({card.explanation.get('scorer', '')})" if score is not None else ""
-        st.markdown(f"**Explanation** (written by {card.explanation.get('writer', 'a bundled model')}): "
-                    f"{html.escape(card.explanation.get('explanation', ''))}{scored}")
+        writer = card.explanation.get("writer", "a bundled model")
+        if explanation_note and hide_weak:
+            st.caption(f"No usable written explanation: the one written by {writer} is hidden ({explanation_note}). "
+                       "Show weak explanations (above) shows it.")
+        else:
+            note = f" · **weak**: {html.escape(explanation_note)}" if explanation_note else ""
+            st.markdown(f"**Explanation** (written by {writer}): "
+                        f"{html.escape(card.explanation.get('explanation', ''))}{scored}{note}")
     cols = st.columns(4)
     cols[0].metric("Density", f"{card.density:.3e}" if card.density else "dead",
                    help=f"fraction of the store's {card.n_tokens:,} corpus tokens where it is > 0")

@@ -59,6 +59,13 @@ def curves_figure(curves: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray,
     return fig
 
 
+def curve_rows(curves: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray, float]]) -> list[dict]:
+    """The perturbation curves as a tidy table: one row per (method, fraction removed), with the method's ABPC."""
+    return [{"method": name, "fraction_removed": float(f), "morf": float(m), "lerf": float(le), "abpc": float(abpc)}
+            for name, (fractions, morf, lerf, abpc) in curves.items()
+            for f, m, le in zip(fractions, morf, lerf)]
+
+
 def abpc_bar(labels: Sequence[str], means: Sequence[float], stds: Sequence[float], title: str) -> go.Figure:
     """Mean ABPC per method with one standard deviation."""
     fig = go.Figure(go.Bar(x=list(labels), y=list(means), error_y=dict(type="data", array=list(stds)),
@@ -81,12 +88,18 @@ def top_bar(labels: Sequence[str], values: Sequence[float], title: str, x_title:
 
 
 def mean_relevance_bars(labels: Sequence[str], means: Sequence[float], counts: Sequence[int], title: str,
-                        x_title: str) -> go.Figure:
-    """Signed bars of mean relevance (red for, blue against), each with its count in the hover."""
-    fig = go.Figure(go.Bar(x=_unique([_label(t) for t in labels]) if x_title == "token" else list(labels),
+                        x_title: str, by_value: bool = False) -> go.Figure:
+    """Signed bars of mean relevance (red for, blue against), each with its count in the hover. by_value: the bars
+    in order of their mean (largest first), so the order and the values shown agree; else in the given order (e.g.
+    distance)."""
+    rows = list(zip(labels, means, counts))
+    if by_value:
+        rows.sort(key=lambda row: -row[1])
+    labels, means, counts = ([r[i] for r in rows] for i in range(3))
+    fig = go.Figure(go.Bar(x=_unique([_label(t) for t in labels]) if x_title.startswith("token") else list(labels),
                            y=list(means), customdata=list(counts),
                            marker_color=[PALETTE[0] if m >= 0 else PALETTE[1] for m in means],
                            hovertemplate="%{x}: mean %{y:.4g} over %{customdata} tokens<extra></extra>"))
-    fig.update_layout(title=title, template="plotly_white", height=360, xaxis_title=x_title,
-                      yaxis_title="mean relevance", margin=dict(l=60, r=20, t=60, b=90), xaxis=dict(tickangle=-45))
+    fig.update_layout(title=title, template="plotly_white", height=380, xaxis_title=x_title,
+                      yaxis_title="mean relevance", margin=dict(l=60, r=20, t=60, b=110), xaxis=dict(tickangle=-45))
     return fig

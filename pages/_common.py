@@ -53,7 +53,9 @@ def show_errors() -> Iterator[None]:
 def text_source(key: str, label: str = "Text", default: str = "", height: int = 120) -> str | None:
     """A paste box, or an upload (.txt/.md one example per line, .csv text column, .jsonl "text") with a row
     pick. Returns checked text, or None after showing why the input can't be used. The pasted text's widget key
-    is f"{key}-text" (pages keep it in their URL); an upload is not part of a link."""
+    is f"{key}-text" (pages keep it in their URL); an upload is not part of a link. Which file the text came from
+    is noted for committed(): a replaced file clears the page's last Run instead of computing its first row."""
+    st.session_state["_text-upload"] = None
     mode = st.radio("Input", ["Paste text", "Upload a file"], horizontal=True, key=f"{key}-mode",
                     label_visibility="collapsed")
     if mode == "Paste text":
@@ -71,6 +73,7 @@ def text_source(key: str, label: str = "Text", default: str = "", height: int = 
             st.error(str(err))
             return None
         examples = table.examples
+        st.session_state["_text-upload"] = upload.file_id
         if table.note:
             st.caption(table.note)
         preview = [{"row": i, "text": t[:120] + ("…" if len(t) > 120 else "")} for i, t in enumerate(examples[:500])]
@@ -87,11 +90,21 @@ def text_source(key: str, label: str = "Text", default: str = "", height: int = 
 
 
 # --- a page's inputs live in its URL ---------------------------------------------------------------------------
+# What the URL holds is what the page shows: the inputs of its last Run (snapshot taken when Run was pressed, so an
+# edit that waits for Run never reaches the link), plus where the visitor is (scope "nav": store, view, feature) and,
+# after a Run, how its result is displayed (scope "view": a threshold, a clicked node). Pages without a Run show
+# results of their current inputs, and their URL holds those.
+SCOPES = ("run", "view", "nav")
+
+
 @dataclass(frozen=True)
 class Param:
     """One page input kept in the URL: widget key, query-string name, default, and how to read it back.
 
     kind: int, float, str or bool; choices: allowed values (anything else in a URL is ignored); low/high: bounds.
+    scope: "run" (an input of the page's Run: in the URL as of the last Run), "view" (how a Run's result is shown:
+    in the URL as it is, once there is a Run) or "nav" (where the visitor is: always in the URL as it is).
+    A default of None means "chosen by the page" (e.g. a steering strength that follows the feature).
     """
 
     key: str
@@ -102,6 +115,7 @@ class Param:
     low: float | None = None
     high: float | None = None
     max_length: int = 2000
+    scope: str = "run"
 
     def parse(self, raw: str) -> Any:
         """The URL's value as this input's type, or None when it is not one this input accepts."""
@@ -127,19 +141,34 @@ class Param:
     def format(self, value: Any) -> str | None:
         if self.kind is bool:
             return "1" if value else "0"
-        text = str(value)
+        if self.kind is float and isinstance(value, float):
+            text = repr(value)  # exact: a link reproduces the very number
+        else:
+            text = str(value)
         return text if len(text) <= self.max_length else None
 
 
-def url_inputs(page: str, params: Sequence[Param]) -> None:
-    """Before the widgets: on a session's first visit to the page, or when the URL carries parameters this session
-    did not write (a link inside the app), take each input from the URL (checked; a value the input cannot take is
-    ignored with a note), then give every input without a value its default."""
-    flag = f"_url-read-{page}"
+def url_is_new(page: str) -> bool:
+    """Whether this run must take the page's inputs from the URL: the session's first visit to the page, or a
+    navigation here from another page carrying parameters this session did not write (st.page_link with query
+    parameters). A rerun of the page it is on never re-reads the URL: the URL is what the page wrote, and a rerun
+    whose URL lags behind (a file upload racing the last write) must not act as a link."""
+    state = st.session_state
+    if not state.get(f"_url-read-{page}"):
+        return True
     here = {k: st.query_params.get(k) for k in st.query_params}
-    if not st.session_state.get(flag) or (here and here != st.session_state.get("_url-wrote")):
-        # a first visit, or a link inside the app (st.page_link with query parameters) to a page visited before
-        st.session_state[flag] = True
+    return state.get("_url-page") != page and bool(here) and here != state.get("_url-wrote")
+
+
+def url_inputs(page: str, params: Sequence[Param]) -> None:
+    """Before the widgets: when url_is_new(page), take each input from the URL (checked; a value the input cannot
+    take is ignored with a note), then give every input without a value its default. Registers `params` as the
+    page's inputs, for the snapshot a Run takes (committed)."""
+    state = st.session_state
+    state.pop("_text-upload", None)  # set again by this run's text_source
+    state["_url-just-read"] = set()
+    if url_is_new(page):
+        state[f"_url-read-{page}"] = True
         ignored = []
         for param in params:
             raw = st.query_params.get(param.url)
@@ -149,15 +178,30 @@ def url_inputs(page: str, params: Sequence[Param]) -> None:
             if value is None:
                 ignored.append(param.url)
             else:
-                st.session_state[param.key] = value
+                state[param.key] = value
+                state["_url-just-read"].add(param.key)
         if ignored:
             st.warning(f"Ignored link parameter(s) this page cannot use: {', '.join(ignored)}.")
         # a link with run=1 commits the inputs it carries: for the first Run the page reaches on this visit only
-        st.session_state["_link-run"] = st.query_params.get("run") == "1"
+        state["_link-run"] = st.query_params.get("run") == "1"
     else:
-        st.session_state.pop("_link-run", None)
+        state.pop("_link-run", None)
+    state["_url-page"] = page
+    state["_url-params"] = list(params)
     for param in params:
-        st.session_state.setdefault(param.key, param.default)
+        state.setdefault(param.key, param.default)
+
+
+def follow(key: str, owner: Any, default: Callable[[], Any]) -> None:
+    """An input whose default depends on another (a steering strength on the feature): set it to default() when
+    `owner` changed since it was last set, unless this run just read it from a link or it was given before the
+    page first set it (then it stays, for `owner`)."""
+    state, tag = st.session_state, f"_follows-{key}"
+    if key in state.get("_url-just-read", ()) or (tag not in state and state.get(key) is not None):
+        state[tag] = owner
+    elif tag not in state or state[tag] != owner or state.get(key) is None:
+        state[key] = default()
+        state[tag] = owner
 
 
 def model_params() -> dict[str, str]:
@@ -171,72 +215,115 @@ def model_params() -> dict[str, str]:
     return out
 
 
-def write_url(params: Sequence[Param], extra: dict[str, str] | None = None) -> list[str]:
-    """After the widgets: the URL holds every input that differs from its default (so a reload or a shared link
-    restores the view). Returns the inputs too long for a link (they keep their default in a shared link)."""
+def _values(params: Sequence[Param], scopes: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """The current values of the inputs of these scopes that differ from their defaults, as link text."""
     values, too_long = {}, []
     for param in params:
+        if param.scope not in scopes:
+            continue
         value = st.session_state.get(param.key, param.default)
-        if value == param.default:
+        if value == param.default or value is None:
             continue
         text = param.format(value)
         if text is None:
             too_long.append(param.url)
         else:
             values[param.url] = text
-    values.update(extra or {})
+    return values, too_long
+
+
+def write_url(params: Sequence[Param], run: str | None = None) -> list[str]:
+    """After the widgets: the URL holds what the page shows (a reload or a shared link restores it). With `run` (a
+    committed() key: the view shows that Run's result): the inputs of its last Run as they were when Run was
+    pressed, and run=1, plus the current "view" inputs, or nothing but the "nav" inputs before a Run. Without: every
+    input as it is. Returns the inputs too long for a link (they keep their default in a shared link)."""
+    state = st.session_state
+    if run is None:
+        values, too_long = _values(params, SCOPES)
+    else:
+        values, too_long = _values(params, ("nav",))
+        snapshot = state.get(f"_url-run-{run}")
+        if state.get(f"_committed-{run}") is not None and snapshot is not None:
+            shown, more = _values(params, ("view",))
+            values = {**snapshot["values"], **values, **shown, "run": "1"}
+            too_long = snapshot["too_long"] + more
+        elif state.get("_link-run"):  # a link's run=1 waiting for the Run it commits: keep the link as it came
+            values = {k: st.query_params.get(k) for k in st.query_params}
     values.update(model_params())
     if dict(st.query_params) != values:
         st.query_params.from_dict(values)
-    st.session_state["_url-wrote"] = values
+    state["_url-wrote"] = values
     return too_long
 
 
 # --- expensive work: an explicit Run, a progress bar with an ETA, a Stop --------------------------------------
 def committed(page: str, inputs: dict, submitted: bool) -> dict | None:
     """The inputs of the page's last Run (None before any): expensive work is done for these only, so changing a
-    widget never starts it. Run commits the current inputs; a link with run=1 commits the inputs it carries (on the
-    visit that opened it, for the first Run the page reaches: another view opened later waits for its Run); a Stop
-    clears them. Says so when the inputs changed since the last Run."""
-    key = f"_committed-{page}"
-    if st.session_state.pop("_link-run", False):  # set by url_inputs on the visit that opened a link with run=1
+    widget never starts it. Run commits the current inputs and takes the snapshot of the page's URL inputs that
+    write_url(params, run=page) shows; a link with run=1 commits the inputs it carries (on the visit that opened
+    it, for the first Run the page reaches: another view opened later waits for its Run); a Stop clears them, and so
+    does a new uploaded file (its rows wait for a Run). Says so when the inputs changed since the last Run."""
+    key, state = f"_committed-{page}", st.session_state
+    if state.pop("_link-run", False):  # set by url_inputs on the visit that opened a link with run=1
         submitted = True
-    if st.session_state.get(f"{page}-stop"):
-        st.session_state.pop(key, None)
+    if state.pop(f"_stop-{page}", False) or state.get(f"{page}-stop"):
+        forget_run(page)
         st.info("Stopped. Press Run to start again.")
         return None
+    upload = state.get("_text-upload")
     if submitted:
-        st.session_state[key] = dict(inputs)
-    last = st.session_state.get(key)
+        state[key] = dict(inputs)
+        state[f"_upload-{page}"] = upload
+        values, too_long = _values(state.get("_url-params", []), ("run", "nav"))
+        state[f"_url-run-{page}"] = {"values": values, "too_long": too_long}
+    elif state.get(key) is not None and upload is not None and state.get(f"_upload-{page}") not in (None, upload):
+        forget_run(page)
+        st.info("A new file: press **Run** to compute its results.")
+        return None
+    last = state.get(key)
     if last is not None and last != inputs:
         st.caption("The inputs changed since the last Run: press **Run** to update the results below.")
     return last
 
 
-def run_flag(page: str | None) -> dict[str, str]:
-    """{"run": "1"} for write_url while `page` (a committed() key) shows a Run's results, or while a link's run=1
-    waits for it: a shared link then reproduces the results."""
-    if page is None:
-        return {}
-    waiting = bool(st.session_state.get("_link-run"))
-    return {"run": "1"} if waiting or st.session_state.get(f"_committed-{page}") is not None else {}
+def forget_run(page: str) -> None:
+    """Clear a page's last Run (its inputs and its URL snapshot)."""
+    for name in (f"_committed-{page}", f"_url-run-{page}", f"_upload-{page}"):
+        st.session_state.pop(name, None)
+
+
+def request_stop(page: str) -> None:
+    """The Stop button's callback: the rerun its click starts interrupts the work, and committed(page) clears the
+    page's Run instead of starting it again."""
+    st.session_state[f"_stop-{page}"] = True
 
 
 @contextmanager
-def progress(label: str, page: str | None = None) -> Iterator[Callable[[int, int], None]]:
-    """A progress bar with an ETA for a long computation, removed when it ends; with `page`, a Stop button beside
-    it (pressing it ends the run at the next progress step and clears the page's Run)."""
-    row = st.container()
+def progress(label: str, page: str | None = None) -> Iterator[Callable[..., None]]:
+    """The one progress bar of every page: a bar with an ETA and, with `page`, a Stop button beside it (pressing it
+    ends the run at the next progress step and clears the page's Run). Bar and button live in one st.empty slot
+    that is emptied when the block ends, whether the work finished, raised, or was stopped (a Stop reruns the
+    script, which raises inside the block): nothing stays on screen after the work.
+
+    The update takes the three shapes backend calls use (backend.progress): (done, total), (fraction, text) and
+    (stage, done, total)."""
+    slot = st.empty()
+    row = slot.container()
     bar = row.progress(0.0, text=label)
     if page is not None:
-        row.button("Stop", key=f"{page}-stop", help="Stop this computation (the page keeps its inputs).")
+        row.button("Stop", key=f"{page}-stop", help="Stop this computation (the page keeps its inputs).",
+                   on_click=request_stop, args=(page,))
     start = time.perf_counter()
 
-    def update(done, total) -> None:
-        """Counting calls: (done, total); staged calls: (fraction, text) (backend.progress names both)."""
-        if isinstance(total, str):
-            fraction, shown = min(max(float(done), 0.0), 1.0), f"{label}: {total}"
-        else:
+    def update(*args) -> None:
+        if len(args) == 3:  # (stage, done, total)
+            stage, done, total = args
+            fraction = min(max(done / total, 0.0), 1.0) if total else 1.0
+            shown = f"{label}: {stage} {done:,} / {total:,}"
+        elif isinstance(args[1], str):  # (fraction, text)
+            fraction, shown = min(max(float(args[0]), 0.0), 1.0), f"{label}: {args[1]}"
+        else:  # (done, total)
+            done, total = args
             fraction = min(max(done / total, 0.0), 1.0) if total else 1.0
             shown = f"{label} {done:,} / {total:,}"
         elapsed = time.perf_counter() - start
@@ -246,7 +333,7 @@ def progress(label: str, page: str | None = None) -> Iterator[Callable[[int, int
     try:
         yield update
     finally:
-        row.empty()
+        slot.empty()
 
 
 # --- results computed once per process, shared by every session -------------------------------------------------
@@ -260,6 +347,17 @@ def clear_shared() -> None:
     """Forget every shared result (tests and benchmarks that need a cold start)."""
     with _SHARED_LOCK:
         _SHARED.clear()
+
+
+def is_shared(name: str, key: tuple) -> bool:
+    """Whether shared(name, key, ...) would return a result computed earlier (a header then says it is cached)."""
+    with _SHARED_LOCK:
+        return (name, *key) in _SHARED
+
+
+def timing(seconds: float, cached: bool) -> str:
+    """A result header's time: this run's, or, for a result computed earlier, that it is cached and what it took."""
+    return f"cached (computed earlier in {seconds:.2f} s)" if cached else f"{seconds:.2f} s"
 
 
 def shared(name: str, key: tuple, compute: Callable[[], Any]) -> Any:

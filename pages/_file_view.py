@@ -25,9 +25,11 @@ def method_options(key: str, method: str) -> MethodOptions:
                                      format_func={"zero": "zero embeddings", "pad": "the pad token",
                                                   "mean": "the mean embedding"}.get)
         if method == "ig":
-            steps = int(cols[1].number_input("IG steps", 1, 512, 32, key=f"{key}-ig-steps"))
+            st.session_state.setdefault(f"{key}-ig-steps", 32)  # the page's URL may have set it
+            steps = int(cols[1].number_input("IG steps", 1, 512, key=f"{key}-ig-steps"))
         else:
-            window = int(cols[1].number_input("Occlusion window (tokens)", 1, 64, 1, key=f"{key}-window"))
+            st.session_state.setdefault(f"{key}-window", 1)
+            window = int(cols[1].number_input("Occlusion window (tokens)", 1, 64, key=f"{key}-window"))
     return MethodOptions(ig_steps=steps, baseline=baseline, occlusion_window=window)
 
 
@@ -51,6 +53,8 @@ def file_section(lm, labels: dict[str, str]) -> None:
         run = None
         if st.button("Run on every row", type="primary", key=f"{PAGE}-run"):
             st.session_state[f"{PAGE}-started"] = (upload.file_id, method, options)
+        elif st.session_state.get(f"{PAGE}-stop"):  # Stop (in the progress row): no restart until Run again
+            st.session_state.pop(f"{PAGE}-started", None)
         if st.session_state.get(f"{PAGE}-started") == (upload.file_id, method, options):
             with progress("Rows", PAGE) as report:
                 try:
@@ -74,7 +78,9 @@ def show_run(run, label: str) -> None:
         fig = mean_relevance_bars([r["token"] for r in aggregates.by_token[:25]],
                                   [r["mean_relevance"] for r in aggregates.by_token[:25]],
                                   [r["count"] for r in aggregates.by_token[:25]],
-                                  f"Mean relevance per token type ({label})", "token")
+                                  f"Mean relevance per token type ({label})",
+                                  "token (the 25 with the largest |mean|, seen twice or more first), by mean",
+                                  by_value=True)
         st.plotly_chart(fig, key=f"{PAGE}-by-token")
         export_menu(fig, aggregates.by_token, key=f"{PAGE}-by-token", filename="file-relevance-by-token")
     with right:

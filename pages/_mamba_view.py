@@ -11,7 +11,7 @@ from backend.relevance.mamba.analysis import conservation_by_disabled_fix, dista
 from backend.relevance.api import make_target
 from components.export import export_menu
 from components.mamba_charts import distance_figure, fix_error_figure
-from pages._common import current_model, model_key, show_errors
+from pages._common import current_model, model_key, progress, show_errors
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -41,10 +41,8 @@ def mamba_view(lm, text: str, token: str | None, contrast: tuple | None, labels:
     store = st.session_state.setdefault("mamba-distance-results", {})
     wanted = (model_key(), n_prompts, method)
     if columns[2].button("Compute relevance vs distance", key="mamba-distance-run"):
-        bar = st.progress(0.0, text=f"0 / {n_prompts} prompts")
-        with show_errors():
-            store[wanted] = _distance(model_key(), n_prompts, method, lambda done, total: bar.progress(
-                done / total, text=f"{done} / {total} prompts"))
+        with show_errors(), progress("Prompts", "mamba-distance") as report:
+            store[wanted] = _distance(model_key(), n_prompts, method, report)
     if wanted in store:
         data = store[wanted]
         fig = distance_figure(data["distances"], data["share"], data["signed"], data["counts"], data["n_prompts"],

@@ -44,6 +44,8 @@ def show_circuit(store: FeatureStore, lm, text: str, open_in_store: Callable[[st
                 f"{store.spec['hook_name']}: build one (`interpscope sae store --sae DIR`) to trace circuits.")
         return
     cols = st.columns([2, 2, 1])
+    if st.session_state.get("sae-circuit-upstream") not in candidates:
+        st.session_state["sae-circuit-upstream"] = next(iter(candidates))
     upstream_name = cols[0].selectbox("Upstream SAE (spliced in)", list(candidates), key="sae-circuit-upstream")
     target = cols[1].radio("Explain", TARGETS, key="sae-circuit-target")
     method = cols[2].radio("Rules", ["attnlrp", "cplrp"], key="sae-circuit-method",
@@ -51,10 +53,11 @@ def show_circuit(store: FeatureStore, lm, text: str, open_in_store: Callable[[st
     feature, position = None, -1
     if target == TARGETS[0]:
         pair = st.columns(2)
-        st.session_state.setdefault("sae-circuit-feature", int(st.session_state.get("sae_feature", 0)))
+        if st.session_state.get("sae-circuit-feature") is None:
+            st.session_state["sae-circuit-feature"] = int(st.session_state.get("sae_feature", 0))
         feature = int(pair[0].number_input(f"Feature (0–{store.d_sae - 1})", 0, store.d_sae - 1,
                                            key="sae-circuit-feature"))
-        position = int(pair[1].number_input("Token position (-1 = last)", -1, 4096, -1, key="sae-circuit-pos"))
+        position = int(pair[1].number_input("Token position (-1 = last)", -1, 4096, key="sae-circuit-pos"))
     submitted = st.button("Run", type="primary", key="sae-circuit-run")
     run = committed("sae-circuit", {"store": store.name, "upstream": upstream_name, "text": text, "target": target,
                                     "feature": feature, "position": position, "method": method}, submitted)

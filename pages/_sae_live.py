@@ -21,11 +21,11 @@ from backend.sae.folder import sae_model_name
 from backend.sae.sinks import SINK_FACTOR
 from backend.sae_store import FeatureStore, build_store
 from backend.sae_store.prompt import FeatureAttribution, PromptFeatures, feature_attribution, prompt_features
-from backend.sae_store.steering import MAX_NEW_TOKENS, SteeringResult, steer
+from backend.sae_store.steering import MAX_NEW_TOKENS, STRENGTH_MULTIPLE, SteeringResult, default_strength, steer
 from components.export import export_menu
 from components.sae_figures import logprob_change_figure, prompt_heatmap_figure, steering_figure
 from components.token_heatmap import heatmap_figure, token_heatmap
-from pages._common import committed, text_source
+from pages._common import committed, follow, progress, text_source
 
 VIEWS_LIVE = ["Prompt", "Attribution", "Steering", "Circuit"]
 DEFAULT_PROMPT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
@@ -79,7 +79,10 @@ def _steer(store_path: str, model_key: tuple, text: str, feature: int, mode: str
 
 
 def _feature_input(store: FeatureStore, key: str) -> int:
-    st.session_state.setdefault(key, int(st.session_state.get("sae_feature", 0)))
+    """A live view's feature box: starts at the feature open in the browser (or the one a link names)."""
+    if st.session_state.get(key) is None:
+        st.session_state[key] = int(st.session_state.get("sae_feature", 0))
+    st.session_state[key] = int(np.clip(st.session_state[key], 0, store.d_sae - 1))
     return int(st.number_input(f"Feature (0–{store.d_sae - 1})", min_value=0, max_value=store.d_sae - 1, step=1,
                                key=key))
 
@@ -150,7 +153,11 @@ def show_attribution(store: FeatureStore, lm, text: str) -> None:
         st.info(f"Feature {feature} does not fire on this text (beyond position 0); pick another feature or text.")
     positions = list(range(len(view.tokens)))
     best = int(np.argmax(column[1:]) + 1) if len(column) > 1 else 0
-    position = st.selectbox("Position", positions, index=best, key=f"sae-attr-pos-{feature}",
+    # a new feature or text starts at its strongest token; a link's position stays
+    follow("sae-attr-position", (feature, text), lambda: best)
+    if st.session_state["sae-attr-position"] not in positions:
+        st.session_state["sae-attr-position"] = best
+    position = st.selectbox("Position", positions, key="sae-attr-position",
                             format_func=lambda i: f"{i}: {view.tokens[i]!r} (activation {column[i]:.3g})")
     lrp = [m for m in methods_for(lm.adapter) if m.kind == "lrp"]
     names = [m.name for m in lrp]
@@ -183,10 +190,12 @@ def show_steering(store: FeatureStore, lm, text: str) -> None:
     cols = st.columns(3)
     mode = cols[0].radio("Edit", ["add", "ablate"], horizontal=True, key="sae-steer-mode",
                          format_func=lambda m: {"add": "Add the direction", "ablate": "Remove the feature"}[m])
-    strength = cols[1].number_input("Strength (activation units)", value=round(4 * max_act, 3), step=max_act / 2,
-                                    key=f"sae-steer-strength-{feature}", disabled=mode == "ablate",
-                                    help=f"Adds strength × W_dec[{feature}] at every position; this feature's "
-                                         f"max activation on the corpus is {max_act:.3g}.")
+    follow("sae-steer-strength", feature, lambda: round(default_strength(max_act), 3))  # a link's strength stays
+    strength = cols[1].number_input("Strength (activation units)", step=max_act / 2, key="sae-steer-strength",
+                                    disabled=mode == "ablate",
+                                    help=f"Adds strength × W_dec[{feature}] at every position. The default is "
+                                         f"{STRENGTH_MULTIPLE:g}× this feature's max activation on the corpus "
+                                         f"({max_act:.3g}): larger edits break the text (see the README).")
     n_new = cols[2].slider("Tokens to generate", 0, MAX_NEW_TOKENS, key="sae-steer-new")
     submitted = st.button("Run", type="primary", key="sae-steer-run")
     run = committed("sae-steer", {"store": store.name, "text": text, "feature": feature, "mode": mode,
@@ -200,6 +209,9 @@ def show_steering(store: FeatureStore, lm, text: str) -> None:
     feature, mode, text = run["feature"], run["mode"], run["text"]
     verb = f"+ {result.strength:.3g} × direction" if mode == "add" else "removed"
     st.metric("KL(clean ‖ edited), next token", f"{result.kl:.4f}")
+    silent = silent_note(result)
+    if silent:
+        st.info(silent)
     left, right = st.columns(2)
     left.markdown("**Clean continuation**")
     left.code(text[-200:] + "⟶" + result.clean_continuation, language=None, wrap_lines=True)
@@ -213,6 +225,19 @@ def show_steering(store: FeatureStore, lm, text: str) -> None:
     st.plotly_chart(fig, width="stretch", key="sae-steer-change")
     export_menu(fig, {"tokens": result.tokens[1:], "logprob_change": result.logprob_change}, key="sae-steer-change",
                 filename=f"{store.name}-feature-{feature}-{mode}-per-token")
+
+
+def silent_note(result: SteeringResult) -> str | None:
+    """Why an ablation changed nothing: the feature is 0 at every position of the prompt the edit acts on (from 1
+    on), so removing it removes nothing (computed from its activations on this prompt)."""
+    active = np.asarray(result.feature_on_prompt)[1:]
+    if result.mode != "ablate" or np.any(active > 0):
+        return None
+    same = result.clean_continuation == result.edited_continuation
+    return (f"Feature {result.feature} never fires on this text (its activation is 0 at all {active.size} prompt "
+            "positions the edit acts on), so removing it cannot change the next token: KL 0. "
+            + ("The continuations are the same too." if same else "The continuations differ: it fires on a "
+               "generated token.") + " Pick a feature that fires here (the Prompt view lists them).")
 
 
 def open_in_store(store_name: str, feature: int) -> None:
@@ -266,16 +291,12 @@ def build_section() -> None:
         folder = ""
     if not st.button("Build store", key="sae-build-go", disabled=not folder):
         return
-    bar = st.progress(0.0, text="Starting…")
-
-    def progress(stage: str, done: int, total: int) -> None:
-        bar.progress(min(1.0, done / max(1, total)), text=f"{stage}: {done:,} / {total:,}")
-
     try:
-        sae = load_sae(folder)
-        device, dtype = _device_dtype()
-        lm = load_model(sae_model_name(sae), device=device, dtype=dtype)
-        out = build_store(lm, folder, n_tokens=int(tokens), eval_tokens=2048, progress=progress, use_cache=True)
+        with progress("Building the store", "sae-build") as report:
+            sae = load_sae(folder)
+            device, dtype = _device_dtype()
+            lm = load_model(sae_model_name(sae), device=device, dtype=dtype)
+            out = build_store(lm, folder, n_tokens=int(tokens), eval_tokens=2048, progress=report, use_cache=True)
     except InterpscopeError as err:
         st.error(str(err))
         return

@@ -17,7 +17,8 @@ from backend.neurons.weights import default_k
 from backend.paths import display_path
 from components import neuron_figures as figs
 from components.export import export_menu
-from pages._common import (Param, committed, current_model, model_key, progress, run_flag, shared, show_errors,
+from components.tables import fit_columns
+from pages._common import (Param, committed, current_model, model_key, progress, shared, show_errors,
                            text_source, url_inputs, write_url)
 
 PAGE = "neurons"
@@ -27,7 +28,7 @@ DEFAULT_TEXT = ("It is a truth universally acknowledged, that a single man in po
 
 
 def params(adapter) -> list[Param]:
-    return [Param("en-view", "view", VIEWS[0], choices=VIEWS),
+    return [Param("en-view", "view", VIEWS[0], choices=VIEWS, scope="nav"),
             Param("en-layer", "layer", adapter.n_layers - 1, int, low=0, high=adapter.n_layers - 1),
             Param("en-k", "k", default_k(adapter.d_model), int, low=1, high=adapter.d_model - 1),
             Param("en-store-tokens", "tokens", DEFAULT_STORE_TOKENS, int, choices=[256, 1024, 2048, 4096, 8192]),
@@ -124,7 +125,7 @@ def ablation_view(lm, chosen: list[str], k: int, store_tokens: int) -> None:
                 "effect vs the direct effect with the final norm's scale frozen. Results are shared by every "
                 "session. Press Run ablation.")
         return
-    with show_errors(), progress("Mean ablation", PAGE) as report:
+    with show_errors(), progress("Mean ablation", "en-abl") as report:
         result = _ablation(lm, run["neurons"], run["tokens"], run["random"], k, store_tokens, report)
     effects = result.effects
     quantity = st.radio("Quantity", ["loss", "entropy"], horizontal=True, key="en-abl-quantity")
@@ -152,10 +153,10 @@ def ablation_view(lm, chosen: list[str], k: int, store_tokens: int) -> None:
                            "ΔH total": e.entropy_total, "ΔH direct": e.entropy_direct, "norm share": e.norm_share,
                            "note": e.norm_share_note} for e in effects])
     short = st.column_config.NumberColumn(format="%+.3g")
-    st.dataframe(table, hide_index=True, key="en-abl-table", column_config={
+    st.dataframe(table, hide_index=True, key="en-abl-table", column_config=fit_columns(table, {
         name: short for name in table.columns if name.startswith(("Δ", "|Δ"))} | {
         "rho": st.column_config.NumberColumn(format="%.3f"), "norm": st.column_config.NumberColumn(format="%.3g"),
-        "norm share": st.column_config.NumberColumn(format="%.3f")})
+        "norm share": st.column_config.NumberColumn(format="%.3f")}))
     export_menu(None, effects, key="en-abl-table", filename="ablation-table")
     fig = figs.share_scatter([e.rho for e in effects], [e.norm_share for e in effects],
                              [e.entropy_total_abs for e in effects], [e.neuron for e in effects],
@@ -191,7 +192,7 @@ def frequency_view(lm, page, k: int, store_tokens: int) -> None:
     run = committed("en-tf", {"neurons": tuple(top["neuron"][:3]), "tokens": tokens}, submitted)
     if run is None:
         return
-    with show_errors(), progress("Frozen-unigram ablation", PAGE) as report:
+    with show_errors(), progress("Frozen-unigram ablation", "en-tf") as report:
         result = _ablation(lm, run["neurons"], run["tokens"], 0, k, store_tokens, report)
     rows = result.chosen()
     fig = figs.frozen_unigram_figure([e.neuron for e in rows], [e.loss_total_abs for e in rows],
@@ -216,7 +217,7 @@ def induction_view(lm, chosen: list[str], store_tokens: int) -> None:
 
     def compute():
         layers = sorted({int(n.split(".")[0]) for n in run["neurons"]})
-        with progress("Mean activations", PAGE) as report:
+        with progress("Mean activations", "en-ind") as report:
             means = corpus_means(lm, layers, n_tokens=store_tokens, progress=report)
         return induction_study(lm, list(run["neurons"]), n_sequences=run["seqs"], half_len=run["half"],
                                n_random=run["random"], means=means)
@@ -233,7 +234,7 @@ def induction_view(lm, chosen: list[str], store_tokens: int) -> None:
         for n, r, a, b, c in zip(study.neurons, study.is_random, study.first_half_activation,
                                  study.second_half_activation, study.standardised_change)])
     export_menu(fig, study, key="en-ind-fig", filename="induction")
-    st.dataframe(summary, hide_index=True, key="en-ind-table")
+    st.dataframe(summary, hide_index=True, key="en-ind-table", column_config=fit_columns(summary))
     export_menu(None, summary, key="en-ind-table", filename="induction-summary")
 
 
@@ -290,7 +291,7 @@ def main() -> None:
     st.caption(f"Weight statistics and corpus data from {source}.")
     view = st.segmented_control("View", VIEWS, key="en-view") or VIEWS[0]
     runs = {"Causal ablation": "en-abl", "Token-frequency neurons": "en-tf", "Induction": "en-ind"}
-    write_url(page_params, run_flag(runs.get(view)))  # before the slow part: a reload mid-run keeps the inputs
+    write_url(page_params, run=runs.get(view))  # before the slow part: a reload mid-run keeps the last Run's inputs
     with show_errors():
         if view == "Candidates":
             candidates_view(lm, page, chosen)
@@ -304,7 +305,7 @@ def main() -> None:
             induction_view(lm, chosen, store_tokens)
         else:
             text_view(lm, chosen)
-    write_url(page_params, run_flag(runs.get(view)))  # and after it: a Run just pressed goes into the link
+    write_url(page_params, run=runs.get(view))  # and after it: a Run just pressed goes into the link
 
 
 main()

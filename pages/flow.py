@@ -7,14 +7,14 @@ from backend.relevance.flow import DEFAULT_THRESHOLD, InformationFlow, attention
 from backend.sae_store import list_stores
 from components.export import export_menu
 from components.flow_figures import attention_figure, contributions_figure, graph_figure, lens_figure
-from pages._common import (Param, committed, current_model, model_key, model_params, shared, show_errors, text_source,
-                           url_inputs, write_url)
+from pages._common import (Param, committed, current_model, is_shared, model_key, model_params, shared, show_errors,
+                           text_source, timing, url_inputs, write_url)
 
 PAGE = "flow"
 DEFAULT_TEXT = "When Mary and John went to the store, John gave a drink to"
 PARAMS = [Param("flow-text", "text", DEFAULT_TEXT), Param("flow-token", "token", ""),
-          Param("flow-threshold", "threshold", DEFAULT_THRESHOLD, float, low=0.0, high=1.0),
-          Param("flow-node", "node", "")]
+          Param("flow-threshold", "threshold", DEFAULT_THRESHOLD, float, low=0.0, high=1.0, scope="view"),
+          Param("flow-node", "node", "", scope="view")]
 
 
 def _flow(text: str, token: str | None) -> InformationFlow:
@@ -80,15 +80,16 @@ def main() -> None:
     threshold = st.slider("Show heads and MLPs with |relevance| ≥ this fraction of the target's value", 0.0, 0.5,
                           step=0.01, key="flow-threshold")
     if run is None:
-        write_url(PARAMS)
+        write_url(PARAMS, run=PAGE)
         st.info("Press **Run** (about a second on the bundled model).")
         return
+    cached = is_shared("flow", (model_key(), run["text"], run["token"] or None))
     with show_errors(), st.spinner("Logit lens, contributions and AttnLRP…"):
         flow = _flow(run["text"], run["token"] or None)
-    write_url(PARAMS, {"run": "1"})
+    write_url(PARAMS, run=PAGE)
     last = flow.tidy()[-1]
     st.markdown(f"**{flow.target.value_label}** {flow.value:.4g} · p = {last['probability']:.3f} (rank "
-                f"{last['rank']}) after the last block · {flow.seconds:.2f} s")
+                f"{last['rank']}) after the last block · {timing(flow.seconds, cached)}")
     left, right = st.columns(2)
     with left:
         fig = lens_figure(flow.lens_layers, flow.lens_probability, flow.lens_rank, flow.target.label)
@@ -116,7 +117,7 @@ def main() -> None:
     clicked = selected_node(event)
     if clicked:
         st.session_state["flow-node"] = clicked
-        write_url(PARAMS, {"run": "1"})
+        write_url(PARAMS, run=PAGE)
     if st.session_state.get("flow-node"):
         node_detail(lm, flow, run["text"], st.session_state["flow-node"])
 

@@ -15,7 +15,8 @@ from backend.fourier.spectrum import describe_regime, embedding_spectrum, hidden
 from backend.models.registry import BUNDLED
 from components import fourier_figures as figs
 from components.export import export_menu
-from pages._common import (Param, committed, current_model, model_key, progress, run_flag, shared, show_errors,
+from components.tables import fit_columns
+from pages._common import (Param, committed, current_model, model_key, progress, shared, show_errors,
                            url_inputs, write_url)
 
 PAGE = "fourier"
@@ -33,7 +34,7 @@ PAPER = (
 
 
 def params(lm, digits: bool, n_default: int) -> list[Param]:
-    return [Param("fourier-view", "view", VIEWS[0], choices=VIEWS),
+    return [Param("fourier-view", "view", VIEWS[0], choices=VIEWS, scope="nav"),
             Param("fourier-n", "numbers", n_default, int, low=10, high=2000 if digits else n_default),
             Param("fourier-matrix", "matrix", "embedding", choices=["embedding", "unembedding"]),
             Param("fourier-template", "template", list(TEMPLATES)[0], choices=list(TEMPLATES) + ["custom…"]),
@@ -202,7 +203,7 @@ def filter_view(lm, digits: bool, n_default: int) -> None:
         return filter_table(lm, numbers, pairs, template=run["template"], tau=run["tau"], progress=report,
                             positions=run["positions"])
 
-    with show_errors(), progress("Filters", PAGE) as report:
+    with show_errors(), progress("Filters", "fourier-filters") as report:
         table = shared("fourier-filters", (model_key(), tuple(run.items())), lambda: compute(report))
     for warning in table.warnings:
         st.warning(warning)
@@ -215,7 +216,7 @@ def filter_view(lm, digits: bool, n_default: int) -> None:
                           for label, r in zip(labels, table.rows)])
     st.markdown(f"**Filter table** ({table.prompts} prompts, N = {table.numbers}, τ = {table.tau}, d_model = "
                 f"{table.d_model}, filtered at {POSITIONS[table.positions]}, {table.seconds:.1f} s)")
-    st.dataframe(frame, hide_index=True, key="fourier-filter-frame")
+    st.dataframe(frame, hide_index=True, key="fourier-filter-frame", column_config=fit_columns(frame))
     sentence = reading(table)
     if sentence:
         st.markdown(sentence)
@@ -257,7 +258,7 @@ def main() -> None:
             probe_view(lm, digits, n_default)
         else:
             filter_view(lm, digits, n_default)
-    write_url(page_params, run_flag({"Addition probe": "fourier-probe", "Filters": "fourier-filters"}.get(view)))
+    write_url(page_params, run={"Addition probe": "fourier-probe", "Filters": "fourier-filters"}.get(view))
 
 
 main()

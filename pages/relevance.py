@@ -11,12 +11,13 @@ from backend.relevance.api import (RelevanceResult, explain, explain_continuatio
                                    faithfulness_batch, top_heads, top_neurons)
 from backend.relevance.methods import MethodOptions, methods_for
 from components.export import export_menu
-from components.relevance_charts import abpc_bar, continuation_figure, curves_figure, latent_figure, top_bar
+from components.relevance_charts import (abpc_bar, continuation_figure, curve_rows, curves_figure, latent_figure,
+                                         top_bar)
 from components.relevance_readout import show_readout
 from components.token_heatmap import heatmap_figure, token_heatmap
 from pages._file_view import file_section, method_options
-from pages._common import (Param, committed, current_model, model_key, progress, shared, show_errors, text_source,
-                           url_inputs, write_url)
+from pages._common import (Param, committed, current_model, is_shared, model_key, progress, shared, show_errors,
+                           text_source, timing, url_inputs, write_url)
 
 PAGE = "relevance"
 DEFAULT_TEXT = "Mr. Darcy looked at Elizabeth, and Elizabeth looked back at"
@@ -31,7 +32,15 @@ def params(method_names: list[str]) -> list[Param]:
             Param("relevance-n-new", "new", 8, int, low=1, high=32),
             Param("relevance-compare", "compare", False, bool),
             Param("relevance-second", "second", method_names[min(1, len(method_names) - 1)], choices=method_names),
-            Param("relevance-latent", "latent", False, bool)]
+            Param("relevance-latent", "latent", False, bool),
+            *option_params("relevance", ""), *option_params("relevance-second", "second_")]
+
+
+def option_params(key: str, prefix: str) -> list[Param]:
+    """A method's IG / occlusion options (method_options' widgets) in the URL, for the first or second method."""
+    return [Param(f"{key}-baseline", f"{prefix}baseline", "zero", choices=["zero", "pad", "mean"]),
+            Param(f"{key}-ig-steps", f"{prefix}steps", 32, int, low=1, high=512),
+            Param(f"{key}-window", f"{prefix}window", 1, int, low=1, high=64)]
 
 
 def _top(text: str) -> list[str]:
@@ -46,10 +55,17 @@ def _explain(text: str, method: str, token: str | None, contrast: tuple | None, 
         current_model(), text, method, token=token, contrast=contrast, latent=latent, options=options))
 
 
-def show_map(result: RelevanceResult, key: str) -> None:
+def _explain_timed(*args) -> tuple[RelevanceResult, bool]:
+    """_explain, and whether its result was already computed (by this or another session)."""
+    options = args[5] if len(args) > 5 and args[5] is not None else MethodOptions()
+    cached = is_shared("explain", (model_key(), *args[:5], options))
+    return _explain(*args), cached
+
+
+def show_map(result: RelevanceResult, key: str, cached: bool = False) -> None:
     """The heatmap, its export, and the readout of where the explained value went (below the map, full width)."""
     title = f"{result.method_label}: relevance for {result.target.label} ({result.model})"
-    st.markdown(f"**{title}** · {result.seconds:.2f} s")
+    st.markdown(f"**{title}** · {timing(result.seconds, cached)}")
     token_heatmap(result.tokens, result.relevance, result.sink_positions)
     export_menu(heatmap_figure(result.tokens, result.relevance, title, result.sink_positions), result,
                 key=f"map-{key}", filename=f"relevance-{result.method}")
@@ -114,7 +130,7 @@ def faithfulness_view(lm, run: dict, labels: dict) -> None:
     if not st.button("Curves for every method on this input", key="relevance-faith"):
         return
     curves, rows = {}, []
-    with progress("Perturbing…", PAGE) as report:
+    with progress("Perturbing: methods", "relevance-faith") as report:
         for index, name in enumerate(labels):
             with show_errors():
                 explained = _explain(run["text"], name, run["token"], run["contrast"], False)
@@ -124,8 +140,7 @@ def faithfulness_view(lm, run: dict, labels: dict) -> None:
             report(index + 1, len(labels))
     fig = curves_figure(curves, "Perturbation curves on this input")
     st.plotly_chart(fig, key="relevance-curves")
-    export_menu(fig, {name: {"fractions": c[0], "morf": c[1], "lerf": c[2], "abpc": c[3]}
-                      for name, c in curves.items()}, key="curves", filename="relevance-curves")
+    export_menu(fig, curve_rows(curves), key="curves", filename="relevance-curves")
     st.dataframe(rows, hide_index=True)
 
 
@@ -151,7 +166,7 @@ def batch_view(lm, labels: dict) -> None:
         chosen = st.multiselect("Methods", list(labels), default=[m for m in labels if m != "occlusion"][:3],
                                 format_func=labels.get, key="relevance-batch-methods")
         if st.button("Run batch", key="relevance-batch-run", disabled=not texts or not chosen):
-            with progress("Texts", PAGE) as report, show_errors():
+            with progress("Texts", "relevance-batch") as report, show_errors():
                 summary = faithfulness_batch(lm, texts, chosen, progress=report)
             rows = [{"method": labels[m], "mean ABPC": summary.mean_abpc[m], "std": summary.std_abpc[m],
                      "texts": summary.n_texts, "seconds": summary.seconds[m]} for m in chosen]
@@ -181,7 +196,7 @@ def main() -> None:
 
     text = text_source(PAGE, label="Text to explain", default=DEFAULT_TEXT)
     if text is None:
-        write_url(page_params)
+        write_url(page_params, run=PAGE)
         file_section(lm, labels)
         return
     with show_errors():
@@ -198,11 +213,16 @@ def main() -> None:
     second = settings[2].selectbox("Second method", [m for m in labels if m != method] or [method],
                                    format_func=labels.get, key="relevance-second") if compare else None
     options = method_options("relevance", method)
+    second_options = None
+    if second in ("ig", "occlusion"):
+        st.caption(f"Options of the second method ({labels[second]}):")
+        second_options = method_options("relevance-second", second)
     submitted = st.button("Run", type="primary", key="relevance-run")
     inputs = {"text": text, "kind": kind, "token": token, "contrast": contrast, "method": method, "n_new": n_new,
-              "latent": bool(latent and method in backward), "second": second, "options": options}
+              "latent": bool(latent and method in backward), "second": second, "options": options,
+              "second_options": second_options}
     run = committed(PAGE, inputs, submitted)
-    write_url(page_params, {"run": "1"} if run is not None else None)
+    write_url(page_params, run=PAGE)
     if run is None:
         st.info("Choose a method and a target, then press **Run**.")
         file_section(lm, labels)
@@ -211,15 +231,17 @@ def main() -> None:
         continuation_view(lm, run["text"], run["n_new"], run["method"], labels, backward)
         return
     with show_errors(), st.spinner(f"Explaining with {labels[run['method']]}…"):
-        result = _explain(run["text"], run["method"], run["token"], run["contrast"], run["latent"], run["options"])
-        second_result = (_explain(run["text"], run["second"], run["token"], run["contrast"], False)
-                         if run["second"] else None)
+        result, cached = _explain_timed(run["text"], run["method"], run["token"], run["contrast"], run["latent"],
+                                        run["options"])
+        second_result = (_explain_timed(run["text"], run["second"], run["token"], run["contrast"], False,
+                                        run["second_options"]) if run["second"] else None)
     if second_result is not None:
-        for column, shown, key in zip(st.columns(2, gap="large"), (result, second_result), ("first", "second")):
+        for column, (shown, was_cached), key in zip(st.columns(2, gap="large"), ((result, cached), second_result),
+                                                    ("first", "second")):
             with column:
-                show_map(shown, key)
+                show_map(shown, key, was_cached)
     else:
-        show_map(result, "first")
+        show_map(result, "first", cached)
     if result.latent is not None:
         latent_view(result)
     faithfulness_view(lm, run, labels)

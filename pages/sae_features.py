@@ -6,6 +6,9 @@ feature) make every feature page a permanent link.
 """
 from __future__ import annotations
 
+from pathlib import Path
+from urllib.parse import urlencode
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -13,12 +16,13 @@ import streamlit as st
 from backend.config import REPO_ROOT, InterpscopeError
 from backend.paths import display_path
 from backend.sae_store import FeatureStore, list_stores
+from backend.sae_store.explanation_quality import chance_score, explanation_summary, quality
 from backend.sae_store.search import no_match_reason, search
 from components.export import export_menu
 from components.feature_card import show_feature_card
 from components.sae_figures import density_figure
 from pages._sae_live import DEFAULT_PROMPT, VIEWS_LIVE, build_section, live_view
-from pages._common import Param, run_flag, show_errors, url_inputs, write_url
+from pages._common import Param, model_key, model_params, show_errors, url_inputs, url_is_new, write_url
 
 VIEWS = ["Overview", "Feature", *VIEWS_LIVE]
 SEARCH_KINDS = {"Label or explanation": "label", "Feature id": "id", "Token in top logits": "logit",
@@ -73,23 +77,68 @@ def url_params(stores: dict[str, str]) -> list[Param]:
     from pages._sae_circuit import TARGETS
 
     first = next(iter(stores), "")
-    return [Param("sae_store", "store", first, choices=list(stores)), Param("sae_view", "view", "Overview", choices=VIEWS),
-            Param("sae_feature", "feature", 0, int, low=0, high=10 ** 8),
+    feature_id = dict(kind=int, low=0, high=10 ** 8)
+    return [Param("sae_store", "store", first, choices=list(stores), scope="nav"),
+            Param("sae_view", "view", "Overview", choices=VIEWS, scope="nav"),
+            Param("sae_feature", "feature", 0, scope="nav", **feature_id),
             Param("sae-prompt-text", "text", DEFAULT_PROMPT),
             Param("sae-prompt-top", "top", 20, int, low=5, high=50),
+            Param("sae-attr-feature", "attr_feature", None, **feature_id),
+            Param("sae-attr-position", "position", None, int, low=0, high=10 ** 6),
             Param("sae-attr-method", "method", "attnlrp", choices=["attnlrp", "cplrp"]),
+            Param("sae-steer-feature", "steer_feature", None, **feature_id),
             Param("sae-steer-mode", "mode", "add", choices=["add", "ablate"]),
+            Param("sae-steer-strength", "strength", None, float, low=-1e6, high=1e6),
             Param("sae-steer-new", "new", 12, int, low=0, high=MAX_NEW_TOKENS),
+            Param("sae-circuit-upstream", "upstream", None),
             Param("sae-circuit-target", "target", TARGETS[0], choices=TARGETS),
-            Param("sae-circuit-method", "rules", "attnlrp", choices=["attnlrp", "cplrp"])]
+            Param("sae-circuit-feature", "circuit_feature", None, **feature_id),
+            Param("sae-circuit-pos", "circuit_position", -1, int, low=-1, high=4096),
+            Param("sae-circuit-method", "rules", "attnlrp", choices=["attnlrp", "cplrp"]),
+            Param("sae-weak-explanations", "weak", False, bool, scope="nav"),
+            Param("sae-all-models", "all_models", False, bool, scope="nav")]
 
 
 def read_url(stores: dict[str, str], params: list[Param]) -> None:
     """Before the widgets: the URL's inputs (a link with only a feature opens that feature's page)."""
-    if "feature" in st.query_params and "view" not in st.query_params \
-            and dict(st.query_params) != st.session_state.get("_url-wrote"):
+    if url_is_new(PAGE) and "feature" in st.query_params and "view" not in st.query_params:
         st.session_state["sae_view"] = "Feature"
     url_inputs(PAGE, params)
+
+
+def stores_for_model(every: dict[str, str], model: str) -> dict[str, str]:
+    """The stores of SAEs that read `model` (the sidebar's choice): by name, or the same folder."""
+    def same(name: str) -> bool:
+        if name == model:
+            return True
+        try:
+            return Path(name).expanduser().resolve() == Path(model).expanduser().resolve()
+        except (OSError, RuntimeError, ValueError):
+            return False
+    return {name: path for name, path in every.items() if same(open_store(path).spec["model_name"])}
+
+
+def pick_stores(every: dict[str, str]) -> dict[str, str] | None:
+    """The stores to offer: those of the sidebar's model, or every store when asked (or when a link names a store
+    of another model); None after saying there is none for the model, how to build one, and which models have."""
+    model = model_key()[0]
+    mine = stores_for_model(every, model)
+    linked = st.session_state.get("sae_store")
+    if linked in every and linked not in mine and "sae_store" in st.session_state.get("_url-just-read", ()):
+        st.session_state["sae-all-models"] = True
+    show_all = st.toggle("Show the stores of every model", key="sae-all-models",
+                         help="By default only stores of SAEs on the model chosen in the sidebar are listed.")
+    if show_all:
+        return every
+    if mine:
+        return mine
+    others = sorted({open_store(path).spec["model_name"] for path in every.values()})
+    st.info(f"No feature store for **{model}** (the model chosen in the sidebar)"
+            + (f"; there are stores for {', '.join(others)} (switch the sidebar model, or show every model's "
+               "stores above)" if others else "") +
+            f". To build one: train an SAE on {model} (the SAE training page, or `interpscope sae train --model "
+            f"{model}`), then build its store below or with `interpscope sae store --sae DIR`.")
+    return None
 
 
 def show_overview(store: FeatureStore, path: str) -> None:
@@ -141,11 +190,15 @@ def show_overview(store: FeatureStore, path: str) -> None:
 
     st.subheader("All features")
     table = overview_table(path)
-    explained = int(table["explanation_score"].notna().sum())
-    if explained:
+    summary = explanation_summary(store)
+    if summary["written"]:
+        show_weak = bool(st.session_state.get("sae-weak-explanations"))
+        table = table.assign(explanation_quality=quality_column(store, table, summary["chance"]["threshold"]))
+        if not show_weak:
+            table.loc[table["explanation_quality"] != "ok", "explanation_score"] = np.nan
         table = table.sort_values("explanation_score", ascending=False, na_position="last", kind="stable")
-        st.caption(f"{explained:,} features have a written explanation; ranked by its detection score (best first). "
-                   "Click a column header to sort, a row to open the feature.")
+        st.caption(explanation_sentence(summary, show_weak) + " Click a column header to sort, a row to open the "
+                   "feature.")
     else:
         table = table.drop(columns=["explanation_score"])
         st.caption("Click a column header to sort, a row to open the feature. (No written explanations yet: "
@@ -157,6 +210,37 @@ def show_overview(store: FeatureStore, path: str) -> None:
                                 "mean_activation": st.column_config.NumberColumn(format="%.3g"),
                                 "explanation_score": st.column_config.NumberColumn("score", format="%.2f")})
     export_menu(None, table, key="sae-table", filename=f"{store.name}-features")
+
+
+def quality_column(store: FeatureStore, table: pd.DataFrame, chance: float) -> list[str]:
+    """Each row's explanation quality (explanation_quality.quality): ok, degenerate, at or below chance, ..."""
+    entries = store.explanations
+    return [quality(entries.get(int(f)), chance) for f in table["feature"]]
+
+
+def explanation_sentence(summary: dict, show_weak: bool) -> str:
+    """How many features have a written explanation, how many are scored, and how many are weak, and why."""
+    chance = summary["chance"]
+    weak = summary["degenerate"] + summary["at_or_below_chance"]
+    return (f"{summary['written']:,} features have a written explanation; {summary['scored']:,} of them are scored "
+            f"by detection (features that fired too rarely have no held-out contexts to score on). "
+            f"{summary['degenerate']:,} are degenerate (no word beyond the writer's instructions, e.g. \"The marked "
+            f"words are:\") and {summary['at_or_below_chance']:,} score at or below the chance score "
+            f"{chance['threshold']:.3f} ({chance['source']}); "
+            + ("they are shown, marked in the explanation_quality column." if show_weak else
+               f"their {weak:,} scores are hidden (Show weak explanations, above, shows them).")
+            + f" {summary['ok']:,} remain, ranked by detection score (best first).")
+
+
+def explanation_note(entry: dict | None, chance: dict) -> str | None:
+    """Why a feature's explanation is weak (None when it is fine or there is none)."""
+    kind = quality(entry, chance["threshold"])
+    if kind == "degenerate":
+        return "degenerate: no word beyond the writer's own instructions, so it says nothing about the feature"
+    if kind == "at or below chance":
+        return (f"its detection score {entry['score']:.2f} is at or below the chance score "
+                f"{chance['threshold']:.2f} ({chance['source']})")
+    return None
 
 
 def _tokenizer_for(store: FeatureStore):
@@ -174,9 +258,13 @@ def show_feature(store: FeatureStore, path: str) -> None:
     nav[1].button("◀ Prev", on_click=step_feature, args=(-1, store.d_sae), key="sae-prev", width="stretch")
     nav[2].button("Next ▶", on_click=step_feature, args=(1, store.d_sae), key="sae-next", width="stretch")
     nav[3].button("Random", on_click=random_feature, args=(path,), key="sae-random", width="stretch")
-    nav[4].markdown(f"Permanent link: [`?store={store.name}&view=Feature&feature={feature}`]"
-                    f"(?store={store.name}&view=Feature&feature={feature})")
-    show_feature_card(store.card(feature), store.name, open_feature)
+    link = "?" + urlencode({"store": store.name, "view": "Feature", "feature": feature, **model_params()})
+    nav[4].markdown(f"Permanent link: [`{link}`]({link})")
+    card = store.card(feature)
+    chance = chance_score(store)
+    show_weak = st.session_state.get("sae-weak-explanations", False)
+    show_feature_card(card, store.name, open_feature, explanation_note=explanation_note(card.explanation, chance),
+                      hide_weak=not show_weak)
 
 
 RUN_PAGES = {"Attribution": "sae-attr", "Steering": "sae-steer", "Circuit": "sae-circuit"}
@@ -186,12 +274,19 @@ def main() -> None:
     st.title("SAE feature browser")
     st.caption("Feature dashboards for sparse autoencoders: what each feature fires on across a corpus, what it "
                "writes to the logits, and what it does on your own text.")
-    stores = {p.name: str(p) for p in list_stores()}
-    params = url_params(stores)
-    read_url(stores, params)
-    if not stores:
+    every = {p.name: str(p) for p in list_stores()}
+    params = url_params(every)
+    read_url(every, params)
+    if not every:
+        write_url(params)
         st.info("No feature store yet. Build one for an SAE below (or with `interpscope sae store --sae DIR`).")
         build_section()
+        return
+    stores = pick_stores(every)
+    if stores is None:
+        write_url(params)
+        with st.expander("Build another store"):
+            build_section()
         return
     if st.session_state.get("sae_store") not in stores:
         st.session_state["sae_store"] = next(iter(stores))
@@ -211,7 +306,11 @@ def main() -> None:
                    f"describes the old weights. Rebuild it: `interpscope sae store --sae {sae_shown} --force`.")
     view = st.segmented_control("View", VIEWS, key="sae_view") or "Overview"
     st.session_state["sae_feature"] = int(np.clip(st.session_state["sae_feature"], 0, store.d_sae - 1))
-    write_url(params, run_flag(RUN_PAGES.get(view)))  # before the slow part: a reload mid-run keeps the inputs
+    write_url(params, run=RUN_PAGES.get(view))  # before the slow part: a reload mid-run keeps the last Run's inputs
+    if view in ("Overview", "Feature") and store.explanations:
+        st.toggle("Show weak explanations", key="sae-weak-explanations",
+                  help="Degenerate answers (only the writer's instructions, no word of their own) and explanations "
+                       "scoring at or below the chance score are hidden unless this is on.")
     with show_errors():
         if view == "Overview":
             show_overview(store, path)
@@ -219,7 +318,7 @@ def main() -> None:
             show_feature(store, path)
         else:
             live_view(view, store, open_feature)
-    too_long = write_url(params, run_flag(RUN_PAGES.get(view)))
+    too_long = write_url(params, run=RUN_PAGES.get(view))
     if too_long:
         st.caption("The prompt is too long for a link: a shared link opens with the default prompt.")
     with st.expander("Build another store"):

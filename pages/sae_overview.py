@@ -119,11 +119,12 @@ def main() -> None:
     saes = {label: str(path) for label, path in list_saes().items()}
     params = [Param("sae_overview_choice", "sae", next(iter(saes), FOLDER), choices=list(saes) + [FOLDER]),
               Param("sae_overview_source", "source", SOURCES[0], choices=SOURCES),
-              Param("sae_overview_tokens", "tokens", 2048, int, low=128, high=65536)]
+              Param("sae_overview_tokens", "tokens", 2048, int, low=128, high=65536),
+              Param("sae_overview_text-text", "text", "")]
     url_inputs(PAGE, params)
     path = pick_sae(saes)
     if not path:
-        write_url(params)
+        write_url(params, run=PAGE)
         return
     with show_errors():
         info = describe(path) if (Path(path) / "cfg.json").is_file() else None
@@ -136,7 +137,7 @@ def main() -> None:
                                  help="More tokens: steadier figures, slower."))
     submitted = st.button("Evaluate", type="primary", key="sae_overview_run")
     run = committed(PAGE, {"path": path, "source": source, "text": text, "tokens": tokens}, submitted)
-    write_url(params, {"run": "1"} if run is not None else None)
+    write_url(params, run=PAGE)
     if run is None:
         return
     lm = current_model()

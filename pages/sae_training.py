@@ -18,7 +18,7 @@ from backend.sae.evaluation import evaluate_sae
 from backend.sae.pipeline import SAESpec, train_saes
 from components.export import export_menu
 from components.sae_figures import CURVES, training_curves_figure
-from pages._common import Param, current_model, progress, show_errors, url_inputs, write_url
+from pages._common import Param, committed, current_model, progress, show_errors, url_inputs, write_url
 
 ARCHITECTURES = {cls.short_name: cls for cls in registered()}
 TRAINABLE = re.compile(r"^blocks\.\d+\.(hook_resid_pre|hook_resid_post|hook_mlp_out|hook_attn_out|hook_mixer_out)$")
@@ -37,7 +37,18 @@ def params(lm) -> list[Param]:
             Param("sae_train_batch", "batch", 4096, int, low=16, high=65536),
             Param("sae_train_lr", "lr", 7e-4, float, low=1e-6, high=1.0),
             Param("sae_train_corpus", "corpus", "austen"),
-            Param("sae_train_eval_tokens", "eval", 1024, int, low=0)]
+            Param("sae_train_eval_tokens", "eval", 1024, int, low=0),
+            Param("sae_train_name", "name", None),
+            *(Param(knob_key(name), f"{cls.knob.kind}_{name}",
+                    int(cls.knob.default) if cls.knob.is_count else float(cls.knob.default),
+                    int if cls.knob.is_count else float, low=1 if cls.knob.is_count else 0.0)
+              for name, cls in ARCHITECTURES.items())]
+
+
+def knob_key(arch: str) -> str:
+    """The widget key of an architecture's sparsity knob (k, or its coefficient)."""
+    knob = ARCHITECTURES[arch].knob
+    return f"sae_train_k_{arch}" if knob.is_count else f"sae_train_{knob.kind}_{arch}"
 
 
 def default_run_name(model_name: str, hook: str) -> str:
@@ -68,12 +79,10 @@ def settings(lm) -> dict | None:
             knob = ARCHITECTURES[arch].knob
             label = f"{knob.label} · {ARCHITECTURES[arch].label}"
             if knob.is_count:
-                k = int(col.number_input(label, min_value=1, max_value=4096, value=int(knob.default),
-                                         key=f"sae_train_k_{arch}"))
+                k = int(col.number_input(label, min_value=1, max_value=4096, key=knob_key(arch)))
                 specs.append(SAESpec(arch, width, k=k))
             else:
-                coefficient = float(col.number_input(label, min_value=0.0, value=float(knob.default), step=0.5,
-                                                     key=f"sae_train_{knob.kind}_{arch}"))
+                coefficient = float(col.number_input(label, min_value=0.0, step=0.5, key=knob_key(arch)))
                 specs.append(SAESpec(arch, width, coefficient))
     c1, c2, c3, c4 = st.columns(4)
     tokens = int(c1.number_input("Training tokens", min_value=1024, step=65536, key="sae_train_tokens",
@@ -109,7 +118,6 @@ def run_training(lm, cfg: dict) -> None:
     histories: dict[str, list[dict]] = {}
     with progress("Caching activations: tokens", PAGE) as cache_report, progress("Training: steps") as train_report:
         def train_progress(step: int, total: int, logs: dict) -> None:
-            cache_report(1, 1)
             for name, entry in logs.items():
                 histories.setdefault(name, []).append(entry)
             train_report(step, total)
@@ -117,11 +125,13 @@ def run_training(lm, cfg: dict) -> None:
                                   for n, h in histories.items() for e in h for key, label in CURVES])
             live.line_chart(frame.groupby("tokens").first(), height=260)
 
-        saved = train_saes(lm, cfg["hook"], cfg["specs"], out, tokens=cfg["tokens"],
-                           cache_tokens=cfg["cache_tokens"], source=cfg["corpus"], batch_size=cfg["batch"],
-                           lr=cfg["lr"], log_every=max(1, min(10, cfg["tokens"] // cfg["batch"] // 20)),
-                           cache_progress=cache_report, progress=train_progress)
-    live.empty()
+        try:
+            saved = train_saes(lm, cfg["hook"], cfg["specs"], out, tokens=cfg["tokens"],
+                               cache_tokens=cfg["cache_tokens"], source=cfg["corpus"], batch_size=cfg["batch"],
+                               lr=cfg["lr"], log_every=max(1, min(10, cfg["tokens"] // cfg["batch"] // 20)),
+                               cache_progress=cache_report, progress=train_progress)
+        finally:
+            live.empty()  # the live curves are progress too: the final report below replaces them
     report = {}
     if cfg["eval_tokens"] > 0:
         with progress("Evaluating: SAEs") as eval_report:
@@ -158,15 +168,18 @@ def main() -> None:
         return
     page_params = params(lm)
     url_inputs(PAGE, page_params)
-    if "sae_train_name" not in st.session_state:
+    if not st.session_state.get("sae_train_name"):
         st.session_state["sae_train_name"] = default_run_name(lm.name, st.session_state["sae_train_hook"])
     with show_errors():
         cfg = settings(lm)
-        write_url(page_params)
         if cfg and st.button("Start / resume training", type="primary", key="sae_train_run"):
             if cfg["tokens"] < cfg["batch"]:
+                write_url(page_params, run=PAGE)
                 raise InterpscopeError("Training tokens must be at least one batch.")
+            committed(PAGE, cfg, True)  # the link holds the settings of the last start, not pending edits
+            write_url(page_params, run=PAGE)
             run_training(lm, cfg)
+        write_url(page_params, run=PAGE)
     if "sae_training_result" in st.session_state:
         show_result(st.session_state["sae_training_result"])
 

@@ -43,8 +43,8 @@ def run_page(**state) -> AppTest:
     return at.run()
 
 
-def open_browser(store, view: str | None = None, feature: int | None = None) -> AppTest:
-    state = {"sae_store": store.name}
+def open_browser(store, view: str | None = None, feature: int | None = None, **more) -> AppTest:
+    state = {"sae_store": store.name, "model_name": store.spec["model_name"], **more}  # the sidebar's model
     if view:
         state["sae_view"] = view
     if feature is not None:
@@ -162,8 +162,10 @@ def test_live_view_inputs_live_in_the_url(env):
     assert any("removed" in json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart"))
     assert any("top" in w.value for w in at.warning)  # 999 features is outside the slider's range
     assert at.query_params["run"] == "1" and at.query_params["mode"] == "ablate"
-    at.text_area(key="sae-prompt-text").input("A different prompt").run()
-    assert at.query_params["text"] == "A different prompt" and at.query_params["new"] == "4"
+    at.text_area(key="sae-prompt-text").input("A different prompt").run()  # typed, not Run: the link keeps its Run
+    assert at.query_params["text"] == "The cat sat on the mat" and at.query_params["new"] == "4"
+    at.button(key="sae-steer-run").click().run()
+    assert at.query_params["text"] == "A different prompt" and at.query_params["run"] == "1"
 
 
 def token_pills(at):
@@ -256,3 +258,118 @@ def test_no_store_offers_a_build_that_works(env, tmp_path, monkeypatch):
     assert not at.exception
     assert any("Store ready" in s.value for s in at.success)
     assert len(list((tmp_path / "sae_stores").iterdir())) == 1
+
+
+def steering_title(at) -> str:
+    return next(t for t in (json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart"))
+                if t.startswith("Next token: clean vs feature"))
+
+
+def test_a_steering_link_reproduces_its_strength_and_nothing_is_in_the_url_before_run(env):
+    store, _, _ = env
+    at = open_browser(store, "Steering", 5)
+    default = at.number_input(key="sae-steer-strength").value
+    from backend.sae_store.steering import default_strength
+
+    assert default == pytest.approx(round(default_strength(store.max_activation[5]), 3))
+    at.number_input(key="sae-steer-strength").set_value(6.0).run()
+    assert "strength" not in at.query_params and "run" not in at.query_params  # an edit waiting for Run
+    at.button(key="sae-steer-run").click().run()
+    assert not at.exception, at.exception
+    link = dict(at.query_params)
+    assert link["strength"] == "6.0" and link["run"] == "1" and link["steer_feature"] == "5"
+    assert "+ 6 × direction" in steering_title(at)
+    fresh = AppTest.from_file(str(ROOT / PAGE), default_timeout=180)
+    fresh.session_state["model_name"] = store.spec["model_name"]
+    fresh.query_params.update(link)
+    fresh.run()
+    assert not fresh.exception, fresh.exception
+    assert fresh.number_input(key="sae-steer-strength").value == 6.0
+    assert "+ 6 × direction" in steering_title(fresh)  # the sender's run, not the default strength
+    fresh.number_input(key="sae-steer-feature").set_value(6).run()  # another feature: its own default
+    assert fresh.number_input(key="sae-steer-strength").value == pytest.approx(
+        round(default_strength(store.max_activation[6]), 3))
+
+
+def silent_and_firing(store, model_dir, text: str) -> tuple[int, int]:
+    """A feature that is 0 at every position of `text` from 1 on, and one that fires there."""
+    from backend.sae_store.prompt import prompt_features
+
+    lm = load_model(str(model_dir), device="cpu")
+    acts = np.asarray(prompt_features(lm, store.load_sae(), text, 5).activations)[1:]
+    silent = np.flatnonzero(acts.max(axis=0) <= 0)
+    assert silent.size, "every feature fires on the text: pick a shorter one"
+    return int(silent[0]), int(acts.max(axis=0).argmax())
+
+
+def test_ablating_a_feature_that_never_fires_on_the_text_says_why_nothing_changed(env):
+    store, model_dir, _ = env
+    text = "The cat sat"
+    silent, firing = silent_and_firing(store, model_dir, text)
+    at = open_browser(store, "Steering", silent, **{"sae-prompt-text": text, "sae-steer-mode": "ablate"})
+    at.button(key="sae-steer-run").click().run()
+    assert not at.exception, at.exception
+    assert metrics(at)["KL(clean ‖ edited), next token"] == "0.0000"
+    note = " ".join(i.value for i in at.info)
+    assert f"Feature {silent} never fires on this text" in note and "cannot change the next token" in note
+    at.number_input(key="sae-steer-feature").set_value(firing).run()
+    at.button(key="sae-steer-run").click().run()
+    assert not any("never fires" in i.value for i in at.info)
+
+
+def test_stores_are_those_of_the_sidebar_model_and_none_is_said(env):
+    store, _, _ = env
+    at = run_page(model_name="gemma3-270m")
+    assert not at.exception, at.exception
+    note = " ".join(i.value for i in at.info)
+    assert "No feature store for **gemma3-270m**" in note and store.spec["model_name"] in note
+    assert "interpscope sae train --model gemma3-270m" in note
+    assert not any(s.key == "sae_store" for s in at.selectbox)
+    at.toggle(key="sae-all-models").set_value(True).run()
+    assert at.selectbox(key="sae_store").value == store.name
+    mine = open_browser(store)
+    assert mine.selectbox(key="sae_store").options == [store.name] and not mine.toggle(key="sae-all-models").value
+
+
+def test_weak_explanations_are_hidden_until_asked_for(env):
+    """A degenerate answer and one at or below the chance score are not shown as explanations by default; the
+    counts in the caption come from explanation_summary."""
+    from backend.sae_store.explanation_quality import explanation_summary
+    from backend.sae_store.explanations import EXPLANATIONS_FILE
+
+    store, _, _ = env
+    entries = [{"feature": 1, "explanation": "The marked words are:", "score": 0.9},
+               {"feature": 2, "explanation": "weddings and marriage", "score": 0.45},
+               {"feature": 3, "explanation": "weddings and marriage", "score": 0.95},
+               {"feature": 4, "explanation": "names of places", "score": None}]
+    path = store.folder / EXPLANATIONS_FILE
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
+    import streamlit as st
+
+    try:
+        st.cache_resource.clear()
+        st.cache_data.clear()
+        at = open_browser(store)
+        assert not at.exception, at.exception
+        table = at.dataframe[-1].value.set_index("feature")
+        assert table.loc[3, "explanation_score"] == 0.95
+        assert np.isnan(table.loc[1, "explanation_score"]) and np.isnan(table.loc[2, "explanation_score"])
+        assert list(table.loc[[1, 2, 3, 4], "explanation_quality"]) == ["degenerate", "at or below chance", "ok",
+                                                                       "unscored"]
+        caption = " ".join(c.value for c in at.caption)
+        summary = explanation_summary(FeatureStore(store.folder))
+        assert summary["written"] == 4 and summary["scored"] == 3 and summary["degenerate"] == 1
+        assert "4 features have a written explanation; 3 of them are scored" in caption
+        feature = open_browser(store, "Feature", 1)
+        text = " ".join(m.value for m in feature.markdown) + " ".join(c.value for c in feature.caption)
+        assert "No usable written explanation" in text and "degenerate" in text
+        assert "**Explanation**" not in text
+        feature.toggle(key="sae-weak-explanations").set_value(True).run()
+        text = " ".join(m.value for m in feature.markdown)
+        assert "**Explanation**" in text and "The marked words are:" in text and "weak" in text
+        at.toggle(key="sae-weak-explanations").set_value(True).run()
+        assert at.dataframe[-1].value.set_index("feature").loc[1, "explanation_score"] == 0.9
+    finally:
+        path.unlink()
+        st.cache_resource.clear()
+        st.cache_data.clear()

@@ -35,6 +35,10 @@ STOP = {"the", "and", "that", "this", "with", "from", "for", "are", "was", "word
         "their", "phrase", "phrases", "context", "contexts", "related", "used", "uses", "use", "into", "any"}
 SHOWN = 10
 WINDOW = 6
+# The writer's instructions around the contexts (writer_prompt); an answer made of their words alone says nothing.
+PROMPT_HEAD = ("Here are snippets of text. In each, one word is marked with [[double brackets]]: a hidden unit of a "
+               "language model is active on it.")
+PROMPT_TAIL = "What do the marked words have in common? Answer in at most six words."
 
 
 @dataclass
@@ -89,9 +93,7 @@ def writer_prompt(store, feature: int) -> str | None:
     if not shown:
         return None
     lines = "\n".join(f"{k + 1}. {_context_text(store, s, p, True)}" for k, (s, p) in enumerate(shown))
-    return ("Here are snippets of text. In each, one word is marked with [[double brackets]]: a hidden unit of a "
-            f"language model is active on it.\n{lines}\nWhat do the marked words have in common? Answer in at most "
-            "six words.")
+    return f"{PROMPT_HEAD}\n{lines}\n{PROMPT_TAIL}"
 
 
 def held_out_positives(store, feature: int) -> list[str]:

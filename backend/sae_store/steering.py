@@ -26,6 +26,16 @@ from backend.sae.placement import on_device
 
 MODES = ("add", "ablate")
 MAX_NEW_TOKENS = 32
+# The default steering strength, as a multiple of the feature's max activation on its store's corpus. The old 4x
+# (28.1 for feature 2407 of blocks.15) turned the continuation into "20000000000" where 6 (0.85x) read well;
+# bench/steering_strength.py sweeps the multiple over features (README, "Steering strength").
+STRENGTH_MULTIPLE = 1.0
+
+
+def default_strength(max_activation: float) -> float:
+    """The default strength of an `add` edit: STRENGTH_MULTIPLE x the feature's max activation (1 if it never
+    fired): strong enough to move the next token, weak enough that the continuation stays text."""
+    return STRENGTH_MULTIPLE * (float(max_activation) or 1.0)
 
 
 @dataclass
