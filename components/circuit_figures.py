@@ -5,7 +5,7 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-from components.graph_draw import add_edges
+from components.graph_draw import add_edges, token_axis
 
 KIND_COLOUR = {"token": "#444444", "feature": "#e6781e", "error": "#888888", "target": "black"}
 
@@ -34,14 +34,16 @@ def circuit_figure(nodes: Sequence, edges: Sequence, title: str) -> go.Figure:
     shown = [n for n in nodes if n.id in position]
     fig.add_trace(go.Scatter(
         x=[position[n.id][0] for n in shown], y=[position[n.id][1] for n in shown], mode="markers+text",
-        text=[n.label.split(": ", 1)[-1] if n.kind == "token" else n.label for n in shown],
-        textposition=["bottom center" if n.kind == "token" or n.id in label_below else "top center" for n in shown],
+        text=["" if n.kind == "token" else n.label for n in shown],  # tokens: the x axis' tick labels
+        textposition=["bottom center" if n.id in label_below else "top center" for n in shown],
         customdata=[n.index if n.kind == "feature" else -1 for n in shown], showlegend=False,
         marker=dict(size=[12 + 16 * min(1.0, abs(n.relevance) / biggest) for n in shown],
                     color=[KIND_COLOUR[n.kind] for n in shown]),
         hovertext=[f"{n.label}: relevance {n.relevance:+.4g}" for n in shown], hoverinfo="text"))
-    fig.update_layout(title=title, template="plotly_white", height=460, clickmode="event+select",
-                      margin=dict(l=30, r=30, t=60, b=60), xaxis=dict(visible=False),
+    ordered = sorted(tokens, key=lambda n: n.position)
+    fig.update_layout(title=title, template="plotly_white", height=480, clickmode="event+select",
+                      margin=dict(l=30, r=30, t=60, b=90),
+                      xaxis=token_axis([n.label.split(": ", 1)[-1] for n in ordered]),
                       yaxis=dict(tickvals=[0, 1, 2], ticktext=["input tokens", "upstream SAE", "target"],
                                  range=[-0.5, 2.4]))
     return fig

@@ -8,9 +8,17 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from components.graph_draw import add_edges
+from components.graph_draw import add_edges, spread_row, token_axis
 
 RED, BLUE, GREY = "#d6604d", "#4393c3", "#888888"
+
+
+def rank_text(rank: int) -> str:
+    """A rank tick: 1, 10, 100, 1k, 10k, 100k, 1M."""
+    for size, suffix in ((10 ** 6, "M"), (10 ** 3, "k")):
+        if rank >= size:
+            return f"{rank // size:,}{suffix}"
+    return str(rank)
 
 
 def lens_figure(layers: Sequence[str], probability: np.ndarray, rank: np.ndarray, label: str) -> go.Figure:
@@ -18,11 +26,15 @@ def lens_figure(layers: Sequence[str], probability: np.ndarray, rank: np.ndarray
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_trace(go.Scatter(x=list(layers), y=probability, name="probability", mode="lines+markers",
                              line=dict(color=RED)), secondary_y=False)
-    fig.add_trace(go.Scatter(x=list(layers), y=rank, name="rank", mode="lines+markers",
-                             line=dict(color=GREY, dash="dot")), secondary_y=True)
+    fig.add_trace(go.Scatter(x=list(layers), y=[int(r) for r in rank], name="rank", mode="lines+markers",
+                             line=dict(color=GREY, dash="dot"), hovertemplate="%{x}: rank %{y:,d}<extra></extra>"),
+                  secondary_y=True)
     fig.update_yaxes(title_text="probability", range=[0, max(1e-3, float(np.max(probability)) * 1.08)],
                      secondary_y=False)
-    fig.update_yaxes(title_text="rank (1 = top)", type="log", autorange="reversed", secondary_y=True)
+    top = max(1, int(np.max(rank)) if len(rank) else 1)
+    ticks = [10 ** k for k in range(0, len(str(top)) + 1) if 10 ** k <= max(10, top * 10)]
+    fig.update_yaxes(title_text="rank (1 = top)", type="log", autorange="reversed", secondary_y=True,
+                     tickvals=ticks, ticktext=[rank_text(t) for t in ticks])
     fig.update_layout(title=f"Logit lens: {label} after each block", template="plotly_white", height=360,
                       margin=dict(l=60, r=60, t=60, b=60), legend=dict(orientation="h", y=1.12, x=0),
                       xaxis=dict(tickangle=-45))
@@ -57,19 +69,19 @@ def graph_figure(nodes: Sequence, edges: Sequence, n_layers: int, title: str) ->
     for node in nodes:
         if node.kind in ("head", "mlp"):
             by_layer.setdefault(node.layer, []).append(node)
+    below: set[str] = set()
     for layer, members in by_layer.items():
-        # above the tokens it reads from (relevance-weighted mean position), spread apart within a layer
-        placed = []
+        # above the tokens it reads from (relevance-weighted mean position), spread so the labels fit
+        wanted = []
         for node in members:
             pairs = reads.get(node.id, [])
             total = sum(w for _, w in pairs)
-            x = sum(p * w for p, w in pairs) / total if total else (width - 1) / 2
-            placed.append([x, node])
-        placed.sort(key=lambda item: item[0])
-        for k in range(1, len(placed)):
-            placed[k][0] = max(placed[k][0], placed[k - 1][0] + 0.35)
-        for x, node in placed:
+            wanted.append((sum(p * w for p, w in pairs) / total if total else (width - 1) / 2, node.label))
+        xs, under = spread_row(wanted, float(width))
+        for k, (x, node) in enumerate(zip(xs, members)):
             position[node.id] = (x, float(layer + 1))
+            if k in under:
+                below.add(node.id)
     position["out"] = ((width - 1) / 2, float(n_layers + 1))
     fig = go.Figure()
     biggest = add_edges(fig, edges, position)
@@ -77,15 +89,18 @@ def graph_figure(nodes: Sequence, edges: Sequence, n_layers: int, title: str) ->
     colours = {"token": "#444444", "head": BLUE, "mlp": RED, "prediction": "black"}
     fig.add_trace(go.Scatter(
         x=[position[n.id][0] for n in shown], y=[position[n.id][1] for n in shown], mode="markers+text",
-        text=[n.label if n.kind != "token" else n.label.split(": ", 1)[-1] for n in shown],
-        textposition="top center", customdata=[n.id for n in shown], showlegend=False,
+        text=[n.label if n.kind != "token" else "" for n in shown],  # tokens: the x axis' tick labels
+        textposition=["bottom center" if n.id in below else "top center" for n in shown],
+        customdata=[n.id for n in shown], showlegend=False,
         marker=dict(size=[10 + 14 * min(1.0, abs(n.relevance) / biggest) for n in shown],
                     color=[colours[n.kind] for n in shown], symbol=["square" if n.kind == "mlp" else "circle"
                                                                     for n in shown]),
         hovertext=[f"{n.label}: relevance {n.relevance:+.4g}" for n in shown], hoverinfo="text"))
-    fig.update_layout(title=title, template="plotly_white", height=200 + 28 * n_layers,
-                      margin=dict(l=40, r=20, t=60, b=40), clickmode="event+select",
-                      xaxis=dict(visible=False), yaxis=dict(title="layer (0 = tokens)", zeroline=False))
+    ordered = sorted(tokens, key=lambda n: n.position)
+    fig.update_layout(title=title, template="plotly_white", height=240 + 36 * n_layers,
+                      margin=dict(l=40, r=20, t=60, b=90), clickmode="event+select",
+                      xaxis=token_axis([n.label.split(": ", 1)[-1] for n in ordered]),
+                      yaxis=dict(title="layer (0 = tokens)", zeroline=False, range=[-0.6, n_layers + 1.6]))
     return fig
 
 

@@ -67,9 +67,10 @@ class FileRun:
     seconds: float = 0.0
 
     def tidy(self) -> list[dict]:
-        """One row per (file row, token position)."""
+        """One row per (file row, token position), naming the method (and model) that explained it."""
         return [{"row": r["row"], "position": i, "token": token, "relevance": value, "target": r["target"],
-                 "label": r.get("label"), "sink": i in r["sinks"]}
+                 "label": r.get("label"), "sink": i in r["sinks"], "method": self.spec.method,
+                 "model": self.spec.model}
                 for r in self.rows for i, (token, value) in enumerate(zip(r["tokens"], r["relevance"]))]
 
     def aggregates(self, top: int = 50, max_distance: int = 64) -> FileAggregates:
