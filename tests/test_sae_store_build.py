@@ -135,7 +135,8 @@ def test_interrupted_build_resumes_to_identical_store(lm, tmp_path, monkeypatch)
     partial = tmp_path / "resumed.partial"
     assert not (tmp_path / "resumed").exists()
     assert sorted(p.name for p in partial.glob("chunk_*.npz")) == [f"chunk_{i:05d}.npz" for i in range(3)]
-    (partial / "chunk_00003.npz.tmp").write_bytes(b"half a chunk, as left by a kill")
+    # what a kill mid-write leaves: a temporary file of a process that is gone (backend.atomic's names)
+    (partial / ".chunk_00003.npz.4194305.abcdefgh.tmp").write_bytes(b"half a chunk, as left by a kill")
     calls.clear()
     resumed = build_store(lm, folder, tmp_path / "resumed", **options)
     assert len(calls) == n_chunks - 3

@@ -12,8 +12,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import tempfile
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -21,6 +19,7 @@ from typing import Callable, TypeVar
 
 import numpy as np
 
+from backend import atomic
 from backend.config import ASSETS_DIR, InterpscopeError, data_dir
 from backend.models.identity import model_key
 
@@ -114,15 +113,7 @@ def forget() -> None:
 
 
 def _write(path: Path, writer: Callable) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=path.suffix + ".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            writer(handle)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic.write_with(path, writer)
 
 
 def _json_number(value):

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from backend import corpus
+from backend import atomic, corpus
 from backend.config import InterpscopeError, data_dir
 
 
@@ -43,15 +41,7 @@ def source_key(source: str | Path | None, split: str) -> str:
 def save_npy_atomic(path: Path, array: np.ndarray) -> None:
     """Write an .npy file so a reader never sees half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npy.tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.save(handle, array)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; caches are ordinary files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic.write_with(path, lambda handle: np.save(handle, array))
 
 
 def token_counts(tokenizer, vocab_size: int, source: str | Path | None = None, split: str = "train",

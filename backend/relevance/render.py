@@ -10,7 +10,14 @@ from typing import Sequence
 
 import numpy as np
 
+from backend import atomic
+
 CHARS_PER_LINE = 90
+
+
+def _format(path: str | Path) -> str:
+    """matplotlib's format name for the file's suffix (savefig into an open file cannot guess it)."""
+    return Path(path).suffix.lower().lstrip(".") or "png"
 
 
 def _visible(token: str) -> str:
@@ -68,8 +75,10 @@ def save_heatmap(path: str | Path, tokens: Sequence[str], relevance: Sequence[fl
         named = ", ".join(f"{i} {tokens[i]!r} (R = {values[i]:+.3g})" for i in excluded if i < len(tokens))
         fig.text(0.72, 0.5 / fig_h, f"grey: attention sink, not in the colour scale: {named}", fontsize=7,
                  va="bottom", wrap=True)
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    try:
+        atomic.write_with(path, lambda handle: fig.savefig(handle, dpi=150, format=_format(path)))
+    finally:
+        plt.close(fig)
 
 
 def save_bars(path: str | Path, labels: Sequence[str], values: Sequence[float], title: str) -> None:
@@ -87,5 +96,7 @@ def save_bars(path: str | Path, labels: Sequence[str], values: Sequence[float], 
     axes.set_ylabel("mean relevance")
     axes.set_title(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    try:
+        atomic.write_with(path, lambda handle: fig.savefig(handle, dpi=130, format=_format(path)))
+    finally:
+        plt.close(fig)

@@ -21,6 +21,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
+from backend import atomic
 from backend.capture import StopForward, hooks, model_lock
 from backend.config import InterpscopeError, data_dir
 from backend.corpus import token_chunks
@@ -53,9 +54,7 @@ class CacheSpec:
 
 
 def _write_json_atomic(path: Path, value: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(value, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic.write_json(path, value)
 
 
 

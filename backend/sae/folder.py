@@ -12,13 +12,13 @@ arbitrary code.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
+from backend import atomic
 from backend.config import DTYPES, InterpscopeError
 from backend.paths import confined_folder, model_choice, server_mode
 from backend.sae.arch import SparseAutoencoder
@@ -68,12 +68,8 @@ def save_sae(sae: SparseAutoencoder, folder: str | Path, dtype: str | None = Non
     sae.cfg.dtype = dtype
     tensors = {name: tensor.detach().to(DTYPES[dtype]).contiguous().cpu()
                for name, tensor in sae.state_dict().items()}
-    tmp_weights = folder / (WEIGHTS_FILE + ".tmp")
-    save_file(tensors, str(tmp_weights), metadata={"format": "pt"})
-    os.replace(tmp_weights, folder / WEIGHTS_FILE)
-    tmp_cfg = folder / (CFG_FILE + ".tmp")
-    tmp_cfg.write_text(json.dumps(config_to_json(sae.cfg), indent=2), encoding="utf-8")
-    os.replace(tmp_cfg, folder / CFG_FILE)
+    atomic.write_bytes(folder / WEIGHTS_FILE, save(tensors, metadata={"format": "pt"}))
+    atomic.write_json(folder / CFG_FILE, config_to_json(sae.cfg))
     return folder
 
 

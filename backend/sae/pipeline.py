@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from backend import atomic
 from backend.config import InterpscopeError
 from backend.outputs import OutputFolder, check_output_folder
 from backend.resume import check_same_settings
@@ -203,10 +204,10 @@ def train_saes(loaded, hook_name: str, specs: list[SAESpec], out_dir: str | Path
                       decay_fraction=decay_fraction, resample_at=resample_at, dead_window_tokens=dead_window_tokens,
                       checkpoint_every=checkpoint_every, seed=seed, log_every=log_every)
     meta_file = output.path / "train_meta.json"
-    meta_file.write_text(json.dumps({
+    atomic.write_json(meta_file, {
         "input_scale": scale, "cache_folder": str(cache.folder), "cache_rows": cache.n_rows, "lr": lr,
-        "batch_size": batch_size, "hook_name": hook_name, "model_name": loaded.name, "settings": settings}),
-        encoding="utf-8")
+        "batch_size": batch_size, "hook_name": hook_name, "model_name": loaded.name, "settings": settings},
+        indent=None)
     output.record(meta_file)
     trainer = Trainer(runs, buffer, cfg, checkpoint_dir=output.path / "checkpoints", output=output)
     if resumable:
@@ -228,7 +229,7 @@ def export_runs(runs: list[TrainRun], output: OutputFolder, scale: float, cache_
                               "final_log": run.history[-1] if run.history else {}})
         folder = output.mkdir(run.name)
         saved[run.name] = save_sae(sae, folder, dtype=save_dtype)
-        (folder / "history.json").write_text(json.dumps(run.history), encoding="utf-8")
+        atomic.write_json(folder / "history.json", run.history, indent=None)
         output.record(*(folder / name for name in (CFG_FILE, WEIGHTS_FILE, "history.json")))
         sae.fold_input_scale(1.0 / scale)
     return saved

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
+from backend import atomic
 from backend.outputs import OutputFolder
 from backend.sae.activations import ShuffledBuffer
 from backend.sae.architectures import SparseAutoencoder
@@ -230,15 +231,13 @@ class Trainer:
             flat = {f"{name}.{key}": value.contiguous() for name, state in run.state.items()
                     for key, value in state.items()}
             flat["last_fired"] = run.last_fired
-            save_file(flat, str(run_dir / "optimizer.safetensors"))
-            (run_dir / "history.json").write_text(json.dumps({"history": run.history, "resampled": run.resampled,
-                                                              "sparsity": run.sparsity}), encoding="utf-8")
+            atomic.write_bytes(run_dir / "optimizer.safetensors", save(flat))
+            atomic.write_json(run_dir / "history.json", {"history": run.history, "resampled": run.resampled,
+                                                         "sparsity": run.sparsity}, indent=None)
             self.output.record(*(run_dir / name for name in CHECKPOINT_FILES))
         latest = {"step": self.step, "folder": target.name, "batches_served": self.buffer.batches_served,
                   "runs": [run.name for run in self.runs]}
-        tmp = self.checkpoint_dir / "latest.json.tmp"
-        tmp.write_text(json.dumps(latest), encoding="utf-8")
-        os.replace(tmp, self.checkpoint_dir / "latest.json")
+        atomic.write_json(self.checkpoint_dir / "latest.json", latest, indent=None)
         self.output.record(self.checkpoint_dir / "latest.json")
         for old in self.checkpoint_dir.glob("ckpt-*"):
             if old != target and self.output.owns(old):

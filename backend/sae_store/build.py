@@ -15,7 +15,6 @@ with a massive activation (backend.sae.sinks) are left out, as in training.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from backend import atomic
 from backend.config import InterpscopeError
 from backend.corpus import token_chunks
 from backend.outputs import OutputFolder, check_output_folder
@@ -49,10 +49,7 @@ def _chunk_path(partial: Path, index: int) -> Path:
 
 
 def _save_chunk(path: Path, tok: np.ndarray, feat: np.ndarray, val: np.ndarray) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        np.savez(handle, tok=tok, feat=feat, val=val)
-    tmp.replace(path)
+    atomic.write_with(path, lambda handle: np.savez(handle, tok=tok, feat=feat, val=val))
 
 
 def partial_folder(out: Path) -> Path:
@@ -293,7 +290,7 @@ def _install(final: Path, out: Path, manifest: dict, force: bool) -> None:
     (out / MANIFEST).unlink(missing_ok=True)
     moved = [name for name in STORE_FILES if name != MANIFEST and (final / name).is_file()]
     for name in moved:
-        os.replace(final / name, out / name)
+        atomic.replace(final / name, out / name)
     for name in STORE_FILES:  # a previous store's own files the new one does not have (e.g. its explanations)
         if name != MANIFEST and name not in moved and store.owns(out / name):
             store.remove(out / name)

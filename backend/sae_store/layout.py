@@ -8,13 +8,12 @@ arrays are written into `<store>.partial/final/`, which is renamed to `<store>` 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from backend import atomic
 from backend.config import ASSETS_DIR, REPO_ROOT, data_dir
 from backend.paths import confined, server_mode
 from backend.sae.catalog import SHIPPED_DIR as SHIPPED_SAES_DIR
@@ -106,18 +105,13 @@ def weights_sha256(folder: str | Path) -> str:
 
 
 def write_json_atomic(path: Path, value) -> None:
-    """Write JSON via a temporary file and rename, so readers never see half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    """Write JSON via a temporary file and rename, so readers never see half a file (backend.atomic)."""
+    atomic.write_json(path, value)
 
 
 def save_array_atomic(path: Path, array: np.ndarray) -> None:
-    """np.save via a temporary file and rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
-    os.replace(tmp, path)
+    """np.save via a temporary file and rename (backend.atomic)."""
+    atomic.write_with(path, lambda handle: np.save(handle, np.ascontiguousarray(array), allow_pickle=False))
 
 
 def default_store_dir(sae_folder: str | Path) -> Path:

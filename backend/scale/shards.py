@@ -2,11 +2,11 @@
 rename), so a rerun after a killed driver finds exactly the shards that finished and skips them."""
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from backend import atomic
 
 
 class ShardFiles:
@@ -29,15 +29,7 @@ class ShardFiles:
 
     def save(self, first: int, stop: int, arrays: dict[str, np.ndarray]) -> Path:
         self.folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".npz.tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                np.savez(handle, **arrays)
-            os.replace(tmp, self.path(first, stop))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return self.path(first, stop)
+        return atomic.write_with(self.path(first, stop), lambda handle: np.savez(handle, **arrays))
 
     def load_all(self) -> list[dict[str, np.ndarray]]:
         """Every finished shard's arrays, in the order of the ranges they cover."""
@@ -54,6 +46,7 @@ class ShardFiles:
             return
         for path in [*self.folder.glob("shard_*_*.npz"), *self.folder.glob("*.npz.tmp")]:
             path.unlink(missing_ok=True)
+        atomic.remove_stale_temps(self.folder)
         try:
             self.folder.rmdir()
         except OSError:
