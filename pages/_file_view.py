@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from backend.config import InterpscopeError
+from backend.limits import check_amounts
 from backend.relevance.file_attribution import MAX_ROWS, explain_file
 from backend.relevance.methods import MethodOptions
 from backend.uploads import parse_table
@@ -30,6 +31,7 @@ def method_options(key: str, method: str) -> MethodOptions:
         else:
             st.session_state.setdefault(f"{key}-window", 1)
             window = int(cols[1].number_input("Occlusion window (tokens)", 1, 64, key=f"{key}-window"))
+    check_amounts(ig_steps=steps, occlusion_window=window)  # a shared server's ceilings (backend/limits.py)
     return MethodOptions(ig_steps=steps, baseline=baseline, occlusion_window=window)
 
 
@@ -42,6 +44,7 @@ def file_section(lm, labels: dict[str, str]) -> None:
             return
         try:
             table = parse_table(upload.getvalue(), upload.name)
+            check_amounts(file_rows=len(table.examples))
         except InterpscopeError as err:
             st.error(str(err))
             return

@@ -6,6 +6,7 @@ import streamlit as st
 from backend.config import InterpscopeError
 from backend.corpus import sample_prompts
 from backend.inputs import parse_examples
+from backend.limits import check_amounts
 from backend.predict import predict_next
 from backend.relevance.api import (RelevanceResult, explain, explain_continuation, faithfulness,
                                    faithfulness_batch, top_heads, top_neurons)
@@ -167,6 +168,7 @@ def batch_view(lm, labels: dict) -> None:
                                 format_func=labels.get, key="relevance-batch-methods")
         if st.button("Run batch", key="relevance-batch-run", disabled=not texts or not chosen):
             with progress("Texts", "relevance-batch") as report, show_errors():
+                check_amounts(batch_prompts=len(texts))
                 summary = faithfulness_batch(lm, texts, chosen, progress=report)
             rows = [{"method": labels[m], "mean ABPC": summary.mean_abpc[m], "std": summary.std_abpc[m],
                      "texts": summary.n_texts, "seconds": summary.seconds[m]} for m in chosen]

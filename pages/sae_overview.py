@@ -7,6 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from backend.config import InterpscopeError
+from backend.limits import check_amounts
 from backend.paths import user_path
 from backend.sae import check_compatible, load_sae
 from backend.sae.catalog import describe, list_saes
@@ -26,6 +27,7 @@ METRIC_HELP = {
     "FVU": "Fraction of variance unexplained: E||x - x_hat||^2 / total variance.",
     "Explained variance": "1 - FVU.",
     "Loss recovered": "(CE_zero - CE_sae) / (CE_zero - CE_clean): 1 = splicing the SAE in costs nothing.",
+    "CE increase": "CE_sae - CE_clean: what splicing the SAE in adds to the next-token loss, in nats per token.",
     "Shrinkage γ": "E||x_hat||^2 / E[x·x_hat]; below 1 the SAE shrinks its reconstructions.",
 }
 
@@ -70,11 +72,14 @@ def _evaluate(path: str, source: str, text: str | None, tokens: int, report) -> 
 
 
 def show_result(result: SAEEvaluation, path: str) -> None:
-    row1, row2 = st.columns(4), st.columns(4)
+    row1, row2 = st.columns(5), st.columns(4)
     row1[0].metric("L0", f"{result.l0:.1f}", help=METRIC_HELP["L0"])
     row1[1].metric("FVU", f"{result.fvu:.3f}", help=METRIC_HELP["FVU"])
     row1[2].metric("Explained variance", f"{result.explained_variance:.3f}", help=METRIC_HELP["Explained variance"])
-    row1[3].metric("Loss recovered", f"{result.loss_recovered:.3f}", help=METRIC_HELP["Loss recovered"])
+    row1[3].metric("Loss recovered", f"{result.loss_recovered:.3f}", help=METRIC_HELP["Loss recovered"]
+                   + f" Here CE_zero = {result.ce_zero:.3f} nats.")
+    row1[4].metric("CE increase (nats)", f"{result.ce_increase:+.3f}", help=METRIC_HELP["CE increase"])
+    st.caption(result.loss_sentence())
     row2[0].metric("Shrinkage γ", f"{result.shrinkage:.3f}", help=METRIC_HELP["Shrinkage γ"])
     row2[1].metric("KL (nats/token)", f"{result.kl:.3f}", help="E KL(p_clean || p_sae) of next-token distributions.")
     from_store = store_dead(path)
@@ -135,6 +140,8 @@ def main() -> None:
     text = text_source("sae_overview_text", "Text to evaluate on") if source == "My text" else None
     tokens = int(st.number_input("Tokens", min_value=128, max_value=65536, step=128, key="sae_overview_tokens",
                                  help="More tokens: steadier figures, slower."))
+    with show_errors():
+        check_amounts(eval_tokens=tokens)
     submitted = st.button("Evaluate", type="primary", key="sae_overview_run")
     run = committed(PAGE, {"path": path, "source": source, "text": text, "tokens": tokens}, submitted)
     write_url(params, run=PAGE)
