@@ -14,7 +14,8 @@ TEMPLATE = "plotly_white"
 
 def candidates_scatter(norm: np.ndarray, logit_var: np.ndarray, rho: np.ndarray, layer: int, k: int,
                        highlight: Sequence[int] = (), model: str = "") -> go.Figure:
-    """||w_out|| vs LogitVar (log y) of every neuron of a layer, coloured by rho; chosen neurons circled."""
+    """||write|| (what each neuron writes into the residual, folded) vs LogitVar (log y) of every neuron of a layer,
+    coloured by rho; chosen neurons circled."""
     labels = [f"{layer}.{i}" for i in range(len(norm))]
     floor = max(float(np.min(logit_var[logit_var > 0])) if np.any(logit_var > 0) else 1e-12, 1e-14)
     shown_var = np.maximum(logit_var, floor)
@@ -31,7 +32,7 @@ def candidates_scatter(norm: np.ndarray, logit_var: np.ndarray, rho: np.ndarray,
             marker=dict(size=14, color="rgba(0,0,0,0)", line=dict(color=CHOSEN, width=2)), hoverinfo="skip"))
     fig.update_layout(title=dict(text=f"Layer {layer} neurons{' of ' + model if model else ''}: norm vs LogitVar"
                                       f"<br><sup>entropy neurons: large norm, low LogitVar, high rho (bright)</sup>"),
-                      xaxis_title="||w_out|| (folded)", yaxis_title="LogitVar (log scale)",
+                      xaxis_title="||write|| (folded)", yaxis_title="LogitVar (log scale)",
                       yaxis=dict(type="log", dtick=1, exponentformat="power"),
                       template=TEMPLATE, height=540, legend=dict(orientation="h", y=-0.15))
     return fig
@@ -41,7 +42,7 @@ def spectrum_figure(singular_values: np.ndarray, cosines: np.ndarray, k: int, ne
     """W_U singular values (line) and the neuron's |cosine| with each singular direction (bars); bottom k shaded."""
     n = len(singular_values)
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_trace(go.Bar(x=np.arange(n), y=np.abs(cosines), name=f"|cos(w_out {neuron}, u_i)|",
+    fig.add_trace(go.Bar(x=np.arange(n), y=np.abs(cosines), name=f"|cos(write {neuron}, u_i)|",
                          marker_color=CHOSEN, opacity=0.7), secondary_y=True)
     fig.add_trace(go.Scatter(x=np.arange(n), y=singular_values, name="singular value of W_U", mode="lines",
                              line=dict(color="#1f77b4", width=2)), secondary_y=False)

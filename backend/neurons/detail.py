@@ -61,6 +61,7 @@ class NeuronDetail:
     excluded_tokens: int = 0
     sink_positions: list[tuple[int, int]] | None = None
     source: str = "weights only"
+    post_scale: float | None = None  # the MLP output norm's typical scale the write was divided by (None: no norm)
 
 
 def _token_text(tokenizer, token_id: int) -> str:
@@ -90,7 +91,8 @@ def weight_detail(lm, layer: int, index: int, k: int | None = None, top_tokens: 
     suppressed = [TokenScore(_token_text(tokenizer, i), int(i), float(logit_effect[i])) for i in order[:top_tokens]]
     return NeuronDetail(layer=neuron.layer, index=neuron.index, k=k, rho=float(cosines[-k:].norm()), norm=norm,
                         singular_values=basis.S.cpu().numpy(), cosines=cosines.cpu().numpy(),
-                        promoted=promoted, suppressed=suppressed)
+                        promoted=promoted, suppressed=suppressed,
+                        post_scale=None if adapter.mlp_output_norm(neuron.layer) is None else float(post_scale))
 
 
 def context_windows(values: np.ndarray, excluded: np.ndarray, k: int, left: int = CONTEXT_LEFT,

@@ -203,7 +203,8 @@ class NeuronStore:
     def stats(self, layer: int) -> NeuronStats:
         data = self.layer(layer)
         return NeuronStats(layer=layer, k=int(data["k"]), norm=data["norm"], logit_var=data["logit_var"],
-                           rho=data["rho"], unigram_cosine=data.get("unigram_cosine"))
+                           rho=data["rho"], unigram_cosine=data.get("unigram_cosine"),
+                           post_scale=self.post_scale(layer))
 
     def post_scale(self, layer: int) -> float | None:
         """The typical scale of the layer's MLP output norm the statistics were computed at (None: no such norm)."""

@@ -108,7 +108,8 @@ def check_layer(adapter: ModelAdapter, layer: int | None) -> int:
 
 @dataclass
 class NeuronStats:
-    """Per-neuron weight statistics of one layer (arrays of length d_mlp)."""
+    """Per-neuron weight statistics of one layer (arrays of length d_mlp), on what each neuron writes into the
+    residual (through the MLP's output norm at its typical scale `post_scale` where the model has one)."""
 
     layer: int
     k: int
@@ -116,6 +117,7 @@ class NeuronStats:
     logit_var: np.ndarray
     rho: np.ndarray
     unigram_cosine: np.ndarray | None
+    post_scale: float | None = None  # the MLP output norm's typical scale the writes were divided by (None: no norm)
 
     def ranking(self) -> np.ndarray:
         """Neuron indices sorted by rho, highest first (ties broken by norm)."""
@@ -157,4 +159,5 @@ def neuron_stats(adapter: ModelAdapter, layer: int | None = None, k: int | None 
     with torch.no_grad():
         stats = stats_for_vectors(basis, folded_W_out(adapter, layer, post_scale=post_scale), k, unigram)
     return NeuronStats(layer=layer, k=k, norm=stats["norm"], logit_var=stats["logit_var"], rho=stats["rho"],
-                       unigram_cosine=stats.get("unigram_cosine"))
+                       unigram_cosine=stats.get("unigram_cosine"),
+                       post_scale=None if adapter.mlp_output_norm(layer) is None else float(post_scale))
