@@ -46,6 +46,15 @@ def _fmt(value) -> str:
     return f"{float(value):+.3g}"
 
 
+def _write_note(post_scale: float | None) -> str:
+    """What 'write' means for this layer: W_out's row, or its image through the MLP's output norm."""
+    if post_scale is None:
+        return " A neuron's write is its row of W_out."
+    return (" This layer's MLP output passes through a norm before the residual, so a neuron's write is "
+            f"gamma_post * w_out / r, at the norm's typical scale r = {post_scale:.3g} (its mean over the corpus "
+            "sample, sinks left out).")
+
+
 def candidates_view(lm, page, chosen: list[str]) -> None:
     stats, layer = page.stats, page.layer
     in_layer = [int(n.split(".")[1]) for n in chosen if int(n.split(".")[0]) == layer]
@@ -58,8 +67,8 @@ def candidates_view(lm, page, chosen: list[str]) -> None:
     table = table.drop(columns=["layer", "index"])
     best = table.iloc[int(table["rho"].idxmax())]
     st.markdown(f"**All neurons** (click a column header to sort). The highest null-space fraction is neuron "
-                f"{best['neuron']} (rho {best['rho']:.3f}, ||w_out|| {best['norm']:.3g}); rho x norm is how much a "
-                "neuron writes into the directions the unembedding cannot read.")
+                f"{best['neuron']} (rho {best['rho']:.3f}, ||write|| {best['norm']:.3g}); rho x norm is how much a "
+                "neuron writes into the directions the unembedding cannot read." + _write_note(stats.post_scale))
     st.dataframe(table, hide_index=True, key="en-table", height=320,
                  column_config={"logit_var": st.column_config.NumberColumn("LogitVar", format="%.2e")})
     export_menu(None, table, key="en-table", filename=f"entropy-candidates-table-layer{layer}")
@@ -77,7 +86,7 @@ def detail_view(lm, chosen: list[str], k: int, store_tokens: int) -> None:
             with progress("Corpus activations", PAGE) as report:
                 detail = neuron_card(lm, layer, index, k=k, n_tokens=store_tokens, compute=True, progress=report)
             shared("neuron-card", card_key, lambda: detail)
-    st.markdown(f"**{pick}**: rho = {detail.rho:.3f}, ||w_out|| = {detail.norm:.3f}")
+    st.markdown(f"**{pick}**: rho = {detail.rho:.3f}, ||write|| = {detail.norm:.3f}." + _write_note(detail.post_scale))
     left, right = st.columns(2)
     with left:
         fig = figs.spectrum_figure(detail.singular_values, detail.cosines, detail.k, pick)
