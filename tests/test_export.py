@@ -47,3 +47,38 @@ def test_csv_shapes():
     assert dict(zip(frame["key"], frame["value"].astype(str))) == {"model": "m", "conservation.input_sum": "1.5"}
     frame = pd.read_csv(io.BytesIO(data_csv(pd.DataFrame({"a": [1]}))))
     assert frame["a"].tolist() == [1]
+
+
+def test_the_whole_file_tidy_csv_names_its_method():
+    from backend.relevance.file_attribution import FileRun, FileSpec
+
+    spec = FileSpec(file_sha256="0" * 64, n_rows=2, model="smollm2-135m", method="gradxinput", options={})
+    rows = [{"row": 0, "tokens": ["The", " cat"], "relevance": [0.1, 0.9], "target": " sat", "sinks": [0],
+             "label": None},
+            {"row": 1, "tokens": ["She"], "relevance": [1.0], "target": " smiled", "sinks": [0], "label": "x"}]
+    frame = pd.read_csv(io.BytesIO(data_csv(FileRun("f", spec, rows, [], True))))
+    assert len(frame) == 3 and set(frame["method"]) == {"gradxinput"} and set(frame["model"]) == {"smollm2-135m"}
+    assert {"row", "position", "token", "relevance", "target", "label", "sink"} <= set(frame.columns)
+
+
+def test_logit_lens_ranks_are_integers_on_decade_ticks():
+    from components.flow_figures import lens_figure
+
+    fig = lens_figure(["embed", "block 0", "block 1"], np.array([0.01, 0.2, 0.6]), np.array([28400, 85, 1]), "' x'")
+    axis = fig.layout.yaxis2
+    assert list(axis.tickvals) == [1, 10, 100, 1000, 10000, 100000]
+    assert list(axis.ticktext) == ["1", "10", "100", "1k", "10k", "100k"]
+    assert [type(v) for v in fig.data[1].y] == [int] * 3
+
+
+def test_graph_labels_of_one_row_never_overlap():
+    from components.graph_draw import CHAR_PX, PLOT_PX, spread_row
+
+    wanted = [(5.0, "L3.H7"), (5.0, "L3.H11"), (5.1, "L3.MLP"), (5.2, "L3.H2"), (9.0, "L3.H0")]
+    xs, below = spread_row(wanted, span=12.0)
+    span = max(12.0, max(xs) + 1)
+    for side in (below, set(range(len(wanted))) - below):
+        placed = sorted((xs[i], len(wanted[i][1]) * CHAR_PX * span / PLOT_PX) for i in side)
+        for (x0, w0), (x1, w1) in zip(placed, placed[1:]):
+            assert x1 - x0 >= (w0 + w1) / 2, (placed, below)  # labels on one side of the row do not touch
+    assert xs[0] == 5.0 and all(x >= want for x, (want, _) in zip(xs, wanted))
