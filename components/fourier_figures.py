@@ -29,14 +29,18 @@ def _period_ticks(periods: np.ndarray, max_ticks: int = 14) -> tuple[list[int], 
 
 
 def spectrum_figure(periods: np.ndarray, magnitude: np.ndarray, outlier_periods: Sequence[float],
-                    title: str, labelled: int = 5) -> go.Figure:
+                    title: str, labelled: int = 5, baseline: np.ndarray | None = None,
+                    baseline_name: str = "baseline") -> go.Figure:
     """Magnitude per frequency, the x-axis labelled by period N/k, outliers in red (the strongest `labelled`
-    of them annotated with their period)."""
+    of them annotated with their period), and the baseline (control) per frequency as a line when given."""
     ks = np.arange(1, len(periods) + 1)
     is_outlier = np.isin(np.round(periods, 9), np.round(np.asarray(list(outlier_periods), dtype=float), 9))
     fig = go.Figure(go.Bar(x=ks, y=magnitude, marker_color=np.where(is_outlier, "#d6604d", "#4393c3"),
                            customdata=periods, name="magnitude",
                            hovertemplate="k = %{x}<br>period = %{customdata:.3g}<br>|F·X| = %{y:.4g}<extra></extra>"))
+    if baseline is not None:
+        fig.add_trace(go.Scatter(x=ks, y=baseline, mode="lines", name=baseline_name, line=dict(color="#333333",
+                                                                                              dash="dot")))
     strongest = sorted(ks[is_outlier], key=lambda k: -magnitude[k - 1])[:labelled]
     for rank, k in enumerate(sorted(strongest)):
         fig.add_annotation(x=k, y=magnitude[k - 1], text=f"T={_period_text(periods[k - 1])}", showarrow=True,

@@ -87,3 +87,23 @@ def test_bad_input_is_one_clear_error(planted_folder, capsys):
     assert main(["fourier", "spectrum", "--model", str(planted_folder), "--numbers", "5000"]) == 2
     assert main(["fourier", "spectrum", "--model", str(planted_folder), "--layer", "7"]) == 2
     assert "out of range" in capsys.readouterr().err
+
+
+def test_filter_json_carries_the_same_rank_control_deterministically(planted_folder, capsys):
+    argv = ["fourier", "filter", "--model", str(planted_folder), "--kind", "high", "--modules", "both", "--tau",
+            "10", "--prompts", "40", "--control-seeds", "3", "--json"]
+    first, second = _run_json(capsys, argv), _run_json(capsys, argv)
+    assert first["control_seeds"] == [0, 1, 2] and len(first["control_accuracies"]) == 3
+    assert first["control_accuracies"] == second["control_accuracies"]
+    assert first["control_accuracy_mean"] == pytest.approx(np.mean(first["control_accuracies"]))
+    clean = first["baseline"]["accuracy"]
+    assert first["effect"] == pytest.approx(clean - first["accuracy"])
+    assert first["control_effect_mean"] == pytest.approx(clean - first["control_accuracy_mean"])
+    if first["control_effect_mean"] > 0.5 / 40:
+        assert first["specificity"] == pytest.approx(first["effect"] / first["control_effect_mean"])
+    else:
+        assert "specificity" not in first
+    assert f"(rank {first['rank']})" in first["reading"] and first["verdict"] in first["reading"]
+    zeroed = _run_json(capsys, ["fourier", "filter", "--model", str(planted_folder), "--kind", "low", "--modules",
+                                "both", "--tau", "10", "--prompts", "40", "--control-seeds", "2", "--json"])
+    assert zeroed["zeroes_everything"] and "control_accuracy_mean" not in zeroed and "reading" not in zeroed

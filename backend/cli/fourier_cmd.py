@@ -47,6 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         command.add_argument("--positions", choices=["last", "all"], default="last",
                              help="filter at the answer position only (default) or at every token")
         command.add_argument("--template", default="{a}+{b}=", help="prompt template with {a} and {b}")
+        command.add_argument("--control-seeds", type=int_between(0, 100), default=5,
+                             help="seeds of the same-rank random-subspace control beside each filter (default 5; "
+                                  "0 leaves it out)")
         command.add_argument("--json", action="store_true", help="print JSON")
         add_batch_arg(command, "--batch-size", 512, "prompts per model call")
         add_scale_args(command)
@@ -62,16 +65,23 @@ def run_spectrum(args: argparse.Namespace) -> int:
     if args.layer is not None and args.matrix != "embedding":
         raise InterpscopeError("--matrix applies to the token (un)embedding; leave it out with --layer.")
     result = auto_spectrum(lm, n_numbers, layer=args.layer, matrix=args.matrix)
+    from backend.fourier.spectrum import baseline_sentence
+
     payload = {"model": result.model, "source": result.source, "matrix": result.matrix, "layer": result.layer,
                "numbers": result.numbers, "periods": result.periods, "magnitude": result.magnitude,
                "outliers": [{"period": o.period, "magnitude": o.magnitude, "frequency": o.frequency,
                              "score": o.score} for o in result.outliers]}
+    payload.update({name: getattr(result, name) for name in ("baseline", "baseline_magnitude", "baseline_share",
+                                                             "baseline_periods") if getattr(result, name) is not None})
+    payload["reading"] = baseline_sentence(result)
     if args.json:
-        emit_json(payload)
+        emit_json(to_plain(payload))
     else:
         print(f"{result.model}: {result.source} spectrum over 0..{result.numbers - 1}")
+        print(payload["reading"])
         for o in result.outliers:
-            print(f"  period {o.period:8.3f}  (k={o.frequency})  magnitude {o.magnitude:.4g}  score {o.score:.1f}")
+            print(f"  outlier: period {o.period:8.3f}  (k={o.frequency})  magnitude {o.magnitude:.4g}  "
+                  f"score {o.score:.1f}")
     return 0
 
 
@@ -82,17 +92,19 @@ def _histogram(errors: np.ndarray) -> dict:
 
 
 def _row_payload(row) -> dict:
+    from backend.fourier.controls import control_fields
+
     return {"kind": row.kind, "modules": row.modules, "removed": row.removed, "loss": row.loss,
             "accuracy": row.accuracy, "within_2": row.within_2, "within_10": row.within_10, "rank": row.rank,
             "zeroes_everything": row.zeroes_everything, "error_counts": row.error_counts,
-            "error_histogram": _histogram(row.errors)}
+            "error_histogram": _histogram(row.errors), **control_fields(row.control)}
 
 
 def run_filter(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from backend.fourier.data import check_template
-    from backend.fourier.filters import filter_table
+    from backend.fourier.filters import filter_table, reading
     from backend.fourier.probe import probe_pairs, single_token_setup
 
     scale = scale_from_args(args)
@@ -105,27 +117,41 @@ def run_filter(args: argparse.Namespace) -> int:
     template = check_template(args.template)
     configs = [("none", "none")] + ([(args.kind, args.modules)] if args.fourier_command == "filter" else
                                     [(k, m) for k in ("high", "low") for m in ("both", "mlp", "attn")])
-    with tqdm(total=len(configs), disable=args.json, desc="filters") as bar:
+    with tqdm(total=100, disable=args.json, desc="filters + controls", unit="%") as bar:
         table = filter_table(lm, numbers, pairs, template=template, tau=args.tau, configs=configs,
-                             progress=lambda fraction, label: bar.update(1), positions=args.positions,
-                             batch_size=batch_size, scale=scale)
+                             progress=lambda fraction, label: bar.update(round(100 * fraction) - bar.n),
+                             positions=args.positions, batch_size=batch_size, scale=scale,
+                             control_seeds=args.control_seeds)
     rows = [_row_payload(row) for row in table.rows]
     payload = {"model": table.model, "template": table.template, "numbers": table.numbers, "tau": table.tau,
                "d_model": table.d_model, "prompts": table.prompts, "split": args.split, "positions": table.positions,
-               "seconds": table.seconds,
+               "seconds": table.seconds, "control_seeds": table.control_seeds,
                "warnings": table.warnings}
     if args.fourier_command == "filter":
         payload.update(rows[1])
         payload["baseline"] = {key: rows[0][key] for key in ("loss", "accuracy", "within_2", "within_10")}
     else:
         payload["rows"] = rows
+        sentence = reading(table)
+        if sentence:
+            payload["reading"] = sentence
+    if args.fourier_command == "filter" and table.rows[1].control is not None:
+        from backend.fourier.controls import describe
+
+        payload["reading"] = describe(f"The {'low' if args.kind == 'low' else 'high'}-pass on {args.modules}",
+                                      table.rows[1].control, table.rows[1].rank) + "."
     if args.json:
         emit_json(to_plain(payload))
         return 0
     for warning in table.warnings:
         print("warning:", warning)
     for row in rows:
-        print(f"{row['kind']:>5} {row['modules']:>5}  removes {row['removed']:<17} loss {row['loss']:8.4f}  "
-              f"acc {row['accuracy']:.2%}  +-2 {row['within_2']:.2%}  +-10 {row['within_10']:.2%}  "
-              f"errors {row['error_counts']}")
+        control = (f"  control {row['control_accuracy_mean']:.2%} +- {row['control_accuracy_sd']:.2%}  specificity "
+                   + (f"{row['specificity']:.2f}" if "specificity" in row else "undefined")
+                   if "control_accuracy_mean" in row else "")
+        print(f"{row['kind']:>5} {row['modules']:>5}  removes {row['removed']:<17} rank {row['rank']:>4}  loss "
+              f"{row['loss']:8.4f}  acc {row['accuracy']:.2%}  +-2 {row['within_2']:.2%}  +-10 {row['within_10']:.2%}"
+              f"{control}  errors {row['error_counts']}")
+    if "reading" in payload:
+        print(payload["reading"])
     return 0

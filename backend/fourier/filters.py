@@ -6,6 +6,8 @@ B F W_U_num^T (P h) = 0 while the rest of h is kept. If rank(M) = d_model the nu
 zeroes the whole output: that is checked and reported. The filter runs in every layer through
 backend.capture.hooks on blocks.{l}.hook_attn_out / blocks.{l}.hook_mlp_out, at the answer position (default) or
 at every token. A sweep over prompts is sharded by (configuration, batch of prompts), here or on Ray workers.
+Each filter row stands beside its control (backend.fourier.controls): a random subspace of the same rank removed
+from the same number-direction space, over several seeds, and the specificity filter effect / control effect.
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from backend.capture import hooks, model_lock
 from backend.config import InterpscopeError
 from backend.fourier.addition import pad_right, score, token_to_number
 from backend.fourier.basis import FourierBasis, fourier_basis
+from backend.fourier.controls import (DEFAULT_CONTROL_SEEDS, Control, compare, control_projection, describe,
+                                     null_space_projector)
 from backend.fourier.data import render
 from backend.fourier.lens import check_tau, default_tau
 from backend.fourier.numbers import NumberTokens, number_unembedding
@@ -54,15 +58,8 @@ def removed_frequencies(kind: str, tau: int, n_numbers: int) -> range:
 def null_projection(unembed_num: np.ndarray, basis: FourierBasis, rows: np.ndarray) -> Projection:
     """P = I - M^+ M for M = B F W_U_num^T; unembed_num is W_U_num [d_model, N] (float64 math)."""
     unembed_num = np.asarray(unembed_num, dtype=np.float64)
-    d_model = unembed_num.shape[0]
-    constraint = basis.matrix[rows] @ unembed_num.T
-    if len(rows) == 0:
-        return Projection(matrix=np.eye(d_model), rank=0, d_model=d_model, removed_rows=0)
-    singular = np.linalg.svd(constraint, compute_uv=False)
-    tolerance = singular.max() * max(constraint.shape) * np.finfo(np.float64).eps
-    rank = int(np.sum(singular > tolerance))
-    projection = np.eye(d_model) - np.linalg.pinv(constraint, rcond=tolerance / singular.max()) @ constraint
-    return Projection(matrix=projection, rank=rank, d_model=d_model, removed_rows=len(rows))
+    matrix, rank = null_space_projector(basis.matrix[rows] @ unembed_num.T)
+    return Projection(matrix=matrix, rank=rank, d_model=unembed_num.shape[0], removed_rows=len(rows))
 
 
 def filter_projection(lm, numbers: NumberTokens, kind: str, tau: int) -> Projection:
@@ -87,6 +84,7 @@ class FilterRow:
     zeroes_everything: bool
     errors: np.ndarray
     error_counts: dict = field(default_factory=dict)
+    control: Control | None = None
 
 
 @dataclass
@@ -102,6 +100,7 @@ class FilterTable:
     seconds: float
     warnings: list[str] = field(default_factory=list)
     requested_prompts: int | None = None
+    control_seeds: list[int] = field(default_factory=list)
 
 
 def error_counts(errors: np.ndarray) -> dict:
@@ -171,17 +170,17 @@ class FilterJob:
     filter configuration (the projections come from the driver, so every worker applies the same matrices)."""
 
     numbers: NumberTokens
-    configs: list[tuple[str, str]]
+    configs: list[tuple[str, str]]  # (matrix key: 'none', a kind, or 'control|kind|seed'; modules)
     matrices: dict[str, np.ndarray]
     positions: str
 
     def run(self, lm, shard: Shard) -> tuple[float, np.ndarray]:
         config, texts, answers = shard.payload
-        kind, modules = self.configs[config]
+        key, modules = self.configs[config]
         edits: dict = {}
         where = None
-        if kind != "none":
-            matrix = torch.as_tensor(self.matrices[kind], device=lm.device)
+        if key != "none":
+            matrix = torch.as_tensor(self.matrices[key], device=lm.device)
             where = {} if self.positions == "last" else None
             edits = {f"blocks.{l}.{point}": projection_edit(matrix, where)
                      for l in range(lm.adapter.n_layers) for point in MODULES[modules]}
@@ -190,7 +189,8 @@ class FilterJob:
 
 def filter_table(lm, numbers: NumberTokens, pairs: np.ndarray | PromptPairs, template: str = "{a}+{b}=", tau: int | None = None,
                  configs: list[tuple[str, str]] | None = None, progress=None, positions: str = "last",
-                 batch_size: int = 512, scale: Scale | None = None) -> FilterTable:
+                 batch_size: int = 512, scale: Scale | None = None,
+                 control_seeds: int | list[int] = DEFAULT_CONTROL_SEEDS) -> FilterTable:
     """Loss, accuracy and error histogram with no filter and each (kind, modules) filter in all layers (serves
     the Fourier page's Filters tab). pairs: operand pairs [P, 2], or a PromptPairs (backend.fourier.probe) whose
     request is kept: when its split held fewer pairs than asked for, the table says so in `warnings` and
@@ -198,7 +198,10 @@ def filter_table(lm, numbers: NumberTokens, pairs: np.ndarray | PromptPairs, tem
 
     positions: 'last' filters the module outputs at the answer position only (where W_U reads them), 'all' at
     every token (operand positions too). The sweep is sharded by (configuration, batch of prompts): run here in
-    order, or on Ray workers with `scale`; the losses are summed here in batch order, so the table is the same."""
+    order, or on Ray workers with `scale`; the losses are summed here in batch order, so the table is the same.
+
+    control_seeds: how many seeds (0..n-1), or which, for the same-rank random-subspace control of every filter
+    row (0 or [] leaves the controls out)."""
     requested, note = None, None
     if isinstance(pairs, PromptPairs):
         requested, note, pairs = pairs.requested, pairs.note, pairs.pairs
@@ -217,65 +220,127 @@ def filter_table(lm, numbers: NumberTokens, pairs: np.ndarray | PromptPairs, tem
     for kind, modules in configs:
         if kind != "none" and modules not in MODULES:
             raise InterpscopeError(f"Unknown modules {modules!r}: choose attn, mlp or both.")
+    seeds = list(range(control_seeds)) if isinstance(control_seeds, int) else [int(s) for s in control_seeds]
     projections = {kind: filter_projection(lm, numbers, kind, tau) for kind in KINDS}
-    job = FilterJob(numbers, list(configs), {kind: p.matrix for kind, p in projections.items()}, positions)
+    matrices = {kind: p.matrix for kind, p in projections.items()}
+    unembed = number_unembedding(lm.adapter, numbers).double().cpu().numpy()
+    job_configs = list(configs)
+    for kind, modules in configs:
+        if kind == "none" or projections[kind].zeroes_everything:
+            continue
+        for seed in seeds:
+            key = f"control|{kind}|{seed}"
+            if key not in matrices:
+                matrices[key] = control_projection(unembed, projections[kind].rank, seed)
+            job_configs.append((key, modules))
+    job = FilterJob(numbers, job_configs, matrices, positions)
     starts = range(0, len(texts), batch_size)
     shards = [Shard(len(starts) * c + b, start, min(start + batch_size, len(texts)),
                     (c, texts[start:start + batch_size], answers[start:start + batch_size]))
-              for c in range(len(configs)) for b, start in enumerate(starts)]
+              for c in range(len(job_configs)) for b, start in enumerate(starts)]
     results: dict[int, tuple[float, np.ndarray]] = {}
 
     def collect(shard: Shard, result: tuple[float, np.ndarray]) -> None:
         results[shard.index] = result
-        kind, modules = configs[shard.payload[0]]
+        kind, modules = job_configs[shard.payload[0]]
         if progress is not None and all(len(starts) * shard.payload[0] + b in results for b in range(len(starts))):
-            progress(len(results) / len(shards), f"{kind} on {modules}")
+            progress(len(results) / len(shards), f"{kind.replace('|', ' ')} on {modules}")
 
     map_shards(job, shards, collect, lm=lm, scale=scale)
+    def accuracy_of(index: int) -> tuple[float, np.ndarray, np.ndarray]:
+        batches = [results[len(starts) * index + b] for b in range(len(starts))]
+        loss = sum(loss for loss, _ in batches) / len(texts)
+        predictions = np.concatenate([predicted for _, predicted in batches])
+        return loss, predictions, np.asarray(score(predictions, answers))
+
     rows, warnings = [], ([note] if note else [])
+    clean = None
     for index, (kind, modules) in enumerate(configs):
         projection = projections[kind] if kind != "none" else None
         if projection is not None and projection.zeroes_everything:
             warnings.append(f"{KINDS[kind]} on {modules}: rank(B F W_U) = {projection.rank} = d_model, so the "
                             f"filter zeroes the whole output (raise d_model or change tau).")
-        batches = [results[len(starts) * index + b] for b in range(len(starts))]
-        loss = sum(loss for loss, _ in batches) / len(texts)
-        predictions = np.concatenate([predicted for _, predicted in batches])
+        loss, predictions, (exact, near, rough) = accuracy_of(index)
         errors = np.where(predictions >= 0, predictions - answers, np.nan).astype(np.float64)
-        exact, near, rough = score(predictions, answers)
+        clean = exact if kind == "none" else clean
+        control = None
+        control_rows = [c for c, (key, mods) in enumerate(job_configs)
+                        if mods == modules and key.startswith(f"control|{kind}|")]
+        if control_rows and clean is not None:
+            control = compare(clean, exact, [accuracy_of(c)[2][0] for c in control_rows], seeds, len(pairs))
         rows.append(FilterRow(
             kind=kind, modules=modules,
             removed="nothing" if kind == "none" else ("high" if kind == "low" else "low") + " frequencies",
             loss=loss, accuracy=exact, within_2=near, within_10=rough,
             rank=projection.rank if projection else 0,
             zeroes_everything=bool(projection and projection.zeroes_everything),
-            errors=errors, error_counts=error_counts(errors)))
+            errors=errors, error_counts=error_counts(errors), control=control))
     return FilterTable(model=lm.name, template=template, numbers=n_numbers, tau=tau, d_model=lm.adapter.d_model,
                        prompts=len(pairs), positions=positions, rows=rows, seconds=time.perf_counter() - start_time,
-                       warnings=warnings, requested_prompts=requested)
+                       warnings=warnings, requested_prompts=requested, control_seeds=seeds)
+
+
+LABELS = {"high": "removing low frequencies", "low": "removing high frequencies"}
+MODULE_WORDS = {"both": "attention + MLP", "attn": "attention", "mlp": "the MLPs"}
 
 
 def reading(table: FilterTable) -> str | None:
     """A sentence about what the filter table shows, built from its own numbers (None without the three rows it
-    compares): how much accuracy removing each band from attention + MLP costs, and which regime that points to."""
-    by = {(r.kind, r.modules): r.accuracy for r in table.rows}
-    if not {("none", "none"), ("high", "both"), ("low", "both")} <= set(by):
+    compares): how much accuracy removing each band from attention + MLP costs, whether that is more than
+    removing a random subspace of the same rank costs (the control), and only then which regime it points to."""
+    rows = {(r.kind, r.modules): r for r in table.rows}
+    if not {("none", "none"), ("high", "both"), ("low", "both")} <= set(rows):
         return None
-    base = by[("none", "none")]
-    lost_low, lost_high = base - by[("high", "both")], base - by[("low", "both")]
+    base = rows[("none", "none")].accuracy
+    lost_low, lost_high = base - rows[("high", "both")].accuracy, base - rows[("low", "both")].accuracy
     sentence = (f"Removing low frequencies from attention + MLP costs {lost_low:.1%} accuracy and removing high "
                 f"frequencies {lost_high:.1%} (of {base:.1%}; the paper's fine-tuned GPT-2-XL lost 93.8 and 72.7 "
                 "points). ")
     if base < 0.2:
         return sentence + "The model barely adds these prompts even unfiltered, so the bands' roles cannot be read."
+    if rows[("high", "both")].control is None or rows[("low", "both")].control is None:
+        return sentence + _regime_without_controls(base, lost_low, lost_high) + (
+            " No same-rank random control was run, so this does not show the damage is specific to the frequencies.")
+    clauses = [describe(f"{LABELS[kind].capitalize()} from attention + MLP", rows[(kind, "both")].control,
+                        rows[(kind, "both")].rank) for kind in ("high", "low")]
+    sentence = (f"{clauses[0]}; {clauses[1][0].lower()}{clauses[1][1:]} (clean accuracy {base:.1%}; the paper's "
+                "fine-tuned GPT-2-XL lost 93.8 and 72.7 points). ")
+    specific = {key: row for key, row in rows.items() if row.control is not None
+                and row.control.verdict == "more damaging than"}
+    saturated = [LABELS[kind] for kind in ("high", "low")
+                 if rows[(kind, "both")].control.accuracy_mean < 0.2 * base]
+    if saturated:
+        sentence += (f"At the rank of {' and of '.join(saturated)}, the random control alone leaves under a fifth of "
+                     "the clean accuracy, so these rows cannot tell Fourier directions from any number directions. ")
+    if not specific:
+        return sentence + ("No filter is more damaging than removing a random subspace of the same rank from the "
+                           "number directions, so this table does not show that the answer lives in these frequency "
+                           "bands: it shows how many number directions the model can lose.")
+    named = ", ".join(f"{LABELS[kind]} from {MODULE_WORDS[modules]} (specificity "
+                      f"{'undefined' if row.control.specificity is None else f'{row.control.specificity:.2f}'})"
+                      for (kind, modules), row in specific.items())
+    bands = {kind for kind, _ in specific}
+    if bands == {"high", "low"}:
+        regime = ("both bands matter beyond their rank, low frequencies for magnitude and high ones for the last "
+                  "digit, like the pre-trained models of the paper")
+    elif bands == {"high"}:
+        regime = ("only the low band matters beyond its rank: the model relies on low-frequency (magnitude) "
+                  "features, the from-scratch regime")
+    else:
+        regime = ("only the high band matters beyond its rank: the model relies on high-frequency (modular) "
+                  "features")
+    return sentence + f"Beyond the control: {named}; {regime}."
+
+
+def _regime_without_controls(base: float, lost_low: float, lost_high: float) -> str:
     small, large = 0.1 * base, 0.5 * base
     if lost_high <= small and lost_low >= large:
-        return sentence + ("It loses little without its high frequencies and a lot without its low ones: it relies on "
-                           "low-frequency (magnitude) features, the from-scratch regime.")
+        return ("It loses little without its high frequencies and a lot without its low ones: it relies on "
+                "low-frequency (magnitude) features, the from-scratch regime.")
     if lost_high >= large and lost_low >= large:
-        return sentence + ("It needs both bands, low frequencies for magnitude and high ones for the last digit, like "
-                           "the pre-trained models of the paper.")
+        return ("It needs both bands, low frequencies for magnitude and high ones for the last digit, like the "
+                "pre-trained models of the paper.")
     if lost_high > lost_low:
-        return sentence + "High frequencies matter more to it than low ones here."
-    return sentence + ("Low frequencies matter more to it than high ones, but removing high frequencies still costs "
-                       f"{lost_high:.1%}: it is not purely low-frequency.")
+        return "High frequencies matter more to it than low ones here."
+    return ("Low frequencies matter more to it than high ones, but removing high frequencies still costs "
+            f"{lost_high:.1%}: it is not purely low-frequency.")

@@ -163,7 +163,8 @@ def build_fourier_store(lm, out: str | Path) -> Path:
         results[probe_key(pairs, "{a}+{b}=", "")] = run_addition(lm, pairs, "{a}+{b}=", use_store=False)
     else:
         for matrix in ("embedding", "unembedding"):
-            results[embedding_key(n_numbers, matrix)] = embedding_spectrum(lm, n_numbers, matrix=matrix)
+            results[embedding_key(n_numbers, matrix)] = embedding_spectrum(lm, n_numbers, matrix=matrix,
+                                                                           use_store=False)
     return save_entries(lm, out, results)
 
 

@@ -2,7 +2,9 @@
 
 Embedding spectrum (METHODS.md 5.3): V = F W_E_num, magnitude per frequency. For tokenizers that split numbers
 into digits, a number is represented by the hidden state at its last digit; the same analysis runs on those
-states layer by layer (a layers x frequency map).
+states layer by layer (a layers x frequency map). Every spectrum carries its baseline (backend.fourier.baseline):
+for digit tokenisers the power a function of n mod 10 explains by construction, else a shuffled-numbers control;
+an outlier is a frequency above that baseline.
 """
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ import torch
 
 from backend.capture import capture, model_lock
 from backend.config import InterpscopeError
-from backend.fourier.basis import Outlier, find_outliers, fourier_basis, frequency_magnitude
+from backend.fourier.baseline import (DIGIT_BASE, SHUFFLES, by_construction_periods, digit_baseline,
+                                      outliers_above, shuffled_control)
+from backend.fourier.basis import Outlier, fourier_basis, frequency_magnitude
 from backend.fourier.numbers import number_embeddings, number_tokens, number_unembedding, splits_digits
 
 
@@ -29,6 +33,10 @@ class Spectrum:
     outliers: list[Outlier]
     layer: int | None = None
     matrix: str = "embedding"
+    baseline: str | None = None
+    baseline_magnitude: np.ndarray | None = None
+    baseline_share: float | None = None
+    baseline_periods: list[float] | None = None
 
 
 @dataclass
@@ -41,6 +49,10 @@ class LayerSpectra:
     magnitude: np.ndarray
     top_periods: list[list[float]] = field(default_factory=list)
     layer_names: list[str] = field(default_factory=list)
+    baseline: str | None = None
+    baseline_share: list[float] | None = None
+    baseline_periods: list[float] | None = None
+    outlier_periods: list[list[float]] | None = None
 
 
 def _normalised(magnitude: np.ndarray) -> np.ndarray:
@@ -48,17 +60,30 @@ def _normalised(magnitude: np.ndarray) -> np.ndarray:
     return magnitude / total if total > 0 else magnitude
 
 
+DIGIT_BASELINE = f"n mod {DIGIT_BASE} (digit tokeniser: the state at a number's last digit starts as that digit)"
+SHUFFLED_BASELINE = f"shuffled numbers (the largest of {SHUFFLES} seeded permutations of the rows)"
+
+
 def matrix_spectrum(values: np.ndarray, *, model: str = "", source: str = "embedding", matrix: str = "embedding",
-                    layer: int | None = None, threshold: float = 4.0) -> Spectrum:
-    """Spectrum of any [N, d] representation of the numbers 0..N-1."""
+                    layer: int | None = None, threshold: float = 4.0, digits: bool = False) -> Spectrum:
+    """Spectrum of any [N, d] representation of the numbers 0..N-1, with its baseline: digits=True for states
+    read at the last digit of a digit tokeniser (the n mod 10 baseline), else the shuffled-numbers control."""
     n_numbers = int(values.shape[0])
     basis = fourier_basis(n_numbers)
     magnitude = frequency_magnitude(basis, values)
+    if digits:
+        base = digit_baseline(values, threshold=threshold)
+        return Spectrum(model=model, source=source, numbers=n_numbers, periods=basis.periods, magnitude=magnitude,
+                        outliers=base.outliers, layer=layer, matrix=matrix, baseline=DIGIT_BASELINE,
+                        baseline_magnitude=base.magnitude, baseline_share=base.share,
+                        baseline_periods=by_construction_periods(n_numbers))
+    control = shuffled_control(values)
     return Spectrum(model=model, source=source, numbers=n_numbers, periods=basis.periods, magnitude=magnitude,
-                    outliers=find_outliers(magnitude, n_numbers, threshold=threshold), layer=layer, matrix=matrix)
+                    outliers=outliers_above(magnitude, control, n_numbers, threshold=threshold), layer=layer,
+                    matrix=matrix, baseline=SHUFFLED_BASELINE, baseline_magnitude=control)
 
 
-def embedding_spectrum(lm, n_numbers: int, matrix: str = "embedding") -> Spectrum:
+def embedding_spectrum(lm, n_numbers: int, matrix: str = "embedding", use_store: bool = True) -> Spectrum:
     """Spectrum of W_E (matrix='embedding') or W_U (matrix='unembedding') restricted to numbers 0..N-1 (serves
     the Fourier page's spectrum tab for single-token numbers; computed once per process and model)."""
     from backend.fourier import precomputed
@@ -67,7 +92,8 @@ def embedding_spectrum(lm, n_numbers: int, matrix: str = "embedding") -> Spectru
     if matrix not in ("embedding", "unembedding"):
         raise InterpscopeError(f"Unknown matrix {matrix!r}: choose embedding or unembedding.")
     return precomputed.recall(lm, precomputed.embedding_key(n_numbers, matrix),
-                              lambda: _embedding_spectrum(lm, n_numbers, matrix), Spectrum, {"outliers": Outlier})
+                              lambda: _embedding_spectrum(lm, n_numbers, matrix), Spectrum, {"outliers": Outlier},
+                              use_store=use_store)
 
 
 def _embedding_spectrum(lm, n_numbers: int, matrix: str) -> Spectrum:
@@ -139,16 +165,19 @@ def hidden_spectra(lm, n_numbers: int, top: int = 5, template: str | None = None
 def _hidden_spectra(lm, n_numbers: int, top: int, template: str) -> LayerSpectra:
     states = number_hidden_states(lm, n_numbers, template=template)
     basis = fourier_basis(n_numbers)
-    rows = []
-    top_periods = []
+    rows, top_periods, shares, outliers = [], [], [], []
     for layer_states in states:
         magnitude = _normalised(frequency_magnitude(basis, layer_states))
         rows.append(magnitude)
         order = np.argsort(-magnitude, kind="stable")[:top]
         top_periods.append([float(basis.periods[i]) for i in order])
+        base = digit_baseline(layer_states)
+        shares.append(base.share)
+        outliers.append([float(o.period) for o in base.outliers])
     names = ["embed"] + [f"layer {layer}" for layer in range(len(states) - 1)]
     return LayerSpectra(model=lm.name, numbers=n_numbers, periods=basis.periods, magnitude=np.stack(rows),
-                        top_periods=top_periods, layer_names=names)
+                        top_periods=top_periods, layer_names=names, baseline=DIGIT_BASELINE, baseline_share=shares,
+                        baseline_periods=by_construction_periods(n_numbers), outlier_periods=outliers)
 
 
 def auto_spectrum(lm, n_numbers: int, layer: int | None = None, matrix: str = "embedding") -> Spectrum:
@@ -162,7 +191,8 @@ def auto_spectrum(lm, n_numbers: int, layer: int | None = None, matrix: str = "e
     if not -1 <= layer < lm.adapter.n_layers:
         raise InterpscopeError(f"Layer {layer} out of range: use -1 (embeddings) .. {lm.adapter.n_layers - 1}.")
     states = number_hidden_states(lm, n_numbers)[layer + 1]
-    return matrix_spectrum(states, model=lm.name, source="hidden", matrix="hidden", layer=layer)
+    return matrix_spectrum(states, model=lm.name, source="hidden", matrix="hidden", layer=layer,
+                           digits=splits_digits(lm.tokenizer))
 
 
 PAPER_PERIODS = (2.0, 2.5, 5.0, 10.0)
@@ -179,19 +209,66 @@ class Regime:
 
 
 def describe_regime(spectrum: Spectrum | LayerSpectra, layer: int | None = None, top: int = 5) -> Regime:
-    """'Fourier features' when the strongest frequencies include the paper's periods 2, 2.5, 5 or 10 (pre-trained
-    regime); 'low frequencies only' otherwise (the from-scratch regime). high_share: energy share at periods <= 10."""
+    """'Fourier features' when the paper's periods 2, 2.5, 5 or 10 are outliers above the spectrum's baseline
+    (pre-trained regime); 'low frequencies only' otherwise (from scratch). A period that the tokenisation puts there
+    by construction is never counted. Spectra without a baseline (old stores) fall back to the `top` strongest
+    frequencies. high_share: energy share at periods <= 10."""
     magnitude = spectrum.magnitude if isinstance(spectrum, Spectrum) else spectrum.magnitude[
         -1 if layer is None else layer]
     periods = spectrum.periods
-    order = np.argsort(-magnitude, kind="stable")[:top]
-    matched = sorted({float(p) for p in PAPER_PERIODS if np.any(np.isclose(periods[order], p, rtol=0.02))})
+    if isinstance(spectrum, Spectrum) and spectrum.baseline is not None:
+        candidates = np.array([o.period for o in spectrum.outliers])
+        where = "among the outliers above the baseline"
+    elif isinstance(spectrum, LayerSpectra) and spectrum.outlier_periods is not None:
+        candidates = np.array(spectrum.outlier_periods[-1 if layer is None else layer])
+        where = "among the outliers above the n mod 10 baseline"
+    else:
+        candidates = periods[np.argsort(-magnitude, kind="stable")[:top]]
+        where = f"among the {top} strongest frequencies"
+    built_in = spectrum.baseline_periods or []
+    matched = sorted({float(p) for p in PAPER_PERIODS if np.any(np.isclose(candidates, p, rtol=0.02)) and
+                      not np.any(np.isclose(built_in, p, rtol=1e-6))})
     energy = magnitude ** 2
     high_share = float(energy[periods <= 10.0 + 1e-9].sum() / max(energy.sum(), 1e-300))
+    excluded = [p for p in PAPER_PERIODS if np.any(np.isclose(built_in, p, rtol=1e-6))]
+    caveat = (f" (periods {', '.join(f'{p:g}' for p in excluded)} are there by construction of the digit "
+              "tokenisation and do not count)") if excluded else ""
     if matched:
-        label = (f"Fourier features: period(s) {', '.join(f'{p:g}' for p in matched)} among the {top} strongest "
-                 f"frequencies, as in pre-trained models")
+        label = (f"Fourier features: period(s) {', '.join(f'{p:g}' for p in matched)} {where}, as in pre-trained "
+                 f"models{caveat}")
+    elif excluded and len(excluded) == len(PAPER_PERIODS):
+        label = ("Not testable here: every one of the paper's periods 2, 2.5, 5, 10 is put there by the digit "
+                 "tokenisation, so none can be an outlier above its baseline")
     else:
-        label = (f"Low frequencies only: none of the periods 2, 2.5, 5, 10 is among the {top} strongest frequencies, "
-                 f"as in models trained from scratch")
+        label = (f"Low frequencies only: none of the periods 2, 2.5, 5, 10 is {where}, as in models trained from "
+                 f"scratch{caveat}")
     return Regime(fourier_features=bool(matched), label=label, high_share=high_share, matched_periods=matched)
+
+
+def _periods_text(periods) -> str:
+    return ", ".join(f"{p:.3g}" for p in periods)
+
+
+def baseline_sentence(spectrum: Spectrum | LayerSpectra) -> str:
+    """What the baseline explains and which outliers stand above it, from the spectrum's own numbers."""
+    if isinstance(spectrum, LayerSpectra):
+        if spectrum.baseline_share is None:
+            return "This spectrum was stored without its tokenisation baseline; rebuild the Fourier store."
+        first, last = spectrum.baseline_share[0], spectrum.baseline_share[-1]
+        above = spectrum.outlier_periods[-1]
+        return (f"Tokenisation baseline: a pure function of n mod 10 has power only at periods "
+                f"{_periods_text(spectrum.baseline_periods)}, and it explains {first:.1%} of the power at the "
+                f"embeddings ({spectrum.layer_names[0]}) and {last:.1%} at the last layer. Outliers are taken "
+                "above it: " + (f"the last layer's are at periods {_periods_text(above)}." if above else
+                               "the last layer has none."))
+    if spectrum.baseline is None:
+        return "This spectrum was stored without a baseline; its outliers are robust z-scores only."
+    names = _periods_text([o.period for o in spectrum.outliers])
+    if spectrum.baseline_share is not None:
+        return (f"Tokenisation baseline: a pure function of n mod 10 has power only at periods "
+                f"{_periods_text(spectrum.baseline_periods)} and explains {spectrum.baseline_share:.1%} of this "
+                "spectrum's power; none of those periods is called an outlier. "
+                + (f"Above the baseline: periods {names}." if spectrum.outliers else "Nothing stands above it."))
+    return (f"Control: the same vectors assigned to shuffled numbers ({SHUFFLES} seeded permutations); an outlier "
+            "must be a robust-z outlier and stronger than every shuffle. "
+            + (f"Outliers: periods {names}." if spectrum.outliers else "No frequency stands above the control."))
