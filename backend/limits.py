@@ -53,12 +53,11 @@ def check_amounts(**amounts: float | int | None) -> None:
     a None amount is one that does not apply. Outside server mode nothing is refused here."""
     if not server_mode():
         return
-    for name, value in amounts.items():
-        if value is None:
-            continue
-        limit = ceiling(name)
-        if value > limit:
-            label = SERVER_CEILINGS[name][0]
-            raise InterpscopeError(f"This shared server allows at most {limit:,} {label} per run (asked: "
-                                   f"{value:,}); choose a smaller number, or ask the server's operator to raise "
-                                   f"INTERPSCOPE_LIMIT_{name.upper()}.")
+    over = [(name, value) for name, value in amounts.items() if value is not None and value > ceiling(name)]
+    if not over:
+        return
+    asked = " and ".join(f"at most {ceiling(name):,} {SERVER_CEILINGS[name][0]} (asked: {value:,})"
+                         for name, value in over)
+    raise InterpscopeError(f"This shared server allows {asked} per run; choose "
+                           f"{'a smaller number' if len(over) == 1 else 'smaller numbers'}, or ask the server's "
+                           f"operator to raise {', '.join(f'INTERPSCOPE_LIMIT_{name.upper()}' for name, _ in over)}.")

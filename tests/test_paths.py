@@ -236,6 +236,11 @@ def test_server_mode_refuses_amounts_above_their_ceiling(server, monkeypatch):
     assert "100,000,000,000,000" in str(err.value) and "INTERPSCOPE_LIMIT_TRAINING_TOKENS" in str(err.value)
     with pytest.raises(InterpscopeError, match="corpus tokens to cache"):
         check_amounts(cache_tokens=10**12)
+    with pytest.raises(InterpscopeError) as err:  # every amount over its ceiling, named in one line
+        check_amounts(training_tokens=10**14, cache_tokens=10**12, sae_width=64)
+    message = str(err.value)
+    assert "(asked: 100,000,000,000,000)" in message and "(asked: 1,000,000,000,000)" in message
+    assert "SAE width" not in message and "\n" not in message and "smaller numbers" in message
     for name in SERVER_CEILINGS:
         check_amounts(**{name: ceiling(name)})  # the ceiling itself is allowed
         with pytest.raises(InterpscopeError, match="This shared server allows at most"):
