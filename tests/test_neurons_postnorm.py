@@ -118,3 +118,46 @@ def test_layer_zero_neuron_total_effect_goes_through_the_model(planted):
     with torch.no_grad():
         clean, _ = loss_and_entropy(lm.model(input_ids=tokens).logits[:, :-1].double(), tokens[:, 1:])
     np.testing.assert_allclose(effects.loss_total[0], (loss - clean).flatten().numpy(), rtol=1e-4, atol=2e-5)
+
+
+def test_store_keeps_the_output_norms_scale_and_a_stale_store_is_rebuilt(tmp_path, monkeypatch):
+    """A store built on a post-norm model records the typical scale its statistics used; a layer file without it
+    (written before writes went through the norm) is never served and is rebuilt in place."""
+    from backend.config import data_dir
+    from backend.models.tokenizers import gpt2_tokenizer
+    from backend.neurons.page_store import StoreSpec, build_neuron_store, find_neuron_store
+    from backend.neurons.store import run_layers
+
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
+    model = tiny_model("gemma3", vocab_size=50257, dtype=torch.float32, seed=4)
+    plant_entropy_neuron(model, PLANTED.layer, PLANTED.index, k=1, norm=30.0, hide_in_gains=300.0)
+    lm = loaded(model, gpt2_tokenizer(), name="tiny-gemma3")
+    spec = StoreSpec(n_tokens=256, seq_len=32, top_contexts=4)
+    folder = data_dir() / "neurons" / "stores" / "tiny-gemma3"
+    build_neuron_store(lm, folder, spec=spec)
+    store = find_neuron_store(lm)
+    assert store is not None and store.folder == folder
+    from backend import corpus
+
+    tokens = corpus.token_chunks(lm.tokenizer, spec.seq_len, spec.n_tokens, split="train")
+    acts, excluded = run_layers(lm, tokens, [PLANTED.layer])
+    scale = typical_scale(lm.adapter, PLANTED.layer, acts[PLANTED.layer], excluded[PLANTED.layer])
+    assert store.post_scale(PLANTED.layer) == pytest.approx(scale, rel=1e-6)
+    stats = store.stats(PLANTED.layer)
+    fresh = neuron_stats(lm.adapter, PLANTED.layer, k=stats.k, post_scale=scale)
+    np.testing.assert_allclose(stats.norm, fresh.norm, rtol=1e-5)
+    np.testing.assert_allclose(stats.rho, fresh.rho, atol=1e-9)
+    assert stats.ranking()[0] == PLANTED.index and stats.post_scale == pytest.approx(scale, rel=1e-6)
+    # an old layer file: the same arrays without post_norm_scale
+    path = folder / f"layer{PLANTED.layer}.npz"
+    with np.load(path) as data:
+        arrays = {name: data[name] for name in data.files if name != "post_norm_scale"}
+    np.savez_compressed(path, **arrays)
+    from backend.neurons.page_store import _load_layer
+
+    _load_layer.cache_clear()
+    assert find_neuron_store(lm) is None
+    build_neuron_store(lm, folder, spec=spec)
+    with np.load(path) as data:
+        assert float(data["post_norm_scale"]) == pytest.approx(scale, rel=1e-6)
+    assert find_neuron_store(lm) is not None
