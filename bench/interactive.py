@@ -82,15 +82,15 @@ def fill(page, label: str, value: str, box=None) -> float:
     """Type `value` into the text box labelled `label`, then submit it (Ctrl+Enter in a text area, Enter in an
     input); returns the time of the submit, the moment a user's action reaches the app."""
     box = box or page.get_by_role("textbox", name=label, exact=True).first
-    before = page.evaluate("() => location.href")
     box.fill(value)
     key = "Control+Enter" if box.evaluate("e => e.tagName") == "TEXTAREA" else "Enter"
     start = time.perf_counter()
     box.press(key)
-    try:  # the page writes its inputs to the URL once the app has the value: the next click then sees it
-        page.wait_for_function("b => location.href !== b", arg=before, timeout=10_000)
-    except Exception:  # noqa: BLE001 - the same value again (the URL stays): nothing to wait for
+    try:  # the rerun that hands the app the value (the URL no longer changes before Run): the next click sees it
+        page.wait_for_selector("[data-testid='stStatusWidget']", timeout=3_000)
+    except Exception:  # noqa: BLE001 - a rerun too quick to see, or the same value again
         pass
+    idle(page)
     return start
 
 
