@@ -111,6 +111,18 @@ def confined_folder(folder: str | Path, what: str = "folder") -> Path:
     return resolved
 
 
+def folder_allowed(folder: str | Path) -> bool:
+    """Whether the server may read a folder it found itself (a store or SAE listed from the data dir): always
+    outside server mode; in it, only when the folder and every file in it resolve inside allowed_roots()."""
+    if not server_mode():
+        return True
+    try:
+        confined_folder(folder)
+    except InterpscopeError:
+        return False
+    return True
+
+
 def display_path(path: str | Path) -> str:
     """How a page shows a path: relative to the bundled assets ('assets/...'), the data directory
     ('[data dir]/...'), the Hugging Face cache or an operator's folder; never the server's absolute path in server

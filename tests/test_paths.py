@@ -274,3 +274,29 @@ def test_display_paths_outside_server_mode_keep_outside_paths(monkeypatch, tmp_p
     monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
     assert display_path(tmp_path / "mine") == str(tmp_path / "mine")
     assert display_path(tmp_path / "data" / "x") == "[data dir]/x"
+
+
+def test_listed_saes_and_neuron_stores_leading_outside_are_skipped_and_refused(server, monkeypatch):
+    from backend.models import load_model
+    from backend.neurons.page_store import _candidate_folders
+    from backend.sae.catalog import describe, list_saes
+    from backend.sae_store.store import read_manifest
+    from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
+
+    monkeypatch.delenv("INTERPSCOPE_SERVER_MODE")
+    real = random_sae_folder(load_model(str(save_tiny_lm(server / "data" / "tiny")), device="cpu"),
+                             server / "outside" / "sae")
+    linked = server / "data" / "saes" / "run" / "linked"
+    linked.mkdir(parents=True)
+    for child in real.iterdir():
+        (linked / child.name).symlink_to(child)
+    neurons = server / "data" / "neurons" / "stores" / "linked"
+    neurons.mkdir(parents=True)
+    (neurons / "manifest.json").symlink_to(outside_secret(server))
+    assert "trained: run/linked" in list_saes() and neurons in _candidate_folders()
+    monkeypatch.setenv("INTERPSCOPE_SERVER_MODE", "1")
+    assert "trained: run/linked" not in list_saes() and neurons not in _candidate_folders()
+    with pytest.raises(InterpscopeError, match="allowed folders"):
+        describe(linked)
+    with pytest.raises(InterpscopeError, match="allowed folders"):
+        read_manifest(neurons)

@@ -32,6 +32,7 @@ from backend.neurons.store import DEFAULT_SEQ_LEN, DEFAULT_STORE_TOKENS, corpus_
 from backend.scale.pool import Scale
 from backend.neurons.unigram import save_npy_atomic, source_key, token_counts, tokenizer_key, unigram_direction
 from backend.neurons.weights import NeuronStats, check_layer, default_k, neuron_stats
+from backend.paths import folder_allowed
 
 KIND = "interpscope-neuron-store"
 MANIFEST = "manifest.json"
@@ -247,7 +248,8 @@ class NeuronStore:
 
 def _candidate_folders() -> list[Path]:
     roots = [SHIPPED_DIR, data_dir() / "neurons" / "stores"]
-    return [child for root in roots if root.is_dir() for child in sorted(root.iterdir()) if child.is_dir()]
+    return [child for root in roots if root.is_dir() for child in sorted(root.iterdir())
+            if child.is_dir() and folder_allowed(child)]  # a shared server skips stores leading outside its roots
 
 
 def find_neuron_store(lm) -> NeuronStore | None:

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from backend.config import ASSETS_DIR, InterpscopeError, data_dir
+from backend.paths import confined_folder, folder_allowed, server_mode
 from backend.sae.cfg_json import folder_class
 from backend.sae.folder import CFG_FILE, WEIGHTS_FILE
 
@@ -19,7 +20,8 @@ def trained_dir() -> Path:
 
 
 def _is_sae_folder(path: Path) -> bool:
-    return (path / CFG_FILE).is_file() and (path / WEIGHTS_FILE).is_file()
+    """A complete SAE folder the server may read (on a shared server none of its files leads outside the roots)."""
+    return (path / CFG_FILE).is_file() and (path / WEIGHTS_FILE).is_file() and folder_allowed(path)
 
 
 def list_saes() -> dict[str, Path]:
@@ -40,6 +42,8 @@ def list_saes() -> dict[str, Path]:
 def describe(folder: Path) -> dict:
     """The cfg.json facts a page shows next to an SAE (the architecture as registered, e.g. BatchTopK saved as a
     JumpReLU reads 'batchtopk')."""
+    if server_mode():  # the folder and each file in it inside the allowed folders, symlinks followed
+        confined_folder(folder, "SAE folder")
     raw = json.loads((Path(folder) / CFG_FILE).read_text(encoding="utf-8"))
     meta = raw.get("metadata") or {}
     try:

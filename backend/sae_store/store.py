@@ -20,6 +20,8 @@ from backend.sae_store.layout import (ARRAYS, MANIFEST, SHIPPED_STORES_DIR, WEIG
 
 
 def read_manifest(folder: str | Path) -> dict:
+    if server_mode():  # the store and each of its files inside the allowed folders, symlinks followed
+        confined_folder(folder, "feature store")
     path = Path(folder) / MANIFEST
     try:
         return json.loads(path.read_text(encoding="utf-8"))
