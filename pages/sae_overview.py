@@ -8,7 +8,8 @@ import streamlit as st
 
 from backend.config import InterpscopeError
 from backend.limits import check_amounts
-from backend.paths import user_path
+from backend.limits import check_amounts
+from backend.paths import display_path, user_path
 from backend.sae import check_compatible, load_sae
 from backend.sae.catalog import describe, list_saes
 from backend.sae.evaluation import SAEEvaluation, evaluate_sae, text_windows
@@ -135,11 +136,14 @@ def main() -> None:
         info = describe(path) if (Path(path) / "cfg.json").is_file() else None
         if info:
             st.caption(f"{info['architecture']} SAE · {info['d_sae']:,} features on {info['hook_name']} of "
-                       f"{info['model_name']} · trained on {int(info['training_tokens'] or 0):,} tokens")
+                       f"{display_path(str(info['model_name']))} · trained on {int(info['training_tokens'] or 0):,} "
+                       "tokens")
     source = st.radio("Evaluate on", SOURCES, horizontal=True, key="sae_overview_source")
     text = text_source("sae_overview_text", "Text to evaluate on") if source == "My text" else None
     tokens = int(st.number_input("Tokens", min_value=128, max_value=65536, step=128, key="sae_overview_tokens",
                                  help="More tokens: steadier figures, slower."))
+    with show_errors():
+        check_amounts(eval_tokens=tokens)
     with show_errors():
         check_amounts(eval_tokens=tokens)
     submitted = st.button("Evaluate", type="primary", key="sae_overview_run")
@@ -156,7 +160,8 @@ def main() -> None:
                                                             report))
     info = describe(run["path"]) if (Path(run["path"]) / "cfg.json").is_file() else None
     if info and info.get("model_name") and info["model_name"] != lm.name:
-        st.warning(f"This SAE was trained on {info['model_name']}; the sidebar model is {lm.name}. Shapes match, "
+        st.warning(f"This SAE was trained on {display_path(info['model_name'])}; the sidebar model is "
+                   f"{display_path(lm.name)}. Shapes match, "
                    "but the figures only mean something on the model it was trained on.")
     show_result(result, run["path"])
 
