@@ -8,7 +8,6 @@ import streamlit as st
 
 from backend.config import InterpscopeError
 from backend.limits import check_amounts
-from backend.limits import check_amounts
 from backend.paths import display_path, user_path
 from backend.sae import check_compatible, load_sae
 from backend.sae.catalog import describe, list_saes
@@ -142,8 +141,6 @@ def main() -> None:
     text = text_source("sae_overview_text", "Text to evaluate on") if source == "My text" else None
     tokens = int(st.number_input("Tokens", min_value=128, max_value=65536, step=128, key="sae_overview_tokens",
                                  help="More tokens: steadier figures, slower."))
-    with show_errors():
-        check_amounts(eval_tokens=tokens)
     with show_errors():
         check_amounts(eval_tokens=tokens)
     submitted = st.button("Evaluate", type="primary", key="sae_overview_run")
