@@ -99,3 +99,38 @@ def parse_examples(data: bytes, filename: str, text_column: str | None = None) -
     from backend.uploads import parse_table
 
     return parse_table(data, filename, text_column=text_column).examples
+
+
+def sink_token_id(tokenizer) -> int | None:
+    """The token a model is trained to see first (its BOS), which then takes the attention sink; None if none."""
+    token_id = getattr(tokenizer, "bos_token_id", None)
+    return int(token_id) if token_id is not None else None
+
+
+def tokenizer_adds_bos(tokenizer) -> bool:
+    """Whether encoding a text already puts the BOS token first (Gemma's tokenizer does, SmolLM2's does not)."""
+    bos = sink_token_id(tokenizer)
+    if bos is None:
+        return False
+    ids = tokenizer("a").input_ids
+    return bool(ids) and int(ids[0]) == bos
+
+
+def default_prepend_bos(tokenizer, has_attention: bool = True) -> bool:
+    """The default of the prepend-BOS option: on where the tokenizer has a BOS token but adds none itself and the
+    model has attention (attention puts its sink on the first token; a state-space model has no sink to give it)."""
+    return has_attention and sink_token_id(tokenizer) is not None and not tokenizer_adds_bos(tokenizer)
+
+
+def with_bos(input_ids, tokenizer, prepend: bool | None = None, has_attention: bool = True):
+    """(ids [1, T'], prepended) with the tokenizer's BOS put before input_ids [1, T] when `prepend` (None: the
+    default, default_prepend_bos) and the ids do not already start with it; prepended is True when a token was
+    added (it is then position 0: shown and named, never ranked nor setting a colour scale)."""
+    import torch
+
+    want = default_prepend_bos(tokenizer, has_attention) if prepend is None else bool(prepend)
+    bos = sink_token_id(tokenizer)
+    if not want or bos is None or (input_ids.shape[1] and int(input_ids[0, 0]) == bos):
+        return input_ids, False
+    head = torch.full((input_ids.shape[0], 1), bos, dtype=input_ids.dtype, device=input_ids.device)
+    return torch.cat([head, input_ids], dim=1), True

@@ -4,13 +4,16 @@ LRP methods (conservation): the value splits into the input tokens' relevance, w
 (transformers only; CP-LRP and MambaLRP drop nothing there), what biases absorb, and a numerical rest (the relative
 error). Integrated Gradients (completeness): relevance sums to f(x) - f(baseline), up to an integration gap.
 Gradient x Input and occlusion obey no law: their sum is shown beside the value. Every sentence is built from the
-numbers it sits beside.
+numbers it sits beside: the relevance held by excluded tokens (measured sinks, a prepended BOS) is named, and the
+wording follows the model's kind (no position embeddings or attention sinks on a Mamba model).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
+
+from backend.sinks import words as kind_words
 
 COLOURS = {"input tokens": "#d6604d", "softmax (dropped by AttnLRP)": "#4393c3", "biases": "#999999",
            "rest (numerical error)": "#333333", "f(baseline)": "#999999", "integration gap": "#333333"}
@@ -32,12 +35,41 @@ def _share(part: float, total: float) -> str:
     return f" ({part / total:.0%})" if total else ""
 
 
+def excluded_words(result, total: float) -> str:
+    """'; <bos> (excluded: measured attention sink, 13x the median norm) holds R = -11.0, the other 5 tokens
+    carry +7.79' from the result's own numbers; '' when nothing is excluded. `total` is what all tokens carry."""
+    rows = [row for row in (getattr(result, "sinks", None) or []) if row["position"] < len(result.relevance)]
+    if not rows:
+        return ""
+    held = [float(result.relevance[row["position"]]) for row in rows]
+    named = ", ".join(f"{row['token']!r} (excluded: {row['reason']}) holds R = {value:+.3g}"
+                      for row, value in zip(rows, held))
+    rest = len(result.relevance) - len(rows)
+    return f"; {named}, the other {rest} token{'s' if rest != 1 else ''} carry {total - sum(held):+.3g}"
+
+
+def _convergence_words(k) -> str:
+    """Whether the IG gap shrinks with more steps, from the gap at half the steps (measured beside it)."""
+    if k.half_gap is None or not k.half_steps:
+        return ""
+    scale = abs(k.value - k.baseline_value) or 1.0
+    if abs(k.gap) / scale < 0.01 and abs(k.half_gap) / scale < 0.01:
+        verdict = "both are under 1% of f(x) - f(baseline): the integral has converged"
+    elif abs(k.gap) <= 0.5 * abs(k.half_gap):
+        verdict = "the gap shrinks with more steps, so it is the discretisation of the integral"
+    else:
+        verdict = ("the gap does not shrink with more steps: the path from the baseline is rough on this model "
+                   "(the target jumps along it), so more steps will not close it; see the convergence check")
+    return f" At {k.half_steps} steps the gap was {k.half_gap:+.3g}: {verdict}."
+
+
 def readout(result) -> Readout:
     """The readout of a RelevanceResult (backend.relevance.api), from its own numbers."""
     target, y = result.target, float(result.logit)
     label = target.value_label
     name = label[0].lower() + label[1:]
     relevance_sum = float(sum(result.relevance))
+    kind = kind_words(getattr(result, "model_kind", None) or ())
     c = result.conservation
     if result.law == "conservation" and c is not None:
         softmax_matters = bool(getattr(result, "through_softmax", False))
@@ -46,12 +78,13 @@ def readout(result) -> Readout:
             parts.append(("softmax (dropped by AttnLRP)", c.softmax_sum))
         parts.append(("biases", c.bias_sum))
         parts.append(("rest (numerical error)", y - c.input_sum - c.bias_sum - (c.softmax_sum if softmax_matters else 0)))
-        words = [f"The input tokens carry {c.input_sum:.3g} of the {name} {y:.3g}{_share(c.input_sum, y)}"]
+        words = [f"The input tokens carry {c.input_sum:.3g} of the {name} {y:.3g}{_share(c.input_sum, y)}"
+                 f"{excluded_words(result, c.input_sum)}"]
         if softmax_matters:
             words.append(f"the softmaxes drop {c.softmax_sum:.3g}{_share(c.softmax_sum, y)}: AttnLRP does not "
                          "conserve through them on its own")
         if abs(c.bias_sum) > 1e-6 * max(abs(y), 1e-12):
-            words.append(f"biases (and position embeddings) absorb {c.bias_sum:.3g}{_share(c.bias_sum, y)}")
+            words.append(f"biases{kind['bias_extra']} absorb {c.bias_sum:.3g}{_share(c.bias_sum, y)}")
         sentence = "; ".join(words) + f". What is left over is numerical (relative error {c.relative_error:.1e})."
         return Readout(label, y, parts, sentence, "relative error", c.relative_error)
     completeness = getattr(result, "completeness", None)
@@ -60,12 +93,12 @@ def readout(result) -> Readout:
         parts = [("input tokens", k.relevance_sum), ("f(baseline)", k.baseline_value),
                  ("integration gap", k.value - k.baseline_value - k.relevance_sum)]
         sentence = (f"Integrated Gradients is complete: relevance should sum to f(x) - f(baseline) = {k.value:.3g} - "
-                    f"{k.baseline_value:.3g} = {k.value - k.baseline_value:.3g} (baseline: all-zero embeddings). "
-                    f"It sums to {k.relevance_sum:.3g}; the gap of {k.gap:+.3g} ({k.relative_gap:.1%}) comes from "
-                    f"approximating the integral with {k.steps} steps.")
+                    f"{k.baseline_value:.3g} = {k.value - k.baseline_value:.3g} (baseline: {k.baseline_label}). "
+                    f"At {k.steps} steps it sums to {k.relevance_sum:.3g}{excluded_words(result, k.relevance_sum)}: "
+                    f"a gap of {k.gap:+.3g} ({k.relative_gap:.1%}).{_convergence_words(k)}")
         return Readout(label, y, parts, sentence, "completeness gap", k.relative_gap)
-    sentence = (f"{result.method_label} obeys no conservation law: its relevance sums to {relevance_sum:.3g} while "
-                f"the {name} is {y:.3g}.")
+    sentence = (f"{result.method_label} obeys no conservation law: its relevance sums to {relevance_sum:.3g}"
+                f"{excluded_words(result, relevance_sum)}, while the {name} is {y:.3g}.")
     return Readout(label, y, [("input tokens", relevance_sum)], sentence)
 
 

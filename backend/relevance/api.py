@@ -14,6 +14,7 @@ from torch import nn
 
 from backend.adapters import ModelAdapter, get_adapter
 from backend.config import InterpscopeError
+from backend.relevance.baselines import CONVERGENCE_STEPS, IGConvergence, convergence
 from backend.relevance.continuation import ContinuationRelevance, continuation_relevance
 from backend.relevance.engine import Attribution, Completeness, Conservation, LatentRelevance, forward_logits
 from backend.relevance.faithfulness import DEFAULT_STEPS, PerturbationCurves, perturbation_curves
@@ -21,11 +22,30 @@ from backend.capture import editing, model_lock
 from backend.predict import TokenProb, cached_next_logits, next_logits, remember_next_logits, top_predictions
 from backend.progress import Progress
 from backend.relevance.methods import MethodOptions, get_method
-from backend.relevance.sinks import positions_from, sink_positions, watching
+from backend.inputs import check_token_count, with_bos
+from backend.relevance.sinks import report_from, sink_report, watching
+from backend.sinks import words
 from backend.relevance.targets import PendingTarget, Target, chosen_target, resolve_target
 
 
 MAX_NEW_TOKENS = 64
+MODEL_KIND = ("attention", "position_embedding", "state_space")
+
+
+def model_kind(adapter: ModelAdapter) -> list[str]:
+    """The capabilities that decide a page's wording (backend.sinks.words)."""
+    return sorted(set(MODEL_KIND) & set(adapter.capabilities()))
+
+
+def input_ids_for(lm, text: str, prepend_bos: bool | None = None,
+                  max_tokens: int | None = None) -> tuple[torch.Tensor, bool]:
+    """(ids [1, T], prepended): the text's tokens, with the model's BOS put first when `prepend_bos` (None: where
+    the tokenizer adds none, backend.inputs.default_prepend_bos), so the first word is explained like any other."""
+    ids = lm.encode(text, max_tokens=max_tokens)
+    ids, prepended = with_bos(ids, lm.tokenizer, prepend_bos, "attention" in lm.adapter.capabilities())
+    if prepended:
+        check_token_count(int(ids.shape[1]), max_tokens or lm.token_cap)
+    return ids, prepended
 
 
 @dataclass
@@ -47,12 +67,25 @@ class RelevanceResult:
     completeness: Completeness | None = None
     law: str = "none"
     through_softmax: bool = False
-    sink_positions: list[int] = field(default_factory=lambda: [0])
+    sink_positions: list[int] = field(default_factory=list)
     top: list[TokenProb] | None = None
+    sinks: list[dict] = field(default_factory=list)
+    bos_prepended: bool = False
+    model_kind: list[str] = field(default_factory=list)
+
+    @property
+    def sink_word(self) -> str:
+        """What an excluded massive row is called on this kind of model ('attention sink' needs attention)."""
+        return words(self.model_kind)["sink"]
+
+    def sink_reasons(self) -> dict[int, str]:
+        """position -> why it is excluded (prepended BOS, measured ratio), for the heatmap's naming."""
+        return {row["position"]: row["reason"] for row in self.sinks}
 
     def tidy(self) -> list[dict]:
         """One row per input token (the CSV export): position, token, relevance, its share of the colour scale
-        (R / max |R| over the non-sink tokens), whether it is an attention sink, and what was explained."""
+        (R / max |R| over the non-excluded tokens), whether it is excluded (a measured sink or a prepended BOS), and
+        what was explained."""
         values = np.asarray(self.relevance, dtype=float)
         kept = np.delete(values, [i for i in self.sink_positions if i < values.size])
         scale = float(np.max(np.abs(kept))) if kept.size else 0.0
@@ -112,7 +145,8 @@ def make_target(lm, input_ids: torch.Tensor, token: str | int | None = None,
 def explain(lm, text: str | None = None, method: str = "attnlrp", *, token: str | int | None = None,
             contrast: tuple[str | int, str | int] | None = None, vs_rest: bool = False, latent: bool = False,
             input_ids: torch.Tensor | None = None, target: Target | None = None, top: int = 10,
-            options: MethodOptions | None = None, progress: Progress | None = None) -> RelevanceResult:
+            options: MethodOptions | None = None, progress: Progress | None = None,
+            prepend_bos: bool | None = None) -> RelevanceResult:
     """Relevance of each token of `text` (or input_ids) for the next-token target, with one method (serves the
     relevance page's map; its `top` list is the page's top-10 next tokens).
 
@@ -121,10 +155,15 @@ def explain(lm, text: str | None = None, method: str = "attnlrp", *, token: str 
     text already left in the per-process cache; only methods that need the target before they start (IG,
     occlusion) or recompute the model another way (MambaLRP) run a plain forward pass first when nothing is cached.
     progress(done, total): per internal batch for Integrated Gradients (with_eta gives the page its ETA).
-    options: IG steps and baseline, occlusion window (backend.relevance.methods.MethodOptions). Attention sinks
-    (position 0 and massive activations, backend.relevance.sinks) are named in the result's sink_positions.
+    options: IG steps and baseline, occlusion window (backend.relevance.methods.MethodOptions). prepend_bos: put
+    the model's BOS before `text` (None: where the tokenizer adds none; ignored with input_ids). Excluded positions
+    (rows measured to carry a massive activation, and a prepended BOS: backend.relevance.sinks) are the result's
+    sink_positions, each with its reason and measured ratio in `sinks`.
     """
-    ids = lm.encode(text) if input_ids is None else input_ids
+    if input_ids is None:
+        ids, prepended = input_ids_for(lm, text, prepend_bos)
+    else:
+        ids, prepended = input_ids, False
     spec = get_method(method, lm.adapter)
     position = int(ids.shape[1]) - 1
     cached = None if editing(lm.model) else cached_next_logits(lm.model, ids)
@@ -147,13 +186,17 @@ def explain(lm, text: str | None = None, method: str = "attnlrp", *, token: str 
         row = next_token_logits(lm, ids, position)
     predictions = top_predictions(row, lm.tokenizer, top)[0] if top else None
     # one-pass methods ran exactly this input: their pass shows the sinks; perturbation methods saw other inputs
-    sinks = (positions_from(probe["residual"]) if spec.one_backward_pass and "residual" in probe
-             else sink_positions(lm.adapter, ids))
-    return RelevanceResult(model=lm.name, method=spec.name, method_label=spec.label, tokens=lm.token_strings(ids[0]),
+    first = 0 if prepended else None
+    report = (report_from(lm.adapter, probe["residual"], first) if spec.one_backward_pass and "residual" in probe
+              else sink_report(lm.adapter, ids, first))
+    kind = model_kind(lm.adapter)
+    tokens = lm.token_strings(ids[0])
+    return RelevanceResult(model=lm.name, method=spec.name, method_label=spec.label, tokens=tokens,
                            token_ids=ids[0].tolist(), relevance=attribution.relevance, target=target,
                            logit=attribution.logit, conservation=attribution.conservation, seconds=seconds,
                            latent=attribution.latent, completeness=attribution.completeness, law=spec.law,
-                           through_softmax=spec.through_softmax, sink_positions=sinks, top=predictions)
+                           through_softmax=spec.through_softmax, sink_positions=report.positions, top=predictions,
+                           sinks=report.rows(tokens, words(kind)["sink"]), bos_prepended=prepended, model_kind=kind)
 
 
 def faithfulness(lm, result: RelevanceResult, steps: int = DEFAULT_STEPS) -> PerturbationCurves:
@@ -181,7 +224,7 @@ def faithfulness_batch(lm, texts: Sequence[str], methods: Sequence[str], steps: 
     scores: dict[str, list[float]] = {m: [] for m in methods}
     seconds: dict[str, float] = {m: 0.0 for m in methods}
     for index, text in enumerate(texts):
-        ids = lm.encode(text)
+        ids, _ = input_ids_for(lm, text)
         target = make_target(lm, ids)
         for method in methods:
             result = explain(lm, method=method, input_ids=ids, target=target)
@@ -229,3 +272,19 @@ def top_neurons(latent: LatentRelevance, k: int = 10) -> list[dict]:
     layers, neurons = np.unravel_index(flat, latent.neurons.shape)
     return [{"layer": int(l), "neuron": int(n), "relevance": float(latent.neurons[l, n])}
             for l, n in zip(layers, neurons)]
+
+
+def ig_convergence(lm, text: str, *, token: str | int | None = None, contrast: tuple | None = None,
+                   options: MethodOptions | None = None, prepend_bos: bool | None = None,
+                   steps: Sequence[int] = CONVERGENCE_STEPS,
+                   progress: Progress | None = None) -> IGConvergence:
+    """Integrated Gradients' completeness gap at each step count in `steps`, and the target along the path from
+    the baseline (backend.relevance.baselines.convergence), on the same input and target as explain() would use.
+    Expensive (sum(steps) gradient passes): the page runs it on an explicit Run."""
+    options = (options or MethodOptions()).checked()
+    ids, _ = input_ids_for(lm, text, prepend_bos)
+    target = make_target(lm, ids, token=token, contrast=contrast)
+    pad = options.pad_token_id if options.pad_token_id is not None else getattr(lm.tokenizer, "pad_token_id", None)
+    with model_lock(lm):
+        return convergence(lm.adapter, ids, target, lm.token_strings(ids[0]), options.baseline, pad, steps,
+                           progress=progress)

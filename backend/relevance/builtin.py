@@ -45,15 +45,28 @@ def _baseline(adapter: ModelAdapter, ids: torch.Tensor, options: MethodOptions) 
 def _integrated_gradients(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool,
                           options: MethodOptions, progress: Progress | None = None) -> Attribution:
     embeds, reference = _baseline(adapter, ids, options)
-    relevance = baselines.integrated_gradients(adapter, ids, target, options.ig_steps, reference, progress=progress)
+    steps, half = options.ig_steps, options.ig_steps // 2
+    first = baselines.ig_batches(ids.shape[1], steps)[1]
+    total = first + (baselines.ig_batches(ids.shape[1], half)[1] if half else 0)
+
+    def part(offset: int):
+        return None if progress is None else (lambda done, _: progress(offset + done, total))
+
+    relevance = baselines.integrated_gradients(adapter, ids, target, steps, reference, progress=part(0))
     value, at_baseline = _value(adapter, embeds, target), _value(adapter, reference, target)
-    total = float(relevance.sum())
-    gap = total - (value - at_baseline)
+    total_sum = float(relevance.sum())
+    gap = total_sum - (value - at_baseline)
+    half_gap = None
+    if half:  # the same integral with half the steps: the page says whether the gap shrinks with more steps
+        coarse = baselines.integrated_gradients(adapter, ids, target, half, reference, progress=part(first))
+        half_gap = float(coarse.sum()) - (value - at_baseline)
     scale = abs(value - at_baseline) or 1.0
     return Attribution(relevance=relevance.cpu().numpy(), logit=value, conservation=None, latent=None,
-                       completeness=Completeness(value=value, baseline_value=at_baseline, relevance_sum=total,
-                                                 gap=gap, relative_gap=abs(gap) / scale, steps=options.ig_steps,
-                                                 baseline=options.baseline))
+                       completeness=Completeness(value=value, baseline_value=at_baseline, relevance_sum=total_sum,
+                                                 gap=gap, relative_gap=abs(gap) / scale, steps=steps,
+                                                 baseline=options.baseline,
+                                                 baseline_label=baselines.BASELINES[options.baseline],
+                                                 half_steps=half or None, half_gap=half_gap))
 
 
 def _occlusion(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent: bool,

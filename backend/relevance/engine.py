@@ -49,6 +49,9 @@ class Completeness:
     relative_gap: float
     steps: int
     baseline: str = "zero"
+    baseline_label: str = "all-zero embeddings"
+    half_steps: int | None = None  # the same integral at steps // 2: does the gap shrink with more steps?
+    half_gap: float | None = None
 
 
 @dataclass

@@ -6,7 +6,7 @@ Each token is drawn with a background coloured by its relevance: red positive, b
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -25,9 +25,10 @@ def _visible(token: str) -> str:
 
 
 def save_heatmap(path: str | Path, tokens: Sequence[str], relevance: Sequence[float], title: str,
-                 excluded: Sequence[int] = ()) -> None:
-    """Write the heatmap to `path` (format from its suffix: .png, .svg or .pdf). `excluded` positions (attention
-    sinks) never set the colour scale: they are drawn grey with a dashed outline and named under the map."""
+                 excluded: Sequence[int] = (), reasons: Mapping[int, str] | None = None) -> None:
+    """Write the heatmap to `path` (format from its suffix: .png, .svg or .pdf). `excluded` positions (measured
+    sinks, a prepended BOS) never set the colour scale: they are drawn grey with a dashed outline and named under
+    the map with `reasons` (position -> why)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -72,8 +73,9 @@ def save_heatmap(path: str | Path, tokens: Sequence[str], relevance: Sequence[fl
     bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), cax=colorbar_axes, orientation="horizontal")
     bar.set_label("relevance (red: for the target, blue: against)", fontsize=8)
     if excluded:
-        named = ", ".join(f"{i} {tokens[i]!r} (R = {values[i]:+.3g})" for i in excluded if i < len(tokens))
-        fig.text(0.72, 0.5 / fig_h, f"grey: attention sink, not in the colour scale: {named}", fontsize=7,
+        named = "; ".join(f"{i} {tokens[i]!r} ({(reasons or {}).get(i, 'excluded')}; R = {values[i]:+.3g})"
+                          for i in excluded if i < len(tokens))
+        fig.text(0.72, 0.5 / fig_h, f"grey, not in the colour scale: {named}", fontsize=7,
                  va="bottom", wrap=True)
     try:
         atomic.write_with(path, lambda handle: fig.savefig(handle, dpi=150, format=_format(path)))

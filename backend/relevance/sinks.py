@@ -1,9 +1,9 @@
-"""Which input positions of a relevance map are attention sinks: position 0, and any later position whose residual
-stream carries a massive activation (backend.sinks.sink_rows at the middle layer). They never set a map's colour
-scale and are named where shown; their relevance is still reported.
+"""Which input positions of a relevance map are excluded: the rows MEASURED to carry a massive activation at the middle
+block (backend.sinks.measure: norm > SINK_FACTOR x the median of the other rows), and a BOS the caller prepended.
+They never set a map's colour scale and are named where shown; their relevance is still reported.
 
 `watching(adapter)` reads the middle residual off a forward pass the caller runs anyway (the attribution's own),
-so a one-pass method stays one pass; `sink_positions` runs a partial pass of its own for the others.
+so a one-pass method stays one pass; `sink_report` runs a partial pass of its own for the others.
 """
 from __future__ import annotations
 
@@ -13,25 +13,29 @@ from typing import Iterator
 import torch
 
 from backend.capture import capture, hooks
-from backend.sinks import sink_rows
+from backend.sinks import SinkReport, measure
 
 
 def probe_point(adapter) -> str:
+    """The residual point the sinks are measured at: the output of the middle block."""
     return f"blocks.{adapter.n_layers // 2}.hook_resid_post"
 
 
-def positions_from(residual: torch.Tensor) -> list[int]:
-    """[0] plus the rows >= 1 of a residual [T, d] with a massive norm."""
-    if residual.shape[0] < 3:
-        return [0]
-    later = torch.nonzero(sink_rows(residual[1:].detach())).flatten()
-    return [0] + [int(i) + 1 for i in later]
+def report_from(adapter, residual: torch.Tensor, prepended: int | None = None) -> SinkReport:
+    """The SinkReport of a residual [T, d] read at probe_point(adapter)."""
+    return measure(residual, prepended=prepended, point=probe_point(adapter))
 
 
-def sink_positions(adapter, input_ids: torch.Tensor) -> list[int]:
-    """[0] plus the positions >= 1 of input_ids [1, T] with a massive residual norm at the middle block."""
+def sink_report(adapter, input_ids: torch.Tensor, prepended: int | None = None) -> SinkReport:
+    """The SinkReport of input_ids [1, T] from a partial forward pass up to the middle block."""
     name = probe_point(adapter)
-    return positions_from(capture(adapter, input_ids, [name], stop_early=True).activations[name])
+    residual = capture(adapter, input_ids, [name], stop_early=True).activations[name]
+    return report_from(adapter, residual.reshape(-1, residual.shape[-1]), prepended)
+
+
+def sink_positions(adapter, input_ids: torch.Tensor, prepended: int | None = None) -> list[int]:
+    """The excluded positions of input_ids [1, T] (measured sinks and a prepended BOS)."""
+    return sink_report(adapter, input_ids, prepended).positions
 
 
 @contextmanager
