@@ -10,7 +10,7 @@ from backend.sae_store import FeatureStore, list_stores
 from backend.sae.circuits import FeatureCircuit, feature_circuit
 from components.circuit_figures import circuit_figure, circuit_readout_figure
 from components.export import export_menu
-from pages._common import committed, shared, show_errors
+from pages._common import committed, is_shared, shared, show_errors, timing
 
 TARGETS = ["This store's feature at a token", "The next-token logit"]
 
@@ -28,10 +28,15 @@ def upstream_stores(store: FeatureStore, lm) -> dict[str, FeatureStore]:
     return found
 
 
+def _circuit_key(lm, upstream: FeatureStore, downstream: FeatureStore | None, text: str, feature: int | None,
+                 position: int, method: str) -> tuple:
+    return (lm.name, str(lm.device), str(lm.dtype), upstream.name, downstream.name if downstream else None, text,
+            feature, position, method)
+
+
 def _circuit(lm, upstream: FeatureStore, downstream: FeatureStore | None, text: str, feature: int | None,
              position: int, method: str) -> FeatureCircuit:
-    key = (lm.name, str(lm.device), str(lm.dtype), upstream.name, downstream.name if downstream else None, text,
-           feature, position, method)
+    key = _circuit_key(lm, upstream, downstream, text, feature, position, method)
     return shared("circuit", key, lambda: feature_circuit(
         lm, upstream.load_sae(), downstream.load_sae() if downstream else None, text, feature=feature,
         position=position, method=method))
@@ -66,9 +71,11 @@ def show_circuit(store: FeatureStore, lm, text: str, open_in_store: Callable[[st
                 "edges).")
         return
     upstream = candidates[run["upstream"]]
+    args = (lm, upstream, store if run["feature"] is not None else None, run["text"], run["feature"], run["position"],
+            run["method"])
+    cached = is_shared("circuit", _circuit_key(*args))
     with show_errors(), st.spinner("Propagating relevance through the spliced model…"):
-        circuit = _circuit(lm, upstream, store if run["feature"] is not None else None, run["text"], run["feature"],
-                           run["position"], run["method"])
+        circuit = _circuit(*args)
     if run["feature"] is not None and circuit.value == 0:
         _not_active(store, lm, run)
         return
@@ -79,7 +86,7 @@ def show_circuit(store: FeatureStore, lm, text: str, open_in_store: Callable[[st
              ("rest", c.value - c.input_tokens - c.error_node - c.sae_biases - c.target_sae_biases - c.softmax
               - c.model_biases)]
     st.markdown(f"**{circuit.method} circuit to {circuit.target}** · value {circuit.value:.4g} · "
-                f"{circuit.seconds:.1f} s")
+                f"{timing(circuit.seconds, cached)}")
     fig = circuit_figure(circuit.nodes, circuit.edges, f"Strongest edges into {circuit.target} through "
                                                         f"{upstream.name}")
     event = st.plotly_chart(fig, key="sae-circuit-graph", on_select="rerun", selection_mode="points")

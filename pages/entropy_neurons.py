@@ -34,7 +34,11 @@ def params(adapter) -> list[Param]:
             Param("en-store-tokens", "tokens", DEFAULT_STORE_TOKENS, int, choices=[256, 1024, 2048, 4096, 8192]),
             Param("en-neurons", "neurons", ""), Param("en-abl-tokens", "abl_tokens", 2048, int, low=128, high=20000),
             Param("en-abl-random", "random", 8, int, low=0, high=32),
-            Param("en-text-text", "text", DEFAULT_TEXT)]
+            Param("en-text-text", "text", DEFAULT_TEXT),
+            Param("en-tf-tokens", "tf_tokens", 1024, int, low=128, high=20000),
+            Param("en-ind-seqs", "sequences", 4, int, low=1, high=64),
+            Param("en-ind-half", "half", 40, int, low=4, high=256),
+            Param("en-ind-random", "ind_random", 6, int, low=0, high=32)]
 
 
 def _fmt(value) -> str:
@@ -194,7 +198,7 @@ def frequency_view(lm, page, k: int, store_tokens: int) -> None:
                 f"{top['unigram_cosine'].iloc[0]:+.3f} (token counts of the bundled corpus)")
     st.dataframe(top, hide_index=True, key="en-uni-table")
     export_menu(None, top, key="en-uni-table", filename=f"token-frequency-neurons-layer{layer}")
-    tokens = int(st.number_input("Held-out tokens", 128, 20_000, 1024, step=128, key="en-tf-tokens"))
+    tokens = int(st.number_input("Held-out tokens", 128, 20_000, step=128, key="en-tf-tokens"))
     with show_errors():
         check_amounts(neuron_tokens=tokens)
     submitted = st.button("Run frozen-unigram ablation of the top 3", key="en-tf-run")
@@ -213,9 +217,9 @@ def frequency_view(lm, page, k: int, store_tokens: int) -> None:
 
 def induction_view(lm, chosen: list[str], store_tokens: int) -> None:
     cols = st.columns(3)
-    n_seqs = int(cols[0].number_input("Sequences", 1, 64, 4, key="en-ind-seqs"))
-    half_len = int(cols[1].number_input("Tokens before repeating", 4, 256, 40, key="en-ind-half"))
-    n_random = int(cols[2].number_input("Random neurons", 0, 32, 6, key="en-ind-random"))
+    n_seqs = int(cols[0].number_input("Sequences", 1, 64, key="en-ind-seqs"))
+    half_len = int(cols[1].number_input("Tokens before repeating", 4, 256, key="en-ind-half"))
+    n_random = int(cols[2].number_input("Random neurons", 0, 32, key="en-ind-random"))
     with show_errors():
         check_amounts(induction_sequences=n_seqs, induction_length=half_len, random_neurons=n_random)
     submitted = st.button("Run induction study", key="en-ind-run")

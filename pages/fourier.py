@@ -45,7 +45,18 @@ def params(lm, digits: bool, n_default: int) -> list[Param]:
             Param("fourier-template", "template", list(TEMPLATES)[0], choices=list(TEMPLATES) + ["custom…"]),
             Param("fourier-prompts", "prompts", 40 if digits else 200, int, low=1, high=5000),
             Param("fourier-filter-prompts", "filter_prompts", 500, int, low=1, high=20000),
-            Param("fourier-filter-positions", "positions", "last", choices=list(POSITIONS))]
+            Param("fourier-filter-positions", "positions", "last", choices=list(POSITIONS)),
+            Param("fourier-custom", "custom", "{a} + {b} =", max_length=200),
+            Param("fourier-prefix", "prefix", "", max_length=2000),
+            Param("fourier-split", "split", "test", choices=SPLITS),
+            Param("fourier-tau", "tau", default_tau(n_default), int, low=1, high=max(1, n_default // 2)),
+            Param("fourier-filter-tau", "filter_tau", default_tau(n_default), int, low=1,
+                  high=max(1, n_default // 2)),
+            Param("fourier-filter-split", "filter_split", "test", choices=SPLITS),
+            Param("fourier-filter-template", "filter_template", list(TEMPLATES)[0], choices=list(TEMPLATES))]
+
+
+SPLITS = ["test", "valid", "train", "all"]
 
 
 def spectrum_view(lm, digits: bool) -> None:
@@ -98,16 +109,15 @@ def spectrum_view(lm, digits: bool) -> None:
 def probe_inputs(digits: bool, n_default: int) -> dict:
     columns = st.columns(4)
     choice = columns[0].selectbox("Template", list(TEMPLATES) + ["custom…"], key="fourier-template")
-    template = check_template(st.text_input("Custom template", "{a} + {b} =", key="fourier-custom")
+    template = check_template(st.text_input("Custom template", key="fourier-custom")
                               if choice == "custom…" else choice)
     n_prompts = int(columns[1].number_input("Prompts", 1, 5000, key="fourier-prompts"))
     check_amounts(fourier_prompts=n_prompts)
     if digits:
-        prefix = st.text_area("Few-shot prefix (optional)", "", key="fourier-prefix", height=80)
+        prefix = st.text_area("Few-shot prefix (optional)", key="fourier-prefix", height=80)
         return {"template": template, "prompts": n_prompts, "prefix": prefix.replace("\\n", "\n")}
     split = columns[2].selectbox("Split", ["test", "valid", "train", "all"], key="fourier-split")
-    tau = int(columns[3].number_input("τ (k < τ is low)", 1, n_default // 2, default_tau(n_default),
-                                      key="fourier-tau"))
+    tau = int(columns[3].number_input("τ (k < τ is low)", 1, n_default // 2, key="fourier-tau"))
     return {"template": template, "prompts": n_prompts, "split": split, "tau": tau}
 
 
@@ -199,8 +209,7 @@ def filter_view(lm, digits: bool, n_default: int) -> None:
                 "Pick **adder** (or a GPT-2 model) in the sidebar.")
         return
     top = st.columns(3)
-    tau = int(top[0].number_input("τ (k < τ is low)", 1, n_default // 2, default_tau(n_default),
-                                  key="fourier-filter-tau"))
+    tau = int(top[0].number_input("τ (k < τ is low)", 1, n_default // 2, key="fourier-filter-tau"))
     prompts = int(top[1].number_input("Prompts", 1, 20000, key="fourier-filter-prompts"))
     check_amounts(fourier_prompts=prompts)
     split = top[2].selectbox("Split", ["test", "valid", "train", "all"], key="fourier-filter-split")
