@@ -77,7 +77,7 @@ def graph_figure(nodes: Sequence, edges: Sequence, n_layers: int, title: str) ->
             pairs = reads.get(node.id, [])
             total = sum(w for _, w in pairs)
             wanted.append((sum(p * w for p, w in pairs) / total if total else (width - 1) / 2, node.label))
-        xs, under = spread_row(wanted, float(width))
+        xs, under = spread_row(wanted, float(width), alternate=False)  # rows are close: all labels above
         for k, (x, node) in enumerate(zip(xs, members)):
             position[node.id] = (x, float(layer + 1))
             if k in under:
@@ -97,7 +97,7 @@ def graph_figure(nodes: Sequence, edges: Sequence, n_layers: int, title: str) ->
                                                                     for n in shown]),
         hovertext=[f"{n.label}: relevance {n.relevance:+.4g}" for n in shown], hoverinfo="text"))
     ordered = sorted(tokens, key=lambda n: n.position)
-    fig.update_layout(title=title, template="plotly_white", height=240 + 36 * n_layers,
+    fig.update_layout(title=title, template="plotly_white", height=240 + 40 * n_layers,
                       margin=dict(l=40, r=20, t=60, b=90), clickmode="event+select",
                       xaxis=token_axis([n.label.split(": ", 1)[-1] for n in ordered]),
                       yaxis=dict(title="layer (0 = tokens)", zeroline=False, range=[-0.6, n_layers + 1.6]))

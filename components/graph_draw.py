@@ -29,10 +29,12 @@ def add_edges(fig: go.Figure, edges: Sequence, position: dict[str, tuple[float, 
     return biggest
 
 
-def spread_row(wanted: Sequence[tuple[float, str]], span: float, marker_px: float = 24.0) -> tuple[list[float], set[int]]:
-    """x positions for one row of labelled nodes wanted at x (in order of x), and which labels go under their
-    point: neighbours at least a marker apart, and closer than a label's width only with their labels on
-    opposite sides (alternating), so labels on one side are at least one label width apart."""
+def spread_row(wanted: Sequence[tuple[float, str]], span: float, marker_px: float = 24.0,
+               alternate: bool = True) -> tuple[list[float], set[int]]:
+    """x positions for one row of labelled nodes wanted at x, and which labels go under their point: neighbours at
+    least a marker apart, and closer than a label's width only with their labels on opposite sides (alternating),
+    so labels on one side are at least one label width apart. Without `alternate` (rows stacked closely, where a
+    label under its point would meet the row below's), every label stays above and neighbours a label width apart."""
     order = sorted(range(len(wanted)), key=lambda i: wanted[i][0])
     xs = [0.0] * len(wanted)
     below: set[int] = set()
@@ -46,8 +48,8 @@ def spread_row(wanted: Sequence[tuple[float, str]], span: float, marker_px: floa
                 xs[i], previous_below = x, False
             else:
                 px, phalf = previous
-                x = max(x, px + max(marker_px * units_per_px, half, phalf))
-                crowded = x - px < half + phalf
+                x = max(x, px + max(marker_px * units_per_px, half + phalf if not alternate else max(half, phalf)))
+                crowded = alternate and x - px < half + phalf
                 previous_below = (not previous_below) if crowded else False
                 xs[i] = x
             if previous_below:

@@ -82,3 +82,7 @@ def test_graph_labels_of_one_row_never_overlap():
         for (x0, w0), (x1, w1) in zip(placed, placed[1:]):
             assert x1 - x0 >= (w0 + w1) / 2, (placed, below)  # labels on one side of the row do not touch
     assert xs[0] == 5.0 and all(x >= want for x, (want, _) in zip(xs, wanted))
+    xs, below = spread_row(wanted, span=12.0, alternate=False)  # one side only: a full label width apart
+    span = max(12.0, max(xs) + 1)
+    placed = sorted((xs[i], len(wanted[i][1]) * CHAR_PX * span / PLOT_PX) for i in range(len(wanted)))
+    assert not below and all(x1 - x0 >= (w0 + w1) / 2 for (x0, w0), (x1, w1) in zip(placed, placed[1:]))
