@@ -45,6 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     whole.add_argument("--text-column", help="CSV column holding the texts (default 'text', else the first)")
     whole.add_argument("--label-column", help="CSV column to aggregate by (default: label/class/category/target)")
     whole.add_argument("--force", action="store_true", help="restart an --all-rows run made with other settings")
+    from backend.cli.explain_faithfulness import add_arguments as add_faithfulness
+
+    add_faithfulness(explain, source)
     explain.set_defaults(func=run_explain)
 
 
@@ -80,8 +83,12 @@ def _text_from_args(args: argparse.Namespace) -> str:
 
 def run_explain(args: argparse.Namespace) -> int:
     from backend.inputs import check_text
+    from backend.cli import explain_faithfulness
     from backend.relevance.api import explain
 
+    if explain_faithfulness.wants_faithfulness(args):
+        text = None if args.set else check_text(_text_from_args(args))
+        return explain_faithfulness.run(args, text, _options(args), load_from_args, _default_method)
     if args.all_rows or args.out:
         return run_all_rows(args)
     text = check_text(_text_from_args(args))

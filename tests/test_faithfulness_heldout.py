@@ -1,0 +1,214 @@
+"""Faithfulness on held-out text: the shipped prompt set, perturbation curves with baselines, bootstrap intervals,
+the held-out study on a tiny model and `interpscope explain --faithfulness` round trips."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from backend.relevance.faithfulness import curves_for_maps, perturbation_curves
+from backend.relevance.heldout import accuracy, choose, load_set, run_heldout
+from backend.relevance.heldout_stats import bootstrap_mean, spearman
+from backend.relevance.targets import Target
+
+CATEGORIES = {"factual", "ioi", "agreement", "code", "arithmetic", "other"}
+
+
+class _BagOfTokens(nn.Module):
+    """A planted model: the logits at every position are the sum over all input embeddings times W, so removing a
+    token (embedding set to zero) takes exactly its own share e_t . W[:, c] off logit c."""
+
+    def __init__(self, d: int = 8, vocab: int = 16, seed: int = 0):
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.embed = nn.Embedding(vocab, d)
+        self.out = nn.Linear(d, vocab, bias=False)
+        with torch.no_grad():
+            self.embed.weight.copy_(torch.randn(vocab, d, generator=generator, dtype=torch.float64).float())
+            self.out.weight.copy_(torch.randn(vocab, d, generator=generator, dtype=torch.float64).float())
+
+    def forward(self, inputs_embeds, use_cache=False, logits_to_keep=None):
+        total = inputs_embeds.sum(1, keepdim=True).expand_as(inputs_embeds)
+        logits = self.out(total)
+        return type("Out", (), {"logits": logits if logits_to_keep is None else logits[:, logits_to_keep]})()
+
+
+class _Adapter:
+    def __init__(self, model):
+        self.model = model
+
+    def embedding(self):
+        return self.model.embed
+
+
+def test_oracle_ordering_beats_random_orderings_on_a_planted_model():
+    model = _BagOfTokens()
+    adapter = _Adapter(model)
+    ids = torch.tensor([[1, 5, 2, 9, 3, 7, 4, 11, 6, 0]])
+    target = Target(9, 3)
+    with torch.no_grad():
+        oracle = (model.embed(ids)[0] @ model.out.weight[3]).double().numpy()  # each token's exact share
+    rng = np.random.default_rng(0)
+    maps = {"oracle": oracle, **{f"r{i}": rng.permutation(10).astype(float) for i in range(50)}}
+    zero = torch.zeros(1, 10, 8)
+    curves = curves_for_maps(adapter, ids, target, maps, {"zero": zero}, [(k, "zero") for k in maps], steps=10)
+    best = curves[("oracle", "zero")].abpc
+    randoms = [curves[(f"r{i}", "zero")].abpc for i in range(50)]
+    assert all(best >= r - 1e-9 for r in randoms) and best > max(randoms) - 1e-9
+    assert best > np.mean(randoms) + 1.0
+    # with every token removed one by one (10 steps), MoRF drops by the shares in decreasing order
+    morf = curves[("oracle", "zero")].morf
+    assert morf[0] - morf[1] == pytest.approx(np.sort(oracle)[::-1][0], rel=1e-4)
+    # ABPC is the difference of the two areas it reports
+    c = curves[("oracle", "zero")]
+    assert c.abpc == pytest.approx(c.lerf_auc - c.morf_auc)
+
+
+def test_deletion_baseline_and_fixed_positions():
+    model = _BagOfTokens(seed=2)
+    adapter = _Adapter(model)
+    ids = torch.tensor([[4, 2, 8, 1, 6, 3]])
+    target = Target(5, 7)
+    embeds = model.embed(ids).detach()
+    reference = torch.ones_like(embeds)
+    relevance = np.arange(6, dtype=float)
+    curves = perturbation_curves(adapter, ids, target, relevance, steps=6, reference=reference)
+    with torch.no_grad():
+        removed = embeds.clone()
+        removed[0, 5] = 1.0  # the most relevant token takes the baseline's embedding
+        expected = float(model(removed).logits[0, 5, 7])
+    assert curves.morf[1] == pytest.approx(expected, rel=1e-5)
+    kept = perturbation_curves(adapter, ids, target, relevance, steps=6, fixed=[0])
+    assert len(kept.fractions) == 6  # five rankable tokens: 0..5 removed
+    with torch.no_grad():
+        only_first = torch.zeros_like(embeds)
+        only_first[0, 0] = embeds[0, 0]
+        assert kept.morf[-1] == pytest.approx(float(model(only_first).logits[0, 5, 7]), rel=1e-5)
+
+
+def test_bootstrap_interval_contains_the_mean_and_shrinks_with_more_prompts():
+    rng = np.random.default_rng(3)
+    few, many = rng.normal(2.0, 1.0, 20), rng.normal(2.0, 1.0, 400)
+    m_few, lo_few, hi_few = bootstrap_mean(few, seed=1)
+    m_many, lo_many, hi_many = bootstrap_mean(many, seed=1)
+    assert lo_few <= m_few <= hi_few and lo_many <= m_many <= hi_many
+    assert (hi_many - lo_many) < 0.5 * (hi_few - lo_few)
+    assert bootstrap_mean(few, seed=1) == bootstrap_mean(few, seed=1)  # seeded
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+
+
+def test_the_shipped_set_is_valid_for_the_bundled_tokenizer():
+    from transformers import AutoTokenizer
+
+    from backend.models import smollm2
+
+    rows = load_set("heldout")
+    assert len(rows) >= 200
+    assert {r["category"] for r in rows} == CATEGORIES
+    assert len({r["id"] for r in rows}) == len(rows)
+    tokenizer = AutoTokenizer.from_pretrained(str(smollm2.convert()))
+    for row in rows:
+        ids = tokenizer.encode(row["expected"], add_special_tokens=False)
+        assert ids == [row["expected_id"]], row["id"]
+        assert isinstance(row["model_correct"], bool) and 0 <= row["p_expected"] <= 1
+        assert row["model_correct"] == (row["model_top1_id"] == row["expected_id"])
+    table = accuracy(rows)
+    assert table["all"]["n"] == len(rows) and set(table) == CATEGORIES | {"all"}
+    picked = choose(rows, limit=12)
+    assert len(picked) == 12 and {r["category"] for r in picked} == CATEGORIES
+
+
+def _tiny():
+    from tests.sae_store_tiny import tiny_lm
+
+    return tiny_lm(seed=1)
+
+
+PROMPTS = [{"id": f"t-{i}", "category": c, "text": t, "expected": e}
+           for i, (c, t, e) in enumerate([("a", "The cat sat on the", " mat"), ("a", "One, two, three,", " four"),
+                                          ("b", "Paris is the capital of", " France"),
+                                          ("b", "When Mary and John went out, John thanked", " Mary"),
+                                          ("c", "def f(x):\n    return", " x")])]
+
+
+def test_heldout_study_on_a_tiny_model():
+    lm = _tiny()
+    seen = []
+    two_tokens = {"id": "t-x", "category": "c", "text": "The capital of Burkina Faso is", "expected": " Ouagadougou"}
+    result = run_heldout(lm, [*PROMPTS, two_tokens], methods=["attnlrp", "cplrp", "gradxinput", "ig", "occlusion"],
+                         ig_steps=4, curve_steps=4, bootstrap=200, progress=lambda d, t: seen.append((d, t)))
+    assert seen[-1] == (6, 6) and len(result.rows) == 5
+    assert [s["id"] for s in result.skipped] == ["t-x"] and "tokens for" in result.skipped[0]["error"]
+    for row in result.rows:  # the model's own top-1, read off the attribution's forward pass
+        ids = lm.encode(row["text"])
+        with torch.no_grad():
+            top = int(lm.model(ids).logits[0, -1].argmax())
+        assert row["model_correct"] == (top == lm.tokenizer.encode(row["expected"])[0])
+    n_correct = sum(r["model_correct"] for r in result.rows)
+    assert lm.tokenizer.pad_token_id is not None and result.settings.baselines == ["zero", "pad", "mean"]
+    names = {"attnlrp", "cplrp", "gradxinput", "ig", "occlusion", "random"}
+    for subset, n in (("all", 5), ("model_correct", n_correct)):
+        for baseline in ("zero", "pad", "mean"):
+            rows = [t for t in result.table if t["subset"] == subset and t["baseline"] == baseline]
+            if n == 0:
+                assert not rows
+                continue
+            assert {t["method"] for t in rows} == names and all(t["n"] == n for t in rows)
+            assert sorted(t["rank"] for t in rows) == list(range(1, 7))
+            for t in rows:
+                assert t["ci_low"] <= t["mean_abpc"] <= t["ci_high"]
+                assert t["mean_abpc"] == pytest.approx(np.mean([
+                    r["abpc"][baseline][t["method"]] for r in result.rows if subset == "all" or r["model_correct"]]))
+    for row in result.rows:
+        assert row["softmax_share"] is not None and set(row["abpc_sinks_fixed"]["zero"]) == names
+        assert all(0 <= i < len(row["tokens"]) for i in row["sinks"])
+        assert len(row["relevance"]["attnlrp"]) == len(row["tokens"])
+    assert "AttnLRP" in result.sentence and "mean ABPC" in result.sentence
+    assert set(result.diagnosis["ranking"]) == {"zero", "pad", "mean"}
+
+
+def test_explain_faithfulness_json_round_trip(tmp_path, capsys, monkeypatch):
+    from backend.cli import main
+    from backend.cli import common
+
+    lm = _tiny()
+    monkeypatch.setattr(common, "load_from_args", lambda args: lm)
+    import backend.cli.explain_cmd as explain_cmd
+
+    monkeypatch.setattr(explain_cmd, "load_from_args", lambda args: lm)
+    out = tmp_path / "one.json"
+    assert main(["explain", "--text", "The cat sat on the", "--faithfulness", "--method", "gradxinput",
+                 "--baseline", "mean", "--curve-steps", "4", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["method"] == "gradxinput" and data["baseline"] == "mean" and data["steps"] == 4
+    assert data["abpc"] == pytest.approx(data["lerf_auc"] - data["morf_auc"])
+    assert data["random_ci_low"] <= data["random_abpc"] <= data["random_ci_high"]
+    assert f"ABPC {data['abpc']:.4f}" in printed
+    prompts = tmp_path / "set.json"
+    monkeypatch.setattr("backend.relevance.heldout.load_set", lambda name: PROMPTS)
+    assert main(["explain", "--set", "heldout", "--faithfulness", "--methods", "cplrp", "gradxinput",
+                 "--baselines", "zero", "--curve-steps", "3", "--bootstrap", "100", "--json", str(prompts)]) == 0
+    doc = json.loads(prompts.read_text())
+    assert doc["set"] == "heldout" and len(doc["rows"]) == 5 and doc["settings"]["curve_steps"] == 3
+    assert {t["method"] for t in doc["table"]} == {"cplrp", "gradxinput", "random"}
+    assert "zero baseline" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["explain", "--set", "heldout"], "--set goes with --faithfulness"),
+    (["explain", "--text", "Hi there", "--faithfulness", "--limit", "3"], "--limit goes with --set"),
+    (["explain", "--set", "heldout", "--faithfulness", "--contrast", "a", "b"], "takes no --target-token"),
+])
+def test_explain_faithfulness_bad_input(capsys, monkeypatch, argv, message):
+    from backend.cli import main
+    import backend.cli.explain_cmd as explain_cmd
+
+    monkeypatch.setattr(explain_cmd, "load_from_args", lambda args: _tiny())
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
