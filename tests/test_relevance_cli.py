@@ -26,7 +26,9 @@ def test_explain_json_fields(capsys, tmp_path, bundled_lm, method):
     assert code == 0
     data = json.loads(out.read_text())
     assert data["model"] == "smollm2-135m" and data["method"] == method
-    assert data["tokens"] == bundled_lm.token_strings(bundled_lm.encode(TEXT)[0])
+    words = bundled_lm.token_strings(bundled_lm.encode(TEXT)[0])
+    assert data["bos_prepended"] is True and data["tokens"] == [bundled_lm.tokenizer.bos_token] + words
+    assert data["sink_positions"][0] == 0 and data["sinks"][0]["prepended"] and 1 not in data["sink_positions"]
     assert len(data["relevance"]) == len(data["tokens"]) and all(isinstance(v, float) for v in data["relevance"])
     assert set(data["target"]) >= {"token", "token_id", "position", "label", "kind"}
     assert data["target"]["position"] == len(data["tokens"]) - 1 and data["target"]["kind"] == "logit"
@@ -45,6 +47,17 @@ def test_explain_json_fields(capsys, tmp_path, bundled_lm, method):
         assert abs(completeness["gap"] - (completeness["relevance_sum"] - completeness["value"]
                                           + completeness["baseline_value"])) < 1e-6
     assert data["target"]["token"] in stdout  # the human summary is printed too
+
+
+def test_without_the_prepended_bos_smollm2s_first_word_is_measured_as_the_sink(capsys, bundled_lm):
+    code, stdout, _ = run_cli(capsys, "explain", "--text", TEXT, "--method", "gradxinput", "--no-prepend-bos",
+                              "--json", "-")
+    assert code == 0
+    data = json.loads(stdout)
+    assert data["bos_prepended"] is False and data["tokens"][0] == "Elizabeth"
+    first = data["sinks"][0]
+    assert first["position"] == 0 and not first["prepended"] and first["ratio"] > 10  # measured, not assumed
+    assert first["reason"] == f"measured attention sink, {first['ratio']:.0f}x the median norm"
 
 
 def test_explain_json_to_stdout_with_contrast_and_png(capsys, tmp_path, bundled_lm):

@@ -31,6 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     target.add_argument("--contrast", nargs=2, metavar=("A", "B"), help="explain logit(A) - logit(B)")
     explain.add_argument("--json", metavar="OUT", help="write the result as JSON to OUT ('-' for stdout)")
     explain.add_argument("--png", metavar="OUT", help="write the token heatmap image to OUT (.png, .svg or .pdf)")
+    explain.add_argument("--prepend-bos", action=argparse.BooleanOptionalAction, default=None,
+                         help="put the model's BOS token before the text so the first word is explained like any "
+                              "other (default: on where the tokenizer adds no BOS itself, e.g. SmolLM2)")
     options = explain.add_argument_group("baseline settings (ig, occlusion)")
     options.add_argument("--ig-steps", type=positive_int, default=32, help="Integrated Gradients steps (default 32)")
     options.add_argument("--baseline", choices=["zero", "pad", "mean"], default="zero",
@@ -100,12 +103,14 @@ def run_explain(args: argparse.Namespace) -> int:
     if args.method is None:
         args.method = _default_method(lm)
     result = explain(lm, text, args.method, token=args.target_token,
-                     contrast=tuple(args.contrast) if args.contrast else None, options=_options(args))
+                     contrast=tuple(args.contrast) if args.contrast else None, options=_options(args),
+                     prepend_bos=args.prepend_bos)
     if args.png:
         from backend.relevance.render import save_heatmap
 
         save_heatmap(args.png, result.tokens, result.relevance,
-                     f"{result.method_label} relevance for {result.target.label} ({lm.name})", result.sink_positions)
+                     f"{result.method_label} relevance for {result.target.label} ({lm.name})", result.sink_positions,
+                     result.sink_reasons())
     if args.json:
         emit_json(result, args.json)  # the one JSON path (backend.results.to_plain), as the page's export
     if args.json != "-":
@@ -117,8 +122,9 @@ def _print_human(result) -> None:
     target = result.target
     print(f"{result.method_label} on {result.model}: target {target.label} (id {target.token_id}) after position "
           f"{target.position}, {target.kind} {result.logit:.4f}, {result.seconds:.3f} s")
-    for token, value in zip(result.tokens, result.relevance):
-        print(f"{value:+10.4f}  {token!r}")
+    reasons = result.sink_reasons()
+    for index, (token, value) in enumerate(zip(result.tokens, result.relevance)):
+        print(f"{value:+10.4f}  {token!r}" + (f"  (excluded: {reasons[index]})" if index in reasons else ""))
     if result.conservation is not None:
         c = result.conservation
         print(f"conservation: inputs {c.input_sum:.4f} + biases {c.bias_sum:.4f} + softmax {c.softmax_sum:.4f} "
