@@ -29,7 +29,7 @@ def params(method_names: list[str]) -> list[Param]:
     return [Param("relevance-text", "text", DEFAULT_TEXT),
             Param("relevance-method", "method", method_names[0], choices=method_names),
             Param("relevance-target", "target", TARGETS[0], choices=TARGETS),
-            Param("relevance-typed", "token", ""), Param("relevance-a", "a", ""), Param("relevance-b", "b", ""),
+            Param("relevance-pick", "pick", None), Param("relevance-typed", "token", ""), Param("relevance-a", "a", ""), Param("relevance-b", "b", ""),
             Param("relevance-n-new", "new", 8, int, low=1, high=32),
             Param("relevance-compare", "compare", False, bool),
             Param("relevance-second", "second", method_names[min(1, len(method_names) - 1)], choices=method_names),
@@ -78,6 +78,8 @@ def target_inputs(top: list[str]) -> tuple[str, str | None, tuple | None]:
     kind = st.radio("Explain", TARGETS, horizontal=True, key="relevance-target")
     token, contrast = None, None
     if kind == "A token I pick":
+        if st.session_state.get("relevance-pick") not in top:  # a link's pick from another text: the first
+            st.session_state["relevance-pick"] = top[0]
         picked = st.selectbox("Next token (top 10)", top, format_func=repr, key="relevance-pick")
         typed = st.text_input("…or type a token (a single token; '#id' for an id)", key="relevance-typed")
         token = typed or picked
