@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from backend.relevance.heldout import (DEFAULT_IG_STEPS, HeldoutResult, accuracy, choose,  # noqa: E402
-                                       default_settings, labels_for, load_set, run_heldout, summarize)
+from backend.relevance.heldout import (DEFAULT_IG_STEPS, HeldoutResult, HeldoutSettings,  # noqa: E402
+                                       accuracy, choose, labels_for, load_set, run_heldout, summarize)
 from backend.results import to_json, to_plain  # noqa: E402
 
 
@@ -48,22 +48,28 @@ def main() -> None:
     load_before = os.getloadavg()
     prompts = choose(load_set(args.set), limit=args.limit)
     done = load_rows(args.rows)
-    from backend.models import load_model
-
-    lm = load_model("smollm2-135m", device=os.environ.get("BENCH_DEVICE", "cpu"))
     wall, cpu = time.perf_counter(), time.process_time()
-    if args.summarize_only:
-        settings = default_settings(lm, ig_steps=args.ig_steps, curve_steps=args.curve_steps, seed=args.seed,
-                                    bootstrap=args.bootstrap)
+    if args.summarize_only:  # no model needed: methods and baselines are the rows' own
+        if not done:
+            raise SystemExit("--summarize-only needs --rows with finished prompts.")
+        baselines = list(done[0]["abpc"])
+        methods = [m for m in done[0]["abpc"][baselines[0]] if m != "random"]
+        settings = HeldoutSettings(methods=methods, baselines=baselines, ig_steps=args.ig_steps,
+                                   curve_steps=args.curve_steps, seed=args.seed, bootstrap=args.bootstrap)
+        model_name = "smollm2-135m"
         ids = {r["id"] for r in done}
         by_id = {p["id"]: p for p in prompts}  # the set's own model check (a run may predate it)
         rows = [dict(r, model_correct=by_id[r["id"]].get("model_correct")) for r in done if r["id"] in by_id]
         table, fixed, minus, diagnosis, sentence = summarize(rows, settings, labels_for(settings))
-        result = HeldoutResult(model=lm.name, set=args.set, settings=settings, rows=rows,
+        result = HeldoutResult(model=model_name, set=args.set, settings=settings, rows=rows,
                                accuracy=accuracy([p for p in prompts if p["id"] in ids]), table=table,
                                fixed_sinks_table=fixed, attnlrp_minus=minus, diagnosis=diagnosis, sentence=sentence,
                                seconds=0.0, cpu_seconds=0.0, labels=labels_for(settings))
     else:
+        from backend.models import load_model
+
+        lm = load_model("smollm2-135m", device=os.environ.get("BENCH_DEVICE", "cpu"))
+        model_name = lm.name
         handle = args.rows.open("a", encoding="utf-8") if args.rows else None
 
         def keep(row: dict) -> None:
@@ -80,8 +86,10 @@ def main() -> None:
                              bootstrap=args.bootstrap, set_name=args.set, progress=progress, done=done, on_row=keep)
         if handle is not None:
             handle.close()
-    report = {"bench": "faithfulness-heldout", "model": lm.name, "device": str(lm.device),
-              "torch_threads": torch.get_num_threads(), "prompts": len(result.rows),
+    report = {"bench": "faithfulness-heldout", "model": model_name,
+              "device": os.environ.get("BENCH_DEVICE", "cpu"),
+              "torch_threads": torch.get_num_threads(), "prompts": len(result.rows), "set_prompts": len(prompts),
+              "model_accuracy_on_the_whole_set": accuracy(load_set(args.set)),
               "resumed_rows": len(done), "load_average_before": load_before, "load_average_after": os.getloadavg(),
               "cpu_seconds_this_run": time.process_time() - cpu, "wall_seconds_this_run": time.perf_counter() - wall,
               "cpu_seconds_per_new_prompt": ((time.process_time() - cpu) / max(1, len(result.rows) - len(done))),

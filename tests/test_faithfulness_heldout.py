@@ -212,3 +212,30 @@ def test_explain_faithfulness_bad_input(capsys, monkeypatch, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_the_batch_view_reads_the_shipped_set(tmp_path, monkeypatch):
+    from tests.apptest_util import open_page
+    from tests.sae_store_tiny import save_tiny_lm
+
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
+    model = save_tiny_lm(tmp_path / "model", seed=3)
+    at = open_page("pages/relevance.py", model_choice="Other: Hugging Face id or local folder…",
+                   model_custom=str(model))
+    at.radio(key="relevance-file-source").set_value("heldout").run()
+    at.number_input(key="relevance-file-set-n").set_value(3).run()
+    assert not any("ABPC" in m.value for m in at.markdown)  # nothing computed before Run
+    assert at.query_params.get("fsource") == ["heldout"] or at.query_params.get("fsource") == "heldout"
+    at.button(key="relevance-file-set-run").click().run()
+    assert not at.exception, at.exception
+    first = load_set("heldout")
+    picked = choose(first, limit=3)
+    assert {r["category"] for r in picked} == {"factual", "ioi", "agreement"}
+    sentence = next(m.value for m in at.markdown if m.value.startswith("Over these prompts"))
+    assert "AttnLRP" in sentence and "baseline" in sentence
+    titles = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any("Mean ABPC, all prompts" in t for t in titles)
+    frames = at.dataframe
+    assert frames and set(frames[0].value["method"]) >= {"AttnLRP", "Random order (chance)"}
+    assert len(frames[0].value) == 3 * 6  # three baselines x (five methods + the random control)
+    assert any(f"`{picked[0]['id']}`" in m.value for m in at.markdown)  # the first prompt's map is shown

@@ -117,19 +117,29 @@ def diagnosis_sentence(table: Sequence[dict], fixed_table: Sequence[dict], corre
         if mine is None:
             return f"{name} was not run."
         best = min(rows, key=lambda r: r["rank"])
-        lead = "leads" if mine["rank"] == 1 else (f"ranks {_ordinal(mine['rank'])} of {len(rows)} (the random "
-                                                  f"control included), behind {best['label']} "
-                                                  f"{best['mean_abpc']:.2f} [{best['ci_low']:.2f}, "
-                                                  f"{best['ci_high']:.2f}]")
-        parts.append(f"with the {baseline} baseline {name} {lead} at mean ABPC {mine['mean_abpc']:.2f} "
-                     f"[{mine['ci_low']:.2f}, {mine['ci_high']:.2f}]")
+        where = (f"{name} leads at mean ABPC {mine['mean_abpc']:.2f} [{mine['ci_low']:.2f}, {mine['ci_high']:.2f}]"
+                 if mine["rank"] == 1 else
+                 f"{name} ranks {_ordinal(mine['rank'])} of {len(rows)} (random control included) at mean ABPC "
+                 f"{mine['mean_abpc']:.2f} [{mine['ci_low']:.2f}, {mine['ci_high']:.2f}], behind {best['label']} at "
+                 f"{best['mean_abpc']:.2f} [{best['ci_low']:.2f}, {best['ci_high']:.2f}]")
+        parts.append(f"with the {baseline} baseline {where}")
     sentence = "Over these prompts, " + "; ".join(parts) + "."
     ranks_by = {b: [r["method"] for r in sorted((r for r in table if r["baseline"] == b),
                                                key=lambda r: r["rank"])] for b in baselines}
     if len(baselines) > 1:
-        same = all(order == ranks_by[baselines[0]] for order in ranks_by.values())
-        sentence += (" The ranking is the same under every deletion baseline." if same else
-                     " The ranking changes with the deletion baseline, so the baseline is part of the verdict.")
+        mine_ranks = {b: ranks_by[b].index(method) + 1 for b in baselines}
+        leaders = {b: ranks_by[b][0] for b in baselines}
+        if all(order == ranks_by[baselines[0]] for order in ranks_by.values()):
+            sentence += " The whole ranking is the same under every deletion baseline."
+        else:
+            sentence += (f" {name}'s rank is " + (f"{_ordinal(mine_ranks[baselines[0]])} under every deletion baseline"
+                                                  if len(set(mine_ranks.values())) == 1 else
+                                                  "baseline-dependent (" + ", ".join(
+                                                      f"{b} {_ordinal(r)}" for b, r in mine_ranks.items()) + ")")
+                         + "; the leader is " + (labels.get(leaders[baselines[0]], leaders[baselines[0]])
+                                                 + " under every baseline" if len(set(leaders.values())) == 1 else
+                                                 ", ".join(f"{labels.get(m, m)} ({b})" for b, m in leaders.items()))
+                         + ".")
     mine_fixed = next((r for r in fixed_table if r["method"] == method), None)
     if mine_fixed is not None:
         before = next(r for r in table if r["method"] == method and r["baseline"] == mine_fixed["baseline"])
