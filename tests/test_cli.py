@@ -48,7 +48,7 @@ def test_predict_from_file(tmp_path, bundled_lm):
 
 @pytest.mark.parametrize("args, message", [
     (("predict", "--text", "   "), "empty"),
-    (("predict", "--text", "hi", "--top", "0"), "--top must be at least 1"),
+    (("predict", "--text", "hi", "--top", "0"), "--top: must be positive"),
     (("predict", "--model", "no-such-org/no-such-model", "--text", "hi"), "not available offline"),
     (("predict", "--model", "/no/such/folder", "--text", "hi"), "No model folder"),
     (("predict", "--text", "hi", "--device", "tpu"), "Unknown device"),

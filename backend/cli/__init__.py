@@ -36,6 +36,27 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
+def last_resort_message(err: BaseException) -> str | None:
+    """One line for an error that escaped the commands' own checks: a file that cannot be read or written (a full
+    disk, a permission, a folder where a file belongs), a bad value a library refused, memory that cannot be had.
+    None for what is a bug (it keeps its traceback)."""
+    import errno
+
+    if isinstance(err, OSError):
+        where = err.filename or "a file"
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return f"No space left on device writing {where}."
+        return f"{err.strerror or err} ({where})." if err.filename else f"{err.strerror or err}."
+    if isinstance(err, MemoryError):
+        return "Out of memory: the request needs more memory than this machine has; ask for less."
+    if isinstance(err, RuntimeError):
+        text = str(err)
+        if "allocate" in text or "out of memory" in text.lower():
+            return f"Out of memory: {text.splitlines()[0][:300]}"
+        return None
+    return f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else 'bad value'}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="interpscope", description="Look inside language models.")
     subparsers = parser.add_subparsers(dest="command", required=True)
@@ -62,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except InterpscopeError as err:
         print(f"interpscope: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError, MemoryError, RuntimeError) as err:
+        message = last_resort_message(err)
+        if message is None:
+            raise
+        print(f"interpscope: error: {' '.join(message.split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interpscope: interrupted", file=sys.stderr)

@@ -108,3 +108,42 @@ def open_fraction(text: str) -> float:
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive), got {text}")
     return value
+
+
+def finite_float(text: str) -> float:
+    """Any finite number (NaN, inf and values that overflow a float, such as 1e309, are refused)."""
+    return _float(text)
+
+
+SEED_MAX = 2**32 - 1
+
+
+def seed_int(text: str) -> int:
+    """A random seed: a whole number from 0 to 2^32 - 1 (what numpy and torch both take)."""
+    value = _int(text)
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {SEED_MAX} (2^32 - 1), got {value}")
+    return value
+
+
+def ray_address(text: str) -> str:
+    """`auto`, HOST:PORT or ray://HOST:PORT (port 1-65535); the cluster is probed before any work
+    (backend.cli.scale_args.check_ray_address)."""
+    value = text.strip()
+    if value == "auto":
+        return value
+    host, port = split_address(value)
+    if host is None:
+        raise argparse.ArgumentTypeError(f"expected auto, HOST:PORT or ray://HOST:PORT, got {text!r}")
+    return value
+
+
+def split_address(value: str) -> tuple[str | None, int | None]:
+    """(host, port) of HOST:PORT or ray://HOST:PORT; (None, None) when it is neither."""
+    import re
+
+    rest = value.removeprefix("ray://")
+    found = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):(\d{1,5})", rest)
+    if not found or not 1 <= int(found.group(2)) <= 65535:
+        return None, None
+    return found.group(1).strip("[]"), int(found.group(2))

@@ -39,11 +39,49 @@ def load_model_for_sae(args: argparse.Namespace, sae, load=load_from_args):
                                f"{DEFAULT_MODEL}, a local folder or a Hugging Face id).") from None
 
 
-def read_text_file(path: str) -> str:
-    file = Path(path)
-    if not file.is_file():
+def read_input_bytes(path: str, flag: str = "--file") -> bytes:
+    """The bytes of an input file, or one clear error: missing, a folder, not a regular file (a FIFO or device
+    would block or never end), over the upload limit, or unreadable (permission denied, I/O error)."""
+    from backend.inputs import MAX_UPLOAD_BYTES
+
+    file = Path(path).expanduser()
+    if file.is_dir():
+        raise InterpscopeError(f"{flag} {path} is a folder, not a file.")
+    if not file.exists():
         raise InterpscopeError(f"No such file: {path}")
-    return decode_bytes(file.read_bytes(), name=file.name)
+    if not file.is_file():
+        raise InterpscopeError(f"{flag} {path} is not a regular file.")
+    size = file.stat().st_size
+    if size > MAX_UPLOAD_BYTES:
+        raise InterpscopeError(f"{file.name} is {size / 2**20:.1f} MiB; the limit is {MAX_UPLOAD_BYTES / 2**20:.0f} "
+                               "MiB.")
+    try:
+        with open(file, "rb") as handle:
+            data = handle.read(MAX_UPLOAD_BYTES + 1)
+    except OSError as err:
+        raise InterpscopeError(f"Cannot read {flag} {path}: {err.strerror or err}.") from None
+    return data
+
+
+def read_text_file(path: str, flag: str = "--file") -> str:
+    """A text file's contents (UTF-8 or UTF-16 with a BOM), with one-line errors for every bad file."""
+    return decode_bytes(read_input_bytes(path, flag), name=Path(path).name)
+
+
+def check_corpus(source: str | None, flag: str = "--corpus") -> None:
+    """Fail now, before any model is loaded or output folder claimed, when a --corpus file or folder cannot be
+    read or holds no usable text (the bundled corpus is not re-read)."""
+    if source is None or str(source) in ("austen", "bundled"):
+        return
+    from backend.corpus import paragraphs
+
+    try:
+        found = paragraphs(source, "all")
+    except OSError as err:
+        raise InterpscopeError(f"Cannot read {flag} {source}: {err.strerror or err}"
+                               f"{f' ({err.filename})' if err.filename else ''}.") from None
+    if not found:
+        raise InterpscopeError(f"{flag} {source} holds no paragraphs of text.")
 
 
 def check_out_file(path: str | None, flag: str) -> None:
@@ -54,10 +92,20 @@ def check_out_file(path: str | None, flag: str) -> None:
         check_output_file(path, flag)
 
 
+def check_out_folder(path: str | None, flag: str = "--out", force: bool = False) -> None:
+    """Fail now, before any computation, when an output folder could not be written (see check_output_folder)."""
+    if path:
+        from backend.outputs import check_output_folder
+
+        check_output_folder(path, force, flag)
+
+
 def emit_json(value, out: str | None = None) -> None:
-    """Write JSON to a file, or to stdout when out is None or '-'."""
+    """Write JSON to a file (atomically: never half a document), or to stdout when out is None or '-'."""
     text = to_json(value)
     if out and out != "-":
-        Path(out).write_text(text + "\n", encoding="utf-8")
+        from backend.atomic import write_text
+
+        write_text(out, text + "\n")
     else:
         sys.stdout.write(text + "\n")

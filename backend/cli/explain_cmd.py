@@ -5,7 +5,8 @@ import argparse
 from pathlib import Path
 
 from backend.cli.argtypes import non_negative_int, positive_int
-from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args
+from backend.cli.common import (add_model_args, check_out_file, check_out_folder, emit_json, load_from_args,
+                                read_input_bytes)
 from backend.config import InterpscopeError
 
 
@@ -69,9 +70,7 @@ def _text_from_args(args: argparse.Namespace) -> str:
     from backend.inputs import parse_examples
 
     path = Path(args.file)
-    if not path.is_file():
-        raise InterpscopeError(f"No such file: {args.file}")
-    data = path.read_bytes()
+    data = read_input_bytes(args.file)
     suffix = path.suffix.lower()
     if args.row is None and suffix in (".txt", ".md", ".text", ""):
         from backend.inputs import decode_bytes
@@ -148,9 +147,8 @@ def run_all_rows(args: argparse.Namespace) -> int:
         raise InterpscopeError("--all-rows explains each row's next token (or --target-token); it takes no "
                                "--contrast, --row, --png or --json (everything goes to --out).")
     path = Path(args.file)
-    if not path.is_file():
-        raise InterpscopeError(f"No such file: {args.file}")
-    data = path.read_bytes()
+    data = read_input_bytes(args.file)
+    check_out_folder(args.out, "--out", force=args.force)
     table = parse_table(data, path.name, text_column=args.text_column, label_column=args.label_column)
     options = _options(args)
     lm = load_from_args(args)
@@ -170,10 +168,12 @@ def run_all_rows(args: argparse.Namespace) -> int:
         bar.close()
     out = Path(run.folder)
     aggregates = run.aggregates()
-    (out / "aggregates.json").write_text(to_json(aggregates) + "\n", encoding="utf-8")
+    from backend.atomic import write_text, write_with
+
+    write_text(out / "aggregates.json", to_json(aggregates) + "\n")
     import pandas as pd
 
-    pd.DataFrame(run.tidy()).to_csv(out / "relevance.csv", index=False)
+    write_with(out / "relevance.csv", lambda handle: pd.DataFrame(run.tidy()).to_csv(handle, index=False))
     save_bars(out / "by_token.png", [r["token"] for r in aggregates.by_token[:25]],
               [r["mean_relevance"] for r in aggregates.by_token[:25]],
               f"Mean relevance per token type ({method}, {len(run.rows)} rows)")

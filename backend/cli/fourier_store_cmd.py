@@ -5,13 +5,34 @@ from __future__ import annotations
 import argparse
 import time
 
-from backend.cli.common import add_model_args, emit_json, load_from_args
+from backend.cli.common import add_model_args, check_out_folder, emit_json, load_from_args
+
+
+def _check_store_folder(out: str) -> None:
+    """Before the model loads: --out can be written and is new, empty or a Fourier store (its model is checked
+    once the model is loaded)."""
+    import json
+    from pathlib import Path
+
+    from backend.config import InterpscopeError
+    from backend.fourier.precomputed import KIND, MANIFEST
+
+    check_out_folder(out, "--out", force=True)
+    folder = Path(out).expanduser()
+    if folder.is_dir() and any(folder.iterdir()):
+        try:
+            kind = json.loads((folder / MANIFEST).read_text(encoding="utf-8")).get("kind")
+        except (OSError, ValueError, AttributeError):
+            kind = None
+        if kind != KIND:
+            raise InterpscopeError(f"--out {folder} exists and is not a Fourier store; choose a new or empty folder.")
 
 
 def _store(args: argparse.Namespace) -> int:
     from backend.cli.sae_store_cmd import folder_size
     from backend.fourier.precomputed import MANIFEST, build_fourier_store
 
+    _check_store_folder(args.out)
     lm = load_from_args(args)
     started = time.perf_counter()
     out = build_fourier_store(lm, args.out)

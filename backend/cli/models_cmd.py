@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from backend.cli.argtypes import positive_int
 from backend.cli.common import add_model_args, emit_json, load_from_args, read_text_file
 from backend.config import InterpscopeError
 
@@ -17,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source = predict.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", help="the text")
     source.add_argument("--file", help="a UTF-8 text file")
-    predict.add_argument("--top", type=int, default=10, help="how many tokens (default 10)")
+    predict.add_argument("--top", type=positive_int, default=10, help="how many tokens (default 10)")
     predict.add_argument("--json", action="store_true", help="print JSON")
     predict.set_defaults(func=run_predict)
 

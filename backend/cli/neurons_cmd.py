@@ -7,8 +7,8 @@ import dataclasses
 import importlib
 from contextlib import contextmanager
 
-from backend.cli.argtypes import non_negative_int, positive_int, window_int
-from backend.cli.common import add_model_args, emit_json, load_from_args
+from backend.cli.argtypes import non_negative_int, positive_int, seed_int, window_int
+from backend.cli.common import add_model_args, check_corpus, emit_json, load_from_args
 from backend.config import InterpscopeError
 
 NEURONS_SUBCOMMAND_MODULES = ["backend.cli.neurons_store_cmd"]
@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ablate.add_argument("--tokens", type=positive_int, default=2048, help="held-out corpus tokens to ablate over (default 2048)")
     ablate.add_argument("--seq-len", type=window_int, default=128, help="window length in tokens (default 128)")
     ablate.add_argument("--random", type=non_negative_int, default=8, help="random neurons per layer as a baseline (default 8)")
-    ablate.add_argument("--seed", type=int, default=0, help="seed for the random neurons (default 0)")
+    ablate.add_argument("--seed", type=seed_int, default=0, help="seed for the random neurons (default 0)")
     ablate.add_argument("--k", type=positive_int, default=None, help="bottom singular directions for rho (default ~1%% of d_model)")
     ablate.add_argument("--mean-tokens", type=positive_int, default=None, help="corpus tokens for the mean activations")
     ablate.add_argument("--corpus", default=None, help="a .txt/.md/.jsonl file or folder (default: bundled Austen)")
@@ -53,6 +53,8 @@ def run_candidates(args: argparse.Namespace) -> int:
 
     if args.top < 0:
         raise InterpscopeError("--top must be 0 (all) or more.")
+    if not args.no_unigram:
+        check_corpus(args.corpus)
     lm = load_from_args(args)
     stats = candidates(lm, layer=args.layer, k=args.k, with_unigram=not args.no_unigram, source=args.corpus)
     rows = stats.rows(args.top or None)
@@ -91,7 +93,11 @@ def run_ablate(args: argparse.Namespace) -> int:
         raise InterpscopeError(f"--tokens ({args.tokens}) must be at least --seq-len ({args.seq_len}).")
     if args.random < 0:
         raise InterpscopeError("--random must be 0 or more.")
+    check_corpus(args.corpus)
     lm = load_from_args(args)
+    from backend.neurons.ablation import parse_neurons
+
+    parse_neurons(args.neurons, lm.adapter)  # a bad L.I fails before any progress is drawn
     with _tqdm_progress() as progress:
         result = ablate(lm, args.neurons, n_tokens=args.tokens, seq_len=args.seq_len, n_random=args.random,
                         seed=args.seed, k=args.k, source=args.corpus, mean_tokens=args.mean_tokens,

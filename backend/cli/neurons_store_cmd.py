@@ -7,7 +7,8 @@ import argparse
 import sys
 import time
 
-from backend.cli.common import add_model_args, emit_json, load_from_args
+from backend.cli.argtypes import positive_int, window_int
+from backend.cli.common import add_model_args, check_out_folder, emit_json, load_from_args
 from backend.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
 from backend.config import InterpscopeError
 
@@ -15,8 +16,11 @@ from backend.config import InterpscopeError
 def _layers(text: str | None) -> list[int] | None:
     if text is None:
         return None
+    parts = [part.strip() for part in text.split(",")]
     try:
-        return [int(part) for part in text.split(",") if part.strip()]
+        if not all(parts):
+            raise ValueError
+        return [int(part) for part in parts]
     except ValueError:
         raise InterpscopeError(f"--layers takes comma-separated layer numbers, e.g. 29 or 28,29 (got {text!r}).") \
             from None
@@ -30,6 +34,8 @@ def _store(args: argparse.Namespace) -> int:
 
     if args.tokens < args.seq_len:
         raise InterpscopeError(f"--tokens ({args.tokens}) must be at least --seq-len ({args.seq_len}).")
+    layers = _layers(args.layers)
+    check_out_folder(args.out, "--out")
     scale = scale_from_args(args)
     lm = load_from_args(args)
     from backend.scale.memory import resolve_batch_size
@@ -43,7 +49,7 @@ def _store(args: argparse.Namespace) -> int:
         bar.update(done - bar.n)
 
     started = time.perf_counter()
-    out = build_neuron_store(lm, args.out, layers=_layers(args.layers), spec=spec, progress=progress,
+    out = build_neuron_store(lm, args.out, layers=layers, spec=spec, progress=progress,
                              batch_size=batch_size, scale=scale)
     bar.close()
     from backend.neurons.page_store import NeuronStore
@@ -61,6 +67,10 @@ def _detail(args: argparse.Namespace) -> int:
     lm = load_from_args(args)
     neuron = parse_neurons([args.neuron], lm.adapter)[0]
     card = neuron_card(lm, neuron.layer, neuron.index, k=args.k, compute=args.compute)
+    if not card.contexts and not args.weights_only:
+        raise InterpscopeError(f"No neuron store or cached activations cover layer {neuron.layer} of {lm.name}, so "
+                               "there are no top contexts or histogram: pass --compute to run the corpus, build a "
+                               "store with `interpscope neurons store`, or pass --weights-only for the weight side.")
     if args.json:
         emit_json(card)
         return 0
@@ -81,8 +91,8 @@ def register(actions) -> None:
     add_model_args(store)
     store.add_argument("--out", required=True, help="store folder (new, empty, or a store of the same settings)")
     store.add_argument("--layers", default=None, help="comma-separated layers (default: the final layer)")
-    store.add_argument("--tokens", type=int, default=8192, help="corpus tokens (default 8192, as the page)")
-    store.add_argument("--seq-len", type=int, default=128, help="window length in tokens (default 128)")
+    store.add_argument("--tokens", type=positive_int, default=8192, help="corpus tokens (default 8192, as the page)")
+    store.add_argument("--seq-len", type=window_int, default=128, help="window length in tokens (default 128)")
     store.add_argument("--split", default="train", choices=["train", "valid", "test"],
                        help="split of the bundled corpus (default train, as the page's means)")
     add_batch_arg(store, "--batch-size", 8, "windows per model call")
@@ -92,8 +102,10 @@ def register(actions) -> None:
     detail = actions.add_parser("detail", help="one neuron's card: weights, histogram, top contexts")
     add_model_args(detail)
     detail.add_argument("--neuron", required=True, metavar="L.I", help="the neuron as LAYER.INDEX")
-    detail.add_argument("--k", type=int, default=None, help="bottom singular directions for rho")
+    detail.add_argument("--k", type=positive_int, default=None, help="bottom singular directions for rho")
     detail.add_argument("--compute", action="store_true",
                         help="run the corpus when neither a store nor cached activations cover the layer")
+    detail.add_argument("--weights-only", action="store_true",
+                        help="print the weight side only when no store or cached activations cover the layer")
     detail.add_argument("--json", action="store_true", help="print JSON")
     detail.set_defaults(func=_detail)

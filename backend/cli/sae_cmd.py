@@ -8,8 +8,10 @@ import importlib
 import sys
 
 from backend.cli.argtypes import (eval_tokens_int, eval_window_int, fraction, list_of, non_negative_float,
-                                  non_negative_int, open_fraction, positive_float, positive_int, window_int)
-from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args, load_model_for_sae
+                                  non_negative_int, open_fraction, positive_float, positive_int, seed_int,
+                                  window_int)
+from backend.cli.common import (add_model_args, check_corpus, check_out_file, emit_json, load_from_args,
+                                load_model_for_sae)
 from backend.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
 from backend.config import InterpscopeError
 
@@ -27,19 +29,47 @@ def _per_arch(values: list | None, n: int, what: str) -> list:
     return values
 
 
+def _knobs(archs: list[str], values: list | None, flag: str, counted: bool) -> list:
+    """Per architecture, the --k (counted) or --l1 value it trains with; one value goes to every architecture
+    that takes it. A value no architecture in the list takes is refused, never ignored."""
+    from backend.sae.pipeline import architecture_class
+
+    takes = []
+    for arch in archs:
+        try:
+            takes.append(architecture_class(arch).knob.is_count == counted)
+        except ValueError as err:
+            raise InterpscopeError(str(err)) from None
+    if values and not any(takes):
+        raise InterpscopeError(f"{flag} does not apply to --arch {','.join(archs)} "
+                               f"({'none of them takes a k' if counted else 'none of them takes an L1 coefficient'}); "
+                               f"leave it out or choose an architecture that uses it.")
+    per = _per_arch(values, len(archs), flag)
+    if values and len(values) == len(archs) > 1:
+        for arch, value, use in zip(archs, per, takes):
+            if not use:
+                raise InterpscopeError(f"{flag} gives {value} for {arch}, which does not take it.")
+    return [value if use else None for value, use in zip(per, takes)]
+
+
 def _train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from backend.sae.arch import choices_text
-    from backend.sae.pipeline import SAESpec, check_resume, check_specs, train_saes, train_settings
+    from backend.sae.pipeline import SAESpec, check_resume, check_specs, check_training_memory, train_saes, \
+        train_settings
 
-    archs = [a.strip() for a in args.arch.split(",") if a.strip()]
-    if not archs:
+    archs = [a.strip() for a in args.arch.split(",")]
+    if not any(archs):
         raise InterpscopeError(f"--arch needs at least one of {choices_text()}.")
-    l1s = _per_arch(args.l1, len(archs), "--l1")
-    ks = _per_arch(args.k, len(archs), "--k")
+    if not all(archs):
+        raise InterpscopeError(f"--arch {args.arch!r} has an empty item (a stray comma); give names such as "
+                               "relu,topk.")
+    l1s = _knobs(archs, args.l1, "--l1", counted=False)
+    ks = _knobs(archs, args.k, "--k", counted=True)
     specs = [SAESpec(a, args.width, l1, k) for a, l1, k in zip(archs, l1s, ks)]
     check_specs(specs)
+    check_training_memory(specs, None, args.batch_size)  # a lower bound: the model gives the activation width
     if args.tokens < args.batch_size:
         raise InterpscopeError(f"--tokens ({args.tokens}) must be at least one batch ({args.batch_size}).")
     if args.cache_tokens < args.context:
@@ -49,6 +79,7 @@ def _train(args: argparse.Namespace) -> int:
                    batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
                    decay_fraction=args.decay_fraction, resample_at=tuple(args.resample_at),
                    dead_window_tokens=args.dead_window_tokens, seed=args.seed)
+    check_corpus(args.corpus)
     check_resume(args.out, train_settings(args.model.strip(), args.hook, specs, **options), force=args.force)
     scale = scale_from_args(args)
     loaded = load_from_args(args)
@@ -91,6 +122,14 @@ def _eval(args: argparse.Namespace) -> int:
     if not args.text_file and args.tokens < args.context:
         raise InterpscopeError(f"--tokens ({args.tokens}) must be at least one window of --context ({args.context}) "
                                "tokens.")
+    if args.out and not args.json:
+        raise InterpscopeError("--out writes the JSON: give --json with it.")
+    check_corpus(args.corpus)
+    text = None
+    if args.text_file:
+        from backend.cli.common import read_text_file
+
+        text = read_text_file(args.text_file, "--text-file")
     scale = scale_from_args(args)
     sae = load_sae(args.sae)
     loaded = load_model_for_sae(args, sae, load_from_args)
@@ -98,11 +137,10 @@ def _eval(args: argparse.Namespace) -> int:
 
     batch_size = resolve_batch_size(args.batch_size, loaded, context=args.context, default=4, logits=True)
     text_ids = None
-    if args.text_file:
-        from backend.cli.common import read_text_file
+    if text is not None:
         from backend.corpus import token_stream
 
-        stream = token_stream(loaded.tokenizer, [read_text_file(args.text_file)], max_tokens=args.tokens)
+        stream = token_stream(loaded.tokenizer, [text], max_tokens=args.tokens)
         n = stream.numel() // args.context
         if n == 0:
             raise InterpscopeError(f"{args.text_file} has fewer than {args.context} tokens; lower --context.")
@@ -161,7 +199,7 @@ def register(subparsers) -> None:
     train.add_argument("--checkpoint-every", type=non_negative_int, default=50,
                        help="steps between checkpoints (resumable; 0 = only at the end)")
     train.add_argument("--save-dtype", default="float32", choices=["float32", "float16"])
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--seed", type=seed_int, default=0, help="random seed (0 to 2^32 - 1)")
     train.add_argument("--eval-tokens", type=eval_tokens_int, default=0,
                        help="evaluate each SAE on this many test tokens")
     train.add_argument("--out", required=True, help="output folder (one sub-folder per SAE); a folder holding "

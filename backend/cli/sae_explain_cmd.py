@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from backend.cli.argtypes import list_of, non_negative_int, positive_int
+from backend.cli.argtypes import list_of, non_negative_int, positive_int, ray_address
 from backend.scale.memory import batch_size_arg
-from backend.cli.common import emit_json
+from backend.cli.common import check_out_file, emit_json
+from backend.cli.scale_args import check_ray_address, check_workers
 
 
 def register(sae_sub) -> None:
@@ -21,7 +22,7 @@ def register(sae_sub) -> None:
                          help="prompts per generation batch (default 16); auto: from free memory")
     explain.add_argument("--workers", type=positive_int, default=1,
                          help="Ray workers (needs the scale extra: pip install -e .[scale]); 1 = this process")
-    explain.add_argument("--ray-address", default=None, help="join a running Ray cluster instead")
+    explain.add_argument("--ray-address", type=ray_address, default=None, help="join a running Ray cluster instead")
     explain.add_argument("--json", metavar="OUT", help="write a summary as JSON to OUT ('-' for stdout)")
     explain.set_defaults(func=run_explain)
 
@@ -48,10 +49,13 @@ def run_explain(args: argparse.Namespace) -> int:
     from backend.models import load_model
     from backend.sae_store import FeatureStore
     from backend.sae_store.explain import explain_store, model_writer, negative_pool
+    check_out_file(args.json, "--json")
     if args.workers > 1 or args.ray_address:
         from backend.scale.cluster import require_ray
 
         require_ray()
+        check_workers(args.workers, args.ray_address)
+        check_ray_address(args.ray_address)
     store = FeatureStore(_store_folder(args.store))
     if args.features is not None:
         for feature in args.features:

@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import argparse
 
-from backend.cli.common import add_model_args, emit_json, load_from_args
+from backend.cli.argtypes import finite_float, int_between, non_negative_int, positive_int
+from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args
 from backend.config import InterpscopeError
 
 
 def _sae_and_model(args: argparse.Namespace):
+    """The SAE and its model, after every input and output was checked (nothing is computed on bad input)."""
     from backend.sae import load_sae
 
+    check_out_file(args.out, "--out")
+    if args.out and not args.json:
+        raise InterpscopeError("--out writes the JSON: give --json with it.")
     sae = load_sae(args.sae)
     if args.model is None:
         args.model = sae.cfg.model_name or "smollm2-135m"
@@ -24,15 +29,16 @@ def _text(args: argparse.Namespace) -> str:
     if args.text_file:
         from backend.cli.common import read_text_file
 
-        return read_text_file(args.text_file)
+        return read_text_file(args.text_file, "--text-file")
     return args.text
 
 
 def _steer(args: argparse.Namespace) -> int:
     from backend.sae_store.steering import steer
 
+    text = _text(args)
     sae, lm = _sae_and_model(args)
-    result = steer(lm, sae, _text(args), args.feature, mode=args.mode, strength=args.strength, n_new=args.tokens)
+    result = steer(lm, sae, text, args.feature, mode=args.mode, strength=args.strength, n_new=args.tokens)
     if args.json:
         emit_json(result, args.out)
         return 0
@@ -48,10 +54,9 @@ def _steer(args: argparse.Namespace) -> int:
 def _prompt(args: argparse.Namespace) -> int:
     from backend.sae_store.prompt import prompt_features
 
+    text = _text(args)
     sae, lm = _sae_and_model(args)
-    if args.top < 1 or args.per_token < 0:
-        raise InterpscopeError("--top must be at least 1 and --per-token 0 or more.")
-    view = prompt_features(lm, sae, _text(args), n_top=args.top)
+    view = prompt_features(lm, sae, text, n_top=args.top)
     peak = view.top_values.max(axis=0) if view.top_values.size else []
     payload = {"model": lm.name, "hook": sae.cfg.hook_name, "tokens": view.tokens,
                "excluded_positions": view.excluded_positions, "sink_positions": view.sink_positions,
@@ -81,14 +86,14 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def register(sae_sub) -> None:
     steer = sae_sub.add_parser("steer", help="add or ablate one feature: next-token change and two continuations")
     _common(steer)
-    steer.add_argument("--feature", type=int, required=True, help="feature id")
+    steer.add_argument("--feature", type=non_negative_int, required=True, help="feature id")
     steer.add_argument("--mode", choices=["add", "ablate"], default="add")
-    steer.add_argument("--strength", type=float, default=10.0, help="multiple of the decoder row added (add mode)")
-    steer.add_argument("--tokens", type=int, default=10, help="tokens to generate for each continuation (0..32)")
+    steer.add_argument("--strength", type=finite_float, default=10.0, help="multiple of the decoder row added (add mode)")
+    steer.add_argument("--tokens", type=int_between(0, 32), default=10, help="tokens to generate for each continuation (0..32)")
     steer.set_defaults(func=_steer)
 
     prompt = sae_sub.add_parser("prompt", help="features on a text: top features, active features per token, sinks")
     _common(prompt)
-    prompt.add_argument("--top", type=int, default=20, help="how many top features (default 20)")
-    prompt.add_argument("--per-token", type=int, default=10, help="active features listed per token (default 10)")
+    prompt.add_argument("--top", type=positive_int, default=20, help="how many top features (default 20)")
+    prompt.add_argument("--per-token", type=non_negative_int, default=10, help="active features listed per token (default 10)")
     prompt.set_defaults(func=_prompt)

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 from backend.cli.argtypes import eval_tokens_int, non_negative_int, positive_int, window_int
-from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args, load_model_for_sae
+from backend.cli.common import (add_model_args, check_corpus, check_out_file, emit_json, load_from_args,
+                                load_model_for_sae)
 from backend.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
 from backend.config import InterpscopeError
 
@@ -35,6 +36,7 @@ def _model_for_sae(args: argparse.Namespace):
                                "tokens.")
     sae = load_sae(args.sae)
     _check_store_target(args)
+    check_corpus(args.corpus)
     return load_model_for_sae(args, sae, load_from_args)
 
 

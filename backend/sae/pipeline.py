@@ -81,6 +81,35 @@ def check_specs(specs: list[SAESpec]) -> None:
             raise InterpscopeError(f"The sparsity coefficient must be 0 or more (got {spec.sparsity}).")
 
 
+def training_memory_bytes(specs: list[SAESpec], d_in: int, batch_size: int) -> int:
+    """What training `specs` on `d_in`-wide activations holds in memory, in bytes: per SAE, float32 W_enc, W_dec
+    and biases with their gradients and two Adam moments (4 copies), and a batch's pre-activations, activations
+    and their gradients (4 width-wide float32 arrays per row)."""
+    total = 0
+    for spec in specs:
+        params = 2 * d_in * spec.width + spec.width + d_in
+        total += 4 * 4 * params + 4 * 4 * batch_size * spec.width
+    return total
+
+
+def check_training_memory(specs: list[SAESpec], d_in: int | None, batch_size: int,
+                          available: int | None = None) -> None:
+    """Refuse, before any activation is cached, a training that cannot fit in the free memory (a width of 10^11
+    would otherwise cache for minutes and then fail allocating hundreds of terabytes). d_in None: before the
+    model is loaded, a lower bound (activations 1 wide)."""
+    import psutil
+
+    need = training_memory_bytes(specs, d_in or 1, batch_size)
+    available = psutil.virtual_memory().available if available is None else available
+    if need > available:
+        widths = ", ".join(sorted({f"{spec.width:,}" for spec in specs}))
+        what = f"on {d_in}-wide activations " if d_in else ""
+        amount = "about" if d_in else "at least"
+        raise InterpscopeError(f"Training {len(specs)} SAE(s) of width {widths} {what}with "
+                               f"batches of {batch_size:,} needs {amount} {need / 2**30:,.1f} GiB of memory; "
+                               f"{available / 2**30:,.1f} GiB is free. Lower --width or --batch-size.")
+
+
 def run_names(specs: list[SAESpec]) -> list[str]:
     """Each spec's run (and output sub-folder) name; a repeated name gets its position appended."""
     names: list[str] = []
@@ -184,6 +213,7 @@ def train_saes(loaded, hook_name: str, specs: list[SAESpec], out_dir: str | Path
         raise InterpscopeError("Training on MLP neurons (mlp.hook_post) is not supported here; use "
                                "hook_resid_pre/post, hook_mlp_out or hook_attn_out.")
     width = hook_width(loaded.adapter, hook_name)
+    check_training_memory(specs, width, batch_size)
     settings = train_settings(loaded.name, hook_name, specs, tokens=tokens, cache_tokens=cache_tokens,
                               source=source, split=split, context_size=context_size, batch_size=batch_size, lr=lr,
                               warmup_steps=warmup_steps, decay_fraction=decay_fraction, resample_at=resample_at,

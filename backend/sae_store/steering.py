@@ -84,6 +84,8 @@ def steer(loaded, sae: SparseAutoencoder, text: str, feature: int, mode: str = "
         raise InterpscopeError(f"Feature id must be 0..{sae.cfg.d_sae - 1} (got {feature}).")
     if not 0 <= n_new <= MAX_NEW_TOKENS:
         raise InterpscopeError(f"Generate between 0 and {MAX_NEW_TOKENS} tokens (asked for {n_new}).")
+    if not np.isfinite(float(strength)):
+        raise InterpscopeError(f"The steering strength must be a finite number (got {strength}).")
     hook = check_compatible(sae, loaded.adapter, None, loaded.name)
     sae = on_device(sae, loaded.device)
     ids = loaded.encode(text, max_tokens=loaded.token_cap - n_new)

@@ -82,6 +82,9 @@ def plan_workers(ray, workers: int, address: str | None, on_gpu: bool) -> Worker
     if workers <= 1:
         nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
         workers = int(gpus) if gpus >= 1 else max(1, nodes)
-    workers = max(1, min(workers, int(cpus)))  # more workers than CPUs would wait forever to be placed
+    elif workers > int(cpus):  # more workers than CPUs would wait forever to be placed: refuse, never shrink
+        raise InterpscopeError(f"--workers {workers} is more than the {int(cpus)} CPU(s) of the Ray cluster at "
+                               f"{address}; ask for at most {int(cpus)}.")
+    workers = max(1, min(workers, int(cpus)))
     share = max(1.0, float(int(cpus // workers)))
     return WorkerPlan(workers, share, gpus / workers if gpus else 0.0, int(share))
