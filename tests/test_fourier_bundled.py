@@ -40,3 +40,17 @@ def test_generation_probe_parses_answers(bundled_lm):
     result = run_addition(bundled_lm, np.array([[2, 3], [10, 20]]), "{a}+{b}=", prefix="1+1=2\n4+5=9\n")
     assert result.mode == "generation" and result.answers.tolist() == [5, 30]
     assert all(p >= 0 for p in result.predictions)  # the model answers with a number
+
+
+def test_digit_baseline_is_shown_and_its_periods_are_never_outliers(bundled_lm, capsys):
+    spectra = hidden_spectra(bundled_lm, 100)
+    assert spectra.baseline_periods == pytest.approx([10.0, 5.0, 10 / 3, 2.5, 2.0])
+    assert spectra.baseline_share[0] == pytest.approx(1.0) and spectra.outlier_periods[0] == []
+    assert spectra.baseline_share[-1] < 0.9  # deeper layers carry more than the last digit
+    built_in = np.array(spectra.baseline_periods)
+    assert not any(np.isclose(built_in, p).any() for layer in spectra.outlier_periods for p in layer)
+    assert main(["fourier", "spectrum", "--model", "smollm2-135m", "--numbers", "100", "--layer", "-1",
+                 "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["baseline_share"] == pytest.approx(1.0) and result["outliers"] == []
+    assert "explains 100.0% of this spectrum's power" in result["reading"]

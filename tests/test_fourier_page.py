@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from backend.fourier.addition import run_addition
@@ -102,8 +103,19 @@ def test_filter_table_runs_from_the_button(adder_page):
     assert any("by kind of error" in t for t in titles)
     base = float(frame["accuracy"].iloc[0])
     lost_low = base - float(frame["accuracy"].iloc[1])
-    sentence = " ".join(m.value for m in adder_page.markdown if "Removing low frequencies" in m.value)
-    assert f"costs {lost_low:.1%} accuracy" in sentence  # the sentence is built from the table's numbers
+    sentence = " ".join(m.value for m in adder_page.markdown if m.value.startswith("Removing low frequencies"))
+    assert f"(rank 18) costs {100 * lost_low:.1f} points" in sentence  # the sentence is built from the table's numbers
+    controlled = frame.iloc[1:]
+    assert controlled["control_accuracy_mean"].between(0, 1).all() and (controlled["control_accuracy_sd"] >= 0).all()
+    assert np.allclose(controlled["effect"], base - controlled["accuracy"])
+    assert np.allclose(controlled["control_effect_mean"], base - controlled["control_accuracy_mean"])
+    defined = controlled["specificity"].notna()
+    assert np.allclose(controlled["specificity"][defined],
+                       (controlled["effect"] / controlled["control_effect_mean"])[defined])
+    first = controlled.iloc[0]
+    assert f"{first['verdict']} a random subspace of the same rank ({100 * first['control_effect_mean']:.1f}" \
+        in sentence
+    assert pd.isna(frame["control_accuracy_mean"].iloc[0])  # no control beside "no filter"
 
 
 def test_asking_for_more_prompts_than_the_split_holds_is_said(adder_page):
