@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterator
 
@@ -125,12 +125,19 @@ class OutputFolder:
         if marker is None:
             empty = not path.exists() or not any(path.iterdir())
             marker = {"tool": "interpscope", "command": command, "created": empty, "files": []}
+        existed = path.exists()
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise InterpscopeError(f"Cannot create the folder {path}: {err.strerror or err}.") from None
         folder = cls(path, marker)
-        folder._save()
+        try:
+            folder._save()
+        except InterpscopeError:
+            if not existed:  # e.g. a full disk: leave no empty folder behind
+                with suppress(OSError):
+                    path.rmdir()
+            raise
         remove_stale_temps(path)
         return folder
 

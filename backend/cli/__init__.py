@@ -36,6 +36,16 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
+def _clear_progress() -> None:
+    """Erase the progress bars a failed command left on screen, so its error is the one line there."""
+    tqdm_module = sys.modules.get("tqdm")
+    if tqdm_module is None:
+        return
+    for bar in list(getattr(tqdm_module.tqdm, "_instances", ())):
+        bar.leave = False
+        bar.close()
+
+
 def last_resort_message(err: BaseException) -> str | None:
     """One line for an error that escaped the commands' own checks: a file that cannot be read or written (a full
     disk, a permission, a folder where a file belongs), a bad value a library refused, memory that cannot be had.
@@ -82,12 +92,14 @@ def main(argv: list[str] | None = None) -> int:
         check_data_dir()
         return int(args.func(args) or 0)
     except InterpscopeError as err:
+        _clear_progress()
         print(f"interpscope: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
     except (OSError, ValueError, MemoryError, RuntimeError) as err:
         message = last_resort_message(err)
         if message is None:
             raise
+        _clear_progress()
         print(f"interpscope: error: {' '.join(message.split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

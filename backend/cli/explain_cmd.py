@@ -153,8 +153,6 @@ def run_all_rows(args: argparse.Namespace) -> int:
     options = _options(args)
     lm = load_from_args(args)
     method = args.method or _default_method(lm)
-    if table.note:
-        print(f"{path.name}: {table.note}", file=sys.stderr)
     bars: list = []
 
     def progress(done: int, total: int) -> None:
@@ -184,6 +182,8 @@ def run_all_rows(args: argparse.Namespace) -> int:
 
     OutputFolder.claim(out, force=True, command="explain --all-rows").record(
         "aggregates.json", "relevance.csv", "by_token.png", "by_distance.png")
+    if table.note:
+        print(f"{path.name}: {table.note}", file=sys.stderr)
     print(f"{len(run.rows)} of {run.spec.n_rows} rows explained ({len(run.errors)} could not be: see rows.jsonl), "
           f"{run.seconds:.1f} s this run; {out}/aggregates.json, relevance.csv, by_token.png, by_distance.png")
     return 0

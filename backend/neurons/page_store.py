@@ -13,8 +13,6 @@ only into a folder it created or that already holds such a store), shipped in as
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -23,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from backend import corpus
+from backend import atomic, corpus
 from backend.config import ASSETS_DIR, InterpscopeError, data_dir
 from backend.neurons.detail import (CONTEXT_LEFT, CONTEXT_RIGHT, Context, NeuronDetail, context_windows,
                                     kept_histogram, weight_detail)
@@ -55,23 +53,11 @@ class StoreSpec:
 
 
 def _write_json(path: Path, value: dict) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(value, handle, indent=1)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    atomic.write_json(path, value, indent=1)
 
 
 def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.savez_compressed(handle, **arrays)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic.write_with(path, lambda handle: np.savez_compressed(handle, **arrays))
 
 
 def layer_arrays(lm, layer: int, acts: np.ndarray, excluded: np.ndarray, tokens: np.ndarray, spec: StoreSpec,

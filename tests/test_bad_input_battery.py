@@ -1,0 +1,425 @@
+"""The bad-input battery: every subcommand given every kind of bad value (empty, binary, wrong encoding, huge,
+NaN/inf, negative, out of range, unknown model, missing / unreadable / non-regular file, a pickle where
+safetensors belongs, an output onto a folder or a file, a closed Ray port...). Each case runs the real command
+line in-process and must end with exit status 2, exactly one line `interpscope: error: ...` on stderr, no
+traceback, and nothing written: every file and folder under the test's folder and the shared fixtures is as
+it was.
+
+Cases are generated from tables (per subcommand x per kind of bad value), so a new option only needs a row.
+"Unreadable" inputs are made with chmod 000 where that stops reads; as root (CI) chmod does not, so the same
+cases deny the read with a PermissionError from open() in-process instead.
+"""
+from __future__ import annotations
+
+import builtins
+import codecs
+import errno
+import io
+import os
+import pickle
+import shutil
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from backend.cli import main
+from backend.inputs import MAX_UPLOAD_BYTES
+from tests.sae_store_tiny import HOOK, random_sae_folder, save_tiny_lm, tiny_lm
+
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+@dataclass(frozen=True)
+class Case:
+    argv: tuple[str, ...]
+    words: tuple[str, ...] = ()
+    deny: str | None = None  # a fixture path whose reads fail with PermissionError
+    env: dict = field(default_factory=dict)
+
+
+def _closed_port() -> int:
+    """A 127.0.0.1 port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, str]:
+    """Every input the cases point at, built once (the cases must leave them untouched)."""
+    root = tmp_path_factory.mktemp("battery")
+    model = save_tiny_lm(root / "model")
+    lm = tiny_lm()
+    sae = random_sae_folder(lm, root / "sae", d_sae=16)
+    from backend.sae_store import build_store
+
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(root / "fixture-data"))
+    try:
+        store = build_store(lm, sae, root / "store", n_tokens=128, context_size=32, batch_size=2)
+    finally:
+        monkeypatch.undo()
+    paths = {"model": model, "sae": sae, "store": store, "afile": root / "afile.txt", "adir": root / "adir",
+             "foreign": root / "foreign", "missing": root / "no" / "such", "fifo": root / "fifo.txt"}
+    paths["afile"].write_text("not a folder", encoding="utf-8")
+    paths["adir"].mkdir()
+    paths["folder_png"] = root / "folder.png"
+    paths["folder_png"].mkdir()
+    paths["foreign"].mkdir()
+    (paths["foreign"] / "notes.txt").write_text("keep me", encoding="utf-8")
+    os.mkfifo(paths["fifo"])
+    texts = {"good.txt": b"The cat sat on the mat and looked out of the window.\n",
+             "good.csv": b"text,label\nThe cat sat,a\nThe dog ran,b\n",
+             "empty.txt": b"", "binary.txt": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
+             "latin1.txt": "caf\u00e9 au lait".encode("latin-1"),
+             "utf16odd.txt": codecs.BOM_UTF16_LE + "hello".encode("utf-16-le") + b"!",
+             "huge.txt": b"a" * (MAX_UPLOAD_BYTES + 1), "denied.txt": b"a secret text\n",
+             "denied.csv": b"text\nsecret\n"}
+    for name, data in texts.items():
+        (root / name).write_bytes(data)
+        paths[name.replace(".", "_")] = root / name
+    pickled = root / "pickle-model"
+    shutil.copytree(model, pickled)
+    (pickled / "model.safetensors").unlink()
+    (pickled / "pytorch_model.bin").write_bytes(pickle.dumps({"weight": [1.0]}))
+    truncated = root / "truncated-model"
+    shutil.copytree(model, truncated)
+    data = (truncated / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(data[: len(data) // 2])
+    pickled_sae = root / "pickle-sae"
+    shutil.copytree(sae, pickled_sae)
+    (pickled_sae / "sae_weights.safetensors").unlink()
+    (pickled_sae / "sae_weights.pt").write_bytes(pickle.dumps({"W_enc": [1.0]}))
+    garbage_cfg = root / "garbage-cfg-sae"
+    shutil.copytree(sae, garbage_cfg)
+    (garbage_cfg / "cfg.json").write_bytes(b"{not json")
+    denied_sae = root / "denied-sae"
+    shutil.copytree(sae, denied_sae)
+    dir_cfg = root / "dir-cfg-sae"
+    shutil.copytree(sae, dir_cfg)
+    (dir_cfg / "cfg.json").unlink()
+    (dir_cfg / "cfg.json").mkdir()
+    paths.update(pickle_model=pickled, truncated_model=truncated, pickle_sae=pickled_sae,
+                 garbage_cfg_sae=garbage_cfg, denied_sae=denied_sae, dir_cfg_sae=dir_cfg,
+                 denied_cfg=denied_sae / "cfg.json")
+    yield {name: str(path) for name, path in paths.items()}
+    for name in ("denied_txt", "denied_csv", "denied_cfg"):
+        os.chmod(paths[name], 0o644)
+
+
+# --- the commands, each with arguments that would work -------------------------------------------------------
+TRAIN = ("sae", "train", "--model", "{model}", "--hook", HOOK, "--tokens", "512", "--cache-tokens", "512",
+         "--context", "32", "--batch-size", "128", "--width", "32", "--out", "{tmp}/run")
+BASE = {
+    "predict": ("predict", "--model", "{model}", "--text", "hi"),
+    "explain": ("explain", "--model", "{model}", "--text", "hi"),
+    "explain-rows": ("explain", "--model", "{model}", "--file", "{good_csv}", "--all-rows", "--out", "{tmp}/rows"),
+    "flow": ("flow", "--model", "{model}", "--text", "hi"),
+    "sae-train": TRAIN,
+    "sae-train-topk": TRAIN + ("--arch", "topk", "--k", "4"),
+    "sae-eval": ("sae", "eval", "--sae", "{sae}", "--model", "{model}", "--tokens", "64", "--context", "32"),
+    "sae-store": ("sae", "store", "--sae", "{sae}", "--model", "{model}", "--tokens", "64", "--context", "32",
+                  "--out", "{tmp}/store"),
+    "sae-feature": ("sae", "feature", "--store", "{store}", "--id", "1"),
+    "sae-search": ("sae", "search", "--store", "{store}", "word"),
+    "sae-prompt": ("sae", "prompt", "--sae", "{sae}", "--model", "{model}", "--text", "hi"),
+    "sae-steer": ("sae", "steer", "--sae", "{sae}", "--model", "{model}", "--text", "hi", "--feature", "1",
+                  "--tokens", "2"),
+    "sae-circuit": ("sae", "circuit", "--upstream", "{sae}", "--model", "{model}", "--text", "hi"),
+    "sae-explain": ("sae", "explain", "--store", "{store}", "--explainer", "{model}"),
+    "neurons": ("neurons", "--model", "{model}", "--no-unigram"),
+    "neurons-ablate": ("neurons", "ablate", "--model", "{model}", "--neurons", "1.3", "--tokens", "64",
+                       "--seq-len", "32"),
+    "neurons-detail": ("neurons", "detail", "--model", "{model}", "--neuron", "1.3"),
+    "neurons-store": ("neurons", "store", "--model", "{model}", "--out", "{tmp}/nstore", "--tokens", "64",
+                      "--seq-len", "32"),
+    "fourier-spectrum": ("fourier", "spectrum", "--model", "{model}"),
+    "fourier-filter": ("fourier", "filter", "--model", "{model}", "--kind", "low", "--modules", "attn"),
+    "fourier-table": ("fourier", "table", "--model", "{model}"),
+    "fourier-store": ("fourier", "store", "--model", "{model}", "--out", "{tmp}/fstore"),
+}
+
+# --- numbers: per option, the kinds of bad value it must refuse ----------------------------------------------
+VALUES = {"nan": "nan", "inf": "inf", "overflow": "1e309", "negative": "-5", "zero": "0", "word": "lots",
+          "empty": "", "fraction": "2.5", "huge": str(10**30)}
+INT = ("nan", "inf", "negative", "word", "empty", "fraction")
+POS = INT + ("zero",)
+FLOAT = ("nan", "inf", "overflow", "word", "empty")
+NUMBERS = {
+    "predict": {"--top": POS},
+    "explain": {"--ig-steps": POS, "--occlusion-window": POS},
+    "explain-rows": {"--ig-steps": POS},
+    "flow": {"--threshold": FLOAT + ("negative", "fraction")},
+    "sae-train": {"--width": POS + ("huge",), "--l1": FLOAT + ("negative",), "--tokens": POS,
+                  "--cache-tokens": POS, "--context": POS, "--batch-size": POS,
+                  "--lr": FLOAT + ("negative", "zero"), "--warmup-steps": INT,
+                  "--decay-fraction": FLOAT + ("negative", "fraction"),
+                  "--resample-at": ("nan", "inf", "overflow", "word", "negative", "fraction"), "--dead-window-tokens": POS,
+                  "--checkpoint-every": INT, "--seed": INT + ("huge",), "--eval-tokens": INT,
+                  "--cache-batch-size": ("negative", "zero", "word", "empty"), "--workers": POS + ("huge",)},
+    "sae-train-topk": {"--k": POS + ("huge",)},
+    "sae-eval": {"--tokens": POS, "--context": POS, "--batch-size": ("negative", "zero", "word"),
+                 "--workers": POS + ("huge",)},
+    "sae-store": {"--tokens": POS, "--context": POS, "--batch-size": ("negative", "zero", "word"),
+                  "--eval-tokens": ("negative", "word", "nan"), "--workers": POS + ("huge",)},
+    "sae-feature": {"--id": INT + ("huge",)},
+    "sae-search": {"--limit": POS},
+    "sae-prompt": {"--top": POS, "--per-token": INT},
+    "sae-steer": {"--feature": INT + ("huge",), "--strength": FLOAT, "--tokens": INT + ("huge",)},
+    "sae-circuit": {"--features": POS, "--position": ("word", "nan", "empty", "huge")},
+    "sae-explain": {"--features": ("negative", "word", "nan", "empty"), "--batch-size": ("negative", "zero", "word"),
+                    "--workers": POS + ("huge",)},
+    "neurons": {"--k": POS, "--top": INT, "--layer": ("word", "nan", "huge")},
+    "neurons-ablate": {"--tokens": POS, "--seq-len": POS, "--random": INT, "--seed": INT + ("huge",),
+                       "--k": POS, "--mean-tokens": POS},
+    "neurons-detail": {"--k": POS, "--neuron": ("word", "empty", "huge", "negative")},
+    "neurons-store": {"--tokens": POS, "--seq-len": POS, "--batch-size": ("negative", "zero", "word"),
+                      "--workers": POS + ("huge",)},
+    "fourier-spectrum": {"--numbers": POS + ("huge",), "--layer": ("word", "nan", "huge")},
+    "fourier-filter": {"--tau": POS, "--prompts": POS, "--numbers": POS + ("huge",),
+                       "--batch-size": ("negative", "zero", "word"), "--workers": POS + ("huge",)},
+    "fourier-table": {"--tau": POS, "--prompts": POS, "--numbers": POS},
+}
+
+# --- input files: per command, the option that reads one ------------------------------------------------------
+INPUTS = {
+    "predict": ("predict", "--model", "{model}", "--file"),
+    "explain": ("explain", "--model", "{model}", "--file"),
+    "explain-rows": ("explain", "--model", "{model}", "--all-rows", "--out", "{tmp}/rows", "--file"),
+    "sae-steer": ("sae", "steer", "--sae", "{sae}", "--model", "{model}", "--feature", "1", "--text-file"),
+    "sae-prompt": ("sae", "prompt", "--sae", "{sae}", "--model", "{model}", "--text-file"),
+    "sae-eval": ("sae", "eval", "--sae", "{sae}", "--model", "{model}", "--context", "32", "--tokens", "64",
+                 "--text-file"),
+}
+BAD_FILES = {"missing": ("{missing}/x.txt", ("No such file",)), "folder": ("{adir}", ("folder",)),
+             "fifo": ("{fifo}", ("not a regular file",)), "empty": ("{empty_txt}", ("empty",)),
+             "binary": ("{binary_txt}", ("binary",)), "latin1": ("{latin1_txt}", ("UTF-8",)),
+             "utf16-odd": ("{utf16odd_txt}", ("UTF-16",)), "huge": ("{huge_txt}", ("MiB",)),
+             "unreadable": ("{denied_txt}", ("ermission denied",))}
+
+# --- outputs: per command, a file it writes and a folder it writes ---------------------------------------------
+OUT_FILES = {
+    "explain-json": BASE["explain"] + ("--json",), "explain-png": BASE["explain"] + ("--png",),
+    "flow-json": BASE["flow"] + ("--json",), "sae-circuit-json": BASE["sae-circuit"] + ("--json",),
+    "sae-eval-out": BASE["sae-eval"] + ("--json", "--out"), "sae-feature-out": BASE["sae-feature"] + ("--json", "--out"),
+    "sae-steer-out": BASE["sae-steer"] + ("--json", "--out"), "sae-prompt-out": BASE["sae-prompt"] + ("--json", "--out"),
+    "sae-explain-json": BASE["sae-explain"] + ("--json",),
+}
+BAD_OUT_FILES = {"onto-a-folder": ("{folder_png}", ("folder",)), "missing-folder": ("{missing}/r.png", ("does not exist",)),
+                 "under-a-file": ("{afile}/r.png", ("is a file",))}
+OUT_FOLDERS = {"sae-train": TRAIN[:-2] + ("--out",), "sae-store": BASE["sae-store"][:-2] + ("--out",),
+               "neurons-store": BASE["neurons-store"][:4] + BASE["neurons-store"][6:] + ("--out",),
+               "fourier-store": BASE["fourier-store"][:-2] + ("--out",),
+               "explain-rows": BASE["explain-rows"][:-2] + ("--out",)}
+BAD_OUT_FOLDERS = {"is-a-file": ("{afile}", ("is a file",)), "under-a-file": ("{afile}/sub", ("is a file",)),
+                   "foreign": ("{foreign}", ("foreign",))}
+
+# --- models and SAE folders ------------------------------------------------------------------------------------
+MODEL_COMMANDS = ("predict", "explain", "flow", "neurons", "neurons-ablate", "neurons-detail", "neurons-store",
+                  "fourier-spectrum", "fourier-filter", "fourier-store", "sae-train", "explain-rows")
+BAD_MODELS = {"unknown-name": ("no-such-model-xyz", ("not available offline",)),
+              "pickle-weights": ("{pickle_model}", ("pickle",)),
+              "truncated-weights": ("{truncated_model}", ("truncated",)),
+              "a-file": ("{afile}", ())}
+SAE_COMMANDS = {"sae-eval": "--sae", "sae-store": "--sae", "sae-prompt": "--sae", "sae-steer": "--sae",
+                "sae-circuit": "--upstream"}
+BAD_SAES = {"missing": ("{missing}", ()), "pickle-weights": ("{pickle_sae}", ("pickle",)),
+            "garbage-cfg": ("{garbage_cfg_sae}", ("cfg.json",)), "cfg-is-a-folder": ("{dir_cfg_sae}", ()),
+            "unreadable-cfg": ("{denied_sae}", ("ermission denied",))}
+
+# --- scaling out ------------------------------------------------------------------------------------------------
+SCALE_COMMANDS = ("sae-train", "sae-eval", "sae-store", "neurons-store", "fourier-filter", "sae-explain")
+BAD_SCALE = {"address-not-an-address": (("--ray-address", "not an address!"), ("--ray-address",)),
+             "address-bad-port": (("--ray-address", "127.0.0.1:99999"), ("--ray-address",)),
+             "address-closed-port": (("--ray-address", "127.0.0.1:{closed_port}"), ("No Ray cluster answers",)),
+             "address-closed-port-workers": (("--ray-address", "127.0.0.1:{closed_port}", "--workers", "2"),
+                                             ("No Ray cluster answers",)),
+             "workers-over-cores": (("--workers", "100000"), ("--workers",))}
+
+
+def _without(argv: tuple[str, ...], flag: str) -> tuple[str, ...]:
+    """argv with `flag` and its value left out (so the case's own value is the only one)."""
+    out, skip = [], False
+    for part in argv:
+        if skip:
+            skip = False
+            continue
+        if part == flag:
+            skip = True
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _cases() -> dict[str, Case]:
+    cases: dict[str, Case] = {}
+    for command, options in NUMBERS.items():
+        for flag, kinds in options.items():
+            for kind in kinds:
+                argv = _without(BASE[command], flag) + (f"{flag}={VALUES[kind]}",)
+                words = () if kind == "huge" or flag in ("--neuron", "--layer", "--position") else (flag,)
+                cases[f"{command} {flag} {kind}"] = Case(argv, words)
+    for command, prefix in INPUTS.items():
+        for kind, (path, words) in BAD_FILES.items():
+            deny = "denied_csv" if kind == "unreadable" and command == "explain-rows" else (
+                "denied_txt" if kind == "unreadable" else None)
+            value = "{denied_csv}" if deny == "denied_csv" else path
+            cases[f"{command} input {kind}"] = Case(prefix + (value,), words, deny=deny)
+    cases["sae-eval corpus unreadable"] = Case(BASE["sae-eval"] + ("--corpus", "{denied_txt}"),
+                                               ("ermission denied",), deny="denied_txt")
+    cases["sae-eval corpus missing"] = Case(BASE["sae-eval"] + ("--corpus", "{missing}/c.txt"), ())
+    cases["sae-train corpus unreadable"] = Case(TRAIN + ("--corpus", "{denied_txt}"), ("ermission denied",),
+                                                deny="denied_txt")
+    cases["sae-store corpus binary"] = Case(BASE["sae-store"] + ("--corpus", "{binary_txt}"), ("binary",))
+    for command, prefix in OUT_FILES.items():
+        for kind, (path, words) in BAD_OUT_FILES.items():
+            value = path.replace("r.png", "r.json") if not command.endswith("png") else path
+            cases[f"{command} {kind}"] = Case(prefix + (value,), words)
+    for command, prefix in OUT_FOLDERS.items():
+        for kind, (path, words) in BAD_OUT_FOLDERS.items():
+            cases[f"{command} out {kind}"] = Case(prefix + (path,), words)
+    for command in MODEL_COMMANDS:
+        for kind, (model, words) in BAD_MODELS.items():
+            cases[f"{command} model {kind}"] = Case(_without(BASE[command], "--model") + ("--model", model), words)
+    for command, flag in SAE_COMMANDS.items():
+        for kind, (sae, words) in BAD_SAES.items():
+            deny = "denied_cfg" if kind == "unreadable-cfg" else None
+            cases[f"{command} sae {kind}"] = Case(_without(BASE[command], flag) + (flag, sae), words, deny=deny)
+    for command in SCALE_COMMANDS:
+        for kind, (extra, words) in BAD_SCALE.items():
+            cases[f"{command} {kind}"] = Case(_without(BASE[command], "--workers") + extra, words)
+    cases.update({
+        "models unknown option": Case(("models", "--bogus"), ("unrecognized",)),
+        "no command": Case((), ("required",)),
+        "unknown command": Case(("frobnicate",), ("invalid choice",)),
+        "explain method unknown": Case(BASE["explain"] + ("--method", "magic"), ("--method",)),
+        "explain png suffix": Case(BASE["explain"] + ("--png", "{tmp}/r.gif"), ("--png",)),
+        "explain row out of range": Case(("explain", "--model", "{model}", "--file", "{good_csv}", "--row", "99"),
+                                         ("out of range",)),
+        "explain row with text": Case(BASE["explain"] + ("--row", "0"), ("--row",)),
+        "explain all-rows without out": Case(("explain", "--model", "{model}", "--file", "{good_csv}",
+                                              "--all-rows"), ("--out",)),
+        "explain all-rows with json": Case(BASE["explain-rows"] + ("--json", "{tmp}/r.json"), ("--json",)),
+        "explain text empty": Case(("explain", "--model", "{model}", "--text", ""), ()),
+        "flow text empty": Case(("flow", "--model", "{model}", "--text", ""), ()),
+        "predict text surrogate": Case(("predict", "--model", "{model}", "--text", "bad \udcff"), ("surrogate",)),
+        "sae-train arch stray comma": Case(TRAIN + ("--arch", "relu,,topk", "--k", "4"), ("stray comma",)),
+        "sae-train arch trailing comma": Case(TRAIN + ("--arch", "relu,"), ("stray comma",)),
+        "sae-train arch unknown": Case(TRAIN + ("--arch", "bogus"), ("bogus",)),
+        "sae-train k with relu": Case(TRAIN + ("--arch", "relu", "--k", "5"), ("--k", "relu")),
+        "sae-train l1 with topk": Case(TRAIN + ("--arch", "topk", "--k", "4", "--l1", "1"), ("--l1",)),
+        "sae-train k over width": Case(TRAIN + ("--arch", "topk", "--k", "99"), ("--k",)),
+        "sae-train width needs terabytes": Case(_without(TRAIN, "--width") + ("--width", "100000000000"),
+                                                ("GiB",)),
+        "sae-train hook unknown": Case(_without(TRAIN, "--hook") + ("--hook", "blocks.0.nothing"), ("hook",)),
+        "sae-train hook out of range": Case(_without(TRAIN, "--hook") + ("--hook", "blocks.9.hook_resid_post"),
+                                            ("out of range",)),
+        "sae-train save-dtype": Case(TRAIN + ("--save-dtype", "int8"), ("--save-dtype",)),
+        "sae-eval out without json": Case(BASE["sae-eval"] + ("--out", "{tmp}/e.json"), ("--json",)),
+        "sae-eval split": Case(BASE["sae-eval"] + ("--split", "nope"), ("--split",)),
+        "sae-feature id out of range": Case(("sae", "feature", "--store", "{store}", "--id", "999999"), ()),
+        "sae-feature no store": Case(("sae", "feature", "--store", "{missing}", "--id", "1"), ()),
+        "sae-feature store is a file": Case(("sae", "feature", "--store", "{afile}", "--id", "1"), ()),
+        "sae-search kind": Case(BASE["sae-search"] + ("--kind", "nope"), ("--kind",)),
+        "sae-search no store": Case(("sae", "search", "--store", "{adir}", "x"), ()),
+        "sae-steer mode": Case(BASE["sae-steer"] + ("--mode", "nope"), ("--mode",)),
+        "sae-steer text and file": Case(BASE["sae-steer"] + ("--text-file", "{good_txt}"), ("exactly one",)),
+        "sae-steer neither text": Case(_without(BASE["sae-steer"], "--text"), ("exactly one",)),
+        "sae-steer out without json": Case(BASE["sae-steer"] + ("--out", "{tmp}/s.json"), ("--json",)),
+        "sae-prompt out without json": Case(BASE["sae-prompt"] + ("--out", "{tmp}/s.json"), ("--json",)),
+        "sae-circuit feature without downstream": Case(BASE["sae-circuit"] + ("--feature", "1"), ("--downstream",)),
+        "sae-circuit method": Case(BASE["sae-circuit"] + ("--method", "ig"), ("--method",)),
+        "sae-explain no store": Case(("sae", "explain", "--store", "no-such-store"), ("No feature store",)),
+        "sae-explain feature out of range": Case(BASE["sae-explain"] + ("--features", "999999"), ()),
+        "neurons-ablate neuron word": Case(_without(BASE["neurons-ablate"], "--neurons") + ("--neurons", "x.y"), ()),
+        "neurons-ablate neuron out of range": Case(_without(BASE["neurons-ablate"], "--neurons")
+                                                   + ("--neurons", "9.0"), ()),
+        "neurons-ablate tokens below seq-len": Case(_without(BASE["neurons-ablate"], "--tokens")
+                                                    + ("--tokens", "8"), ("--seq-len",)),
+        "neurons-store layers stray comma": Case(BASE["neurons-store"] + ("--layers", "1,,0"), ("--layers",)),
+        "neurons-store layers word": Case(BASE["neurons-store"] + ("--layers", "last"), ("--layers",)),
+        "neurons-store split": Case(BASE["neurons-store"] + ("--split", "all"), ("--split",)),
+        "neurons-detail no store": Case(BASE["neurons-detail"], ("--compute",)),
+        "fourier-spectrum matrix": Case(BASE["fourier-spectrum"] + ("--matrix", "nope"), ("--matrix",)),
+        "fourier-filter kind": Case(_without(BASE["fourier-filter"], "--kind") + ("--kind", "band"), ("--kind",)),
+        "fourier-filter template": Case(BASE["fourier-filter"] + ("--template", "no placeholders"), ()),
+        "max-tokens env not a number": Case(BASE["predict"], ("INTERPSCOPE_MAX_TOKENS",),
+                                            env={"INTERPSCOPE_MAX_TOKENS": "abc"}),
+        "data-dir env is a file": Case(BASE["predict"], ("INTERPSCOPE_DATA_DIR",),
+                                       env={"INTERPSCOPE_DATA_DIR": "{afile}"}),
+    })
+    return cases
+
+
+CASES = _cases()
+
+
+def test_the_battery_is_large():
+    assert len(CASES) >= 250, len(CASES)
+
+
+def _tree(root: str | Path) -> dict[str, bytes | None]:
+    """Every path under root: a file's bytes, None for a folder (FIFOs and unreadable files by name only). The
+    data dir itself may appear (empty) when a model is looked up; anything inside it counts."""
+    out: dict[str, bytes | None] = {}
+    for path in sorted(Path(root).rglob("*")):
+        if path == Path(root) / "data":
+            continue
+        if path.is_dir():
+            out[str(path.relative_to(root))] = None
+        elif path.is_file() and os.access(path, os.R_OK):
+            out[str(path.relative_to(root))] = path.read_bytes() if path.stat().st_size < 2**22 else b"big"
+        else:
+            out[str(path.relative_to(root))] = b"?"
+    return out
+
+
+def _deny(monkeypatch, path: str) -> None:
+    """Make reading `path` fail with PermissionError: chmod 000 where that works, else open() refusing it."""
+    target = Path(path)
+    if not IS_ROOT and target.is_file():
+        os.chmod(target, 0)  # restored by the test once the command has run
+        return
+    real_open = builtins.open
+
+    def guarded(file, *args, **kwargs):
+        if isinstance(file, (str, os.PathLike)) and Path(file).resolve() == target.resolve():
+            raise PermissionError(errno.EACCES, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", guarded)
+    monkeypatch.setattr(io, "open", guarded)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input(name, files, tmp_path, monkeypatch, capsys):
+    case = CASES[name]
+    data = tmp_path / "data"
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(data))
+    monkeypatch.delenv("INTERPSCOPE_MAX_TOKENS", raising=False)
+    values = dict(files, tmp=str(tmp_path), closed_port=str(_closed_port()))
+    argv = [part.format(**values) if "{" in part else part for part in case.argv]
+    for key, value in case.env.items():
+        monkeypatch.setenv(key, value.format(**values))
+    before = _tree(tmp_path), _tree(Path(files["model"]).parent)
+    if case.deny:
+        _deny(monkeypatch, files[case.deny])
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    finally:
+        if case.deny and not IS_ROOT:
+            os.chmod(files[case.deny], 0o644)
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert code == 2, (code, err)
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("interpscope: error: "), err
+    for word in case.words:
+        assert word in lines[0], (word, lines[0])
+    after = _tree(tmp_path), _tree(Path(files["model"]).parent)
+    assert after[0] == before[0], sorted(set(after[0]) ^ set(before[0])) or "a file changed"
+    assert after[1] == before[1], sorted(set(after[1]) ^ set(before[1])) or "a fixture changed"
