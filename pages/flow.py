@@ -7,6 +7,7 @@ from backend.relevance.flow import DEFAULT_THRESHOLD, InformationFlow, attention
 from backend.sae_store import list_stores
 from components.export import export_menu
 from components.flow_figures import attention_figure, contributions_figure, graph_figure, lens_figure
+from pages._relevance_extras import bos_param, bos_toggle
 from pages._common import (Param, committed, current_model, is_shared, model_key, model_params, shared, show_errors,
                            text_source, timing, url_inputs, write_url)
 
@@ -14,11 +15,12 @@ PAGE = "flow"
 DEFAULT_TEXT = "When Mary and John went to the store, John gave a drink to"
 PARAMS = [Param("flow-text", "text", DEFAULT_TEXT), Param("flow-token", "token", ""),
           Param("flow-threshold", "threshold", DEFAULT_THRESHOLD, float, low=0.0, high=1.0, scope="view"),
-          Param("flow-node", "node", "", scope="view")]
+          Param("flow-node", "node", "", scope="view"), bos_param("flow-bos")]
 
 
-def _flow(text: str, token: str | None) -> InformationFlow:
-    return shared("flow", (model_key(), text, token), lambda: information_flow(current_model(), text, token=token))
+def _flow(text: str, token: str | None, prepend: bool | None = None) -> InformationFlow:
+    return shared("flow", (model_key(), text, token, prepend), lambda: information_flow(
+        current_model(), text, token=token, prepend_bos=prepend))
 
 
 def selected_node(event) -> str | None:
@@ -75,17 +77,18 @@ def main() -> None:
     url_inputs(PAGE, PARAMS)
     text = text_source(PAGE, label="Prompt", default=DEFAULT_TEXT, height=90)
     token = st.text_input("Target token (empty: the predicted one; '#id' for an id)", key="flow-token")
+    prepend = bos_toggle(lm, st, key="flow-bos")
     submitted = st.button("Run", type="primary", key="flow-run")
-    run = committed(PAGE, {"text": text, "token": token}, submitted) if text is not None else None
+    run = committed(PAGE, {"text": text, "token": token, "bos": prepend}, submitted) if text is not None else None
     threshold = st.slider("Show heads and MLPs with |relevance| ≥ this fraction of the target's value", 0.0, 0.5,
                           step=0.01, key="flow-threshold")
     if run is None:
         write_url(PARAMS, run=PAGE)
         st.info("Press **Run** (about a second on the bundled model).")
         return
-    cached = is_shared("flow", (model_key(), run["text"], run["token"] or None))
+    cached = is_shared("flow", (model_key(), run["text"], run["token"] or None, run.get("bos")))
     with show_errors(), st.spinner("Logit lens, contributions and AttnLRP…"):
-        flow = _flow(run["text"], run["token"] or None)
+        flow = _flow(run["text"], run["token"] or None, run.get("bos"))
     write_url(PARAMS, run=PAGE)
     last = flow.tidy()[-1]
     st.markdown(f"**{flow.target.value_label}** {flow.value:.4g} · p = {last['probability']:.3f} (rank "
@@ -107,6 +110,9 @@ def main() -> None:
                f"; layer {biggest} writes the most toward it (attention {flow.attn_contribution[biggest]:+.3g}, MLP "
                f"{flow.mlp_contribution[biggest]:+.3g}). The parts (embeddings {flow.embed_contribution:+.3g}, "
                f"constants {flow.constant_contribution:+.3g}) add up to {flow.value:.4g}.")
+    if flow.sinks:
+        st.caption("Token nodes named (BOS) or (sink) are excluded positions, shown with their relevance: " + "; ".join(
+            f"{row['token']!r} at {row['position']}: {row['reason']}" for row in flow.sinks) + ".")
     nodes, edges = flow.graph(float(threshold))
     n_components = sum(n.kind in ("head", "mlp") for n in nodes)
     fig = graph_figure(nodes, edges, lm.adapter.n_layers,

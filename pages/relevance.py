@@ -17,6 +17,7 @@ from components.relevance_charts import (abpc_bar, continuation_figure, curve_ro
 from components.relevance_readout import show_readout
 from components.token_heatmap import heatmap_figure, token_heatmap
 from pages._file_view import file_params, file_section, method_options
+from pages._relevance_extras import bos_param, bos_toggle, ig_convergence_view, sink_caption
 from pages._common import (Param, committed, current_model, is_shared, model_key, progress, shared, show_errors,
                            text_source, timing, url_inputs, write_url)
 
@@ -33,7 +34,7 @@ def params(method_names: list[str]) -> list[Param]:
             Param("relevance-n-new", "new", 8, int, low=1, high=32),
             Param("relevance-compare", "compare", False, bool),
             Param("relevance-second", "second", method_names[min(1, len(method_names) - 1)], choices=method_names),
-            Param("relevance-latent", "latent", False, bool),
+            Param("relevance-latent", "latent", False, bool), bos_param(),
             *option_params("relevance", ""), *option_params("relevance-second", "second_"), *file_params()]
 
 
@@ -50,16 +51,17 @@ def _top(text: str) -> list[str]:
 
 
 def _explain(text: str, method: str, token: str | None, contrast: tuple | None, latent: bool,
-             options: MethodOptions | None = None) -> RelevanceResult:
+             options: MethodOptions | None = None, prepend: bool | None = None) -> RelevanceResult:
     options = options or MethodOptions()
-    return shared("explain", (model_key(), text, method, token, contrast, latent, options), lambda: explain(
-        current_model(), text, method, token=token, contrast=contrast, latent=latent, options=options))
+    return shared("explain", (model_key(), text, method, token, contrast, latent, options, prepend), lambda: explain(
+        current_model(), text, method, token=token, contrast=contrast, latent=latent, options=options,
+        prepend_bos=prepend))
 
 
 def _explain_timed(*args) -> tuple[RelevanceResult, bool]:
     """_explain, and whether its result was already computed (by this or another session)."""
     options = args[5] if len(args) > 5 and args[5] is not None else MethodOptions()
-    cached = is_shared("explain", (model_key(), *args[:5], options))
+    cached = is_shared("explain", (model_key(), *args[:5], options, args[6] if len(args) > 6 else None))
     return _explain(*args), cached
 
 
@@ -67,8 +69,10 @@ def show_map(result: RelevanceResult, key: str, cached: bool = False) -> None:
     """The heatmap, its export, and the readout of where the explained value went (below the map, full width)."""
     title = f"{result.method_label}: relevance for {result.target.label} ({result.model})"
     st.markdown(f"**{title}** · {timing(result.seconds, cached)}")
-    token_heatmap(result.tokens, result.relevance, result.sink_positions)
-    export_menu(heatmap_figure(result.tokens, result.relevance, title, result.sink_positions), result,
+    token_heatmap(result.tokens, result.relevance, result.sink_positions, result.sink_reasons())
+    sink_caption(result)
+    export_menu(heatmap_figure(result.tokens, result.relevance, title, result.sink_positions,
+                               reasons=result.sink_reasons()), result,
                 key=f"map-{key}", filename=f"relevance-{result.method}")
     show_readout(result, key)
 
@@ -136,7 +140,7 @@ def faithfulness_view(lm, run: dict, labels: dict) -> None:
     with progress("Perturbing: methods", "relevance-faith") as report:
         for index, name in enumerate(labels):
             with show_errors():
-                explained = _explain(run["text"], name, run["token"], run["contrast"], False)
+                explained = _explain(run["text"], name, run["token"], run["contrast"], False, None, run.get("bos"))
                 curve = faithfulness(lm, explained)
             curves[labels[name]] = (curve.fractions, curve.morf, curve.lerf, curve.abpc)
             rows.append({"method": labels[name], "ABPC": curve.abpc, "seconds": explained.seconds})
@@ -213,6 +217,7 @@ def main() -> None:
     latent = settings[1].toggle("Relevance inside the model", key="relevance-latent",
                                 help="Layers x tokens, and the most relevant heads and MLP neurons.",
                                 disabled=method not in backward or kind == "A continuation")
+    prepend = bos_toggle(lm, settings[0])
     compare = settings[2].toggle("Compare two methods", key="relevance-compare", disabled=kind == "A continuation")
     second = settings[2].selectbox("Second method", [m for m in labels if m != method] or [method],
                                    format_func=labels.get, key="relevance-second") if compare else None
@@ -223,7 +228,7 @@ def main() -> None:
         second_options = method_options("relevance-second", second)
     submitted = st.button("Run", type="primary", key="relevance-run")
     inputs = {"text": text, "kind": kind, "token": token, "contrast": contrast, "method": method, "n_new": n_new,
-              "latent": bool(latent and method in backward), "second": second, "options": options,
+              "latent": bool(latent and method in backward), "second": second, "options": options, "bos": prepend,
               "second_options": second_options}
     run = committed(PAGE, inputs, submitted)
     write_url(page_params, run=PAGE)
@@ -236,9 +241,9 @@ def main() -> None:
         return
     with show_errors(), st.spinner(f"Explaining with {labels[run['method']]}…"):
         result, cached = _explain_timed(run["text"], run["method"], run["token"], run["contrast"], run["latent"],
-                                        run["options"])
+                                        run["options"], run.get("bos"))
         second_result = (_explain_timed(run["text"], run["second"], run["token"], run["contrast"], False,
-                                        run["second_options"]) if run["second"] else None)
+                                        run["second_options"], run.get("bos")) if run["second"] else None)
     if second_result is not None:
         for column, (shown, was_cached), key in zip(st.columns(2, gap="large"), ((result, cached), second_result),
                                                     ("first", "second")):
@@ -246,6 +251,7 @@ def main() -> None:
                 show_map(shown, key, was_cached)
     else:
         show_map(result, "first", cached)
+    ig_convergence_view(lm, run, result, PAGE)
     if result.latent is not None:
         latent_view(result)
     faithfulness_view(lm, run, labels)

@@ -206,3 +206,59 @@ def test_integrated_gradients_reports_progress_per_internal_batch():
     with_progress = integrated_gradients(adapter, ids, target, progress=lambda d, t: seen.append((d, t)))
     assert seen == [(i, total) for i in range(total)] + [(total, total)]
     torch.testing.assert_close(with_progress, integrated_gradients(adapter, ids, target))
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+@pytest.mark.parametrize("baseline", ["zero", "pad"])
+def test_our_integrated_gradients_equal_captums_layer_ig_on_the_embedding_layer(family, baseline):
+    """Same baseline, steps and quadrature: our IG (embeddings, our baseline, forward_logits) against captum's
+    LayerIntegratedGradients on the embedding layer driven by token ids (Gemma scales its embeddings inside the
+    module: the path must start from the scaled embedding)."""
+    from captum.attr import LayerIntegratedGradients
+
+    from backend.relevance.api import run_method
+    from backend.relevance.methods import MethodOptions
+
+    model, adapter, ids, target = setup(family, seed=5)
+    steps = 24
+    result, _ = run_method(model, ids, "ig", target, options=MethodOptions(ig_steps=steps, baseline=baseline,
+                                                                           pad_token_id=3))
+
+    def forward(input_ids: torch.Tensor) -> torch.Tensor:
+        return target.value(model(input_ids=input_ids).logits[:, target.position])
+
+    layer = adapter.embedding()
+    if baseline == "pad":
+        captum = LayerIntegratedGradients(forward, layer).attribute(ids, baselines=torch.full_like(ids, 3),
+                                                                    n_steps=steps, method="gausslegendre")
+    else:  # a zero embedding is no token: captum's IntegratedGradients on the layer's output, full logits
+        from captum.attr import IntegratedGradients
+
+        embeds = layer(ids).detach()
+        captum = IntegratedGradients(lambda e: target.value(model(inputs_embeds=e).logits[:, target.position])
+                                     ).attribute(embeds, baselines=torch.zeros_like(embeds), n_steps=steps,
+                                                 method="gausslegendre")
+    np.testing.assert_allclose(result.relevance, captum[0].sum(-1).detach().double().numpy(), rtol=1e-6, atol=1e-9)
+    assert result.completeness.steps == steps and result.completeness.half_steps == steps // 2
+
+
+def test_the_ig_sentence_names_the_baseline_used_and_whether_the_gap_shrinks():
+    from backend.relevance.api import explain
+    from backend.relevance.baselines import BASELINES
+    from backend.relevance.methods import MethodOptions
+    from components.relevance_readout import readout
+    from tests.sae_store_tiny import tiny_lm
+
+    lm = tiny_lm(seed=4)
+    for baseline in ("zero", "pad", "mean"):
+        result = explain(lm, "Paris is the capital of", "ig", options=MethodOptions(ig_steps=16, baseline=baseline))
+        sentence = readout(result).sentence
+        assert f"(baseline: {BASELINES[baseline]})" in sentence
+        others = [label for name, label in BASELINES.items() if name != baseline]
+        assert not any(label in sentence for label in others)
+        k = result.completeness
+        assert f"At 8 steps the gap was {k.half_gap:+.3g}" in sentence and f"a gap of {k.gap:+.3g}" in sentence
+        if abs(k.gap) <= 0.5 * abs(k.half_gap) and k.relative_gap >= 0.01:
+            assert "shrinks with more steps" in sentence
+        elif k.relative_gap >= 0.01:
+            assert "does not shrink" in sentence

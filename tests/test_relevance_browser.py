@@ -36,5 +36,5 @@ def test_relevance_heatmap_and_svg_export(app_server, browser_page, artefacts):
     download_info.value.save_as(svg_path)
     svg = svg_path.read_text(encoding="utf-8")
     assert "<svg" in svg[:500] and "AttnLRP" in svg and "relevance R" in svg
-    assert "Attention sink not used for the colour scale: position 0" in svg  # named where shown
+    assert "Not used for the colour scale: position 0" in svg and "prepended BOS" in svg  # named where shown
     assert svg_path.stat().st_size > 5_000

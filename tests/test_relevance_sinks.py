@@ -101,3 +101,14 @@ def test_mamba_wording_has_no_attention_sink_and_no_position_embeddings():
     assert "attention sink" not in text.lower() and "position embedding" not in text.lower()
     assert "prepended BOS" in text
     assert not explain(lm, TEXT, "mambalrp").bos_prepended  # no attention, no sink to give a BOS: off by default
+
+
+def test_information_flow_prepends_the_bos_and_names_the_excluded_tokens(sink_lm):
+    from backend.relevance.flow import information_flow
+
+    flow = information_flow(sink_lm, TEXT)
+    assert flow.bos_prepended and flow.tokens[1] == "Paris"
+    where = flow.tokens.index(" the")
+    assert [row["position"] for row in flow.sinks] == [0, where]
+    labels = {node.position: node.label for node in flow.graph(0.0)[0] if node.kind == "token"}
+    assert labels[0].endswith("(BOS)") and labels[where].endswith("(sink)") and labels[1] == "1: 'Paris'"

@@ -54,10 +54,14 @@ class InformationFlow:
     latent: LatentRelevance = field(repr=False)
     top_neurons: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    sinks: list[dict] = field(default_factory=list)  # excluded positions and why (backend.sinks.SinkReport.rows)
+    bos_prepended: bool = False
 
     def graph(self, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[GraphNode], list[GraphEdge]]:
-        """The token -> component -> prediction graph with components above threshold x |value|."""
-        return flow_graph(self.latent, self.input_relevance, self.tokens, self.value, threshold)
+        """The token -> component -> prediction graph with components above threshold x |value|; excluded tokens
+        (measured sinks, a prepended BOS) are named in their labels."""
+        named = {row["position"]: "BOS" if row["prepended"] else "sink" for row in self.sinks}
+        return flow_graph(self.latent, self.input_relevance, self.tokens, self.value, threshold, named)
 
     def tidy(self) -> list[dict]:
         """One row per lens step (embeddings, then each block), with that block's contributions."""
@@ -143,12 +147,14 @@ def contributions(adapter, acts: dict[str, torch.Tensor], target: Target) -> tup
 
 
 def flow_graph(latent: LatentRelevance, input_relevance: np.ndarray, tokens: list[str], value: float,
-               threshold: float) -> tuple[list[GraphNode], list[GraphEdge]]:
+               threshold: float, named: dict[int, str] | None = None) -> tuple[list[GraphNode], list[GraphEdge]]:
     """Nodes and edges of the token -> component -> prediction graph (components above threshold x |value|)."""
     if not 0 <= threshold <= 1:
         raise InterpscopeError(f"The threshold is a fraction of the explained value, 0..1 (got {threshold}).")
     floor = threshold * abs(value)
-    nodes = [GraphNode(f"t{i}", "token", f"{i}: {tok!r}", float(r), position=i)
+    named = named or {}
+    nodes = [GraphNode(f"t{i}", "token", f"{i}: {tok!r}" + (f" ({named[i]})" if i in named else ""), float(r),
+                       position=i)
              for i, (tok, r) in enumerate(zip(tokens, input_relevance))]
     nodes.append(GraphNode("out", "prediction", "prediction", value))
     edges = [GraphEdge(f"t{i}", "out", float(r)) for i, r in enumerate(input_relevance) if abs(r) >= floor]
@@ -186,17 +192,23 @@ def flow_graph(latent: LatentRelevance, input_relevance: np.ndarray, tokens: lis
 
 
 def information_flow(lm, text: str, *, token: str | int | None = None, contrast: tuple | None = None,
-                     method: str = "attnlrp") -> InformationFlow:
+                     method: str = "attnlrp", prepend_bos: bool | None = None) -> InformationFlow:
     """The logit lens, per-layer contributions and AttnLRP latent relevance for the next-token target after `text`
-    (the graph at any threshold comes from InformationFlow.graph)."""
+    (the graph at any threshold comes from InformationFlow.graph). prepend_bos: put the model's BOS first (None:
+    where the tokenizer adds none), so the first word is explained like any other; sinks are measured."""
+    from backend.relevance.api import input_ids_for, model_kind
+    from backend.relevance.sinks import sink_report
+    from backend.sinks import words
+
     spec = get_method(method, lm.adapter)
     if not spec.rules or "attention" not in lm.adapter.capabilities():
         raise InterpscopeError(f"Information flow needs an LRP method on a transformer; {spec.label} on "
                                f"{lm.family} models does not give relevance inside attention.")
     start = time.perf_counter()
-    ids = lm.encode(text)
+    ids, prepended = input_ids_for(lm, text, prepend_bos)
     target = make_target(lm, ids, token=token, contrast=contrast)
     with model_lock(lm):
+        report = sink_report(lm.adapter, ids, 0 if prepended else None)
         acts = _residuals(lm.adapter, ids)
         attribution = attribute(lm.adapter, ids, target, spec.rules(lm.adapter), latent=True, conservation=False)
     acts = {name: tensor[0] if tensor.dim() == 3 else tensor for name, tensor in acts.items()}
@@ -205,7 +217,9 @@ def information_flow(lm, text: str, *, token: str | int | None = None, contrast:
     from backend.relevance.api import top_neurons
 
     return InformationFlow(
-        model=lm.name, method=spec.label, tokens=lm.token_strings(ids[0]), target=target, value=attribution.logit,
+        model=lm.name, method=spec.label, tokens=(tokens := lm.token_strings(ids[0])), target=target,
+        value=attribution.logit, sinks=report.rows(tokens, words(model_kind(lm.adapter))["sink"]),
+        bos_prepended=prepended,
         lens_layers=["embeddings", *(f"block {l}" for l in range(lm.adapter.n_layers))],
         lens_probability=probability, lens_rank=rank, lens_value=lens_value, embed_contribution=embed,
         attn_contribution=attn, mlp_contribution=mlp, constant_contribution=constant,

@@ -1,0 +1,85 @@
+"""Parts of the relevance page about what a map leaves out and how far to trust it: the prepend-BOS option and its
+caption (measured sinks named), and Integrated Gradients' convergence check (gap per step count, on its own Run).
+
+Used by pages/relevance.py.
+"""
+from __future__ import annotations
+
+import streamlit as st
+
+from backend.inputs import default_prepend_bos, sink_token_id, tokenizer_adds_bos
+from backend.relevance.api import RelevanceResult, ig_convergence
+from backend.relevance.baselines import CONVERGENCE_STEPS
+from backend.relevance.methods import MethodOptions
+from backend.sinks import SINK_FACTOR
+from components.export import export_menu
+from components.ig_figures import convergence_figure, convergence_sentence, convergence_table
+from pages._common import Param, follow, model_key, progress, shared, show_errors
+
+BOS_KEY = "relevance-bos"
+
+
+def bos_param(key: str = BOS_KEY) -> Param:
+    """The prepend-BOS option in the URL (default chosen by the page from the model: bos_default)."""
+    return Param(key, "bos", None, bool)
+
+
+def bos_default(lm) -> bool:
+    """On where the tokenizer adds no BOS and the model has attention (backend.inputs.default_prepend_bos)."""
+    return default_prepend_bos(lm.tokenizer, "attention" in lm.adapter.capabilities())
+
+
+def bos_toggle(lm, container, key: str = BOS_KEY) -> bool:
+    """The prepend-BOS toggle (disabled where the tokenizer adds its BOS itself or has none); its value."""
+    token_id = sink_token_id(lm.tokenizer)
+    follow(key, model_key(), lambda: bos_default(lm))  # each model starts at its own default; a link's value stays
+    adds = tokenizer_adds_bos(lm.tokenizer)
+    name = lm.tokenizer.convert_ids_to_tokens(token_id) if token_id is not None else None
+    help_text = (f"This tokenizer puts {name!r} first itself." if adds else
+                 "This tokenizer has no BOS token." if token_id is None else
+                 f"Put {name!r} before the text (this tokenizer adds none), so the model's attention sink lands on "
+                 "it and the first word is explained like any other. It is shown, named, and never ranked or "
+                 "used for the colour scale.")
+    return bool(container.toggle("Prepend BOS", key=key, help=help_text, disabled=adds or token_id is None))
+
+
+def sink_caption(result: RelevanceResult) -> None:
+    """Under a map (the legend already names each excluded position and why): that no sink was measured, or that
+    the first word is the measured sink and how to explain it."""
+    if not result.sinks:
+        st.caption(f"No {result.sink_word} measured on this input (no row over {SINK_FACTOR:g}x the median norm of the "
+                   "others at the middle block): every token sets the colour scale.")
+        return
+    first = next((row for row in result.sinks if row["position"] == 0 and not row["prepended"]), None)
+    if first is not None and not result.bos_prepended:
+        st.caption(f"The first word {first['token']!r} is left out of the colour scale because it is measured as "
+                   f"the {result.sink_word} ({first['ratio']:.0f}x the median norm of the other rows). Turn on "
+                   "Prepend BOS to give the sink a token of its own and explain the first word like any other.")
+
+
+def ig_convergence_view(lm, run: dict, result: RelevanceResult, page: str) -> None:
+    """Integrated Gradients' completeness gap at 8..128 steps and the target along the path, on an explicit Run."""
+    if "ig" not in (run["method"], run.get("second")):
+        return
+    options = run["options"] if run["method"] == "ig" else run.get("second_options")
+    options = options or MethodOptions()
+    st.subheader("Integrated Gradients: does the gap shrink with more steps?")
+    steps = "/".join(str(s) for s in CONVERGENCE_STEPS)
+    st.caption(f"IG at {steps} steps from the same baseline ({options.baseline}) on this input, and the target "
+               "along the straight path from the baseline: a gap that does not shrink means a rough path, not too "
+               f"few steps. {sum(CONVERGENCE_STEPS)} gradient passes.")
+    key = (model_key(), run["text"], run["token"], run["contrast"], options.baseline, run.get("bos"))
+    store = st.session_state.setdefault("relevance-ig-convergence", {})
+    if st.button("Run the convergence check", key="relevance-ig-run"):
+        with progress("Integrating…", page) as report, show_errors():
+            store[key] = shared("ig-convergence", key, lambda: ig_convergence(
+                lm, run["text"], token=run["token"], contrast=run["contrast"], options=options,
+                prepend_bos=run.get("bos"), progress=report))
+    data = store.get(key)
+    if data is None:
+        return
+    st.markdown(convergence_sentence(data))
+    fig = convergence_figure(data.rows, data.alphas, data.path_values, data.baseline_label)
+    st.plotly_chart(fig, key="relevance-ig-fig")
+    st.dataframe(convergence_table(data.rows, data.tokens, result.sink_positions), hide_index=True)
+    export_menu(fig, data, key="ig-convergence", filename="relevance-ig-convergence")
