@@ -43,15 +43,15 @@ def bos_toggle(lm, container, key: str = BOS_KEY) -> bool:
     return bool(container.toggle("Prepend BOS", key=key, help=help_text, disabled=adds or token_id is None))
 
 
-def sink_caption(result: RelevanceResult) -> None:
+def sink_caption(result: RelevanceResult, bos_id: int | None = None) -> None:
     """Under a map (the legend already names each excluded position and why): that no sink was measured, or that
-    the first word is the measured sink and how to explain it."""
+    the first word (not the tokenizer's own BOS, `bos_id`) is the measured sink and how to explain it."""
     if not result.sinks:
         st.caption(f"No {result.sink_word} measured on this input (no row over {SINK_FACTOR:g}x the median norm of the "
                    "others at the middle block): every token sets the colour scale.")
         return
     first = next((row for row in result.sinks if row["position"] == 0 and not row["prepended"]), None)
-    if first is not None and not result.bos_prepended:
+    if first is not None and not result.bos_prepended and result.token_ids[0] != bos_id:
         st.caption(f"The first word {first['token']!r} is left out of the colour scale because it is measured as "
                    f"the {result.sink_word} ({first['ratio']:.0f}x the median norm of the other rows). Turn on "
                    "Prepend BOS to give the sink a token of its own and explain the first word like any other.")

@@ -17,6 +17,7 @@ from components.relevance_charts import (abpc_bar, continuation_figure, curve_ro
 from components.relevance_readout import show_readout
 from components.token_heatmap import heatmap_figure, token_heatmap
 from pages._file_view import file_params, file_section, method_options
+from backend.inputs import sink_token_id
 from pages._relevance_extras import bos_param, bos_toggle, ig_convergence_view, sink_caption
 from pages._common import (Param, committed, current_model, is_shared, model_key, progress, shared, show_errors,
                            text_source, timing, url_inputs, write_url)
@@ -70,7 +71,7 @@ def show_map(result: RelevanceResult, key: str, cached: bool = False) -> None:
     title = f"{result.method_label}: relevance for {result.target.label} ({result.model})"
     st.markdown(f"**{title}** · {timing(result.seconds, cached)}")
     token_heatmap(result.tokens, result.relevance, result.sink_positions, result.sink_reasons())
-    sink_caption(result)
+    sink_caption(result, sink_token_id(current_model().tokenizer))
     export_menu(heatmap_figure(result.tokens, result.relevance, title, result.sink_positions,
                                reasons=result.sink_reasons()), result,
                 key=f"map-{key}", filename=f"relevance-{result.method}")
