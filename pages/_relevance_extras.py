@@ -35,11 +35,13 @@ def bos_toggle(lm, container, key: str = BOS_KEY) -> bool:
     follow(key, model_key(), lambda: bos_default(lm))  # each model starts at its own default; a link's value stays
     adds = tokenizer_adds_bos(lm.tokenizer)
     name = lm.tokenizer.convert_ids_to_tokens(token_id) if token_id is not None else None
+    where = ("so the model's attention sink lands on it and the first word is explained like any other"
+             if "attention" in lm.adapter.capabilities() else
+             "off by default: this model has no attention, so no attention sink to give it")
     help_text = (f"This tokenizer puts {name!r} first itself." if adds else
                  "This tokenizer has no BOS token." if token_id is None else
-                 f"Put {name!r} before the text (this tokenizer adds none), so the model's attention sink lands on "
-                 "it and the first word is explained like any other. It is shown, named, and never ranked or "
-                 "used for the colour scale.")
+                 f"Put {name!r} before the text (this tokenizer adds none), {where}. A prepended token is shown, "
+                 "named, and never ranked or used for the colour scale.")
     return bool(container.toggle("Prepend BOS", key=key, help=help_text, disabled=adds or token_id is None))
 
 
