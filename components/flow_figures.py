@@ -82,7 +82,7 @@ def graph_figure(nodes: Sequence, edges: Sequence, n_layers: int, title: str) ->
             position[node.id] = (x, float(layer + 1))
             if k in under:
                 below.add(node.id)
-    position["out"] = ((width - 1) / 2, float(n_layers + 1))
+    position["out"] = ((width - 1) / 2, n_layers + 1.8)  # clear of the last layer's labels
     fig = go.Figure()
     biggest = add_edges(fig, edges, position)
     shown = [n for n in nodes if n.id in position]
@@ -100,7 +100,7 @@ def graph_figure(nodes: Sequence, edges: Sequence, n_layers: int, title: str) ->
     fig.update_layout(title=title, template="plotly_white", height=240 + 40 * n_layers,
                       margin=dict(l=40, r=20, t=60, b=90), clickmode="event+select",
                       xaxis=token_axis([n.label.split(": ", 1)[-1] for n in ordered]),
-                      yaxis=dict(title="layer (0 = tokens)", zeroline=False, range=[-0.6, n_layers + 1.6]))
+                      yaxis=dict(title="layer (0 = tokens)", zeroline=False, range=[-0.6, n_layers + 2.6]))
     return fig
 
 

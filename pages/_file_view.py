@@ -100,7 +100,7 @@ def show_run(run, label: str) -> None:
                                   [r["mean_relevance"] for r in aggregates.by_token[:25]],
                                   [r["count"] for r in aggregates.by_token[:25]],
                                   f"Mean relevance per token type ({label})",
-                                  "token (the 25 with the largest |mean|, seen twice or more first), by mean",
+                                  "token, by mean (top 25 by |mean|)",
                                   by_value=True)
         st.plotly_chart(fig, key=f"{PAGE}-by-token")
         export_menu(fig, aggregates.by_token, key=f"{PAGE}-by-token", filename="file-relevance-by-token")
