@@ -22,7 +22,8 @@ import numpy as np  # noqa: E402
 
 from backend.fourier.addition import run_addition, small_sum_pairs  # noqa: E402
 from backend.fourier.data import TEMPLATES, split_pairs  # noqa: E402
-from backend.fourier.filters import filter_table  # noqa: E402
+from backend.fourier.controls import control_fields  # noqa: E402
+from backend.fourier.filters import filter_table, reading  # noqa: E402
 from backend.fourier.lens import module_lens  # noqa: E402
 from backend.fourier.probe import probe_pairs, single_token_setup  # noqa: E402
 from backend.fourier.spectrum import describe_regime, embedding_spectrum, hidden_spectra  # noqa: E402
@@ -36,7 +37,7 @@ def table_rows(table) -> list[dict]:
     return [{"filter": row.kind, "modules": row.modules, "removes": row.removed, "loss": round(row.loss, 4),
              "accuracy": round(row.accuracy, 4), "within_2": round(row.within_2, 4),
              "within_10": round(row.within_10, 4), "rank": row.rank, "zeroes_everything": row.zeroes_everything,
-             "errors": row.error_counts} for row in table.rows]
+             "errors": row.error_counts, **control_fields(row.control)} for row in table.rows]
 
 
 def adder_figures(n_prompts: int) -> dict:
@@ -67,7 +68,8 @@ def adder_figures(n_prompts: int) -> dict:
         "lens": {"tau": lens.tau, "logit_lens_accuracy": np.round(lens.lens_accuracy, 4),
                  "low_share_attn": np.round(lens.low_share_attn, 4), "low_share_mlp": np.round(lens.low_share_mlp, 4)},
         "filter_table": {"tau": table.tau, "prompts": table.prompts, "positions": table.positions,
-                         "rows": table_rows(table), "warnings": table.warnings},
+                         "control_seeds": table.control_seeds, "rows": table_rows(table), "reading": reading(table),
+                         "warnings": table.warnings},
         "filter_table_all_tokens": {"positions": "all", "rows": table_rows(table_all_tokens)},
         "filter_table_timing": {"prompts": timed.prompts, "seconds": round(seconds, 2), "target_seconds": 60},
     }

@@ -41,6 +41,9 @@ def test_filter_table_runs_and_exports(app_server, browser_page, artefacts):
                                                "low-pass both", "low-pass mlp", "low-pass attn"]
     accuracies = [float(row["accuracy"]) for row in rows]
     assert all(0.0 <= value <= 1.0 for value in accuracies) and len(set(accuracies)) > 1
+    assert rows[0]["control_accuracy_mean"] == "" and all(0.0 <= float(row["control_accuracy_mean"]) <= 1.0
+                                                          for row in rows[1:])
+    assert all(float(row["effect"]) == pytest.approx(accuracies[0] - float(row["accuracy"])) for row in rows[1:])
 
     with page.expect_download() as download_info:
         panel.get_by_role("button", name="PNG", exact=True).first.click()
