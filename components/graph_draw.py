@@ -63,6 +63,9 @@ def spread_row(wanted: Sequence[tuple[float, str]], span: float, marker_px: floa
 
 def token_axis(tokens: Sequence[str]) -> dict:
     """An x axis whose tick labels are the input tokens at positions 0..n-1, slanted (never overlapping)."""
-    text = [repr(t)[1:-1].replace(" ", "␣") or "∅" for t in tokens]
+    def shown(token: str) -> str:  # node labels hold the token's repr: drop its quotes, show spaces as ␣
+        quoted = len(token) >= 2 and token[0] == token[-1] and token[0] in "'\""
+        return (token[1:-1] if quoted else repr(token)[1:-1]).replace(" ", "␣") or "∅"
+    text = [shown(t) for t in tokens]
     return dict(tickmode="array", tickvals=list(range(len(tokens))), ticktext=text, tickangle=-45, showgrid=False,
                 zeroline=False, title=None)
