@@ -27,8 +27,9 @@ from backend.sae.placement import on_device
 MODES = ("add", "ablate")
 MAX_NEW_TOKENS = 32
 # The default steering strength, as a multiple of the feature's max activation on its store's corpus. The old 4x
-# (28.1 for feature 2407 of blocks.15) turned the continuation into "20000000000" where 6 (0.85x) read well;
-# bench/steering_strength.py sweeps the multiple over features (README, "Steering strength").
+# (28.1 for feature 2407 of blocks.15) broke the continuation ("marriage of of state. marriage of of state."), 2x let
+# digits in, 1x read "The marriage of the two of them is a marriage" (bench/steering_strength.py; README, "Steering
+# strength").
 STRENGTH_MULTIPLE = 1.0
 
 
