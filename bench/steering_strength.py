@@ -84,7 +84,7 @@ def main() -> None:
              **readability(clean.edited_continuation, lm)}]
     for feature in features:
         max_act = float(store.max_activation[feature])
-        dec_norm = float(sae.W_dec[feature].norm())
+        dec_norm = float(sae.W_dec[feature].detach().norm())
         for multiple in (float(m) for m in args.multiples.split(",")):
             strength = multiple * max_act
             result = steer(lm, sae, args.prompt, feature, "add", strength, args.tokens)
