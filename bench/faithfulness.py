@@ -44,10 +44,22 @@ def main() -> None:
     parser.add_argument("--rows", type=Path, default=None, help="JSONL of finished prompts (appended; resumed)")
     parser.add_argument("--summarize-only", action="store_true", help="report from --rows without computing")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON report here")
+    parser.add_argument("--start", type=int, default=0,
+                        help="begin at this prompt of the interleaved order (a second worker, its own --rows)")
+    parser.add_argument("--merge", type=Path, nargs="*", default=[],
+                        help="with --summarize-only: more row files (other workers) to merge, first one wins")
     args = parser.parse_args()
     load_before = os.getloadavg()
     prompts = choose(load_set(args.set), limit=args.limit)
     done = load_rows(args.rows)
+    seen = {r["id"] for r in done}
+    for extra in args.merge:
+        for row in load_rows(extra):
+            if row["id"] not in seen:
+                done.append(row)
+                seen.add(row["id"])
+    if args.start and not args.summarize_only:
+        prompts = prompts[args.start:] + prompts[:args.start]
     wall, cpu = time.perf_counter(), time.process_time()
     if args.summarize_only:  # no model needed: methods and baselines are the rows' own
         if not done:

@@ -17,8 +17,9 @@ def add_arguments(explain: argparse.ArgumentParser, source) -> None:
                                                           "assets/prompts/heldout-v1.jsonl")
     group = explain.add_argument_group("faithfulness (--faithfulness)")
     group.add_argument("--faithfulness", action="store_true",
-                       help="print MoRF / LeRF AUC and ABPC (with a random-order control) for the map; with --set, "
-                            "the ABPC table of every method with bootstrap 95%% intervals")
+                       help="print MoRF / LeRF AUC and ABPC (with a random-order control) for the map, tokens "
+                            "removed to --baseline; with --set, the ABPC table of every method under every deletion "
+                            "baseline with bootstrap 95%% intervals")
     group.add_argument("--curve-steps", type=positive_int, default=10, help="points per perturbation curve "
                                                                             "(default 10)")
     group.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random orders and the "
