@@ -46,6 +46,8 @@ def test_specificity_is_the_ratio_of_effects_and_undefined_when_controls_cost_no
     assert result.effect_sd == pytest.approx(np.std([0.1, 0.2, 0.0], ddof=1))
     free = compare(0.9, 0.5, [0.9, 0.9, 0.9], [0, 1, 2], prompts=500)
     assert free.specificity is None and "specificity" not in control_fields(free)
+    one_prompt = compare(0.9, 0.5, [0.898, 0.898, 0.898], [0, 1, 2], prompts=500)  # the controls cost one prompt
+    assert one_prompt.specificity is None and one_prompt.verdict == "more damaging than"
     same = compare(0.9, 0.5, [0.45, 0.5, 0.55], [0, 1, 2], prompts=500)
     assert same.specificity == pytest.approx(1.0) and same.verdict == "no more damaging than"
     assert compare(0.9, 0.7, [0.1, 0.12, 0.08], [0, 1, 2], prompts=500).verdict == "less damaging than"

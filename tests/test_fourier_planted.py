@@ -99,7 +99,7 @@ def test_filter_json_carries_the_same_rank_control_deterministically(planted_fol
     clean = first["baseline"]["accuracy"]
     assert first["effect"] == pytest.approx(clean - first["accuracy"])
     assert first["control_effect_mean"] == pytest.approx(clean - first["control_accuracy_mean"])
-    if first["control_effect_mean"] > 0.5 / 40:
+    if first["control_effect_mean"] > 1 / 40 + 1e-12:
         assert first["specificity"] == pytest.approx(first["effect"] / first["control_effect_mean"])
     else:
         assert "specificity" not in first

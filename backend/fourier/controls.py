@@ -9,7 +9,7 @@ in the same way; only the choice of functions (Fourier or random) differs. Then
 
     effect = clean accuracy - filtered accuracy,    specificity = filter effect / mean control effect.
 
-Specificity is left out (None) when the controls cost (almost) nothing: less than half a prompt on average.
+Specificity is left out (None) when the controls cost (almost) nothing: at most one prompt on average.
 """
 from __future__ import annotations
 
@@ -87,8 +87,8 @@ def compare(clean: float, filtered: float, control_accuracies: list[float], seed
     effects = clean - accuracies
     effect = clean - filtered
     mean, sd = float(effects.mean()), float(effects.std(ddof=1)) if len(effects) > 1 else 0.0
-    floor = 0.5 / max(1, prompts)
-    specificity = effect / mean if mean > floor else None
+    floor = 1.0 / max(1, prompts)
+    specificity = effect / mean if mean > floor + 1e-12 else None
     margin = max(2 * sd, 1.0 / max(1, prompts))
     if effect > mean + margin:
         verdict = "more damaging than" if specificity is None or specificity >= SPECIFIC else \
