@@ -249,8 +249,8 @@ def filter_view(lm, digits: bool, n_default: int) -> None:
                            "zeroes everything": r.zeroes_everything,
                            **{f"errors: {k}": v for k, v in r.error_counts.items()}}
                           for label, r in zip(labels, table.rows)])
-    leading = ["filter", "removes", "modules", "loss", "accuracy", "rank(B F W_U)", "control_accuracy_mean",
-               "control_accuracy_sd", "effect", "control_effect_mean", "control_effect_sd", "specificity", "verdict"]
+    leading = ["filter", "accuracy", "rank(B F W_U)", "control_accuracy_mean", "control_accuracy_sd", "specificity",
+               "verdict", "removes", "modules", "loss", "effect", "control_effect_mean", "control_effect_sd"]
     frame = frame[[c for c in leading if c in frame] + [c for c in frame if c not in leading]]
     st.markdown(f"**Filter table** ({table.prompts} prompts, N = {table.numbers}, τ = {table.tau}, d_model = "
                 f"{table.d_model}, filtered at {POSITIONS[table.positions]}, {table.seconds:.1f} s)")

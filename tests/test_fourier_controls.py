@@ -99,7 +99,8 @@ def test_planted_random_answer_makes_the_sentence_say_the_filter_is_not_specific
     assert table.rows[0].accuracy == 1.0
     assert all(row.control.verdict != "more damaging than" for row in table.rows[1:])
     sentence = reading(table)
-    assert "No filter is more damaging than removing a random subspace of the same rank" in sentence
+    assert "No filter is clearly more damaging (specificity >= 1.2, beyond two control sds) than removing a " \
+        "random subspace of the same rank" in sentence
     assert "regime" not in sentence and "Beyond the control" not in sentence
 
 

@@ -65,7 +65,8 @@ def digit_baseline(states: np.ndarray, threshold: float = 4.0, base: int = DIGIT
     residual = frequency_magnitude(basis, centred - explained)
     scale = float(np.linalg.norm(frequency_magnitude(basis, centred)))
     outliers = [] if scale == 0 or residual.max(initial=0.0) <= 1e-9 * scale else [
-        o for o in find_outliers(residual, len(states), threshold=threshold) if o.magnitude > magnitude[o.frequency - 1]]
+        o for o in find_outliers(residual, len(states), threshold=threshold)
+        if o.magnitude > magnitude[o.frequency - 1]]
     return DigitBaseline(share=share, magnitude=magnitude, residual=residual, outliers=outliers)
 
 
@@ -80,4 +81,5 @@ def shuffled_control(values: np.ndarray, shuffles: int = SHUFFLES, seed: int = 0
 
 def outliers_above(magnitude: np.ndarray, control: np.ndarray, n_numbers: int, threshold: float = 4.0) -> list[Outlier]:
     """Robust-z outliers of the spectrum that are also stronger than the control at their frequency."""
-    return [o for o in find_outliers(magnitude, n_numbers, threshold=threshold) if o.magnitude > control[o.frequency - 1]]
+    return [o for o in find_outliers(magnitude, n_numbers, threshold=threshold)
+            if o.magnitude > control[o.frequency - 1]]

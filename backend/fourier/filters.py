@@ -21,8 +21,8 @@ from backend.capture import hooks, model_lock
 from backend.config import InterpscopeError
 from backend.fourier.addition import pad_right, score, token_to_number
 from backend.fourier.basis import FourierBasis, fourier_basis
-from backend.fourier.controls import (DEFAULT_CONTROL_SEEDS, Control, compare, control_projection, describe,
-                                     null_space_projector)
+from backend.fourier.controls import (DEFAULT_CONTROL_SEEDS, SPECIFIC, Control, compare, control_projection,
+                                     describe, null_space_projector)
 from backend.fourier.data import render
 from backend.fourier.lens import check_tau, default_tau
 from backend.fourier.numbers import NumberTokens, number_unembedding
@@ -307,15 +307,16 @@ def reading(table: FilterTable) -> str | None:
                 "fine-tuned GPT-2-XL lost 93.8 and 72.7 points). ")
     specific = {key: row for key, row in rows.items() if row.control is not None
                 and row.control.verdict == "more damaging than"}
-    saturated = [LABELS[kind] for kind in ("high", "low")
-                 if rows[(kind, "both")].control.accuracy_mean < 0.2 * base]
+    saturated = sorted({rows[(kind, "both")].rank for kind in ("high", "low")
+                        if rows[(kind, "both")].control.accuracy_mean < 0.2 * base})
     if saturated:
-        sentence += (f"At the rank of {' and of '.join(saturated)}, the random control alone leaves under a fifth of "
-                     "the clean accuracy, so these rows cannot tell Fourier directions from any number directions. ")
+        sentence += (f"At rank {' and '.join(str(r) for r in saturated)} the random control alone leaves under a fifth "
+                     "of the clean accuracy, so such rows cannot tell Fourier directions from any number directions. ")
     if not specific:
-        return sentence + ("No filter is more damaging than removing a random subspace of the same rank from the "
-                           "number directions, so this table does not show that the answer lives in these frequency "
-                           "bands: it shows how many number directions the model can lose.")
+        return sentence + (f"No filter is clearly more damaging (specificity >= {SPECIFIC:g}, beyond two control sds) "
+                           "than removing a random subspace of the same rank from the number directions, so this "
+                           "table does not show that the answer lives in these frequency bands: it shows how many "
+                           "number directions the model can lose.")
     named = ", ".join(f"{LABELS[kind]} from {MODULE_WORDS[modules]} (specificity "
                       f"{'undefined' if row.control.specificity is None else f'{row.control.specificity:.2f}'})"
                       for (kind, modules), row in specific.items())
