@@ -144,7 +144,7 @@ def neuron_detail(lm, layer: int, index: int, k: int | None = None, store: Activ
 class TextActivations:
     """Per token of the text: the token strings, each chosen neuron's activation [n_neurons, T], the entropy of
     the prediction made at that token [T], the top predicted next token and its probability. excluded_positions:
-    position 0 and massive-activation rows, which set no colour scale; scale: each neuron's max |activation| over
+    a prepended BOS and the rows measured to carry a massive activation, which set no colour scale; scale: each neuron's max |activation| over
     the other positions [n_neurons] (what a colour scale should span)."""
 
     model: str
@@ -158,10 +158,14 @@ class TextActivations:
     scale: np.ndarray | None = None
 
 
-def text_activations(lm, text: str, neurons) -> TextActivations:
-    """Run the model on `text` and read the chosen neurons, the entropy and the top prediction per token."""
+def text_activations(lm, text: str, neurons, prepend_bos: bool | None = None) -> TextActivations:
+    """Run the model on `text` and read the chosen neurons, the entropy and the top prediction per token.
+    prepend_bos: put the model's BOS first (None: where the tokenizer adds none), so the first word is read like
+    any other; the excluded positions are the measured sinks and that BOS."""
+    from backend.relevance.api import input_ids_for
+
     chosen = parse_neurons(neurons, lm.adapter)
-    ids = lm.encode(text)
+    ids, prepended = input_ids_for(lm, text, prepend_bos)
     names = sorted({f"blocks.{n.layer}.mlp.hook_post" for n in chosen})
     points = {n.layer: detection_point(lm.adapter, n.layer) for n in chosen}
     with model_lock(lm), torch.no_grad():
@@ -171,8 +175,10 @@ def text_activations(lm, text: str, neurons) -> TextActivations:
     top_probability, top_ids = probs.max(-1)
     activation = np.stack([run.activations[f"blocks.{n.layer}.mlp.hook_post"][:, n.index].float().numpy()
                            for n in chosen])
-    masks = {point: excluded_mask(run.activations[point]).numpy() for point in set(points.values())}
+    masks = {point: excluded_mask(run.activations[point], window_start=False).numpy()
+             for point in set(points.values())}
     excluded = np.zeros(ids.shape[1], dtype=bool)
+    excluded[0] = prepended
     for mask in masks.values():
         excluded |= mask
     scale = np.array([colour_scale(row, excluded) for row in activation])
