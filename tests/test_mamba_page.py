@@ -60,6 +60,10 @@ def test_mambalrp_is_the_default_method_for_mamba(app):
     value = float(bars[0]["layout"]["shapes"][0]["x0"])
     assert abs(parts["rest (numerical error)"]) < 1e-3 * abs(value)
     assert abs(sum(parts.values()) - value) < 1e-6 * abs(value)
+    words = " ".join([maps[0]] + [c.value for c in app.caption] + [m.value for m in app.markdown]).lower()
+    assert "biases absorb" in words  # the readout is there, in Mamba's words:
+    assert "attention sink" not in words and "position embedding" not in words
+    assert not app.toggle(key="relevance-bos").value  # no attention, no sink to give a BOS: off by default
 
 
 def test_fix_ablation_chart_shows_each_fix_raising_the_error(app):

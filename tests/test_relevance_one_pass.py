@@ -1,6 +1,7 @@
 """A relevance map costs one forward pass: the predicted target and the top-10 list come from the attribution's
 own pass, or from the logits a prediction of the same text left in the per-process cache; and either way the
-numbers equal the separate passes they replace."""
+numbers equal the separate passes they replace. (The maps here explain the text as typed, prepend_bos=False, so
+their ids are the prediction's: a prepended BOS makes another input.)"""
 from __future__ import annotations
 
 import numpy as np
@@ -49,7 +50,7 @@ def _plain_target(lm):
 @pytest.mark.parametrize("method", ["attnlrp", "cplrp", "gradxinput"])
 def test_explain_runs_one_pass_and_reuses_it_for_the_prediction(lm, method):
     passes = Passes(lm)
-    result = explain(lm, TEXT, method)
+    result = explain(lm, TEXT, method, prepend_bos=False)
     assert passes.take() == 1
     target, row = _plain_target(lm)
     passes.take()
@@ -60,7 +61,7 @@ def test_explain_runs_one_pass_and_reuses_it_for_the_prediction(lm, method):
     prediction = predict_next(lm, TEXT, top=10)
     assert passes.take() == 0, "the prediction after a map must come from the map's pass"
     assert [p.id for p in prediction.predictions] == [p.id for p in result.top]
-    again = explain(lm, TEXT, method, token=" the")
+    again = explain(lm, TEXT, method, token=" the", prepend_bos=False)
     assert passes.take() == 1 and again.target.token == " the"
     passes.handle.remove()
 
@@ -68,10 +69,10 @@ def test_explain_runs_one_pass_and_reuses_it_for_the_prediction(lm, method):
 def test_prediction_first_then_map_is_two_passes_with_the_same_map(lm):
     passes = Passes(lm)
     predict_next(lm, TEXT, top=10)
-    first = explain(lm, TEXT, "attnlrp")
+    first = explain(lm, TEXT, "attnlrp", prepend_bos=False)
     assert passes.take() == 2
     fresh = wrap_loaded(tiny_llama(vocab=50257, seed=4), gpt2_tokenizer(), name="tiny-llama-one-pass-2")
-    alone = explain(fresh, TEXT, "attnlrp")
+    alone = explain(fresh, TEXT, "attnlrp", prepend_bos=False)
     np.testing.assert_array_equal(first.relevance, alone.relevance)
     assert first.target == alone.target and first.logit == alone.logit
     passes.handle.remove()
