@@ -170,6 +170,8 @@ class OutputFolder:
         changed = False
         for path in paths:
             rel = self._relative(path)
+            if isinstance(path, str) and path.endswith("/"):  # a folder about to be made
+                rel += "/"
             if Path(self.path / rel).is_dir() and not rel.endswith("/"):
                 rel += "/"
             if rel not in entries:
@@ -179,11 +181,14 @@ class OutputFolder:
             self._save()
 
     def mkdir(self, path: str | Path) -> Path:
-        """Create a sub-folder (and its parents), recording each one this call creates."""
+        """Create a sub-folder (and its parents), recording each one this call creates. The record is saved
+        before the folders are made, so a kill in between never leaves a folder of ours the marker does not list
+        (a listed folder that does not exist is harmless)."""
         target = self.path / self._relative(path)
-        missing = [p for p in (target, *target.parents) if p.is_relative_to(self.path) and not p.exists()]
+        missing = [p for p in (target, *target.parents) if p.is_relative_to(self.path) and p != self.path
+                   and not p.exists()]
+        self.record(*(self._relative(p) + "/" for p in reversed(missing)))
         target.mkdir(parents=True, exist_ok=True)
-        self.record(*reversed(missing))
         return target
 
     @contextmanager

@@ -35,7 +35,12 @@ def _store(args: argparse.Namespace) -> int:
     if args.tokens < args.seq_len:
         raise InterpscopeError(f"--tokens ({args.tokens}) must be at least --seq-len ({args.seq_len}).")
     layers = _layers(args.layers)
-    check_out_folder(args.out, "--out")
+    check_out_folder(args.out, "--out", force=True)  # a file or a missing parent; the store's own rule next
+    from pathlib import Path
+
+    from backend.neurons.page_store import _owned
+
+    _owned(Path(args.out).expanduser())  # new, empty or an entropy-neuron store
     scale = scale_from_args(args)
     lm = load_from_args(args)
     from backend.scale.memory import resolve_batch_size

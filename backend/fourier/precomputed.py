@@ -136,6 +136,7 @@ def save_entries(lm, out: str | Path, results: dict[str, object]) -> Path:
         if manifest.get("model_key") != model_key(lm):
             raise InterpscopeError(f"{folder} holds the Fourier store of another model; choose another folder.")
     folder.mkdir(parents=True, exist_ok=True)
+    atomic.remove_stale_temps(folder)  # what a killed build left mid-write
     manifest = manifest or {"kind": KIND, "model": lm.name, "model_key": model_key(lm), "entries": {}}
     for index, (key, result) in enumerate(results.items()):
         arrays, plain = encode(result)

@@ -128,6 +128,7 @@ def build_neuron_store(lm, out: str | Path, layers: list[int] | None = None, spe
     the same either way."""
     folder = Path(out).expanduser()
     manifest = _owned(folder)
+    atomic.remove_stale_temps(folder)  # what a killed build left mid-write
     key = model_key(lm)
     wanted = sorted({check_layer(lm.adapter, layer) for layer in (layers or [None])})
     if manifest is not None and (manifest.get("model_key") != key or manifest.get("spec") != spec.__dict__):
