@@ -1,6 +1,7 @@
 """The Relevance maps page through streamlit.testing: Run, paste, upload, methods, targets, readouts, the URL."""
 from __future__ import annotations
 
+import html
 import json
 
 import pytest
@@ -57,8 +58,9 @@ def test_nothing_runs_before_run_then_attnlrp_splits_the_logit(app, bundled_lm):
     assert len(maps) == 1
     n_tokens = bundled_lm.encode("Mr. Darcy looked at Elizabeth, and Elizabeth looked back at").shape[1]
     assert maps[0].count('class="relevance-token"') == n_tokens + 1  # SmolLM2 adds no BOS: the page prepends it
-    assert "Not used for the colour scale: position 0 '<|im_start|>' (prepended BOS" in maps[0]  # named
-    assert "position 1 'Mr'" not in maps[0]  # the first word is explained like any other
+    legend = html.unescape(maps[0])
+    assert "Not used for the colour scale: position 0 '<|im_start|>' (prepended BOS" in legend  # named
+    assert "position 1 'Mr'" not in legend  # the first word is explained like any other
     (parts,) = readout_parts(app)
     total = parts["input tokens"] + parts["softmax (dropped by AttnLRP)"] + parts["biases"] + \
         parts["rest (numerical error)"]
