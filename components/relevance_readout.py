@@ -55,8 +55,11 @@ def _convergence_words(k) -> str:
     scale = abs(k.value - k.baseline_value) or 1.0
     if abs(k.gap) / scale < 0.01 and abs(k.half_gap) / scale < 0.01:
         verdict = "both are under 1% of f(x) - f(baseline): the integral has converged"
-    elif abs(k.gap) <= 0.5 * abs(k.half_gap):
+    elif abs(k.gap) <= 0.5 * abs(k.half_gap) and abs(k.gap) / scale < 0.05:
         verdict = "the gap shrinks with more steps, so it is the discretisation of the integral"
+    elif abs(k.gap) <= 0.5 * abs(k.half_gap):
+        verdict = (f"the gap shrinks with more steps but is still {abs(k.gap) / scale:.0%} of f(x) - f(baseline); "
+                   "the convergence check shows whether it keeps shrinking")
     else:
         verdict = ("the gap does not shrink with more steps: the path from the baseline is rough on this model "
                    "(the target jumps along it), so more steps will not close it; see the convergence check")
