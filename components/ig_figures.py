@@ -18,9 +18,9 @@ def convergence_sentence(data) -> str:
     said = (f"From {data.baseline_label}, relevance should sum to f(x) - f(baseline) = {difference:.3g}; the gap is "
             f"{gaps} steps. ")
     if data.shrinks:
-        said += "It shrinks with more steps: the gap is the discretisation of the integral."
+        said += "It shrinks at every doubling of the steps: the gap is the discretisation of the integral."
     else:
-        said += (f"It does not shrink with more steps: along the path the target jumps from "
+        said += (f"It does not shrink steadily with more steps: along the path the target jumps from "
                  f"{jump['value_from']:.3g} to {jump['value_to']:.3g} between alpha = {jump['alpha_from']:.3g} and "
                  f"{jump['alpha_to']:.3g}, so the integrand is spiky there and the quadrature's few points near it "
                  "decide the sum. The map's relevances carry that error.")

@@ -134,8 +134,8 @@ class IGConvergence:
 
     rows: one per step count {steps, relevance_sum, gap, relative_gap, relevance (per token)}; alphas / path_values:
     f(baseline + alpha (x - baseline)) on a grid of alphas in [0, 1]; steepest: where f changes most between two
-    neighbouring grid points {alpha_from, alpha_to, value_from, value_to}; shrinks: the gap at the most steps is
-    at most half the gap at the fewest (or both under 1% of f(x) - f(baseline))."""
+    neighbouring grid points {alpha_from, alpha_to, value_from, value_to}; shrinks: |gap| never grows from one step
+    count to the next and ends at most half its first value (or every gap is under 1% of f(x) - f(baseline))."""
 
     tokens: list[str]
     target: str
@@ -193,10 +193,11 @@ def convergence(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target, 
     i = int(np.argmax(jumps)) if jumps.size else 0
     steepest = {"alpha_from": alphas[i], "alpha_to": alphas[min(i + 1, len(alphas) - 1)],
                 "value_from": profile[i], "value_to": profile[min(i + 1, len(profile) - 1)]}
-    first, last = abs(rows[0]["gap"]), abs(rows[-1]["gap"])
-    small = max(first, last) / (abs(difference) or 1.0) < 0.01
+    gaps = [abs(r["gap"]) for r in rows]
+    small = max(gaps) / (abs(difference) or 1.0) < 0.01
+    steady = all(later <= earlier * 1.05 for earlier, later in zip(gaps, gaps[1:]))
     if progress is not None:
         progress(len(steps) + 1, len(steps) + 1)
     return IGConvergence(tokens=tokens, target=target.label, baseline=baseline, baseline_label=BASELINES[baseline],
                          value=value, baseline_value=at_baseline, rows=rows, alphas=alphas, path_values=profile,
-                         steepest=steepest, shrinks=small or last <= 0.5 * first)
+                         steepest=steepest, shrinks=small or (steady and gaps[-1] <= 0.5 * gaps[0]))
