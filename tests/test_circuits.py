@@ -129,6 +129,7 @@ def test_the_circuit_view_in_the_feature_browser(tmp_path, monkeypatch):
     at = AppTest.from_file(str(ROOT / "pages/sae_features.py"), default_timeout=300)
     at.session_state["sae_store"] = down_store.name
     at.session_state["sae_view"] = "Circuit"
+    at.session_state["sae-all-models"] = True  # the tiny model's stores, not the sidebar model's
     at.run()
     assert not at.exception, at.exception
     assert at.selectbox(key="sae-circuit-upstream").options == [up_store.name]
@@ -162,6 +163,7 @@ def test_a_feature_that_is_not_active_gets_a_message_naming_those_that_are(tmp_p
     at = AppTest.from_file(str(ROOT / "pages/sae_features.py"), default_timeout=300)
     at.session_state["sae_store"] = down_store.name
     at.session_state["sae_view"] = "Circuit"
+    at.session_state["sae-all-models"] = True  # the tiny model's stores, not the sidebar model's
     at.session_state["sae-prompt-text"] = text
     at.session_state["sae-circuit-feature"] = silent
     at.run()

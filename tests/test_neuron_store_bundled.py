@@ -58,8 +58,10 @@ def test_page_open_reads_the_store_and_text_view_names_what_it_left_out(bundled_
     from backend.neurons.candidates import candidates
 
     live = candidates(bundled_lm, layer=LAYER, k=page.k)
-    np.testing.assert_allclose(page.stats.rho, live.rho, rtol=1e-9)
-    np.testing.assert_allclose(page.stats.unigram_cosine, live.unigram_cosine, rtol=1e-9)
+    # float32 agreement: the shipped SmolLM2 store's statistics predate the write-through-the-output-norm code,
+    # whose order of float32 operations differs (rho 2e-5 relative, unigram cosines 2.3e-5 absolute at most, measured)
+    np.testing.assert_allclose(page.stats.rho, live.rho, rtol=1e-4)
+    np.testing.assert_allclose(page.stats.unigram_cosine, live.unigram_cosine, rtol=1e-4, atol=5e-5)
     assert page.default_neurons == [f"{LAYER}.{i}" for i in live.ranking()[:3]]
     seen = text_activations(bundled_lm, "It is a truth universally acknowledged, that a single man", ["29.830"])
     assert seen.excluded_positions[0] == 0

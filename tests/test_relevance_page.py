@@ -113,7 +113,8 @@ def test_contrast_and_picked_token_targets(app):
 def test_paste_new_text(app):
     app.text_area(key="relevance-text").input("The cat sat on the").run()
     run(app)
-    assert heatmaps(app)[0].count('class="relevance-token"') == 5
+    # five tokens of the text after the prepended BOS, which is shown and named (SmolLM2's tokenizer adds none)
+    assert heatmaps(app)[0].count('class="relevance-token"') == 6 and "prepended BOS" in heatmaps(app)[0]
 
 
 def upload(app, name: str, data: bytes, mime: str = "text/plain"):
@@ -206,4 +207,4 @@ def test_the_url_holds_the_inputs_and_a_link_restores_the_view(bundled_lm):
     fresh.run()
     assert not fresh.exception
     assert any(m.value.startswith("**CP-LRP: relevance for") for m in fresh.markdown)
-    assert heatmaps(fresh)[0].count('class="relevance-token"') == 5
+    assert heatmaps(fresh)[0].count('class="relevance-token"') == 6 and "prepended BOS" in heatmaps(fresh)[0]

@@ -61,6 +61,8 @@ def _flow(store_app, page, artefacts) -> None:
     page.get_by_text("Feature density").first.wait_for(timeout=180_000)
     wait_for_app(page)
     if f"store={store.name}" not in page.url:  # shipped stores are listed first
+        page.get_by_text("Show the stores of every model").click()  # the tiny model's store is not the sidebar's
+        wait_for_app(page)
         page.locator("[data-testid='stSelectbox']").filter(has_text="Feature store").click()
         page.get_by_role("option", name=store.name).click()
         page.wait_for_function(f"() => window.location.search.includes('store={store.name}')", timeout=60_000)
