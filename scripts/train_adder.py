@@ -20,38 +20,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backend.config import InterpscopeError  # noqa: E402
-from backend.fourier.data import DEFAULT_TEMPLATE, TEMPLATES, render, split_pairs  # noqa: E402
+from backend.fourier.data import DEFAULT_TEMPLATE, TEMPLATES  # noqa: E402
+from backend.fourier.supervised import accuracy as split_accuracy, answer_logits, encode_split  # noqa: E402
 from backend.fourier.vocab import number_tokenizer  # noqa: E402
 from backend.outputs import OutputFolder, check_output_folder  # noqa: E402
-
-def encode_split(tokenizer, n_numbers: int, split: str, templates: tuple[str, ...]):
-    """Right-padded prompt ids [R, T], the index of each prompt's last token, and the answer token id."""
-    pairs = split_pairs(n_numbers, split)
-    texts, answers = [], []
-    for template in templates:
-        texts += render(template, pairs)
-        answers += [int(a + b) for a, b in pairs]
-    encoded = tokenizer(texts, padding=True, return_tensors="pt")
-    last = encoded.attention_mask.sum(dim=1) - 1
-    answer_ids = torch.tensor([tokenizer.convert_tokens_to_ids(str(s)) for s in answers])
-    return encoded.input_ids, encoded.attention_mask, last, answer_ids
-
-
-def answer_logits(model, ids, mask, last):
-    logits = model(input_ids=ids, attention_mask=mask).logits
-    return logits[torch.arange(len(ids)), last]
-
-
-@torch.no_grad()
-def accuracy(model, data, batch: int = 2048) -> float:
-    ids, mask, last, answers = data
-    correct = 0
-    for start in range(0, len(ids), batch):
-        sl = slice(start, start + batch)
-        pred = answer_logits(model, ids[sl], mask[sl], last[sl]).argmax(-1)
-        correct += int((pred == answers[sl]).sum())
-    return correct / len(ids)
-
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -106,13 +78,14 @@ def main() -> int:
         if step % 250 == 0 or step == args.steps:
             model.eval()
             print(json.dumps({"step": step, "loss": round(loss.item(), 4),
-                              "valid_acc": round(accuracy(model, valid), 4),
+                              "valid_acc": round(split_accuracy(model, valid, batch=2048), 4),
                               "seconds": round(time.time() - start, 1)}), flush=True)
             model.train()
     model.eval()
-    figures = {"test_accuracy_plain": accuracy(model, test_plain),
-               "test_accuracy_all_templates": accuracy(model, test_all),
-               "valid_accuracy": accuracy(model, valid), "train_accuracy": accuracy(model, train),
+    figures = {"test_accuracy_plain": split_accuracy(model, test_plain, batch=2048),
+               "test_accuracy_all_templates": split_accuracy(model, test_all, batch=2048),
+               "valid_accuracy": split_accuracy(model, valid, batch=2048),
+               "train_accuracy": split_accuracy(model, train, batch=2048),
                "train_seconds": round(time.time() - start, 1)}
     folder = OutputFolder.claim(args.out, force=args.force, command="scripts/train_adder.py")
     out = folder.path

@@ -29,7 +29,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backend.config import InterpscopeError  # noqa: E402
-from backend.fourier.data import DEFAULT_TEMPLATE, TEMPLATES, operand_pairs, render, split_pairs  # noqa: E402
+from backend.fourier.data import DEFAULT_TEMPLATE, TEMPLATES, split_pairs  # noqa: E402
+from backend.fourier.supervised import accuracy, answer_logits, encode_split  # noqa: E402
 from backend.fourier.vocab import number_tokenizer  # noqa: E402
 from backend.outputs import OutputFolder, check_output_folder  # noqa: E402
 
@@ -103,33 +104,6 @@ def pretrain_batch(source: Sentences, vocab: dict, batch: int, length: int, bos:
             ids += [vocab[w] for w in source.sentence()] + [period]
         rows.append(ids[:length])
     return torch.tensor(rows)
-
-
-def encode_split(tokenizer, n_numbers: int, split: str, templates: tuple[str, ...]):
-    """Right-padded prompt ids, attention mask, each prompt's last index and the answer token id."""
-    pairs = split_pairs(n_numbers, split)
-    texts, answers = [], []
-    for template in templates:
-        texts += render(template, pairs)
-        answers += [int(a + b) for a, b in pairs]
-    encoded = tokenizer(texts, padding=True, return_tensors="pt")
-    last = encoded.attention_mask.sum(dim=1) - 1
-    answer_ids = torch.tensor([tokenizer.convert_tokens_to_ids(str(s)) for s in answers])
-    return encoded.input_ids, encoded.attention_mask, last, answer_ids
-
-
-def answer_logits(model, ids, mask, last):
-    return model(input_ids=ids, attention_mask=mask).logits[torch.arange(len(ids)), last]
-
-
-@torch.no_grad()
-def accuracy(model, data, batch: int = 512) -> float:
-    ids, mask, last, answers = data
-    correct = 0
-    for start in range(0, len(ids), batch):
-        part = slice(start, start + batch)
-        correct += int((answer_logits(model, ids[part], mask[part], last[part]).argmax(-1) == answers[part]).sum())
-    return correct / max(1, len(ids))
 
 
 def load_checkpoint(path: Path, model, optimizer) -> dict:
