@@ -5,9 +5,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from backend.config import InterpscopeError
-from backend.models.registry import BUNDLED, DEFAULT_MODEL
-from backend.paths import model_choice
+from interpscope.config import InterpscopeError
+from interpscope.models.registry import BUNDLED, DEFAULT_MODEL
+from interpscope.paths import model_choice
 from pages._guard import run_page
 
 ROOT = Path(__file__).resolve().parent

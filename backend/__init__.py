@@ -1,1 +1,1 @@
-"""Interpscope backend: pure Python + PyTorch. Never imports streamlit."""
+"""Interpscope: pure Python + PyTorch (the backend/ folder is the `interpscope` package). Never imports streamlit."""

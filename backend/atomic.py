@@ -17,7 +17,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Callable, Iterator
 
-from backend.config import InterpscopeError
+from interpscope.config import InterpscopeError
 
 _TEMP = re.compile(r"^\..+\.(\d+)\.[A-Za-z0-9_]+\.tmp$")
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)

@@ -26,7 +26,7 @@ from typing import Callable, Iterator, Literal, Sequence
 import torch
 from torch import nn
 
-from backend.adapters import ModelAdapter
+from interpscope.adapters import ModelAdapter
 
 EditFn = Callable[[torch.Tensor], "torch.Tensor | None"]
 HookRole = Literal["read", "edit", "rule"]

@@ -14,9 +14,9 @@ from typing import Iterable, Literal
 
 import torch
 
-from backend.config import ASSETS_DIR, InterpscopeError
-from backend.inputs import decode_bytes, parse_examples
-from backend.paths import confined, display_path
+from interpscope.config import ASSETS_DIR, InterpscopeError
+from interpscope.inputs import decode_bytes, parse_examples
+from interpscope.paths import confined, display_path
 
 Split = Literal["train", "valid", "test", "all"]
 BUNDLED_DIR = ASSETS_DIR / "corpus" / "austen"

@@ -11,7 +11,7 @@ sequence every step, `greedy_uncached`) edits, at a fraction of the cost.
 Several continuations of one prompt (clean and edited) run as rows of one batch; an edit names its rows. The rows'
 prompts can run one by one (`prefill_rows_apart`) so each row's prompt logits are exactly a single-row run's; their
 KV caches are then stacked for the batched steps.
-Every hook goes through backend.capture, so it acts on this run's forward passes only.
+Every hook goes through interpscope.capture, so it acts on this run's forward passes only.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from backend.capture import hooks
+from interpscope.capture import hooks
 
 RowFn = Callable[[torch.Tensor], torch.Tensor]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import codecs
 import os
 
-from backend.config import InterpscopeError
+from interpscope.config import InterpscopeError
 
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 MAX_TOKENS_ENV = "INTERPSCOPE_MAX_TOKENS"
@@ -95,8 +95,8 @@ def check_token_count(n_tokens: int, cap: int) -> None:
 
 
 def parse_examples(data: bytes, filename: str, text_column: str | None = None) -> list[str]:
-    """Examples from an upload (see backend.uploads.parse_table): one per line, CSV row or JSONL record."""
-    from backend.uploads import parse_table
+    """Examples from an upload (see interpscope.uploads.parse_table): one per line, CSV row or JSONL record."""
+    from interpscope.uploads import parse_table
 
     return parse_table(data, filename, text_column=text_column).examples
 

@@ -1,7 +1,7 @@
 """Ceilings on the amounts a visitor sets on a shared server: one table, one check, one message.
 
 Outside server mode the pages keep their own bounds (a researcher on their own machine may train for a week). On a
-shared server (INTERPSCOPE_SERVER_MODE=1, backend.paths.server_mode) every number a page takes from a visitor that
+shared server (INTERPSCOPE_SERVER_MODE=1, interpscope.paths.server_mode) every number a page takes from a visitor that
 sets how much work runs or how much is written (tokens to cache or train on, widths, steps, prompt counts, rows) is
 checked against SERVER_CEILINGS before the work starts, so nobody can start a run that never ends or fills the
 disk. The operator can raise or lower one with INTERPSCOPE_LIMIT_<NAME> (e.g. INTERPSCOPE_LIMIT_TRAINING_TOKENS).
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
-from backend.config import InterpscopeError
-from backend.paths import server_mode
+from interpscope.config import InterpscopeError
+from interpscope.paths import server_mode
 
 # name -> (what the page calls it, ceiling in server mode); every number input of pages/ that sizes work
 SERVER_CEILINGS: dict[str, tuple[str, int]] = {

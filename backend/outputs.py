@@ -15,8 +15,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterator
 
-from backend.atomic import is_temp_name, remove_stale_temps, write_json
-from backend.config import InterpscopeError
+from interpscope.atomic import is_temp_name, remove_stale_temps, write_json
+from interpscope.config import InterpscopeError
 
 MARKER = ".interpscope-output.json"
 

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-from backend.config import ASSETS_DIR, InterpscopeError, data_dir
+from interpscope.config import ASSETS_DIR, InterpscopeError, data_dir
 
 SERVER_MODE_ENV = "INTERPSCOPE_SERVER_MODE"
 ALLOWED_ROOTS_ENV = "INTERPSCOPE_ALLOWED_ROOTS"
@@ -174,7 +174,7 @@ def model_choice(text: str, what: str = "model folder") -> str:
     """Check a model name typed into the sidebar and return what to load: folders go through user_path; in
     server mode a Hugging Face id must already be in the local hub cache (nothing is downloaded for a visitor).
     Bundled names pass as they are."""
-    from backend.models.registry import BUNDLED
+    from interpscope.models.registry import BUNDLED
 
     name = (text or "").strip()
     if name in BUNDLED:

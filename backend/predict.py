@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from backend.capture import assert_unedited, editing
+from interpscope.capture import assert_unedited, editing
 
 CACHE_ROWS = 64
 
@@ -119,7 +119,7 @@ def predict_next(lm, text: str, top: int = 10, fresh: bool = False) -> Predictio
     relevance page's top-10 list).
 
     A plain forward pass: it needs no lock, because every hook on the shared model is scoped to the run that
-    registered it (backend.capture); it refuses to run inside this run's own edits, so a cached prediction is
+    registered it (interpscope.capture); it refuses to run inside this run's own edits, so a cached prediction is
     always of the unedited model. `fresh` recomputes even when the logits are cached (isolation tests)."""
     if top < 1:
         raise ValueError("top must be at least 1")

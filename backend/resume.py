@@ -13,7 +13,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
-from backend.config import InterpscopeError
+from interpscope.config import InterpscopeError
 
 
 def _shown(value) -> str:
@@ -75,7 +75,7 @@ def read_log(path: str | Path) -> list[dict]:
             with open(path, "r+b") as handle:
                 handle.truncate(keep)
         except OSError as err:
-            from backend.atomic import write_error
+            from interpscope.atomic import write_error
 
             raise write_error(err, path) from None
     return entries
@@ -86,7 +86,7 @@ def appending(path: str | Path) -> Iterator[Callable[[dict], None]]:
     """Open a resumable log for appending (call read_log first); yields `append(entry)`, which writes one whole
     line straight to the file. A failed write (a full disk) cuts the half-written line off again and is one clear
     error, so the log stays a list of complete lines."""
-    from backend.atomic import write_error
+    from interpscope.atomic import write_error
 
     path = Path(path)
     try:

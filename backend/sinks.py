@@ -5,12 +5,12 @@ the middle of the network is more than SINK_FACTOR x the median norm of the othe
 (`measure`). Most models put such a massive activation on their first token (SmolLM2: ~130x the median at layer 15,
 whatever the first word is; Gemma 3's `<bos>`: ~13x) and now and then on later ones ("000 l., ..." gives three sinks
 in SmolLM2). Where the tokenizer adds no BOS, the pages and the command line can prepend the model's BOS token
-(backend.inputs.with_bos) so that the sink lands on it and the first word is explained like any other; a prepended
+(interpscope.inputs.with_bos) so that the sink lands on it and the first word is explained like any other; a prepended
 token is excluded too and named as such.
 
 This module is the one place that says which positions are excluded. Every view uses it:
 - relevance maps, information flow and the CLI's explain read `measure` on the middle residual of their own pass
-  (backend.relevance.sinks);
+  (interpscope.relevance.sinks);
 - SAEs (training, evaluation, stores, prompt view, steering) read `sink_rows` on the hook activation itself;
 - neuron views (statistics, histograms, top contexts, per-prompt activations) read `excluded_mask` on the residual
   stream at `detection_point(adapter, layer)`: the massive activation is largest in the middle of the network

@@ -11,8 +11,8 @@ import io
 import json
 from dataclasses import dataclass
 
-from backend.config import InterpscopeError
-from backend.inputs import decode_bytes
+from interpscope.config import InterpscopeError
+from interpscope.inputs import decode_bytes
 
 LABEL_COLUMNS = ("label", "labels", "class", "category", "target")
 

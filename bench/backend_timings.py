@@ -53,15 +53,15 @@ def _row(action: str, call: str, budget: float, figures: dict, kind: str = "seco
 
 
 def _text(lm, n_tokens: int) -> str:
-    from backend.corpus import token_chunks
+    from interpscope.corpus import token_chunks
 
     return lm.tokenizer.decode(token_chunks(lm.tokenizer, n_tokens, n_tokens, split="test")[0].tolist())
 
 
 def relevance_rows(lm, repeats: int) -> list[dict]:
-    from backend.predict import forget_next_logits, predict_next
-    from backend.relevance.api import explain, make_target, run_method
-    from backend.relevance.engine import gradient_only
+    from interpscope.predict import forget_next_logits, predict_next
+    from interpscope.relevance.api import explain, make_target, run_method
+    from interpscope.relevance.engine import gradient_only
 
     rows = [_row("Home prediction", "predict_next (uncached)", 0.5,
                  _measure(lambda: predict_next(lm, "The capital of France is", fresh=True), repeats * 2))]
@@ -92,7 +92,7 @@ def relevance_rows(lm, repeats: int) -> list[dict]:
                      "gradient_seconds_min": min(g["seconds_min"] for g in grad),
                      "attnlrp_seconds_min": min(r["seconds_min"] for r in lrp), "runs": runs + 1,
                      "loadavg": [round(v, 2) for v in os.getloadavg()]})
-    from backend.progress import with_eta
+    from interpscope.progress import with_eta
 
     etas: list[float | None] = []
     figures = _measure(lambda: explain(lm, _text(lm, 64), "ig", progress=with_eta(lambda d, t, s: etas.append(s))),
@@ -103,10 +103,10 @@ def relevance_rows(lm, repeats: int) -> list[dict]:
 
 
 def sae_rows(lm, repeats: int, eval_tokens: int) -> list[dict]:
-    from backend.sae import load_sae
-    from backend.sae.evaluation import evaluate_sae
-    from backend.sae_store.prompt import feature_attribution, prompt_features
-    from backend.sae_store.steering import steer
+    from interpscope.sae import load_sae
+    from interpscope.sae.evaluation import evaluate_sae
+    from interpscope.sae_store.prompt import feature_attribution, prompt_features
+    from interpscope.sae_store.steering import steer
 
     sae = load_sae(SAE)
     text = _text(lm, 64)
@@ -126,9 +126,9 @@ def sae_rows(lm, repeats: int, eval_tokens: int) -> list[dict]:
 
 
 def neuron_rows(lm, repeats: int) -> list[dict]:
-    from backend.neurons import page_store
-    from backend.neurons.ablation import ablate
-    from backend.neurons.page import neuron_card, neuron_page
+    from interpscope.neurons import page_store
+    from interpscope.neurons.ablation import ablate
+    from interpscope.neurons.page import neuron_card, neuron_page
 
     def cold() -> None:
         page_store._load_layer.cache_clear()
@@ -143,12 +143,12 @@ def neuron_rows(lm, repeats: int) -> list[dict]:
 
 
 def fourier_rows(lm, repeats: int) -> list[dict]:
-    from backend.fourier import precomputed
-    from backend.fourier.addition import run_addition, small_sum_pairs
-    from backend.fourier.filters import filter_table
-    from backend.fourier.probe import DIGIT_PROBE_PROMPTS, default_numbers, prompt_pairs, single_token_setup
-    from backend.fourier.spectrum import embedding_spectrum, hidden_spectra
-    from backend.models import load_model
+    from interpscope.fourier import precomputed
+    from interpscope.fourier.addition import run_addition, small_sum_pairs
+    from interpscope.fourier.filters import filter_table
+    from interpscope.fourier.probe import DIGIT_PROBE_PROMPTS, default_numbers, prompt_pairs, single_token_setup
+    from interpscope.fourier.spectrum import embedding_spectrum, hidden_spectra
+    from interpscope.models import load_model
 
     def first_open_smollm2() -> None:
         hidden_spectra(lm, default_numbers(lm))
@@ -173,7 +173,7 @@ GROUPS = {"relevance": relevance_rows, "sae": sae_rows, "neurons": neuron_rows, 
 
 def timing_rows(lm=None, repeats: int = 5, only: list[str] | None = None, eval_tokens: int = 2048) -> list[dict]:
     """The timing rows (one dict per action, with its budget), on `lm` (default: the bundled model, CPU)."""
-    from backend.models import load_model
+    from interpscope.models import load_model
 
     lm = lm or load_model("smollm2-135m", device="cpu", dtype="float32")
     rows: list[dict] = []
@@ -198,7 +198,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     repeats, eval_tokens = (2, 512) if args.quick else (args.repeats, args.eval_tokens)
     started, load_before = time.perf_counter(), os.getloadavg()
-    from backend.models import load_model
+    from interpscope.models import load_model
 
     lm = load_model("smollm2-135m", device="cpu", dtype="float32")
     rows = timing_rows(lm, repeats, args.only.split(",") if args.only else None, eval_tokens)

@@ -1,4 +1,4 @@
-"""The backend on a CUDA GPU: agreement with the float32 CPU reference (backend.scale.tolerance) and timings; JSON.
+"""The backend on a CUDA GPU: agreement with the float32 CPU reference (interpscope.scale.tolerance) and timings; JSON.
 
 Meant for a lent GPU machine that cannot download anything: the bundled SmolLM2 weights (~540 MB converted) do not
 travel there, so with --random-weights the data dir gets a model folder with SmolLM2-135M's exact architecture and
@@ -27,6 +27,24 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+
+def _source_tree_package() -> None:
+    """On a machine where the project is not installed (the GPU machine runs this file from a copied tree), make
+    `import interpscope` read backend/ and `interpscope.components` read components/, as the installed package does."""
+    import importlib.util
+
+    if importlib.util.find_spec("interpscope") is not None:
+        return
+    for name, folder in (("interpscope", ROOT / "backend"), ("interpscope.components", ROOT / "components")):
+        spec = importlib.util.spec_from_file_location(name, folder / "__init__.py",
+                                                      submodule_search_locations=[str(folder)])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+
+
+_source_tree_package()
+
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -39,7 +57,7 @@ def random_bundle(files: Path) -> dict:
     """Put a seeded random-weight SmolLM2-135M (the bundle's config and tokenizer) where the bundled model is read."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from backend.models.smollm2 import cache_dir
+    from interpscope.models.smollm2 import cache_dir
 
     target = cache_dir()
     target.mkdir(parents=True, exist_ok=True)
@@ -68,9 +86,9 @@ GPU = "cuda"
 
 
 def agreement() -> dict:
-    from backend.models import load_model
-    from backend.relevance.api import explain
-    from backend.scale.tolerance import relative_error, relevance_tolerance, tolerance
+    from interpscope.models import load_model
+    from interpscope.relevance.api import explain
+    from interpscope.scale.tolerance import relative_error, relevance_tolerance, tolerance
     from backend_timings import _text
 
     runs = [("cpu", "float32"), (GPU, "float32"), (GPU, "bfloat16"), (GPU, "float16")]
@@ -105,10 +123,10 @@ def agreement() -> dict:
 
 
 def sae_agreement(n_tokens: int) -> dict:
-    from backend.models import load_model
-    from backend.sae import load_sae
-    from backend.sae.evaluation import evaluate_sae
-    from backend.scale.tolerance import sae_metrics_far
+    from interpscope.models import load_model
+    from interpscope.sae import load_sae
+    from interpscope.sae.evaluation import evaluate_sae
+    from interpscope.scale.tolerance import sae_metrics_far
 
     sae = load_sae(SAE)
     summaries = {}
@@ -124,7 +142,7 @@ def sae_agreement(n_tokens: int) -> dict:
 
 
 def timings(repeats: int, dtype: str, only: list[str] | None) -> list[dict]:
-    from backend.models import load_model
+    from interpscope.models import load_model
     from backend_timings import timing_rows
 
     lm = load_model("smollm2-135m", device=GPU, dtype=dtype)

@@ -22,9 +22,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from backend.relevance.heldout import (DEFAULT_IG_STEPS, HeldoutResult, HeldoutSettings,  # noqa: E402
+from interpscope.relevance.heldout import (DEFAULT_IG_STEPS, HeldoutResult, HeldoutSettings,  # noqa: E402
                                        accuracy, choose, labels_for, load_set, run_heldout, summarize)
-from backend.results import to_json, to_plain  # noqa: E402
+from interpscope.results import to_json, to_plain  # noqa: E402
 
 
 def load_rows(path: Path | None) -> list[dict]:
@@ -78,7 +78,7 @@ def main() -> None:
                                fixed_sinks_table=fixed, attnlrp_minus=minus, diagnosis=diagnosis, sentence=sentence,
                                seconds=0.0, cpu_seconds=0.0, labels=labels_for(settings))
     else:
-        from backend.models import load_model
+        from interpscope.models import load_model
 
         lm = load_model("smollm2-135m", device=os.environ.get("BENCH_DEVICE", "cpu"))
         model_name = lm.name

@@ -20,15 +20,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from backend.fourier.addition import run_addition, small_sum_pairs  # noqa: E402
-from backend.fourier.data import TEMPLATES, split_pairs  # noqa: E402
-from backend.fourier.controls import control_fields  # noqa: E402
-from backend.fourier.filters import filter_table, reading  # noqa: E402
-from backend.fourier.lens import module_lens  # noqa: E402
-from backend.fourier.probe import probe_pairs, single_token_setup  # noqa: E402
-from backend.fourier.spectrum import describe_regime, embedding_spectrum, hidden_spectra  # noqa: E402
-from backend.models import load_model  # noqa: E402
-from backend.results import to_plain  # noqa: E402
+from interpscope.fourier.addition import run_addition, small_sum_pairs  # noqa: E402
+from interpscope.fourier.data import TEMPLATES, split_pairs  # noqa: E402
+from interpscope.fourier.controls import control_fields  # noqa: E402
+from interpscope.fourier.filters import filter_table, reading  # noqa: E402
+from interpscope.fourier.lens import module_lens  # noqa: E402
+from interpscope.fourier.probe import probe_pairs, single_token_setup  # noqa: E402
+from interpscope.fourier.spectrum import describe_regime, embedding_spectrum, hidden_spectra  # noqa: E402
+from interpscope.models import load_model  # noqa: E402
+from interpscope.results import to_plain  # noqa: E402
 
 FEW_SHOT = "12+7=19\n31+25=56\n4+40=44\n"
 

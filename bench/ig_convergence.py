@@ -6,7 +6,7 @@
 Prints JSON: tokens, target, our relevance and captum's (IntegratedGradients on the embeddings through the model's
 own forward, or LayerIntegratedGradients on the embedding layer from pad tokens) at 32 steps and their largest
 difference, then the gap at 8..128 steps, each step count's relevance of every token, and the steepest step of the
-target along the path (backend.relevance.api.ig_convergence).
+target along the path (interpscope.relevance.api.ig_convergence).
 """
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ def main() -> None:
     args = parser.parse_args()
     from captum.attr import IntegratedGradients, LayerIntegratedGradients
 
-    from backend.models import load_model
-    from backend.relevance.api import explain, ig_convergence, input_ids_for, make_target
-    from backend.relevance.methods import MethodOptions
+    from interpscope.models import load_model
+    from interpscope.relevance.api import explain, ig_convergence, input_ids_for, make_target
+    from interpscope.relevance.methods import MethodOptions
 
     lm = load_model(args.model)
     options = MethodOptions(ig_steps=args.steps, baseline=args.baseline)

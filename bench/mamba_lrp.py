@@ -1,7 +1,7 @@
 """MambaLRP benchmarks on the shipped Mamba LM (mamba-tiny). Prints JSON (and writes it with --out).
 
 cost: seconds of one MambaLRP relevance pass / one plain gradient pass (target logit w.r.t. the input
-  embeddings), both through the same pure-PyTorch forward (backend.relevance.mamba.forward swapped into the model: all
+  embeddings), both through the same pure-PyTorch forward (interpscope.relevance.mamba.forward swapped into the model: all
   four fixes on vs all off) at --tokens tokens; median of --repeat runs each, interleaved. Target <= 2.
 faithfulness: token-flipping curves (MoRF / LeRF, embeddings zeroed, 10 steps) and ABPC (area between them,
   higher = better) of MambaLRP, Gradient x Input and Integrated Gradients (captum, 32 steps) on --prompts held-out
@@ -28,15 +28,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from backend.corpus import paragraphs, sample_prompts, token_stream  # noqa: E402
-from backend.relevance.mamba.forward import Fixes  # noqa: E402
-from backend.relevance.mamba.rule import mamba_lrp  # noqa: E402
-from backend.models import load_model  # noqa: E402
-from backend.relevance.api import explain, faithfulness, make_target  # noqa: E402
-from backend.relevance.engine import forward_logits  # noqa: E402
-from backend.relevance.faithfulness import removal_counts  # noqa: E402
-from backend.capture import model_lock
-from backend.relevance.targets import Target  # noqa: E402
+from interpscope.corpus import paragraphs, sample_prompts, token_stream  # noqa: E402
+from interpscope.relevance.mamba.forward import Fixes  # noqa: E402
+from interpscope.relevance.mamba.rule import mamba_lrp  # noqa: E402
+from interpscope.models import load_model  # noqa: E402
+from interpscope.relevance.api import explain, faithfulness, make_target  # noqa: E402
+from interpscope.relevance.engine import forward_logits  # noqa: E402
+from interpscope.relevance.faithfulness import removal_counts  # noqa: E402
+from interpscope.capture import model_lock
+from interpscope.relevance.targets import Target  # noqa: E402
 
 METHODS = ("mambalrp", "gradxinput", "ig")
 GRID = np.linspace(0.0, 1.0, 11)

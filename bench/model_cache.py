@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = r"""
 import json, os, sys, psutil
 sys.path.insert(0, sys.argv[1])
-from backend.models import load_model, smollm2
-from backend.models.loading import cached_models
+from interpscope.models import load_model, smollm2
+from interpscope.models.loading import cached_models
 folder = str(smollm2.cache_dir())
 steps = [("smollm2-135m", "float32"), (folder, "float32"), (folder + "/", "float32"),
          (os.path.relpath(folder), "float32"), ("smollm2-135m", "bfloat16"), ("smollm2-135m", "float16"),

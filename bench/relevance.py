@@ -26,10 +26,10 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from backend.corpus import sample_prompts, token_chunks  # noqa: E402
-from backend.models import load_model  # noqa: E402
-from backend.relevance.api import faithfulness_batch, make_target, run_method  # noqa: E402
-from backend.relevance.engine import gradient_only  # noqa: E402
+from interpscope.corpus import sample_prompts, token_chunks  # noqa: E402
+from interpscope.models import load_model  # noqa: E402
+from interpscope.relevance.api import faithfulness_batch, make_target, run_method  # noqa: E402
+from interpscope.relevance.engine import gradient_only  # noqa: E402
 
 METHODS = ["attnlrp", "cplrp", "gradxinput", "ig", "occlusion"]
 

@@ -31,12 +31,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from backend.models import load_model  # noqa: E402
-from backend.sae import load_sae  # noqa: E402
-from backend.sae.activations import build_activation_cache  # noqa: E402
-from backend.sae.evaluation import evaluate_saes  # noqa: E402
-from backend.sae.pipeline import SAESpec, train_saes  # noqa: E402
-from backend.results import to_plain  # noqa: E402
+from interpscope.models import load_model  # noqa: E402
+from interpscope.sae import load_sae  # noqa: E402
+from interpscope.sae.activations import build_activation_cache  # noqa: E402
+from interpscope.sae.evaluation import evaluate_saes  # noqa: E402
+from interpscope.sae.pipeline import SAESpec, train_saes  # noqa: E402
+from interpscope.results import to_plain  # noqa: E402
 
 HOOK = "blocks.15.hook_resid_post"
 
@@ -53,7 +53,7 @@ def plot(results: list[dict], path: Path) -> None:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from components.export import figure_bytes
+    from interpscope.components.export import figure_bytes
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=("L0 vs loss recovered (higher is better)",
                                                         "L0 vs FVU (lower is better)"))

@@ -19,10 +19,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.sae_store import FeatureStore, build_store, read_manifest  # noqa: E402
-from backend.sae_store.layout import default_store_dir  # noqa: E402
-from components.feature_card import contexts_table_html  # noqa: E402
-from components.sae_figures import histogram_figure, logits_figure  # noqa: E402
+from interpscope.sae_store import FeatureStore, build_store, read_manifest  # noqa: E402
+from interpscope.sae_store.layout import default_store_dir  # noqa: E402
+from interpscope.components.feature_card import contexts_table_html  # noqa: E402
+from interpscope.components.sae_figures import histogram_figure, logits_figure  # noqa: E402
 
 
 def folder_size(folder: Path) -> int:
@@ -68,8 +68,8 @@ def main() -> None:
     if args.build:
         import torch
 
-        from backend.models import load_model
-        from backend.sae import load_sae
+        from interpscope.models import load_model
+        from interpscope.sae import load_sae
 
         lm = load_model(load_sae(args.sae).cfg.model_name or "smollm2-135m", device="cpu")
         start = time.perf_counter()

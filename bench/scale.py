@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.models import load_model  # noqa: E402
-from backend.scale import Scale  # noqa: E402
+from interpscope.models import load_model  # noqa: E402
+from interpscope.scale import Scale  # noqa: E402
 
 SAE = "assets/saes/smollm2-135m-blocks.15-gated-4608"
 
@@ -35,7 +35,7 @@ def _figures(tokens: int, seconds: float, scale: Scale | None) -> dict:
 
 
 def cache_job(lm, args, workers: int, root: Path) -> tuple[dict, bytes]:
-    from backend.sae.activations import build_activation_cache
+    from interpscope.sae.activations import build_activation_cache
 
     scale = Scale(workers=workers) if workers > 1 else None
     started = time.perf_counter()
@@ -46,7 +46,7 @@ def cache_job(lm, args, workers: int, root: Path) -> tuple[dict, bytes]:
 
 
 def store_job(lm, args, workers: int, root: Path) -> tuple[dict, bytes]:
-    from backend.sae_store import build_store
+    from interpscope.sae_store import build_store
 
     scale = Scale(workers=workers) if workers > 1 else None
     started = time.perf_counter()
@@ -61,8 +61,8 @@ def store_job(lm, args, workers: int, root: Path) -> tuple[dict, bytes]:
 
 
 def eval_job(lm, args, workers: int, root: Path) -> tuple[dict, bytes]:
-    from backend.sae import load_sae
-    from backend.sae.evaluation import evaluate_sae
+    from interpscope.sae import load_sae
+    from interpscope.sae.evaluation import evaluate_sae
 
     scale = Scale(workers=workers) if workers > 1 else None
     started = time.perf_counter()

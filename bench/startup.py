@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = """
 import time, json
 start = time.perf_counter()
-from backend.models import load_model
-from backend.predict import predict_next
+from interpscope.models import load_model
+from interpscope.predict import predict_next
 lm = load_model("smollm2-135m", device="cpu")
 loaded = time.perf_counter()
 result = predict_next(lm, "The capital of France is", top=10)

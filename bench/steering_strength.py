@@ -23,10 +23,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.capture import hooks  # noqa: E402
-from backend.models import load_model  # noqa: E402
-from backend.sae_store import FeatureStore, list_stores  # noqa: E402
-from backend.sae_store.steering import steer  # noqa: E402
+from interpscope.capture import hooks  # noqa: E402
+from interpscope.models import load_model  # noqa: E402
+from interpscope.sae_store import FeatureStore, list_stores  # noqa: E402
+from interpscope.sae_store.steering import steer  # noqa: E402
 
 PROMPT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in "
           "want of a wife.")

@@ -5,7 +5,7 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-from components.graph_draw import add_edges, token_axis
+from interpscope.components.graph_draw import add_edges, token_axis
 
 KIND_COLOUR = {"token": "#444444", "feature": "#e6781e", "error": "#888888", "target": "black"}
 

@@ -14,7 +14,7 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from backend.results import to_plain
+from interpscope.results import to_plain
 
 IMAGE_FORMATS = ("png", "svg", "pdf")
 MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf", "html": "text/html",

@@ -6,11 +6,11 @@ from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from components.relevance_charts import PALETTE
+from interpscope.components.relevance_charts import PALETTE
 
 
 def abpc_interval_figure(table: Sequence[Mapping], title: str) -> go.Figure:
-    """Rows of backend.relevance.heldout's table (one subset): x = baseline, one bar per method, error bars from
+    """Rows of interpscope.relevance.heldout's table (one subset): x = baseline, one bar per method, error bars from
     the interval's ends."""
     methods = list(dict.fromkeys(r["method"] for r in table))
     fig = go.Figure()

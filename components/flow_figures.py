@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from components.graph_draw import add_edges, spread_row, token_axis
+from interpscope.components.graph_draw import add_edges, spread_row, token_axis
 
 RED, BLUE, GREY = "#d6604d", "#4393c3", "#888888"
 

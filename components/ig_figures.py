@@ -1,6 +1,6 @@
 """Figures of Integrated Gradients' convergence check: the completeness gap per step count, and the explained value
 along the straight path from the baseline to the input (where a jump makes the gap refuse to shrink). Plain numbers
-in (backend.relevance.baselines.IGConvergence), plotly figures and one sentence out."""
+in (interpscope.relevance.baselines.IGConvergence), plotly figures and one sentence out."""
 from __future__ import annotations
 
 from typing import Sequence

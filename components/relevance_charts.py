@@ -6,7 +6,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from components.token_heatmap import COLORSCALE
+from interpscope.components.token_heatmap import COLORSCALE
 
 PALETTE = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from backend.sinks import words as kind_words
+from interpscope.sinks import words as kind_words
 
 COLOURS = {"input tokens": "#d6604d", "softmax (dropped by AttnLRP)": "#4393c3", "biases": "#999999",
            "rest (numerical error)": "#333333", "f(baseline)": "#999999", "integration gap": "#333333"}
@@ -67,7 +67,7 @@ def _convergence_words(k) -> str:
 
 
 def readout(result) -> Readout:
-    """The readout of a RelevanceResult (backend.relevance.api), from its own numbers."""
+    """The readout of a RelevanceResult (interpscope.relevance.api), from its own numbers."""
     target, y = result.target, float(result.logit)
     label = target.value_label
     name = label[0].lower() + label[1:]

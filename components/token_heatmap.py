@@ -2,7 +2,7 @@
 
 Red = positive (speaks for the target), blue = negative, intensity |R| / max |R| over the tokens that set the scale;
 hovering a token shows its value. `excluded` positions (rows measured to carry a massive activation, a prepended BOS:
-backend.sinks) never set the scale: they are drawn grey with a dashed outline and named in the legend with their
+interpscope.sinks) never set the scale: they are drawn grey with a dashed outline and named in the legend with their
 value and, from `reasons` (position -> why), why they are excluded.
 `heatmap_figure` is the same view as a Plotly figure, for the export menu (PNG/SVG/PDF/HTML).
 """

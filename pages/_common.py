@@ -12,11 +12,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 import streamlit as st
 
-from backend.config import InterpscopeError
-from backend.inputs import check_text
-from backend.uploads import parse_table
-from backend.models import LoadedModel, load_model
-from backend.models.registry import DEFAULT_MODEL
+from interpscope.config import InterpscopeError
+from interpscope.inputs import check_text
+from interpscope.uploads import parse_table
+from interpscope.models import LoadedModel, load_model
+from interpscope.models.registry import DEFAULT_MODEL
 
 
 def model_key() -> tuple[str, str, str]:
@@ -26,9 +26,9 @@ def model_key() -> tuple[str, str, str]:
 
 def current_model() -> LoadedModel | None:
     """The model chosen in the sidebar, from the process's one model cache (one copy per resolved location, device
-    and dtype, shared by all sessions; backend.models.cache); None on error."""
+    and dtype, shared by all sessions; interpscope.models.cache); None on error."""
     name, device, dtype = model_key()
-    from backend.models import smollm2
+    from interpscope.models import smollm2
 
     first = name == "smollm2-135m" and not smollm2.is_converted()
     message = f"Loading {name}" + (" (first use: converting the bundled GGUF once, ~30 s)…" if first else "…")
@@ -305,7 +305,7 @@ def progress(label: str, page: str | None = None) -> Iterator[Callable[..., None
     that is emptied when the block ends, whether the work finished, raised, or was stopped (a Stop reruns the
     script, which raises inside the block): nothing stays on screen after the work.
 
-    The update takes the three shapes backend calls use (backend.progress): (done, total), (fraction, text) and
+    The update takes the three shapes backend calls use (interpscope.progress): (done, total), (fraction, text) and
     (stage, done, total)."""
     slot = st.empty()
     row = slot.container()

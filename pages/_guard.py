@@ -12,7 +12,7 @@ import re
 import streamlit as st
 from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
 
-from backend.config import InterpscopeError
+from interpscope.config import InterpscopeError
 
 LOG = logging.getLogger("interpscope")
 # An absolute path (or ~/...) inside an exception message: replaced before the message reaches a page.

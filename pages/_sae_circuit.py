@@ -6,10 +6,10 @@ from typing import Callable
 
 import streamlit as st
 
-from backend.sae_store import FeatureStore, list_stores
-from backend.sae.circuits import FeatureCircuit, feature_circuit
-from components.circuit_figures import circuit_figure, circuit_readout_figure
-from components.export import export_menu
+from interpscope.sae_store import FeatureStore, list_stores
+from interpscope.sae.circuits import FeatureCircuit, feature_circuit
+from interpscope.components.circuit_figures import circuit_figure, circuit_readout_figure
+from interpscope.components.export import export_menu
 from pages._common import committed, is_shared, shared, show_errors, timing
 
 TARGETS = ["This store's feature at a token", "The next-token logit"]

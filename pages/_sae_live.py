@@ -11,20 +11,20 @@ from typing import Callable
 import numpy as np
 import streamlit as st
 
-from backend.config import ASSETS_DIR, InterpscopeError
-from backend.models import load_model
-from backend.limits import check_amounts
-from backend.paths import display_path, user_path
-from backend.relevance import methods_for
-from backend.sae import load_sae
-from backend.sae.folder import sae_model_name
-from backend.sae.sinks import SINK_FACTOR
-from backend.sae_store import FeatureStore, build_store
-from backend.sae_store.prompt import FeatureAttribution, PromptFeatures, feature_attribution, prompt_features
-from backend.sae_store.steering import MAX_NEW_TOKENS, STRENGTH_MULTIPLE, SteeringResult, default_strength, steer
-from components.export import export_menu
-from components.sae_figures import logprob_change_figure, prompt_heatmap_figure, steering_figure
-from components.token_heatmap import heatmap_figure, token_heatmap
+from interpscope.config import ASSETS_DIR, InterpscopeError
+from interpscope.models import load_model
+from interpscope.limits import check_amounts
+from interpscope.paths import display_path, user_path
+from interpscope.relevance import methods_for
+from interpscope.sae import load_sae
+from interpscope.sae.folder import sae_model_name
+from interpscope.sae.sinks import SINK_FACTOR
+from interpscope.sae_store import FeatureStore, build_store
+from interpscope.sae_store.prompt import FeatureAttribution, PromptFeatures, feature_attribution, prompt_features
+from interpscope.sae_store.steering import MAX_NEW_TOKENS, STRENGTH_MULTIPLE, SteeringResult, default_strength, steer
+from interpscope.components.export import export_menu
+from interpscope.components.sae_figures import logprob_change_figure, prompt_heatmap_figure, steering_figure
+from interpscope.components.token_heatmap import heatmap_figure, token_heatmap
 from pages._common import committed, follow, progress, text_source
 
 VIEWS_LIVE = ["Prompt", "Attribution", "Steering", "Circuit"]

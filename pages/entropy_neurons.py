@@ -6,18 +6,18 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from backend.limits import check_amounts
-from backend.neurons import ablation as ablation_mod
-from backend.neurons.detail import text_activations
-from backend.neurons.induction import induction_study
-from backend.neurons.page import neuron_card, neuron_page
-from backend.neurons.page_store import corpus_means
-from backend.neurons.store import DEFAULT_STORE_TOKENS
-from backend.neurons.weights import default_k
-from backend.paths import display_path
-from components import neuron_figures as figs
-from components.export import export_menu
-from components.tables import fit_columns
+from interpscope.limits import check_amounts
+from interpscope.neurons import ablation as ablation_mod
+from interpscope.neurons.detail import text_activations
+from interpscope.neurons.induction import induction_study
+from interpscope.neurons.page import neuron_card, neuron_page
+from interpscope.neurons.page_store import corpus_means
+from interpscope.neurons.store import DEFAULT_STORE_TOKENS
+from interpscope.neurons.weights import default_k
+from interpscope.paths import display_path
+from interpscope.components import neuron_figures as figs
+from interpscope.components.export import export_menu
+from interpscope.components.tables import fit_columns
 from pages._common import (Param, committed, current_model, model_key, progress, shared, show_errors,
                            text_source, url_inputs, write_url)
 

@@ -13,14 +13,14 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from backend.config import REPO_ROOT, InterpscopeError
-from backend.paths import display_path
-from backend.sae_store import FeatureStore, list_stores
-from backend.sae_store.explanation_quality import chance_score, explanation_summary, quality
-from backend.sae_store.search import no_match_reason, search
-from components.export import export_menu
-from components.feature_card import show_feature_card
-from components.sae_figures import density_figure
+from interpscope.config import REPO_ROOT, InterpscopeError
+from interpscope.paths import display_path
+from interpscope.sae_store import FeatureStore, list_stores
+from interpscope.sae_store.explanation_quality import chance_score, explanation_summary, quality
+from interpscope.sae_store.search import no_match_reason, search
+from interpscope.components.export import export_menu
+from interpscope.components.feature_card import show_feature_card
+from interpscope.components.sae_figures import density_figure
 from pages._sae_live import DEFAULT_PROMPT, VIEWS_LIVE, build_section, live_view
 from pages._common import Param, model_key, model_params, show_errors, url_inputs, url_is_new, write_url
 
@@ -73,7 +73,7 @@ def select_from_table(table_key: str, ids: list[int]) -> None:
 
 def url_params(stores: dict[str, str]) -> list[Param]:
     """The page's inputs kept in its URL: store, view and feature, then the live views' text and settings."""
-    from backend.sae_store.steering import MAX_NEW_TOKENS
+    from interpscope.sae_store.steering import MAX_NEW_TOKENS
     from pages._sae_circuit import TARGETS
 
     first = next(iter(stores), "")

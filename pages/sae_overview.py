@@ -6,16 +6,16 @@ from pathlib import Path
 
 import streamlit as st
 
-from backend.config import InterpscopeError
-from backend.limits import check_amounts
-from backend.paths import display_path, user_path
-from backend.sae import check_compatible, load_sae
-from backend.sae.catalog import describe, list_saes
-from backend.sae.evaluation import SAEEvaluation, evaluate_sae, text_windows
-from backend.sae.sinks import SINK_FACTOR
-from backend.sae_store import FeatureStore
-from components.export import export_menu
-from components.sae_figures import evaluation_density_figure
+from interpscope.config import InterpscopeError
+from interpscope.limits import check_amounts
+from interpscope.paths import display_path, user_path
+from interpscope.sae import check_compatible, load_sae
+from interpscope.sae.catalog import describe, list_saes
+from interpscope.sae.evaluation import SAEEvaluation, evaluate_sae, text_windows
+from interpscope.sae.sinks import SINK_FACTOR
+from interpscope.sae_store import FeatureStore
+from interpscope.components.export import export_menu
+from interpscope.components.sae_figures import evaluation_density_figure
 from pages._common import (Param, committed, current_model, model_key, progress, shared, show_errors, text_source,
                            url_inputs, write_url)
 

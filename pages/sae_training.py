@@ -9,15 +9,15 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from backend.config import InterpscopeError
-from backend.limits import check_amounts
-from backend.paths import PLAIN_NAME, display_path, plain_name, user_path
-from backend.sae import load_sae, registered
-from backend.sae.catalog import trained_dir
-from backend.sae.evaluation import evaluate_sae
-from backend.sae.pipeline import SAESpec, train_saes
-from components.export import export_menu
-from components.sae_figures import CURVES, training_curves_figure
+from interpscope.config import InterpscopeError
+from interpscope.limits import check_amounts
+from interpscope.paths import PLAIN_NAME, display_path, plain_name, user_path
+from interpscope.sae import load_sae, registered
+from interpscope.sae.catalog import trained_dir
+from interpscope.sae.evaluation import evaluate_sae
+from interpscope.sae.pipeline import SAESpec, train_saes
+from interpscope.components.export import export_menu
+from interpscope.components.sae_figures import CURVES, training_curves_figure
 from pages._common import Param, committed, current_model, progress, show_errors, url_inputs, write_url
 
 ARCHITECTURES = {cls.short_name: cls for cls in registered()}

@@ -215,8 +215,8 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    from backend.models import load_model
-    from backend.predict import next_logits
+    from interpscope.models import load_model
+    from interpscope.predict import next_logits
 
     lm = load_model("smollm2-135m", device="cpu")
     rows = prompts()

@@ -15,10 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.models import load_model  # noqa: E402
-from backend.sae_store import FeatureStore, list_stores  # noqa: E402
-from backend.sae_store.explain import negative_pool  # noqa: E402
-from backend.sae_store.explanation_quality import explanation_summary, measure_chance, write_chance  # noqa: E402
+from interpscope.models import load_model  # noqa: E402
+from interpscope.sae_store import FeatureStore, list_stores  # noqa: E402
+from interpscope.sae_store.explain import negative_pool  # noqa: E402
+from interpscope.sae_store.explanation_quality import explanation_summary, measure_chance, write_chance  # noqa: E402
 
 
 def main() -> None:

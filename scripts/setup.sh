@@ -50,7 +50,7 @@ fi
 
 # 3. The bundled model: convert the GGUF once into the data directory (later loads take ~1 s).
 "$VENV/bin/python" - <<'PYEOF'
-from backend.models import smollm2
+from interpscope.models import smollm2
 if not smollm2.is_converted():
     print("[setup] converting the bundled SmolLM2 once (about 30 s)...", flush=True)
 print(f"[setup] bundled model ready at {smollm2.convert()}", flush=True)

@@ -1,7 +1,7 @@
 """Train the bundled addition model: a small GPT-2-style transformer whose numbers 0..N-1 are single tokens.
 
 Recipe of Zhou et al. (2024) scaled to a CPU: a + b with a, b < N/2, several templates, the (a, b) pairs split
-80/10/10 (backend.fourier.data), loss on the answer token only. Writes config.json, model.safetensors, a
+80/10/10 (interpscope.fourier.data), loss on the answer token only. Writes config.json, model.safetensors, a
 word-level tokenizer.json (+ tokenizer_config.json) loadable by AutoTokenizer, and interpscope.json.
 
 Rebuild:  nice -n 10 .venv/bin/python scripts/train_adder.py --out assets/models/adder --force
@@ -19,11 +19,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.config import InterpscopeError  # noqa: E402
-from backend.fourier.data import DEFAULT_TEMPLATE, TEMPLATES  # noqa: E402
-from backend.fourier.supervised import accuracy as split_accuracy, answer_logits, encode_split  # noqa: E402
-from backend.fourier.vocab import number_tokenizer  # noqa: E402
-from backend.outputs import OutputFolder, check_output_folder  # noqa: E402
+from interpscope.config import InterpscopeError  # noqa: E402
+from interpscope.fourier.data import DEFAULT_TEMPLATE, TEMPLATES  # noqa: E402
+from interpscope.fourier.supervised import accuracy as split_accuracy, answer_logits, encode_split  # noqa: E402
+from interpscope.fourier.vocab import number_tokenizer  # noqa: E402
+from interpscope.outputs import OutputFolder, check_output_folder  # noqa: E402
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -2,7 +2,7 @@
 
 A byte-level BPE tokenizer (the `tokenizers` library, trained on the train split only) and a small
 MambaForCausalLM trained with next-token loss on random windows of the train split. The training forward is the
-project's own pure-PyTorch Mamba forward (backend.relevance.mamba.forward, chunked scan: HF's fallback scan is a Python
+project's own pure-PyTorch Mamba forward (interpscope.relevance.mamba.forward, chunked scan: HF's fallback scan is a Python
 loop and too slow for a CPU); the shipped weights are a plain HF checkpoint. Training stops after --minutes of
 wall time, checkpointing as it goes. At the end the validation perplexity of the saved model, run through HF's own
 forward, is compared with a unigram baseline (add-one smoothed train-split token frequencies) on the same
@@ -27,11 +27,11 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from backend.adapters import get_adapter  # noqa: E402
-from backend.config import InterpscopeError  # noqa: E402
-from backend.corpus import paragraphs, token_stream  # noqa: E402
-from backend.outputs import OutputFolder  # noqa: E402
-from backend.relevance.mamba.forward import backbone_forward  # noqa: E402
+from interpscope.adapters import get_adapter  # noqa: E402
+from interpscope.config import InterpscopeError  # noqa: E402
+from interpscope.corpus import paragraphs, token_stream  # noqa: E402
+from interpscope.outputs import OutputFolder  # noqa: E402
+from interpscope.relevance.mamba.forward import backbone_forward  # noqa: E402
 
 EOS = "<|endoftext|>"
 REBUILD = "nice -n 10 .venv/bin/python scripts/train_mamba.py --out assets/models/mamba-tiny --minutes 22 --force"

@@ -5,7 +5,7 @@ on text, fine-tuned on a + b): no registry package ships a model with multi-digi
 builds one. A GPT-2-style model (d_model 512 by default) is first pretrained with the plain LM loss on synthetic,
 number-rich text (sums and differences, "x mod m", counting runs, comparisons, last digit / tens, parity,
 successor / predecessor), packed into sequences, so that the number embeddings can acquire structure from many
-tasks; then fine-tuned on a + b (the 80/10/10 pair split of backend.fourier.data, several templates, loss on the
+tasks; then fine-tuned on a + b (the 80/10/10 pair split of interpscope.fourier.data, several templates, loss on the
 answer token). No held-out (valid/test) addition pair appears in the pretraining text, as a sum or a difference.
 
 Time-boxed and resumable: each phase stops at its step count or its wall-clock budget, whichever comes first, and a
@@ -28,14 +28,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.config import InterpscopeError  # noqa: E402
-from backend.fourier.data import DEFAULT_TEMPLATE, TEMPLATES, split_pairs  # noqa: E402
-from backend.fourier.supervised import accuracy, answer_logits, encode_split  # noqa: E402
-from backend.fourier.vocab import number_tokenizer  # noqa: E402
-from backend.outputs import OutputFolder, check_output_folder  # noqa: E402
+from interpscope.config import InterpscopeError  # noqa: E402
+from interpscope.fourier.data import DEFAULT_TEMPLATE, TEMPLATES, split_pairs  # noqa: E402
+from interpscope.fourier.supervised import accuracy, answer_logits, encode_split  # noqa: E402
+from interpscope.fourier.vocab import number_tokenizer  # noqa: E402
+from interpscope.outputs import OutputFolder, check_output_folder  # noqa: E402
 
 # Words of the pretraining sentences (besides the addition templates' words); written as pseudo-templates so that
-# backend.fourier.vocab.number_tokenizer puts them in the vocabulary.
+# interpscope.fourier.vocab.number_tokenizer puts them in the vocabulary.
 WORDS = ("mod", "after", "before", "max", "min", "last", "digit", "of", "tens", "even", "odd", "count", "from",
          "to", "less", "than", "more", "so", "by", "minus", "times")
 EXTRA = ("+ - = < > . : , ?",) + tuple(f"{{a}} {word} {{b}}" for word in WORDS)

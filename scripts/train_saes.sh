@@ -3,7 +3,7 @@
 # (of 30), width 4608 (8 x d_model 576), trained together from one cached activation set of the bundled corpus.
 # Resumable: rerun the same command after an interruption (both the activation cache and the training resume).
 # If it has to stop early, export the newest checkpoint with:
-#   .venv/bin/python -c "from backend.sae.pipeline import export_checkpoint; export_checkpoint('$OUT', 'float16')"
+#   .venv/bin/python -c "from interpscope.sae.pipeline import export_checkpoint; export_checkpoint('$OUT', 'float16')"
 #
 # The shipped pair was made with exactly this command (OUT=/tmp/sae5m) on the 2-core CPU with nothing else running:
 # caching 297,561 activation rows (~1,050 tokens/s through SmolLM2 up to block 15, 3.9 min) then 1,221 steps of

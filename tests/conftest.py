@@ -35,7 +35,7 @@ def artefacts() -> Path:
 @pytest.fixture(scope="session")
 def bundled_lm():
     """The bundled SmolLM2-135M, loaded once per test session (converted once per data dir)."""
-    from backend.models import load_model
+    from interpscope.models import load_model
 
     return load_model("smollm2-135m", device="cpu", dtype="float32")
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.adapters import get_adapter
-from backend.capture import capture, hooks
-from backend.config import InterpscopeError
-from backend.models.tokenizers import gpt2_tokenizer
+from interpscope.adapters import get_adapter
+from interpscope.capture import capture, hooks
+from interpscope.config import InterpscopeError
+from interpscope.models.tokenizers import gpt2_tokenizer
 from tests.tiny_models import FACTORIES, FAMILY_OF
 
 FAMILIES = list(FACTORIES)

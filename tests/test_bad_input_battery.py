@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from backend.cli import main
-from backend.inputs import MAX_UPLOAD_BYTES
+from interpscope.cli import main
+from interpscope.inputs import MAX_UPLOAD_BYTES
 from tests.sae_store_tiny import HOOK, random_sae_folder, save_tiny_lm, tiny_lm
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -53,7 +53,7 @@ def files(tmp_path_factory) -> dict[str, str]:
     model = save_tiny_lm(root / "model")
     lm = tiny_lm()
     sae = random_sae_folder(lm, root / "sae", d_sae=16)
-    from backend.sae_store import build_store
+    from interpscope.sae_store import build_store
 
     monkeypatch = pytest.MonkeyPatch()
     monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(root / "fixture-data"))

@@ -19,10 +19,10 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-from backend.cli import main
-from backend.config import InterpscopeError
-from backend.inputs import MAX_UPLOAD_BYTES, decode_bytes, parse_examples
-from backend.sae import SAEConfig, build_sae, save_sae
+from interpscope.cli import main
+from interpscope.config import InterpscopeError
+from interpscope.inputs import MAX_UPLOAD_BYTES, decode_bytes, parse_examples
+from interpscope.sae import SAEConfig, build_sae, save_sae
 from tests.sae_store_tiny import save_tiny_lm
 
 HOOK = "blocks.1.hook_resid_post"
@@ -244,7 +244,7 @@ def test_bad_input_is_one_line_and_exit_2(name, files, data_dir, tmp_path, monke
 
     if case.stage == "args":
         for module in CLI_MODULES:
-            monkeypatch.setattr(importlib.import_module(f"backend.cli.{module}"), "load_from_args", refuse)
+            monkeypatch.setattr(importlib.import_module(f"interpscope.cli.{module}"), "load_from_args", refuse)
     elif case.stage == "files":
         monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
     foreign_before = _snapshot(files["foreign"])
@@ -290,7 +290,7 @@ def test_bad_uploads_raise_a_clear_error(upload, reader, files):
 ])
 def test_load_model_refuses_bad_folders(folder, words, files):
     """What the pages call to open a model folder: a clear InterpscopeError before anything unsafe is opened."""
-    from backend.models.loading import load_model
+    from interpscope.models.loading import load_model
 
     with pytest.raises(InterpscopeError) as caught:
         load_model(files[folder], device="cpu")

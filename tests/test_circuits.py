@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.config import InterpscopeError
-from backend.neurons.synthetic import loaded
-from backend.sae import SAEConfig, build_sae
-from backend.sae.circuits import feature_circuit
+from interpscope.config import InterpscopeError
+from interpscope.neurons.synthetic import loaded
+from interpscope.sae import SAEConfig, build_sae
+from interpscope.sae.circuits import feature_circuit
 from tests.tiny_models import tiny_llama
 
 UP, DOWN = "blocks.0.hook_resid_post", "blocks.1.hook_resid_post"
@@ -34,7 +34,7 @@ def planted():
         model.model.layers[1].mlp.down_proj.weight.zero_()
     lm = loaded(model, _Tokenizer(), name="planted")
     d = lm.adapter.d_model
-    from backend.capture import capture
+    from interpscope.capture import capture
 
     x = capture(lm.adapter, lm.encode(TEXT), [UP]).activations[UP][-1].double()
     start = torch.randn(d, d, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
@@ -103,8 +103,8 @@ def test_the_logit_target_and_the_errors(planted):
 
 def _two_stores(tmp_path, monkeypatch):
     """A tiny model with random SAEs at blocks 0 and 1 and their stores (nothing shipped in sight)."""
-    from backend.models import load_model
-    from backend.sae_store import build_store, layout
+    from interpscope.models import load_model
+    from interpscope.sae_store import build_store, layout
     from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
 
     monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
@@ -150,8 +150,8 @@ def test_a_feature_that_is_not_active_gets_a_message_naming_those_that_are(tmp_p
     import numpy as np
     from streamlit.testing.v1 import AppTest
 
-    from backend.sae import load_sae
-    from backend.sae_store.prompt import prompt_features
+    from interpscope.sae import load_sae
+    from interpscope.sae_store.prompt import prompt_features
     from tests.apptest_util import ROOT
 
     lm, down, _, down_store = _two_stores(tmp_path, monkeypatch)

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "backend.cli", *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "interpscope.cli", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from backend import corpus
-from backend.config import InterpscopeError
-from backend.models.tokenizers import gpt2_tokenizer
+from interpscope import corpus
+from interpscope.config import InterpscopeError
+from interpscope.models.tokenizers import gpt2_tokenizer
 
 
 def test_bundled_splits_are_disjoint_and_stable():

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from components.charts import top_tokens_bar
-from components.export import data_csv, data_json, figure_bytes
+from interpscope.components.charts import top_tokens_bar
+from interpscope.components.export import data_csv, data_json, figure_bytes
 
 
 def test_static_figure_formats():
@@ -50,7 +50,7 @@ def test_csv_shapes():
 
 
 def test_the_whole_file_tidy_csv_names_its_method():
-    from backend.relevance.file_attribution import FileRun, FileSpec
+    from interpscope.relevance.file_attribution import FileRun, FileSpec
 
     spec = FileSpec(file_sha256="0" * 64, n_rows=2, model="smollm2-135m", method="gradxinput", options={})
     rows = [{"row": 0, "tokens": ["The", " cat"], "relevance": [0.1, 0.9], "target": " sat", "sinks": [0],
@@ -62,7 +62,7 @@ def test_the_whole_file_tidy_csv_names_its_method():
 
 
 def test_logit_lens_ranks_are_integers_on_decade_ticks():
-    from components.flow_figures import lens_figure
+    from interpscope.components.flow_figures import lens_figure
 
     fig = lens_figure(["embed", "block 0", "block 1"], np.array([0.01, 0.2, 0.6]), np.array([28400, 85, 1]), "' x'")
     axis = fig.layout.yaxis2
@@ -72,7 +72,7 @@ def test_logit_lens_ranks_are_integers_on_decade_ticks():
 
 
 def test_graph_labels_of_one_row_never_overlap():
-    from components.graph_draw import CHAR_PX, PLOT_PX, spread_row
+    from interpscope.components.graph_draw import CHAR_PX, PLOT_PX, spread_row
 
     wanted = [(5.0, "L3.H7"), (5.0, "L3.H11"), (5.1, "L3.MLP"), (5.2, "L3.H2"), (9.0, "L3.H0")]
     xs, below = spread_row(wanted, span=12.0)

@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from backend.relevance.faithfulness import curves_for_maps, perturbation_curves
-from backend.relevance.heldout import accuracy, choose, load_set, run_heldout
-from backend.relevance.heldout_stats import bootstrap_mean, spearman
-from backend.relevance.targets import Target
+from interpscope.relevance.faithfulness import curves_for_maps, perturbation_curves
+from interpscope.relevance.heldout import accuracy, choose, load_set, run_heldout
+from interpscope.relevance.heldout_stats import bootstrap_mean, spearman
+from interpscope.relevance.targets import Target
 
 CATEGORIES = {"factual", "ioi", "agreement", "code", "arithmetic", "other"}
 
@@ -104,7 +104,7 @@ def test_bootstrap_interval_contains_the_mean_and_shrinks_with_more_prompts():
 def test_the_shipped_set_is_valid_for_the_bundled_tokenizer():
     from transformers import AutoTokenizer
 
-    from backend.models import smollm2
+    from interpscope.models import smollm2
 
     rows = load_set("heldout")
     assert len(rows) >= 200
@@ -172,12 +172,12 @@ def test_heldout_study_on_a_tiny_model():
 
 
 def test_explain_faithfulness_json_round_trip(tmp_path, capsys, monkeypatch):
-    from backend.cli import main
-    from backend.cli import common
+    from interpscope.cli import main
+    from interpscope.cli import common
 
     lm = _tiny()
     monkeypatch.setattr(common, "load_from_args", lambda args: lm)
-    import backend.cli.explain_cmd as explain_cmd
+    import interpscope.cli.explain_cmd as explain_cmd
 
     monkeypatch.setattr(explain_cmd, "load_from_args", lambda args: lm)
     out = tmp_path / "one.json"
@@ -190,7 +190,7 @@ def test_explain_faithfulness_json_round_trip(tmp_path, capsys, monkeypatch):
     assert data["random_ci_low"] <= data["random_abpc"] <= data["random_ci_high"]
     assert f"ABPC {data['abpc']:.4f}" in printed
     prompts = tmp_path / "set.json"
-    monkeypatch.setattr("backend.relevance.heldout.load_set", lambda name: PROMPTS)
+    monkeypatch.setattr("interpscope.relevance.heldout.load_set", lambda name: PROMPTS)
     assert main(["explain", "--set", "heldout", "--faithfulness", "--methods", "cplrp", "gradxinput",
                  "--baselines", "zero", "--curve-steps", "3", "--bootstrap", "100", "--json", str(prompts)]) == 0
     doc = json.loads(prompts.read_text())
@@ -205,8 +205,8 @@ def test_explain_faithfulness_json_round_trip(tmp_path, capsys, monkeypatch):
     (["explain", "--set", "heldout", "--faithfulness", "--contrast", "a", "b"], "takes no --target-token"),
 ])
 def test_explain_faithfulness_bad_input(capsys, monkeypatch, argv, message):
-    from backend.cli import main
-    import backend.cli.explain_cmd as explain_cmd
+    from interpscope.cli import main
+    import interpscope.cli.explain_cmd as explain_cmd
 
     monkeypatch.setattr(explain_cmd, "load_from_args", lambda args: _tiny())
     assert main(argv) == 2

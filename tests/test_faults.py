@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from backend.cli import main
+from interpscope.cli import main
 from tests.sae_store_tiny import random_sae_folder, save_tiny_lm, tiny_lm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +40,7 @@ def fx(tmp_path_factory) -> dict[str, Path]:
         lm = tiny_lm()
         model = save_tiny_lm(root / "model")
         sae = random_sae_folder(lm, root / "sae", d_sae=16)
-        from backend.sae_store import build_store
+        from interpscope.sae_store import build_store
 
         store = build_store(lm, sae, root / "store", n_tokens=128, context_size=32, batch_size=2)
     finally:
@@ -60,13 +60,13 @@ def data_dir(tmp_path, monkeypatch):
 
 # --- RSS over 100 calls -------------------------------------------------------------------------------------
 def _analyses(fx) -> dict:
-    from backend.predict import predict_next
-    from backend.relevance.api import explain
-    from backend.relevance.flow import information_flow
-    from backend.sae import load_sae
-    from backend.sae.circuits import feature_circuit
-    from backend.sae_store.prompt import prompt_features
-    from backend.sae_store.steering import steer
+    from interpscope.predict import predict_next
+    from interpscope.relevance.api import explain
+    from interpscope.relevance.flow import information_flow
+    from interpscope.sae import load_sae
+    from interpscope.sae.circuits import feature_circuit
+    from interpscope.sae_store.prompt import prompt_features
+    from interpscope.sae_store.steering import steer
 
     lm, sae = fx["lm"], load_sae(fx["sae"])
     text = "The cat sat on the mat and looked at the dog"
@@ -101,9 +101,9 @@ def test_rss_stays_bounded_over_100_calls(analysis, fx):
 KILLER = r"""
 import json, os, signal, sys
 from contextlib import contextmanager
-from backend import atomic, resume
-import backend.relevance.file_attribution as file_attribution
-import backend.sae_store.explain as store_explain
+from interpscope import atomic, resume
+import interpscope.relevance.file_attribution as file_attribution
+import interpscope.sae_store.explain as store_explain
 
 kill_at, count = int(os.environ["KILL_AT"]), [0]
 real_open, real_appending = atomic.atomic_open, resume.appending
@@ -138,7 +138,7 @@ def killing_appending(path):
 
 atomic.atomic_open = killing_open
 file_attribution.appending = store_explain.appending = killing_appending
-from backend.cli import main
+from interpscope.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -147,8 +147,8 @@ def _count_writes(monkeypatch) -> list[int]:
     """Count atomic writes and log appends in this process (the kill points a full run offers)."""
     from contextlib import contextmanager
 
-    import backend.relevance.file_attribution as file_attribution
-    from backend import atomic, resume
+    import interpscope.relevance.file_attribution as file_attribution
+    from interpscope import atomic, resume
 
     count = [0]
     real_open, real_appending = atomic.atomic_open, resume.appending
@@ -381,7 +381,7 @@ def test_a_marker_cannot_name_files_outside_its_folder(fx, tmp_path, capsys):
 
 
 def test_marker_entries_outside_the_folder_are_never_trusted(tmp_path):
-    from backend.outputs import OutputFolder, read_marker, safe_entry
+    from interpscope.outputs import OutputFolder, read_marker, safe_entry
 
     folder = tmp_path / "out"
     folder.mkdir()

@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from backend.config import InterpscopeError
-from backend.relevance.api import explain
-from backend.relevance.file_attribution import explain_file
-from backend.uploads import parse_table
+from interpscope.config import InterpscopeError
+from interpscope.relevance.api import explain
+from interpscope.relevance.file_attribution import explain_file
+from interpscope.uploads import parse_table
 from tests.sae_store_tiny import tiny_lm
 
 CSV = (b"text,label\nThe capital of France is,geo\nShe smiled at him and,social\nParis is a city in,geo\n"
@@ -77,7 +77,7 @@ def test_cli_all_rows_writes_rows_aggregates_table_and_figures(tmp_path):
     rows = tmp_path / "rows.csv"
     rows.write_bytes(CSV)
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "backend.cli", "explain", "--model", str(model), "--file", str(rows),
+    command = [sys.executable, "-m", "interpscope.cli", "explain", "--model", str(model), "--file", str(rows),
                "--all-rows", "--out", str(out), "--method", "occlusion", "--occlusion-window", "2"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

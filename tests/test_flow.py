@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from backend.config import InterpscopeError
-from backend.neurons.synthetic import loaded
-from backend.relevance.flow import attention_pattern, information_flow
+from interpscope.config import InterpscopeError
+from interpscope.neurons.synthetic import loaded
+from interpscope.relevance.flow import attention_pattern, information_flow
 from tests.apptest_util import ROOT
 from tests.tiny_models import tiny_gemma3, tiny_gpt2, tiny_llama, tiny_neox
 
@@ -115,7 +115,7 @@ def test_mamba_is_refused_with_a_reason():
 @pytest.mark.bundled
 def test_cli_flow_json_on_the_bundled_model(bundled_lm, tmp_path):
     out = tmp_path / "flow.json"
-    done = subprocess.run([sys.executable, "-m", "backend.cli", "flow", "--text", "The capital of France is",
+    done = subprocess.run([sys.executable, "-m", "interpscope.cli", "flow", "--text", "The capital of France is",
                            "--threshold", "0.1", "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr
@@ -124,6 +124,6 @@ def test_cli_flow_json_on_the_bundled_model(bundled_lm, tmp_path):
     assert data["steps"][-1]["rank"] == 1 and data["steps"][0]["rank"] > 1
     kept = [n for n in data["nodes"] if n["kind"] in ("head", "mlp")]
     assert kept and all(abs(n["relevance"]) >= 0.1 * abs(data["value"]) for n in kept)
-    bad = subprocess.run([sys.executable, "-m", "backend.cli", "flow", "--text", "x", "--threshold", "2"],
+    bad = subprocess.run([sys.executable, "-m", "interpscope.cli", "flow", "--text", "x", "--threshold", "2"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr

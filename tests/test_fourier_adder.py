@@ -6,12 +6,12 @@ import json
 import pytest
 import torch
 
-from backend.config import ASSETS_DIR
-from backend.fourier.addition import run_addition
-from backend.fourier.data import DEFAULT_TEMPLATE, split_pairs
-from backend.fourier.filters import filter_table
-from backend.fourier.probe import single_token_setup
-from backend.models import load_model
+from interpscope.config import ASSETS_DIR
+from interpscope.fourier.addition import run_addition
+from interpscope.fourier.data import DEFAULT_TEMPLATE, split_pairs
+from interpscope.fourier.filters import filter_table
+from interpscope.fourier.probe import single_token_setup
+from interpscope.models import load_model
 
 FOLDER = ASSETS_DIR / "models" / "adder"
 

@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from backend.cli import main
-from backend.fourier.addition import run_addition
-from backend.fourier.numbers import splits_digits
-from backend.fourier.spectrum import hidden_spectra
+from interpscope.cli import main
+from interpscope.fourier.addition import run_addition
+from interpscope.fourier.numbers import splits_digits
+from interpscope.fourier.spectrum import hidden_spectra
 
 pytestmark = pytest.mark.bundled
 

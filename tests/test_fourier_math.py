@@ -4,13 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backend.config import InterpscopeError
-from backend.fourier.addition import score, small_sum_pairs
-from backend.fourier.basis import find_outliers, fourier_basis, frequency_magnitude, period_label
-from backend.fourier.data import operand_pairs, split_pairs, render, check_template
-from backend.fourier.filters import error_counts, null_projection, removed_frequencies
-from backend.fourier.lens import default_tau, low_share, top_components
-from backend.fourier.spectrum import matrix_spectrum
+from interpscope.config import InterpscopeError
+from interpscope.fourier.addition import score, small_sum_pairs
+from interpscope.fourier.basis import find_outliers, fourier_basis, frequency_magnitude, period_label
+from interpscope.fourier.data import operand_pairs, split_pairs, render, check_template
+from interpscope.fourier.filters import error_counts, null_projection, removed_frequencies
+from interpscope.fourier.lens import default_tau, low_share, top_components
+from interpscope.fourier.spectrum import matrix_spectrum
 
 
 @pytest.mark.parametrize("n_numbers", [2, 7, 10, 100, 201, 520])
@@ -153,7 +153,7 @@ def test_error_counts():
 def test_last_position_edit_touches_only_the_answer_position():
     import torch
 
-    from backend.fourier.filters import projection_edit
+    from interpscope.fourier.filters import projection_edit
 
     matrix = torch.as_tensor(np.diag([1.0, 0.0, 1.0]))
     output = torch.arange(24, dtype=torch.float64).reshape(2, 4, 3) + 1
@@ -167,7 +167,7 @@ def test_last_position_edit_touches_only_the_answer_position():
 
 
 def test_the_filter_reading_follows_the_numbers():
-    from backend.fourier.filters import FilterRow, FilterTable, reading
+    from interpscope.fourier.filters import FilterRow, FilterTable, reading
 
     def table(base: float, no_high: float, no_low: float) -> FilterTable:
         rows = [FilterRow(kind=k, modules=m, removed="", loss=0.0, accuracy=a, within_2=a, within_10=a, rank=0,

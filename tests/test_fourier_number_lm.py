@@ -5,9 +5,9 @@ import importlib.util
 
 import numpy as np
 
-from backend.config import REPO_ROOT as ROOT
-from backend.fourier.data import TEMPLATES, split_pairs
-from backend.fourier.vocab import number_tokenizer
+from interpscope.config import REPO_ROOT as ROOT
+from interpscope.fourier.data import TEMPLATES, split_pairs
+from interpscope.fourier.vocab import number_tokenizer
 
 N_NUMBERS = 60
 

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from backend.fourier.addition import run_addition
-from backend.fourier.probe import default_numbers, probe_pairs, single_token_setup
-from backend.models import load_model
+from interpscope.fourier.addition import run_addition
+from interpscope.fourier.probe import default_numbers, probe_pairs, single_token_setup
+from interpscope.models import load_model
 from tests.apptest_util import open_page
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from backend.cli import main
-from backend.fourier.vocab import number_tokenizer
+from interpscope.cli import main
+from interpscope.fourier.vocab import number_tokenizer
 
 N_NUMBERS = 100
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.adapters import get_adapter
-from backend.capture import hooks
-from backend.generation import RowEdit, greedy_generate, greedy_uncached
+from interpscope.adapters import get_adapter
+from interpscope.capture import hooks
+from interpscope.generation import RowEdit, greedy_generate, greedy_uncached
 from tests.tiny_models import tiny_gemma3, tiny_gpt2, tiny_llama, tiny_mamba
 
 FACTORIES = {"llama": tiny_llama, "gpt2": lambda: tiny_gpt2(vocab=128), "gemma3": tiny_gemma3}

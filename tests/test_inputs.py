@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from backend.config import InterpscopeError
-from backend.inputs import MAX_UPLOAD_BYTES, check_text, check_token_count, decode_bytes, parse_examples
+from interpscope.config import InterpscopeError
+from interpscope.inputs import MAX_UPLOAD_BYTES, check_text, check_token_count, decode_bytes, parse_examples
 
 
 @pytest.mark.parametrize("text", [None, "", "  \n\t"])
@@ -77,7 +77,7 @@ def test_parse_examples_errors():
 
 
 def test_upload_tables_say_which_columns_they_used_and_what_they_left_out():
-    from backend.uploads import parse_table
+    from interpscope.uploads import parse_table
 
     table = parse_table(b"id,body,label\n1,alpha,pos\n2,,neg\n3,gamma,neg\n", "b.csv")
     assert table.examples == ["alpha", "gamma"] and table.labels == ["pos", "neg"]

@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 import torch
 
-from backend.capture import capture, editing, foreign_hooks, hooks, model_lock, run_scope
-from backend.neurons.ablation import Neuron, token_effects
-from backend.predict import predict_next
-from backend.sae import load_sae
-from backend.sae_store.prompt import feature_attribution, prompt_features
-from backend.sae_store.steering import steer
-from backend.sae.evaluation import evaluate_saes
-from backend.relevance.api import explain
+from interpscope.capture import capture, editing, foreign_hooks, hooks, model_lock, run_scope
+from interpscope.neurons.ablation import Neuron, token_effects
+from interpscope.predict import predict_next
+from interpscope.sae import load_sae
+from interpscope.sae_store.prompt import feature_attribution, prompt_features
+from interpscope.sae_store.steering import steer
+from interpscope.sae.evaluation import evaluate_saes
+from interpscope.relevance.api import explain
 from tests.sae_store_tiny import HOOK, random_sae_folder, tiny_lm
 
 PROMPT = "The capital of France is"
@@ -138,9 +138,9 @@ def test_the_edits_raced_against_do_change_the_model_in_their_own_thread(setting
 
 
 def test_fourier_filters_do_not_reach_other_threads():
-    from backend.fourier.filters import filter_table
-    from backend.fourier.numbers import number_tokens
-    from backend.models import load_model
+    from interpscope.fourier.filters import filter_table
+    from interpscope.fourier.numbers import number_tokens
+    from interpscope.models import load_model
 
     adder = load_model("adder", device="cpu")
     numbers = number_tokens(adder.tokenizer, 100)
@@ -153,8 +153,8 @@ def test_fourier_filters_do_not_reach_other_threads():
 
 
 def test_mamba_forward_override_does_not_reach_other_threads():
-    from backend.relevance.mamba.rule import mamba_lrp
-    from backend.models import load_model
+    from interpscope.relevance.mamba.rule import mamba_lrp
+    from interpscope.models import load_model
 
     mamba = load_model("mamba-tiny", device="cpu")
     ids = mamba.encode("It is a truth universally acknowledged")

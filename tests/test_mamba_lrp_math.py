@@ -8,14 +8,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from backend.adapters import get_adapter
-from backend.config import InterpscopeError
-from backend.relevance.mamba.analysis import conservation, conservation_by_disabled_fix, relevance_by_distance
-from backend.relevance.mamba.forward import (FIX_NAMES, Fixes, backbone_forward, gate_product, selective_scan_chunked,
+from interpscope.adapters import get_adapter
+from interpscope.config import InterpscopeError
+from interpscope.relevance.mamba.analysis import conservation, conservation_by_disabled_fix, relevance_by_distance
+from interpscope.relevance.mamba.forward import (FIX_NAMES, Fixes, backbone_forward, gate_product, selective_scan_chunked,
                                        selective_scan_sequential, silu, stabilise)
-from backend.relevance.mamba.rule import MambaLRPRule, mamba_lrp
-from backend.relevance import attribute, get_method, methods_for
-from backend.relevance.targets import Target
+from interpscope.relevance.mamba.rule import MambaLRPRule, mamba_lrp
+from interpscope.relevance import attribute, get_method, methods_for
+from interpscope.relevance.targets import Target
 from tests.tiny_models import tiny_llama, tiny_mamba
 
 T = 12

@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from backend.cli import main
-from backend.corpus import paragraphs, token_stream
-from backend.models import load_model
-from backend.models.registry import BUNDLED
+from interpscope.cli import main
+from interpscope.corpus import paragraphs, token_stream
+from interpscope.models import load_model
+from interpscope.models.registry import BUNDLED
 
 TEXT = "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be"
 
@@ -47,7 +47,7 @@ def test_beats_the_unigram_baseline_on_held_out_text(mamba_lm):
 
 def test_mambalrp_conserves_on_the_shipped_model_in_float64():
     lm = load_model("mamba-tiny", device="cpu", dtype="float64")
-    from backend.relevance.api import explain
+    from interpscope.relevance.api import explain
 
     result = explain(lm, TEXT, "mambalrp")
     c = result.conservation
@@ -82,7 +82,7 @@ def test_cli_refuses_attnlrp_on_mamba(capsys):
 
 def test_a_local_hf_mamba_checkpoint_is_explained_through_the_adapter(tmp_path, mamba_lm):
     """A user's own MambaForCausalLM folder (here a tiny random one with the shipped tokenizer) works too."""
-    from backend.relevance.api import explain
+    from interpscope.relevance.api import explain
     from tests.tiny_models import tiny_mamba
 
     tiny_mamba(vocab=len(mamba_lm.tokenizer), seed=2).save_pretrained(tmp_path)

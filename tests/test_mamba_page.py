@@ -43,7 +43,7 @@ def plotly_array(value) -> np.ndarray:
 
 
 def test_mambalrp_is_the_default_method_for_mamba(app):
-    from backend.models import load_model
+    from interpscope.models import load_model
 
     methods = app.selectbox(key="relevance-method").options
     assert methods[0] == "MambaLRP" and "AttnLRP" not in methods and "CP-LRP" not in methods

@@ -7,10 +7,10 @@ import threading
 import pytest
 import torch
 
-from backend.capture import model_lock
-from backend.config import InterpscopeError
-from backend.models import loading
-from backend.models.cache import MEMORY_ENV, ModelCache, estimate_bytes, memory_budget, model_bytes
+from interpscope.capture import model_lock
+from interpscope.config import InterpscopeError
+from interpscope.models import loading
+from interpscope.models.cache import MEMORY_ENV, ModelCache, estimate_bytes, memory_budget, model_bytes
 from tests.sae_store_tiny import save_tiny_lm
 
 
@@ -119,7 +119,7 @@ def test_concurrent_loads_of_one_model_make_one_copy(cache, folders):
 
 @pytest.mark.bundled
 def test_the_bundled_name_and_its_folder_are_one_copy(cache):
-    from backend.models import smollm2
+    from interpscope.models import smollm2
 
     by_name = loading.load_model("smollm2-135m", device="cpu")
     by_folder = loading.load_model(str(smollm2.cache_dir()) + "/", device="cpu")

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from backend.config import InterpscopeError, resolve_device, resolve_dtype
-from backend.models import load_model
-from backend.models.loading import available_models
-from backend.models.tokenizers import gpt2_tokenizer
-from backend.predict import predict_next
+from interpscope.config import InterpscopeError, resolve_device, resolve_dtype
+from interpscope.models import load_model
+from interpscope.models.loading import available_models
+from interpscope.models.tokenizers import gpt2_tokenizer
+from interpscope.predict import predict_next
 from tests.tiny_models import tiny_gpt2
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +33,7 @@ def test_one_copy_per_model_device_dtype(bundled_lm):
     assert load_model("smollm2-135m", device="cpu", dtype="float32") is bundled_lm
 
 
-CONVERT = "from backend.models import smollm2; import sys; sys.stdout.write(str(smollm2.convert()))"
+CONVERT = "from interpscope.models import smollm2; import sys; sys.stdout.write(str(smollm2.convert()))"
 
 
 def test_bundled_conversion_is_once_and_safe_under_concurrency(tmp_path):
@@ -96,7 +96,7 @@ def test_unsupported_family_is_explained(tmp_path):
 
 def test_hub_model_not_available_offline_is_explained(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    from backend.models import loading
+    from interpscope.models import loading
 
     loading.hub_reachable.cache_clear()
     with pytest.raises(InterpscopeError, match="not available offline"):

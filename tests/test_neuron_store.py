@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from backend.config import InterpscopeError
-from backend.models.tokenizers import gpt2_tokenizer
-from backend.neurons import store as store_module
-from backend.neurons.detail import neuron_detail, text_activations
-from backend.neurons.page_store import NeuronStore, StoreSpec, build_neuron_store
-from backend.neurons.synthetic import loaded, tiny_model
+from interpscope.config import InterpscopeError
+from interpscope.models.tokenizers import gpt2_tokenizer
+from interpscope.neurons import store as store_module
+from interpscope.neurons.detail import neuron_detail, text_activations
+from interpscope.neurons.page_store import NeuronStore, StoreSpec, build_neuron_store
+from interpscope.neurons.synthetic import loaded, tiny_model
 
 LAYER, SPEC = 1, StoreSpec(n_tokens=512, seq_len=32, top_contexts=8)
 PLANTED = 11
@@ -34,7 +34,7 @@ def sink_lm(tmp_path_factory):
     with torch.no_grad():
         lm.adapter.W_E()[token] *= 1000.0
         # neuron PLANTED reads the direction the massive row takes after the MLP's norm: it fires hardest there
-        from backend.capture import capture
+        from interpscope.capture import capture
 
         ids = lm.encode("It is the truth")
         mid = capture(lm.adapter, ids, [f"blocks.{LAYER}.hook_resid_mid"]).activations[f"blocks.{LAYER}.hook_resid_mid"]
@@ -46,7 +46,7 @@ def sink_lm(tmp_path_factory):
 
 def _fresh(lm):
     """An activation store computed now, in float32 (no disk), over the store's corpus sample."""
-    from backend import corpus
+    from interpscope import corpus
 
     tokens = corpus.token_chunks(lm.tokenizer, SPEC.seq_len, SPEC.n_tokens, split="train")
     acts, excluded = store_module.run_layers(lm, tokens, [LAYER])
@@ -98,7 +98,7 @@ def test_store_round_trips_and_equals_a_fresh_computation(sink_lm, tmp_path, mon
         np.testing.assert_allclose([c.activation for c in shipped.contexts], [c.activation for c in computed.contexts])
         assert shipped.sink_positions == computed.sink_positions and shipped.rho == computed.rho
     stats = store.stats(LAYER)
-    from backend.neurons.candidates import candidates
+    from interpscope.neurons.candidates import candidates
 
     live = candidates(lm, layer=LAYER, k=stats.k)
     np.testing.assert_allclose(stats.rho, live.rho) and np.testing.assert_allclose(stats.norm, live.norm)
@@ -106,7 +106,7 @@ def test_store_round_trips_and_equals_a_fresh_computation(sink_lm, tmp_path, mon
     def no_forward(*args, **kwargs):
         raise AssertionError("a finished layer must not be recomputed")
 
-    monkeypatch.setattr("backend.neurons.store.run_layers", no_forward)
+    monkeypatch.setattr("interpscope.neurons.store.run_layers", no_forward)
     build_neuron_store(lm, out, layers=[LAYER], spec=SPEC)  # resumes: nothing left to do
     with pytest.raises(InterpscopeError, match="other settings"):
         build_neuron_store(lm, out, layers=[LAYER], spec=StoreSpec(n_tokens=256, seq_len=32))
@@ -123,8 +123,8 @@ def test_store_never_writes_into_a_folder_it_does_not_own(sink_lm, tmp_path):
 
 
 def test_cli_store_and_detail_json(sink_lm, tmp_path, capsys):
-    from backend.cli import main
-    from backend.config import data_dir
+    from interpscope.cli import main
+    from interpscope.config import data_dir
 
     lm, _ = sink_lm
     folder = tmp_path / "model"

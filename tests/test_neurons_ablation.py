@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from backend.capture import capture
-from backend.neurons.ablation import Neuron, parse_neurons, random_neurons, summarise, token_effects
-from backend.neurons.folding import folded_unembedding
-from backend.neurons.metrics import freeze_unigram, kl_to_unigram, norm_mediated_share
-from backend.neurons.synthetic import loaded, plant_entropy_neuron, tiny_model
-from backend.neurons.unigram import unigram_direction, unigram_log_probs
-from backend.neurons.weights import neuron_stats
+from interpscope.capture import capture
+from interpscope.neurons.ablation import Neuron, parse_neurons, random_neurons, summarise, token_effects
+from interpscope.neurons.folding import folded_unembedding
+from interpscope.neurons.metrics import freeze_unigram, kl_to_unigram, norm_mediated_share
+from interpscope.neurons.synthetic import loaded, plant_entropy_neuron, tiny_model
+from interpscope.neurons.unigram import unigram_direction, unigram_log_probs
+from interpscope.neurons.weights import neuron_stats
 
 PLANTED = Neuron(1, 5)
 

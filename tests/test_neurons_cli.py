@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from backend.cli import main
-from backend.models.tokenizers import gpt2_tokenizer
-from backend.neurons.synthetic import plant_entropy_neuron, tiny_model
+from interpscope.cli import main
+from interpscope.models.tokenizers import gpt2_tokenizer
+from interpscope.neurons.synthetic import plant_entropy_neuron, tiny_model
 
 LAYER, INDEX = 1, 5
 
@@ -79,11 +79,11 @@ def test_cli_errors_are_one_line(saved_model, capsys):
 
 
 def test_store_detail_text_and_induction(saved_model, monkeypatch):
-    from backend.models import load_model
-    from backend.neurons import store as store_module
-    from backend.neurons.detail import neuron_detail, text_activations
-    from backend.neurons.induction import induction_study, repeated_sequences
-    from backend.neurons.weights import neuron_stats
+    from interpscope.models import load_model
+    from interpscope.neurons import store as store_module
+    from interpscope.neurons.detail import neuron_detail, text_activations
+    from interpscope.neurons.induction import induction_study, repeated_sequences
+    from interpscope.neurons.weights import neuron_stats
 
     lm = load_model(str(saved_model))
     stores = store_module.activation_stores(lm, [LAYER], n_tokens=256, seq_len=32)

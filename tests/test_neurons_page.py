@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from backend.models.tokenizers import gpt2_tokenizer
-from backend.neurons.synthetic import plant_entropy_neuron, tiny_model
+from interpscope.models.tokenizers import gpt2_tokenizer
+from interpscope.neurons.synthetic import plant_entropy_neuron, tiny_model
 from tests.apptest_util import open_page
 
 PAGE = "pages/entropy_neurons.py"

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from backend.capture import capture, hooks, scoped
-from backend.config import InterpscopeError
-from backend.neurons.ablation import Neuron, random_neurons, token_effects
-from backend.neurons.folding import folded_W_out
-from backend.neurons.metrics import loss_and_entropy
-from backend.neurons.postnorm import typical_scale
-from backend.neurons.synthetic import loaded, plant_entropy_neuron, tiny_model
-from backend.neurons.weights import neuron_stats, stats_for_vectors, unembed_basis
+from interpscope.capture import capture, hooks, scoped
+from interpscope.config import InterpscopeError
+from interpscope.neurons.ablation import Neuron, random_neurons, token_effects
+from interpscope.neurons.folding import folded_W_out
+from interpscope.neurons.metrics import loss_and_entropy
+from interpscope.neurons.postnorm import typical_scale
+from interpscope.neurons.synthetic import loaded, plant_entropy_neuron, tiny_model
+from interpscope.neurons.weights import neuron_stats, stats_for_vectors, unembed_basis
 
 PLANTED = Neuron(1, 5)
 VOCAB = 200
@@ -123,10 +123,10 @@ def test_layer_zero_neuron_total_effect_goes_through_the_model(planted):
 def test_store_keeps_the_output_norms_scale_and_a_stale_store_is_rebuilt(tmp_path, monkeypatch):
     """A store built on a post-norm model records the typical scale its statistics used; a layer file without it
     (written before writes went through the norm) is never served and is rebuilt in place."""
-    from backend.config import data_dir
-    from backend.models.tokenizers import gpt2_tokenizer
-    from backend.neurons.page_store import StoreSpec, build_neuron_store, find_neuron_store
-    from backend.neurons.store import run_layers
+    from interpscope.config import data_dir
+    from interpscope.models.tokenizers import gpt2_tokenizer
+    from interpscope.neurons.page_store import StoreSpec, build_neuron_store, find_neuron_store
+    from interpscope.neurons.store import run_layers
 
     monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
     model = tiny_model("gemma3", vocab_size=50257, dtype=torch.float32, seed=4)
@@ -137,7 +137,7 @@ def test_store_keeps_the_output_norms_scale_and_a_stale_store_is_rebuilt(tmp_pat
     build_neuron_store(lm, folder, spec=spec)
     store = find_neuron_store(lm)
     assert store is not None and store.folder == folder
-    from backend import corpus
+    from interpscope import corpus
 
     tokens = corpus.token_chunks(lm.tokenizer, spec.seq_len, spec.n_tokens, split="train")
     acts, excluded = run_layers(lm, tokens, [PLANTED.layer])
@@ -153,7 +153,7 @@ def test_store_keeps_the_output_norms_scale_and_a_stale_store_is_rebuilt(tmp_pat
     with np.load(path) as data:
         arrays = {name: data[name] for name in data.files if name != "post_norm_scale"}
     np.savez_compressed(path, **arrays)
-    from backend.neurons.page_store import _load_layer
+    from interpscope.neurons.page_store import _load_layer
 
     _load_layer.cache_clear()
     assert find_neuron_store(lm) is None

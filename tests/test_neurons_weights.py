@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from backend.adapters import get_adapter
-from backend.capture import capture
-from backend.neurons.folding import final_norm, folded_unembedding, folded_W_out, logits_from_residual
-from backend.neurons.metrics import entropy_of
-from backend.neurons.synthetic import plant_entropy_neuron, tiny_model
-from backend.neurons.unigram import unigram_direction, unigram_log_probs
-from backend.neurons.weights import default_k, neuron_stats
+from interpscope.adapters import get_adapter
+from interpscope.capture import capture
+from interpscope.neurons.folding import final_norm, folded_unembedding, folded_W_out, logits_from_residual
+from interpscope.neurons.metrics import entropy_of
+from interpscope.neurons.synthetic import plant_entropy_neuron, tiny_model
+from interpscope.neurons.unigram import unigram_direction, unigram_log_probs
+from interpscope.neurons.weights import default_k, neuron_stats
 
 FAMILIES = ["gpt2", "llama", "gpt_neox"]
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from backend.cli import main
-from backend.config import InterpscopeError
-from backend.outputs import MARKER, OutputFolder, check_output_file, check_output_folder
-from backend.sae import load_sae, save_sae
-from backend.sae_store import FeatureStore
-from backend.sae_store.layout import SHIPPED_STORES_DIR, WEIGHTS_HASH, default_store_dir, weights_sha256
+from interpscope.cli import main
+from interpscope.config import InterpscopeError
+from interpscope.outputs import MARKER, OutputFolder, check_output_file, check_output_folder
+from interpscope.sae import load_sae, save_sae
+from interpscope.sae_store import FeatureStore
+from interpscope.sae_store.layout import SHIPPED_STORES_DIR, WEIGHTS_HASH, default_store_dir, weights_sha256
 from tests.sae_store_tiny import random_sae_folder, save_tiny_lm, tiny_lm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,8 +143,8 @@ def test_store_into_a_foreign_folder(model_dir, sae_dir, tmp_path, capsys):
 
 
 def test_unfinished_store_build_resumes_only_under_its_settings(model_dir, sae_dir, tmp_path):
-    from backend.models.loading import load_model
-    from backend.sae_store import build_store
+    from interpscope.models.loading import load_model
+    from interpscope.sae_store import build_store
 
     lm = load_model(str(model_dir), device="cpu")
     options = dict(n_tokens=1024, context_size=64, batch_size=4)

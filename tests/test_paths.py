@@ -1,4 +1,4 @@
-"""backend.paths: server mode confines typed paths to the allowed roots; run and store names are plain names."""
+"""interpscope.paths: server mode confines typed paths to the allowed roots; run and store names are plain names."""
 from __future__ import annotations
 
 import os
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from backend.config import ASSETS_DIR, InterpscopeError
-from backend.paths import allowed_roots, hub_cached, looks_like_path, model_choice, plain_name, user_path
+from interpscope.config import ASSETS_DIR, InterpscopeError
+from interpscope.paths import allowed_roots, hub_cached, looks_like_path, model_choice, plain_name, user_path
 
 
 @pytest.fixture
@@ -134,7 +134,7 @@ def corpus_with_symlink(server: Path) -> Path:
 
 
 def test_corpus_folder_walk_refuses_a_symlink_to_an_outside_file(server):
-    from backend.corpus import paragraphs
+    from interpscope.corpus import paragraphs
 
     corpus = corpus_with_symlink(server)
     with pytest.raises(InterpscopeError) as err:
@@ -147,7 +147,7 @@ def test_corpus_folder_walk_refuses_a_symlink_to_an_outside_file(server):
 
 
 def test_corpus_symlinked_file_given_directly_is_refused(server):
-    from backend.corpus import paragraphs
+    from interpscope.corpus import paragraphs
 
     corpus = corpus_with_symlink(server)
     with pytest.raises(InterpscopeError, match="allowed folders"):
@@ -155,7 +155,7 @@ def test_corpus_symlinked_file_given_directly_is_refused(server):
 
 
 def test_outside_server_mode_the_symlinked_file_is_read(server, monkeypatch):
-    from backend.corpus import paragraphs
+    from interpscope.corpus import paragraphs
 
     corpus = corpus_with_symlink(server)
     monkeypatch.delenv("INTERPSCOPE_SERVER_MODE")
@@ -163,7 +163,7 @@ def test_outside_server_mode_the_symlinked_file_is_read(server, monkeypatch):
 
 
 def test_model_folder_outside_the_roots_is_not_loaded(server):
-    from backend.models import load_model
+    from interpscope.models import load_model
 
     outside = server / "outside" / "adder"
     shutil.copytree(ASSETS_DIR / "models" / "adder", outside)
@@ -180,9 +180,9 @@ def test_model_folder_outside_the_roots_is_not_loaded(server):
 
 
 def test_sae_cfg_model_name_outside_the_roots_is_refused(server, monkeypatch):
-    from backend.models import load_model
-    from backend.sae import load_sae
-    from backend.sae.folder import sae_model_name
+    from interpscope.models import load_model
+    from interpscope.sae import load_sae
+    from interpscope.sae.folder import sae_model_name
     from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
 
     monkeypatch.delenv("INTERPSCOPE_SERVER_MODE")
@@ -200,8 +200,8 @@ def test_sae_cfg_model_name_outside_the_roots_is_refused(server, monkeypatch):
 
 
 def test_sae_folder_with_a_file_leading_outside_is_refused(server, monkeypatch):
-    from backend.models import load_model
-    from backend.sae import load_sae
+    from interpscope.models import load_model
+    from interpscope.sae import load_sae
     from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
 
     monkeypatch.delenv("INTERPSCOPE_SERVER_MODE")
@@ -218,7 +218,7 @@ def test_sae_folder_with_a_file_leading_outside_is_refused(server, monkeypatch):
 
 
 def test_store_manifest_naming_an_outside_sae_is_refused(server):
-    from backend.sae_store.layout import folder_of
+    from interpscope.sae_store.layout import folder_of
 
     assert folder_of("assets/saes/x") == ASSETS_DIR / "saes" / "x"
     with pytest.raises(InterpscopeError, match="manifest"):
@@ -229,7 +229,7 @@ def test_store_manifest_naming_an_outside_sae_is_refused(server):
 
 # --- ceilings on what a visitor asks for --------------------------------------------------------------------------
 def test_server_mode_refuses_amounts_above_their_ceiling(server, monkeypatch):
-    from backend.limits import SERVER_CEILINGS, ceiling, check_amounts
+    from interpscope.limits import SERVER_CEILINGS, ceiling, check_amounts
 
     with pytest.raises(InterpscopeError, match="at most 10,000,000 training tokens") as err:
         check_amounts(training_tokens=10**14)
@@ -255,7 +255,7 @@ def test_server_mode_refuses_amounts_above_their_ceiling(server, monkeypatch):
 
 # --- paths shown in pages -------------------------------------------------------------------------------------------
 def test_display_paths_are_relative_to_their_root_and_read_back(server):
-    from backend.paths import display_path
+    from interpscope.paths import display_path
 
     data = server / "data"
     assert display_path(ASSETS_DIR / "saes" / "x") == "assets/saes/x"
@@ -268,7 +268,7 @@ def test_display_paths_are_relative_to_their_root_and_read_back(server):
 
 
 def test_display_paths_outside_server_mode_keep_outside_paths(monkeypatch, tmp_path):
-    from backend.paths import display_path
+    from interpscope.paths import display_path
 
     monkeypatch.delenv("INTERPSCOPE_SERVER_MODE", raising=False)
     monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
@@ -277,10 +277,10 @@ def test_display_paths_outside_server_mode_keep_outside_paths(monkeypatch, tmp_p
 
 
 def test_listed_saes_and_neuron_stores_leading_outside_are_skipped_and_refused(server, monkeypatch):
-    from backend.models import load_model
-    from backend.neurons.page_store import _candidate_folders
-    from backend.sae.catalog import describe, list_saes
-    from backend.sae_store.store import read_manifest
+    from interpscope.models import load_model
+    from interpscope.neurons.page_store import _candidate_folders
+    from interpscope.sae.catalog import describe, list_saes
+    from interpscope.sae_store.store import read_manifest
     from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
 
     monkeypatch.delenv("INTERPSCOPE_SERVER_MODE")

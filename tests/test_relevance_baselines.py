@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 import torch
 
-from backend.adapters import get_adapter
-from backend.config import InterpscopeError
-from backend.models.tokenizers import gpt2_tokenizer
-from backend.relevance import attnlrp_rules, attribute, cplrp_rules, get_method, methods_for
-from backend.relevance.baselines import integrated_gradients, occlusion
-from backend.relevance.continuation import continuation_relevance
-from backend.relevance.faithfulness import perturbation_curves, removal_counts
-from backend.relevance.targets import Target, resolve_target, token_id_of
+from interpscope.adapters import get_adapter
+from interpscope.config import InterpscopeError
+from interpscope.models.tokenizers import gpt2_tokenizer
+from interpscope.relevance import attnlrp_rules, attribute, cplrp_rules, get_method, methods_for
+from interpscope.relevance.baselines import integrated_gradients, occlusion
+from interpscope.relevance.continuation import continuation_relevance
+from interpscope.relevance.faithfulness import perturbation_curves, removal_counts
+from interpscope.relevance.targets import Target, resolve_target, token_id_of
 from tests.relevance_tiny import tiny_ids, tiny_model
 
 
@@ -94,7 +94,7 @@ def test_target_resolution_and_messages():
 
 
 def test_method_registry_is_driven_by_capabilities():
-    from backend.adapters import get_adapter
+    from interpscope.adapters import get_adapter
     from tests.tiny_models import tiny_llama, tiny_mamba
 
     llama, mamba = get_adapter(tiny_llama()), get_adapter(tiny_mamba())
@@ -144,8 +144,8 @@ def test_continuation_rows_match_single_explanations():
 
 @pytest.mark.parametrize("baseline", ["zero", "pad", "mean"])
 def test_ig_completeness_holds_from_every_baseline_and_the_gap_shrinks_with_steps(baseline):
-    from backend.relevance.api import run_method
-    from backend.relevance.methods import MethodOptions
+    from interpscope.relevance.api import run_method
+    from interpscope.relevance.methods import MethodOptions
 
     model, adapter, ids, target = setup("llama", seed=4)
     gaps = []
@@ -183,7 +183,7 @@ def test_occlusion_window_is_the_mean_drop_of_the_windows_covering_each_token():
 
 
 def test_bad_method_options_are_refused():
-    from backend.relevance.methods import MethodOptions
+    from interpscope.relevance.methods import MethodOptions
 
     for bad in (MethodOptions(ig_steps=0), MethodOptions(baseline="noise"), MethodOptions(occlusion_window=0)):
         with pytest.raises(InterpscopeError):
@@ -191,9 +191,9 @@ def test_bad_method_options_are_refused():
 
 
 def test_integrated_gradients_reports_progress_per_internal_batch():
-    from backend.adapters import get_adapter
-    from backend.relevance.baselines import IG_STEPS, ig_batches, integrated_gradients
-    from backend.relevance.targets import Target
+    from interpscope.adapters import get_adapter
+    from interpscope.relevance.baselines import IG_STEPS, ig_batches, integrated_gradients
+    from interpscope.relevance.targets import Target
     from tests.tiny_models import tiny_llama
 
     model = tiny_llama(seed=3)
@@ -216,8 +216,8 @@ def test_our_integrated_gradients_equal_captums_layer_ig_on_the_embedding_layer(
     module: the path must start from the scaled embedding)."""
     from captum.attr import LayerIntegratedGradients
 
-    from backend.relevance.api import run_method
-    from backend.relevance.methods import MethodOptions
+    from interpscope.relevance.api import run_method
+    from interpscope.relevance.methods import MethodOptions
 
     model, adapter, ids, target = setup(family, seed=5)
     steps = 24
@@ -243,10 +243,10 @@ def test_our_integrated_gradients_equal_captums_layer_ig_on_the_embedding_layer(
 
 
 def test_the_ig_sentence_names_the_baseline_used_and_whether_the_gap_shrinks():
-    from backend.relevance.api import explain
-    from backend.relevance.baselines import BASELINES
-    from backend.relevance.methods import MethodOptions
-    from components.relevance_readout import readout
+    from interpscope.relevance.api import explain
+    from interpscope.relevance.baselines import BASELINES
+    from interpscope.relevance.methods import MethodOptions
+    from interpscope.components.relevance_readout import readout
     from tests.sae_store_tiny import tiny_lm
 
     lm = tiny_lm(seed=4)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backend.config import InterpscopeError
-from backend.relevance.api import explain, faithfulness, top_heads, top_neurons
+from interpscope.config import InterpscopeError
+from interpscope.relevance.api import explain, faithfulness, top_heads, top_neurons
 
 pytestmark = pytest.mark.bundled
 TEXT = "Mr. Darcy looked at Elizabeth, and Elizabeth looked back at"

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from backend.cli import main
+from interpscope.cli import main
 
 pytestmark = pytest.mark.bundled
 TEXT = "Elizabeth Bennet walked to the"
@@ -110,6 +110,6 @@ def test_explain_bad_files(capsys, tmp_path, bundled_lm):
 
 
 def test_unknown_method_is_a_usage_error():
-    process = subprocess.run([sys.executable, "-m", "backend.cli", "explain", "--text", "hi", "--method", "lime"],
+    process = subprocess.run([sys.executable, "-m", "interpscope.cli", "explain", "--text", "hi", "--method", "lime"],
                              capture_output=True, text=True, timeout=120)
     assert process.returncode == 2 and "invalid choice" in process.stderr

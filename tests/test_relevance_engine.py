@@ -6,9 +6,9 @@ import pytest
 import torch
 from tests.relevance_tiny import tiny_ids, tiny_model
 
-from backend.adapters import get_adapter
-from backend.relevance import attnlrp_rules, attribute, cplrp_rules
-from backend.relevance.targets import Target
+from interpscope.adapters import get_adapter
+from interpscope.relevance import attnlrp_rules, attribute, cplrp_rules
+from interpscope.relevance.targets import Target
 
 FAMILIES = ["llama", "gpt2", "gpt_neox", "qwen2", "gemma3", "olmo"]
 WITH_BIASES = {"gpt2", "gpt_neox", "qwen2"}

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from backend.capture import on_input
-from backend.models.tokenizers import gpt2_tokenizer
-from backend.neurons.synthetic import loaded as wrap_loaded
-from backend.predict import predict_next
-from backend.relevance.api import explain
-from backend.relevance.engine import forward_logits
-from backend.relevance.targets import resolve_target
+from interpscope.capture import on_input
+from interpscope.models.tokenizers import gpt2_tokenizer
+from interpscope.neurons.synthetic import loaded as wrap_loaded
+from interpscope.predict import predict_next
+from interpscope.relevance.api import explain
+from interpscope.relevance.engine import forward_logits
+from interpscope.relevance.targets import resolve_target
 from tests.tiny_models import tiny_llama
 
 TEXT = "It is a truth universally acknowledged, that a single man"

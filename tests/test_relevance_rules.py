@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from backend.adapters import get_adapter
-from backend.capture import model_lock
-from backend.relevance import apply_rules, attnlrp_rules, cplrp_rules
-from backend.relevance.api import run_method
-from backend.relevance.targets import Target
+from interpscope.adapters import get_adapter
+from interpscope.capture import model_lock
+from interpscope.relevance import apply_rules, attnlrp_rules, cplrp_rules
+from interpscope.relevance.api import run_method
+from interpscope.relevance.targets import Target
 from tests.relevance_tiny import tiny_ids, tiny_model
 
 FAMILIES = ["llama", "gpt2", "gpt_neox", "qwen2", "gemma3", "olmo"]
@@ -72,7 +72,7 @@ def test_rules_are_undone_after_an_exception(family):
 
 
 def test_lock_is_shared_between_loaded_model_and_bare_model():
-    class Loaded:  # the shape of backend.models.LoadedModel: it holds the model
+    class Loaded:  # the shape of interpscope.models.LoadedModel: it holds the model
         def __init__(self, model):
             self.model = model
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from backend.config import InterpscopeError
-from backend.sae import SAEConfig, build_sae, load_sae, registered, save_sae
-from backend.sae.catalog import describe
+from interpscope.config import InterpscopeError
+from interpscope.sae import SAEConfig, build_sae, load_sae, registered, save_sae
+from interpscope.sae.catalog import describe
 
 D_IN, D_SAE = 12, 40
 
@@ -135,8 +135,8 @@ def test_batchtopk_training_checkpoints_of_the_library_are_read(tmp_path):
 
 def test_train_eval_and_store_batchtopk_from_the_command_line(tmp_path, capsys, monkeypatch):
     """`sae train --arch batchtopk --k 8`, then `sae eval` and `sae store` on what it saved (tiny GPT-2)."""
-    from backend.cli import main
-    from backend.sae_store import FeatureStore
+    from interpscope.cli import main
+    from interpscope.sae_store import FeatureStore
     from tests.sae_store_tiny import save_tiny_lm
 
     monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))

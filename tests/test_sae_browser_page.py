@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from backend.models import load_model
-from backend.sae_store import FeatureStore, build_store
+from interpscope.models import load_model
+from interpscope.sae_store import FeatureStore, build_store
 from tests.apptest_util import ROOT
 from tests.sae_store_tiny import isolated_data, random_sae_folder, tiny_lm
 
@@ -269,7 +269,7 @@ def test_a_steering_link_reproduces_its_strength_and_nothing_is_in_the_url_befor
     store, _, _ = env
     at = open_browser(store, "Steering", 5)
     default = at.number_input(key="sae-steer-strength").value
-    from backend.sae_store.steering import default_strength
+    from interpscope.sae_store.steering import default_strength
 
     assert default == pytest.approx(round(default_strength(store.max_activation[5]), 3))
     at.number_input(key="sae-steer-strength").set_value(6.0).run()
@@ -293,7 +293,7 @@ def test_a_steering_link_reproduces_its_strength_and_nothing_is_in_the_url_befor
 
 def silent_and_firing(store, model_dir, text: str) -> tuple[int, int]:
     """A feature that is 0 at every position of `text` from 1 on, and one that fires there."""
-    from backend.sae_store.prompt import prompt_features
+    from interpscope.sae_store.prompt import prompt_features
 
     lm = load_model(str(model_dir), device="cpu")
     acts = np.asarray(prompt_features(lm, store.load_sae(), text, 5).activations)[1:]
@@ -334,8 +334,8 @@ def test_stores_are_those_of_the_sidebar_model_and_none_is_said(env):
 def test_weak_explanations_are_hidden_until_asked_for(env):
     """A degenerate answer and one at or below the chance score are not shown as explanations by default; the
     counts in the caption come from explanation_summary."""
-    from backend.sae_store.explanation_quality import explanation_summary
-    from backend.sae_store.explanations import EXPLANATIONS_FILE
+    from interpscope.sae_store.explanation_quality import explanation_summary
+    from interpscope.sae_store.explanations import EXPLANATIONS_FILE
 
     store, _, _ = env
     entries = [{"feature": 1, "explanation": "The marked words are:", "score": 0.9},

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.cli import main
+from interpscope.cli import main
 from tests.sae_store_tiny import save_tiny_lm
 
 EVAL_KEYS = ("l0", "fvu", "explained_variance", "mse", "loss_recovered", "ce_clean", "ce_sae", "ce_zero",

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from backend.sae import SAEConfig, build_sae
-from backend.sae.evaluation import evaluate_sae, evaluate_saes, text_windows
+from interpscope.sae import SAEConfig, build_sae
+from interpscope.sae.evaluation import evaluate_sae, evaluate_saes, text_windows
 from tests.sae_store_tiny import HOOK, tiny_lm
 
 
@@ -69,8 +69,8 @@ def test_text_windows(lm):
 def _three_pass_reference(lm, sae, ids):
     """Clean, zero-ablated and spliced CE and the KL, each pass running the whole model (what evaluation did before
     its spliced passes started after the hook's block)."""
-    from backend.capture import hooks
-    from backend.sae.sinks import sink_rows
+    from interpscope.capture import hooks
+    from interpscope.sae.sinks import sink_rows
 
     def run(edit=None):
         with torch.no_grad(), hooks(lm.adapter, {HOOK: edit} if edit else {}):
@@ -90,7 +90,7 @@ def _three_pass_reference(lm, sae, ids):
 
 
 def test_spliced_passes_from_the_hook_equal_three_full_passes(lm):
-    from backend.sae.evaluation import resume_block
+    from interpscope.sae.evaluation import resume_block
 
     assert resume_block(lm.adapter, HOOK) == 0 and resume_block(lm.adapter, "blocks.1.hook_resid_pre") == 0
     assert resume_block(lm.adapter, "blocks.0.hook_resid_pre") is None

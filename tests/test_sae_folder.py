@@ -9,9 +9,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from backend.adapters import get_adapter
-from backend.config import InterpscopeError
-from backend.sae import SAEConfig, build_sae, check_compatible, load_sae, save_sae
+from interpscope.adapters import get_adapter
+from interpscope.config import InterpscopeError
+from interpscope.sae import SAEConfig, build_sae, check_compatible, load_sae, save_sae
 from tests.tiny_models import tiny_llama
 
 

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from backend.capture import capture
-from backend.corpus import token_chunks
-from backend.models.tokenizers import gpt2_tokenizer
-from backend.neurons.synthetic import loaded as wrap_loaded
-from backend.sae import load_sae
-from backend.sae.evaluation import evaluate_sae
-from backend.sae.pipeline import SAESpec, train_saes
-from backend.sae_store import FeatureStore, build_store
+from interpscope.capture import capture
+from interpscope.corpus import token_chunks
+from interpscope.models.tokenizers import gpt2_tokenizer
+from interpscope.neurons.synthetic import loaded as wrap_loaded
+from interpscope.sae import load_sae
+from interpscope.sae.evaluation import evaluate_sae
+from interpscope.sae.pipeline import SAESpec, train_saes
+from interpscope.sae_store import FeatureStore, build_store
 from tests.tiny_models import GPT2_VOCAB, tiny_gemma3
 
 HOOK = "blocks.1.hook_resid_pre"

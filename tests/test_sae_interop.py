@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from backend.config import InterpscopeError
-from backend.sae import load_sae
+from interpscope.config import InterpscopeError
+from interpscope.sae import load_sae
 
 D_IN, D_SAE = 10, 24
 
@@ -183,7 +183,7 @@ def test_a_hugging_face_id_of_the_bundled_model_reads_as_that_model(tmp_path):
 
 
 def test_a_model_that_cannot_be_loaded_points_at_model_flag(tmp_path, capsys, monkeypatch):
-    from backend.cli import main
+    from interpscope.cli import main
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     cfg = {"architecture": "standard", "model_name": "no-such-owner/no-such-model-xyz",

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.sae.architectures import SAEConfig, build_sae, canonical_architecture
-from backend.sae.evaluation import loss_recovered, shrinkage
+from interpscope.sae.architectures import SAEConfig, build_sae, canonical_architecture
+from interpscope.sae.evaluation import loss_recovered, shrinkage
 
 D_IN, D_SAE = 12, 40
 

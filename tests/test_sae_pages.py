@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.sae import load_sae
+from interpscope.sae import load_sae
 from tests.apptest_util import open_page
 from tests.sae_store_tiny import random_sae_folder, tiny_lm
 
@@ -56,7 +56,7 @@ def test_overview_evaluates_a_folder_and_shows_metrics_and_density(setup):
 
 def test_overview_explains_a_shape_mismatch(setup, tmp_path):
     from app import OTHER
-    from backend.sae import SAEConfig, build_sae, save_sae
+    from interpscope.sae import SAEConfig, build_sae, save_sae
 
     model_dir, _ = setup
     wrong = save_sae(build_sae(SAEConfig(d_in=20, d_sae=8, hook_name="blocks.0.hook_resid_post")), tmp_path / "w")
@@ -98,7 +98,7 @@ def test_training_page_trains_two_saes_and_reports(setup):
 
 def test_training_page_takes_architectures_and_knobs_from_the_registry(setup):
     from app import OTHER
-    from backend.sae import registered
+    from interpscope.sae import registered
 
     model_dir, _ = setup
     at = open_page("pages/sae_training.py", model_choice=OTHER, model_custom=str(model_dir))

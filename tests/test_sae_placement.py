@@ -1,8 +1,8 @@
 """An SAE used inside a forward pass on another device gets a copy there; the original never moves."""
 import torch
 
-from backend.sae import SAEConfig, build_sae
-from backend.sae.placement import on_device
+from interpscope.sae import SAEConfig, build_sae
+from interpscope.sae.placement import on_device
 
 
 def _sae():

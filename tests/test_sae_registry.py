@@ -8,10 +8,10 @@ import json
 import pytest
 import torch
 
-from backend.sae import SAEConfig, build_sae, load_sae, registered, save_sae
-from backend.sae.arch import registry
-from backend.sae.arch.base import Knob, LossTerms, PerFeature, squared_error
-from backend.sae.arch.standard import StandardSAE
+from interpscope.sae import SAEConfig, build_sae, load_sae, registered, save_sae
+from interpscope.sae.arch import registry
+from interpscope.sae.arch.base import Knob, LossTerms, PerFeature, squared_error
+from interpscope.sae.arch.standard import StandardSAE
 
 D_IN, D_SAE = 12, 40
 
@@ -67,9 +67,9 @@ class _Buffer:
 
 
 def test_a_new_architecture_needs_only_its_class_and_a_registration(tmp_path, monkeypatch):
-    from backend.cli.sae_cmd import _knob_help
-    from backend.sae.pipeline import SAESpec, make_runs
-    from backend.sae.training import TrainConfig, Trainer
+    from interpscope.cli.sae_cmd import _knob_help
+    from interpscope.sae.pipeline import SAESpec, make_runs
+    from interpscope.sae.training import TrainConfig, Trainer
 
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     monkeypatch.setattr(registry, "_ALIASES", dict(registry._ALIASES))

@@ -7,9 +7,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from backend.sae import load_sae
-from backend.sae.catalog import SHIPPED_DIR, describe
-from backend.sae_store import FeatureStore
+from interpscope.sae import load_sae
+from interpscope.sae.catalog import SHIPPED_DIR, describe
+from interpscope.sae_store import FeatureStore
 
 SHIPPED = sorted(path for path in SHIPPED_DIR.iterdir() if (path / "cfg.json").is_file())
 

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from backend.capture import capture
-from backend.corpus import token_chunks
-from backend.sae import load_sae
-from backend.sae.evaluation import evaluate_sae
-from backend.sae.sinks import sink_rows
-from backend.sae_store import FeatureStore, build_store
-from backend.sae_store.prompt import prompt_features
+from interpscope.capture import capture
+from interpscope.corpus import token_chunks
+from interpscope.sae import load_sae
+from interpscope.sae.evaluation import evaluate_sae
+from interpscope.sae.sinks import sink_rows
+from interpscope.sae_store import FeatureStore, build_store
+from interpscope.sae_store.prompt import prompt_features
 from tests.sae_store_tiny import HOOK, random_sae_folder, tiny_lm
 
 CONTEXT, N_TOKENS = 64, 2048

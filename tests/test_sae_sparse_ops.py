@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.sae.architectures import SAEConfig, build_sae
-from backend.sae.sparse_ops import DENSE_ABOVE
+from interpscope.sae.architectures import SAEConfig, build_sae
+from interpscope.sae.sparse_ops import DENSE_ABOVE
 
 
 def _pair(arch: str):

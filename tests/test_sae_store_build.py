@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from backend.capture import capture
-from backend.config import InterpscopeError
-from backend.corpus import token_chunks
-from backend.sae import SAEConfig, build_sae, load_sae, save_sae
-from backend.sae_store import FeatureStore, build_store
-from backend.sae_store import build as build_module
-from backend.sae_store.layout import ARRAYS
+from interpscope.capture import capture
+from interpscope.config import InterpscopeError
+from interpscope.corpus import token_chunks
+from interpscope.sae import SAEConfig, build_sae, load_sae, save_sae
+from interpscope.sae_store import FeatureStore, build_store
+from interpscope.sae_store import build as build_module
+from interpscope.sae_store.layout import ARRAYS
 from tests.sae_store_tiny import HOOK, random_sae_folder, tiny_lm
 
 N_TOKENS, CONTEXT, BATCH = 3072, 64, 4
@@ -135,7 +135,7 @@ def test_interrupted_build_resumes_to_identical_store(lm, tmp_path, monkeypatch)
     partial = tmp_path / "resumed.partial"
     assert not (tmp_path / "resumed").exists()
     assert sorted(p.name for p in partial.glob("chunk_*.npz")) == [f"chunk_{i:05d}.npz" for i in range(3)]
-    # what a kill mid-write leaves: a temporary file of a process that is gone (backend.atomic's names)
+    # what a kill mid-write leaves: a temporary file of a process that is gone (interpscope.atomic's names)
     (partial / ".chunk_00003.npz.4194305.abcdefgh.tmp").write_bytes(b"half a chunk, as left by a kill")
     calls.clear()
     resumed = build_store(lm, folder, tmp_path / "resumed", **options)
@@ -191,7 +191,7 @@ def test_store_refuses_an_sae_changed_after_the_build(lm, tmp_path):
 
 
 def test_store_from_an_activation_cache_matches_the_model_pass(lm, tmp_path, monkeypatch):
-    from backend.sae.activations import build_activation_cache
+    from interpscope.sae.activations import build_activation_cache
 
     monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
     folder = random_sae_folder(lm, tmp_path / "sae")

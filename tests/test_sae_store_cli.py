@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from backend.cli import main
-from backend.sae_store import FeatureStore, build_store
+from interpscope.cli import main
+from interpscope.sae_store import FeatureStore, build_store
 from tests.sae_store_tiny import random_sae_folder, save_tiny_lm, tiny_lm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,7 +88,7 @@ def test_killed_build_resumes_identically(bundled_lm, tmp_path):
     options = ["--tokens", "1536", "--context", "128", "--batch-size", "1", "--eval-tokens", "0"]
     out = tmp_path / "killed"
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    process = subprocess.Popen([sys.executable, "-m", "backend.cli", "sae", "store", "--sae", str(sae),
+    process = subprocess.Popen([sys.executable, "-m", "interpscope.cli", "sae", "store", "--sae", str(sae),
                                 "--model", "smollm2-135m", "--out", str(out), *options], cwd=ROOT, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     partial = tmp_path / "killed.partial"

@@ -5,15 +5,15 @@ import numpy as np
 import pytest
 import torch
 
-from backend.capture import capture
-from backend.config import InterpscopeError
-from backend.models.tokenizers import gpt2_tokenizer
-from backend.neurons.synthetic import loaded as wrap_loaded
-from backend.sae import load_sae
-from backend.sae_store import FeatureStore, build_store
-from backend.sae_store.prompt import feature_attribution, prompt_features
-from backend.sae_store.search import search
-from backend.sae_store.steering import steer
+from interpscope.capture import capture
+from interpscope.config import InterpscopeError
+from interpscope.models.tokenizers import gpt2_tokenizer
+from interpscope.neurons.synthetic import loaded as wrap_loaded
+from interpscope.sae import load_sae
+from interpscope.sae_store import FeatureStore, build_store
+from interpscope.sae_store.prompt import feature_attribution, prompt_features
+from interpscope.sae_store.search import search
+from interpscope.sae_store.steering import steer
 from tests.sae_store_tiny import HOOK, random_sae_folder, tiny_lm
 from tests.tiny_models import tiny_llama
 
@@ -113,7 +113,7 @@ def test_steering_and_ablation(lm, sae_folder):
         out[:, 1:] -= f[..., None] * direction
         return out
 
-    from backend.capture import hooks
+    from interpscope.capture import hooks
 
     with torch.no_grad(), hooks(lm.adapter, {HOOK: remove}):
         manual = torch.log_softmax(lm.model(input_ids=ids).logits[0].double(), -1)

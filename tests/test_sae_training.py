@@ -10,12 +10,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from backend.config import InterpscopeError
-from backend.sae import load_sae
-from backend.sae.activations import ShuffledBuffer, build_activation_cache
-from backend.sae.evaluation import evaluate_sae
-from backend.sae.pipeline import SAESpec, export_checkpoint, train_saes
-from backend.sae.training import TrainConfig
+from interpscope.config import InterpscopeError
+from interpscope.sae import load_sae
+from interpscope.sae.activations import ShuffledBuffer, build_activation_cache
+from interpscope.sae.evaluation import evaluate_sae
+from interpscope.sae.pipeline import SAESpec, export_checkpoint, train_saes
+from interpscope.sae.training import TrainConfig
 from tests.sae_store_tiny import HOOK, tiny_lm
 
 
@@ -54,8 +54,8 @@ def test_activation_cache_resumes_and_matches_an_uninterrupted_build(lm, tmp_pat
     assert np.array_equal(np.asarray(cache.array), np.asarray(fresh.array))
     assert not (tmp_path / "c" / "acts.partial").exists()
     # the cached rows are the model's activations at the hook, first position of each context left out
-    from backend.capture import capture
-    from backend.corpus import token_chunks
+    from interpscope.capture import capture
+    from interpscope.corpus import token_chunks
 
     ids = token_chunks(lm.tokenizer, 32, 3000)
     acts = capture(lm.adapter, ids[:1], [HOOK]).activations[HOOK][1:]
@@ -152,7 +152,7 @@ def test_bad_training_requests_are_explained(lm, tmp_path):
 def test_outlier_rows_are_dropped_and_do_not_set_the_scale(tmp_path):
     from dataclasses import asdict
 
-    from backend.sae.activations import ActivationCache, CacheSpec
+    from interpscope.sae.activations import ActivationCache, CacheSpec
 
     rows, d = 4000, 8
     data = np.random.default_rng(0).normal(size=(rows, d)).astype(np.float32)
@@ -173,8 +173,8 @@ def test_outlier_rows_are_dropped_and_do_not_set_the_scale(tmp_path):
 
 
 def test_resampling_reinitialises_only_dead_features_towards_badly_reconstructed_inputs():
-    from backend.sae import SAEConfig, build_sae
-    from backend.sae.training import TrainConfig, Trainer, TrainRun
+    from interpscope.sae import SAEConfig, build_sae
+    from interpscope.sae.training import TrainConfig, Trainer, TrainRun
 
     sae = build_sae(SAEConfig(d_in=6, d_sae=10, architecture="gated"), dtype=torch.float64)
     run = TrainRun("g", sae, 1.0)

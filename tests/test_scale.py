@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from backend.scale import Scale
-from backend.scale.memory import auto_batch_size, batch_size_arg, resolve_batch_size, window_bytes
-from backend.scale.pool import batch_shards
-from backend.scale.shards import ShardFiles, covered, gaps, merge_intervals
-from backend.scale.tolerance import (activations_close, conservation_close, relevance_close, relative_error,
+from interpscope.scale import Scale
+from interpscope.scale.memory import auto_batch_size, batch_size_arg, resolve_batch_size, window_bytes
+from interpscope.scale.pool import batch_shards
+from interpscope.scale.shards import ShardFiles, covered, gaps, merge_intervals
+from interpscope.scale.tolerance import (activations_close, conservation_close, relevance_close, relative_error,
                                      sae_metrics_far)
 from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
 
@@ -51,11 +51,11 @@ def test_intervals_and_shard_files(tmp_path):
     ["sae", "explain", "--store", "no-such-store", "--workers", "2"],
 ])
 def test_workers_without_ray_is_one_line_and_status_2(command, monkeypatch, capsys, tmp_path):
-    from backend.cli import main
+    from interpscope.cli import main
 
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray now fails as if it were not installed
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("backend.models.loading.load_model",
+    monkeypatch.setattr("interpscope.models.loading.load_model",
                         lambda *args, **kwargs: pytest.fail("the model must not load before the Ray check"))
     assert main(command) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -76,7 +76,7 @@ def test_auto_batch_size_from_free_memory():
 
 
 def test_window_bytes_grow_with_the_window_and_the_logits(tmp_path):
-    from backend.models import load_model
+    from interpscope.models import load_model
 
     lm = load_model(str(save_tiny_lm(tmp_path / "m")), device="cpu")
     small, large = window_bytes(lm.adapter, 32, torch.float32), window_bytes(lm.adapter, 128, torch.float32)
@@ -88,7 +88,7 @@ def test_window_bytes_grow_with_the_window_and_the_logits(tmp_path):
 
 
 def test_host_copy_on_the_cpu_is_the_float32_values():
-    from backend.scale.transfer import to_device, to_host
+    from interpscope.scale.transfer import to_device, to_host
 
     x = torch.randn(5, 3, dtype=torch.bfloat16)
     copy = to_host(x, torch.float16).numpy()
@@ -98,14 +98,14 @@ def test_host_copy_on_the_cpu_is_the_float32_values():
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    from backend.models import load_model
+    from interpscope.models import load_model
 
     folder = save_tiny_lm(tmp_path_factory.mktemp("precision") / "m")
     return {dtype: load_model(str(folder), device="cpu", dtype=dtype) for dtype in ("float32", "bfloat16")}
 
 
 def test_bfloat16_relevance_is_within_its_tolerance_and_outside_float32s(models):
-    from backend.relevance.api import explain
+    from interpscope.relevance.api import explain
 
     text = "The capital of France is Paris, and the capital of Spain is"
     reference = explain(models["float32"], text, method="attnlrp")
@@ -120,8 +120,8 @@ def test_bfloat16_relevance_is_within_its_tolerance_and_outside_float32s(models)
 
 
 def test_plain_gradient_maps_get_the_looser_half_precision_tolerance(models):
-    from backend.relevance.api import explain
-    from backend.scale.tolerance import relevance_tolerance
+    from interpscope.relevance.api import explain
+    from interpscope.scale.tolerance import relevance_tolerance
 
     text = "The capital of France is Paris, and the capital of Spain is"
     reference = explain(models["float32"], text, method="gradxinput")
@@ -133,9 +133,9 @@ def test_plain_gradient_maps_get_the_looser_half_precision_tolerance(models):
 
 
 def test_bfloat16_sae_metrics_and_activations_are_within_their_tolerance(models, tmp_path):
-    from backend.sae import load_sae
-    from backend.sae.evaluation import evaluate_sae
-    from backend.sae_store.encode import hook_activations
+    from interpscope.sae import load_sae
+    from interpscope.sae.evaluation import evaluate_sae
+    from interpscope.sae_store.encode import hook_activations
 
     sae = load_sae(random_sae_folder(models["float32"], tmp_path / "sae"))
     summaries = {name: evaluate_sae(lm, sae, n_tokens=1024, context_size=64).summary()
@@ -150,8 +150,8 @@ def test_bfloat16_sae_metrics_and_activations_are_within_their_tolerance(models,
 
 
 def test_sae_training_batches_on_a_device_keep_their_order(tmp_path):
-    from backend.models import load_model
-    from backend.sae.activations import ShuffledBuffer, build_activation_cache
+    from interpscope.models import load_model
+    from interpscope.sae.activations import ShuffledBuffer, build_activation_cache
 
     lm = load_model(str(save_tiny_lm(tmp_path / "m")), device="cpu")
     cache = build_activation_cache(lm, "blocks.0.hook_resid_post", 2048, context_size=32, folder=tmp_path / "c")

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend.models import load_model
-from backend.scale import Scale
+from interpscope.models import load_model
+from interpscope.scale import Scale
 from tests.sae_store_tiny import HOOK, random_sae_folder, save_tiny_lm
 
 CONTEXT, BATCH = 32, 4
@@ -64,7 +64,7 @@ def _stop_after(n: int):
 
 
 def test_activation_cache_is_byte_identical_after_a_killed_worker_and_a_stopped_driver(env):
-    from backend.sae.activations import build_activation_cache
+    from interpscope.sae.activations import build_activation_cache
 
     root, lm, _ = env
     options = dict(context_size=CONTEXT, batch_size=BATCH, dtype="float32")
@@ -122,7 +122,7 @@ def _same_store(a: Path, b: Path) -> None:
 
 
 def test_feature_store_is_byte_identical_on_workers_after_a_kill_and_across_a_stop(env):
-    from backend.sae_store import build_store
+    from interpscope.sae_store import build_store
 
     root, lm, sae = env
     options = dict(n_tokens=3072, context_size=CONTEXT, batch_size=BATCH, eval_tokens=256)
@@ -144,8 +144,8 @@ def test_feature_store_is_byte_identical_on_workers_after_a_kill_and_across_a_st
 
 
 def test_evaluation_numbers_are_equal_on_workers(env):
-    from backend.sae import load_sae
-    from backend.sae.evaluation import evaluate_saes
+    from interpscope.sae import load_sae
+    from interpscope.sae.evaluation import evaluate_saes
 
     root, lm, sae = env
     other = random_sae_folder(lm, root / "sae-gated", d_sae=24, arch="gated", seed=5)
@@ -161,8 +161,8 @@ def test_evaluation_numbers_are_equal_on_workers(env):
 
 
 def test_neuron_stores_are_identical_on_workers(env):
-    from backend.neurons import store as store_module
-    from backend.neurons.page_store import StoreSpec, build_neuron_store
+    from interpscope.neurons import store as store_module
+    from interpscope.neurons.page_store import StoreSpec, build_neuron_store
 
     root, lm, _ = env
     scale = Scale(workers=2)
@@ -190,8 +190,8 @@ def test_neuron_stores_are_identical_on_workers(env):
 
 
 def test_fourier_filter_table_is_identical_on_workers():
-    from backend.fourier.filters import filter_table
-    from backend.fourier.probe import probe_pairs, single_token_setup
+    from interpscope.fourier.filters import filter_table
+    from interpscope.fourier.probe import probe_pairs, single_token_setup
 
     adder = load_model("adder", device="cpu")
     numbers = single_token_setup(adder, None)
@@ -199,7 +199,7 @@ def test_fourier_filter_table_is_identical_on_workers():
     one = filter_table(adder, numbers, pairs, batch_size=50)
     scale = Scale(workers=2)
     many = filter_table(adder, numbers, pairs, batch_size=50, scale=scale)
-    from backend.fourier.controls import DEFAULT_CONTROL_SEEDS
+    from interpscope.fourier.controls import DEFAULT_CONTROL_SEEDS
 
     runs = 1 + 6 * (1 + DEFAULT_CONTROL_SEEDS)  # clean, six filters, each with its same-rank random controls
     assert scale.stats.shards == runs * 3
@@ -210,9 +210,9 @@ def test_fourier_filter_table_is_identical_on_workers():
 
 
 def test_explanations_file_is_identical_on_workers(env):
-    from backend.sae_store import FeatureStore, build_store
-    from backend.sae_store.explain import explain_store, model_writer, negative_pool
-    from backend.scale.explain import explain_store_on_ray
+    from interpscope.sae_store import FeatureStore, build_store
+    from interpscope.sae_store.explain import explain_store, model_writer, negative_pool
+    from interpscope.scale.explain import explain_store_on_ray
 
     root, lm, sae = env
     explainer_dir = _tiny_explainer(root / "explainer")
@@ -234,7 +234,7 @@ def _tiny_explainer(folder: Path) -> Path:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from backend.models.tokenizers import gpt2_tokenizer
+    from interpscope.models.tokenizers import gpt2_tokenizer
 
     torch.manual_seed(1)
     model = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=1, n_head=4, n_positions=1024)).eval()
@@ -246,8 +246,8 @@ def _tiny_explainer(folder: Path) -> Path:
 
 
 def test_cli_store_with_two_workers_matches_the_api(env, capsys):
-    from backend.cli import main
-    from backend.sae_store import build_store
+    from interpscope.cli import main
+    from interpscope.sae_store import build_store
 
     root, lm, sae = env
     options = ["--tokens", "2048", "--context", str(CONTEXT), "--batch-size", str(BATCH), "--eval-tokens", "0"]
@@ -266,13 +266,13 @@ def test_a_sigkilled_driver_on_workers_resumes_to_the_same_store(env):
     import sys
     import time
 
-    from backend.sae_store import build_store
+    from interpscope.sae_store import build_store
 
     root, lm, sae = env
     options = dict(n_tokens=32768, context_size=CONTEXT, batch_size=BATCH, eval_tokens=0)
     out = root / "store-killed"
     partial = out.with_name(out.name + ".partial")
-    command = [sys.executable, "-m", "backend.cli", "sae", "store", "--sae", str(sae), "--model", lm.name,
+    command = [sys.executable, "-m", "interpscope.cli", "sae", "store", "--sae", str(sae), "--model", lm.name,
                "--device", "cpu", "--out", str(out), "--workers", "2", "--tokens", "32768", "--context",
                str(CONTEXT), "--batch-size", str(BATCH), "--eval-tokens", "0"]
     driver = subprocess.Popen(command, cwd=Path(__file__).resolve().parent.parent, start_new_session=True,

@@ -19,7 +19,7 @@ import pytest
 from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException
 from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
 
-from backend.config import ASSETS_DIR, InterpscopeError
+from interpscope.config import ASSETS_DIR, InterpscopeError
 from tests.apptest_util import ROOT, open_page
 
 ADDER = ASSETS_DIR / "models" / "adder"
@@ -271,7 +271,7 @@ def test_server_mode_store_build_folder_outside_the_roots(server_mode):
 
 
 def test_unexpected_error_shows_one_line_and_logs_the_traceback(no_server_mode, monkeypatch, caplog):
-    from backend.models.loading import LoadedModel
+    from interpscope.models.loading import LoadedModel
 
     def broken(self):
         raise ValueError(f"card broke reading {ROOT}/backend/secret.py\nsecond line")
@@ -290,7 +290,7 @@ def test_unexpected_error_shows_one_line_and_logs_the_traceback(no_server_mode, 
 
 
 def test_interpscope_error_shows_just_its_message(no_server_mode, monkeypatch):
-    from backend.models.loading import LoadedModel
+    from interpscope.models.loading import LoadedModel
 
     def broken(self):
         raise InterpscopeError("This model has no card.")
@@ -340,8 +340,8 @@ def tiny_model_in(folder: Path, server_mode_root: Path, monkeypatch) -> Path:
 
 
 def test_server_mode_build_store_refuses_a_cfg_model_name_outside_the_roots(server_mode, monkeypatch):
-    from backend.models import load_model
-    from backend.models.loading import cached_models, clear_cache
+    from interpscope.models import load_model
+    from interpscope.models.loading import cached_models, clear_cache
     from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
 
     monkeypatch.delenv("INTERPSCOPE_SERVER_MODE")
@@ -399,8 +399,8 @@ def test_server_mode_sae_browser_shows_no_absolute_server_path(server_mode):
 
 def test_server_mode_entropy_neurons_caption_names_the_store_relative(server_mode, monkeypatch):
     from app import OTHER
-    from backend.models import load_model
-    from backend.neurons.page_store import StoreSpec, build_neuron_store
+    from interpscope.models import load_model
+    from interpscope.neurons.page_store import StoreSpec, build_neuron_store
 
     model = tiny_model_in(server_mode / "data" / "models" / "tiny", server_mode, monkeypatch)
     build_neuron_store(load_model(str(model), device="cpu"), server_mode / "data" / "neurons" / "stores" / "tiny",

@@ -13,7 +13,7 @@ def _progress_script(outcome: str) -> None:
     """A page that runs one block under the progress helper, ending as `outcome` says."""
     import streamlit as st
 
-    from backend.config import InterpscopeError
+    from interpscope.config import InterpscopeError
     from pages._common import committed, progress, request_stop, show_errors
 
     run = committed("work", {"n": 1}, st.button("Run", key="work-run"))
@@ -99,7 +99,7 @@ def test_compare_mode_uses_the_second_methods_own_options(relevance):
     assert not at.exception, at.exception
     assert len(heatmaps(at)) == 2
     assert at.query_params["second_window"] == "2"
-    from backend.relevance.methods import MethodOptions
+    from interpscope.relevance.methods import MethodOptions
     from pages._common import _SHARED
 
     occlusion = [key for key in list(_SHARED) if key[0] == "explain" and key[3] == "occlusion"]
@@ -144,8 +144,8 @@ def test_relevance_curves_csv_is_one_row_per_point():
 
     import numpy as np
 
-    from components.export import data_csv
-    from components.relevance_charts import curve_rows
+    from interpscope.components.export import data_csv
+    from interpscope.components.relevance_charts import curve_rows
 
     curves = {"AttnLRP": (np.array([0.0, 0.5, 1.0]), np.array([3.0, 1.0, 0.0]), np.array([3.0, 2.5, 0.0]), 0.7),
               "CP-LRP": (np.array([0.0, 1.0]), np.array([2.0, 0.0]), np.array([2.0, 1.0]), 0.4)}

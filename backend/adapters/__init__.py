@@ -3,14 +3,14 @@ from __future__ import annotations
 
 from torch import nn
 
-from backend.adapters.base import FoldedNorm, HookSpec, ModelAdapter, NormSpec
-from backend.adapters.gemma import GemmaAdapter
-from backend.adapters.gpt2 import GPT2Adapter
-from backend.adapters.llama import LlamaAdapter
-from backend.adapters.mamba import MambaAdapter
-from backend.adapters.neox import NeoXAdapter
-from backend.adapters.olmo import OlmoAdapter
-from backend.config import InterpscopeError
+from interpscope.adapters.base import FoldedNorm, HookSpec, ModelAdapter, NormSpec
+from interpscope.adapters.gemma import GemmaAdapter
+from interpscope.adapters.gpt2 import GPT2Adapter
+from interpscope.adapters.llama import LlamaAdapter
+from interpscope.adapters.mamba import MambaAdapter
+from interpscope.adapters.neox import NeoXAdapter
+from interpscope.adapters.olmo import OlmoAdapter
+from interpscope.config import InterpscopeError
 
 ADAPTERS: list[type[ModelAdapter]] = [LlamaAdapter, GemmaAdapter, OlmoAdapter, GPT2Adapter, NeoXAdapter,
                                       MambaAdapter]

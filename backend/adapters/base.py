@@ -13,7 +13,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from backend.config import InterpscopeError
+from interpscope.config import InterpscopeError
 
 HookKind = Literal["pre", "post"]
 

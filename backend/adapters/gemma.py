@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from backend.adapters.base import NormSpec
-from backend.adapters.llama import LlamaAdapter
+from interpscope.adapters.base import NormSpec
+from interpscope.adapters.llama import LlamaAdapter
 
 
 class GemmaAdapter(LlamaAdapter):

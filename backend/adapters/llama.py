@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from backend.adapters.base import RMSNORM, ModelAdapter
+from interpscope.adapters.base import RMSNORM, ModelAdapter
 
 
 class LlamaAdapter(ModelAdapter):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from backend.adapters.base import RMSNORM, ModelAdapter
+from interpscope.adapters.base import RMSNORM, ModelAdapter
 
 
 class MambaAdapter(ModelAdapter):

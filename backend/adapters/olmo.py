@@ -5,8 +5,8 @@ models offer the gradient and captum methods only.
 """
 from __future__ import annotations
 
-from backend.adapters.base import NormSpec
-from backend.adapters.llama import LlamaAdapter
+from interpscope.adapters.base import NormSpec
+from interpscope.adapters.llama import LlamaAdapter
 
 
 class OlmoAdapter(LlamaAdapter):

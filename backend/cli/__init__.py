@@ -8,16 +8,16 @@ import argparse
 import importlib
 import sys
 
-from backend.config import InterpscopeError, check_data_dir
-from backend.inputs import env_token_cap
+from interpscope.config import InterpscopeError, check_data_dir
+from interpscope.inputs import env_token_cap
 
 COMMAND_MODULES = [
-    "backend.cli.models_cmd",
-    "backend.cli.explain_cmd",
-    "backend.cli.sae_cmd",
-    "backend.cli.neurons_cmd",
-    "backend.cli.fourier_cmd",
-    "backend.cli.flow_cmd",
+    "interpscope.cli.models_cmd",
+    "interpscope.cli.explain_cmd",
+    "interpscope.cli.sae_cmd",
+    "interpscope.cli.neurons_cmd",
+    "interpscope.cli.fourier_cmd",
+    "interpscope.cli.flow_cmd",
 ]
 
 

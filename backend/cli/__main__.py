@@ -1,5 +1,5 @@
 import sys
 
-from backend.cli import main
+from interpscope.cli import main
 
 sys.exit(main())

@@ -128,7 +128,7 @@ def seed_int(text: str) -> int:
 
 def ray_address(text: str) -> str:
     """`auto`, HOST:PORT or ray://HOST:PORT (port 1-65535); the cluster is probed before any work
-    (backend.cli.scale_args.check_ray_address)."""
+    (interpscope.cli.scale_args.check_ray_address)."""
     value = text.strip()
     if value == "auto":
         return value

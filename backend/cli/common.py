@@ -5,10 +5,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from backend.config import InterpscopeError
-from backend.inputs import decode_bytes
-from backend.models.registry import DEFAULT_MODEL
-from backend.results import to_json
+from interpscope.config import InterpscopeError
+from interpscope.inputs import decode_bytes
+from interpscope.models.registry import DEFAULT_MODEL
+from interpscope.results import to_json
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +19,7 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
 
 
 def load_from_args(args: argparse.Namespace):
-    from backend.models.loading import load_model
+    from interpscope.models.loading import load_model
 
     return load_model(args.model, device=args.device, dtype=args.dtype)
 
@@ -42,7 +42,7 @@ def load_model_for_sae(args: argparse.Namespace, sae, load=load_from_args):
 def read_input_bytes(path: str, flag: str = "--file") -> bytes:
     """The bytes of an input file, or one clear error: missing, a folder, not a regular file (a FIFO or device
     would block or never end), over the upload limit, or unreadable (permission denied, I/O error)."""
-    from backend.inputs import MAX_UPLOAD_BYTES
+    from interpscope.inputs import MAX_UPLOAD_BYTES
 
     file = Path(path).expanduser()
     if file.is_dir():
@@ -73,7 +73,7 @@ def check_corpus(source: str | None, flag: str = "--corpus") -> None:
     read or holds no usable text (the bundled corpus is not re-read)."""
     if source is None or str(source) in ("austen", "bundled"):
         return
-    from backend.corpus import paragraphs
+    from interpscope.corpus import paragraphs
 
     try:
         found = paragraphs(source, "all")
@@ -87,7 +87,7 @@ def check_corpus(source: str | None, flag: str = "--corpus") -> None:
 def check_out_file(path: str | None, flag: str) -> None:
     """Fail now, before any computation, when an output file could not be written (None and '-' mean stdout)."""
     if path and path != "-":
-        from backend.outputs import check_output_file
+        from interpscope.outputs import check_output_file
 
         check_output_file(path, flag)
 
@@ -95,7 +95,7 @@ def check_out_file(path: str | None, flag: str) -> None:
 def check_out_folder(path: str | None, flag: str = "--out", force: bool = False) -> None:
     """Fail now, before any computation, when an output folder could not be written (see check_output_folder)."""
     if path:
-        from backend.outputs import check_output_folder
+        from interpscope.outputs import check_output_folder
 
         check_output_folder(path, force, flag)
 
@@ -104,7 +104,7 @@ def emit_json(value, out: str | None = None) -> None:
     """Write JSON to a file (atomically: never half a document), or to stdout when out is None or '-'."""
     text = to_json(value)
     if out and out != "-":
-        from backend.atomic import write_text
+        from interpscope.atomic import write_text
 
         write_text(out, text + "\n")
     else:

@@ -4,10 +4,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from backend.cli.argtypes import non_negative_int, positive_int
-from backend.cli.common import (add_model_args, check_out_file, check_out_folder, emit_json, load_from_args,
+from interpscope.cli.argtypes import non_negative_int, positive_int
+from interpscope.cli.common import (add_model_args, check_out_file, check_out_folder, emit_json, load_from_args,
                                 read_input_bytes)
-from backend.config import InterpscopeError
+from interpscope.config import InterpscopeError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                        "or .jsonl (\"text\" field)")
     explain.add_argument("--row", type=non_negative_int, default=None,
                          help="which example of --file (0-based; default 0)")
-    from backend.relevance import method_names
+    from interpscope.relevance import method_names
 
     explain.add_argument("--method", default=None, choices=method_names(),
                          help="default: the family's LRP method (attnlrp for transformers, mambalrp for Mamba)")
@@ -49,14 +49,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     whole.add_argument("--text-column", help="CSV column holding the texts (default 'text', else the first)")
     whole.add_argument("--label-column", help="CSV column to aggregate by (default: label/class/category/target)")
     whole.add_argument("--force", action="store_true", help="restart an --all-rows run made with other settings")
-    from backend.cli.explain_faithfulness import add_arguments as add_faithfulness
+    from interpscope.cli.explain_faithfulness import add_arguments as add_faithfulness
 
     add_faithfulness(explain, source)
     explain.set_defaults(func=run_explain)
 
 
 def _options(args: argparse.Namespace):
-    from backend.relevance.methods import MethodOptions
+    from interpscope.relevance.methods import MethodOptions
 
     return MethodOptions(ig_steps=args.ig_steps, baseline=args.baseline,
                          occlusion_window=args.occlusion_window).checked()
@@ -67,13 +67,13 @@ def _text_from_args(args: argparse.Namespace) -> str:
         if args.row is not None:
             raise InterpscopeError("--row goes with --file, not with --text.")
         return args.text
-    from backend.inputs import parse_examples
+    from interpscope.inputs import parse_examples
 
     path = Path(args.file)
     data = read_input_bytes(args.file)
     suffix = path.suffix.lower()
     if args.row is None and suffix in (".txt", ".md", ".text", ""):
-        from backend.inputs import decode_bytes
+        from interpscope.inputs import decode_bytes
 
         return decode_bytes(data, name=path.name)
     examples = parse_examples(data, path.name)
@@ -84,9 +84,9 @@ def _text_from_args(args: argparse.Namespace) -> str:
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    from backend.inputs import check_text
-    from backend.cli import explain_faithfulness
-    from backend.relevance.api import explain
+    from interpscope.inputs import check_text
+    from interpscope.cli import explain_faithfulness
+    from interpscope.relevance.api import explain
 
     if explain_faithfulness.wants_faithfulness(args):
         text = None if args.set else check_text(_text_from_args(args))
@@ -105,13 +105,13 @@ def run_explain(args: argparse.Namespace) -> int:
                      contrast=tuple(args.contrast) if args.contrast else None, options=_options(args),
                      prepend_bos=args.prepend_bos)
     if args.png:
-        from backend.relevance.render import save_heatmap
+        from interpscope.relevance.render import save_heatmap
 
         save_heatmap(args.png, result.tokens, result.relevance,
                      f"{result.method_label} relevance for {result.target.label} ({lm.name})", result.sink_positions,
                      result.sink_reasons())
     if args.json:
-        emit_json(result, args.json)  # the one JSON path (backend.results.to_plain), as the page's export
+        emit_json(result, args.json)  # the one JSON path (interpscope.results.to_plain), as the page's export
     if args.json != "-":
         _print_human(result)
     return 0
@@ -136,10 +136,10 @@ def run_all_rows(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from backend.relevance.file_attribution import explain_file
-    from backend.relevance.render import save_bars
-    from backend.results import to_json
-    from backend.uploads import parse_table
+    from interpscope.relevance.file_attribution import explain_file
+    from interpscope.relevance.render import save_bars
+    from interpscope.results import to_json
+    from interpscope.uploads import parse_table
 
     if not args.file or not args.all_rows or not args.out:
         raise InterpscopeError("A whole file needs all three of --file F --all-rows --out DIR.")
@@ -166,7 +166,7 @@ def run_all_rows(args: argparse.Namespace) -> int:
         bar.close()
     out = Path(run.folder)
     aggregates = run.aggregates()
-    from backend.atomic import write_text, write_with
+    from interpscope.atomic import write_text, write_with
 
     write_text(out / "aggregates.json", to_json(aggregates) + "\n")
     import pandas as pd
@@ -178,7 +178,7 @@ def run_all_rows(args: argparse.Namespace) -> int:
     save_bars(out / "by_distance.png", [str(r["distance"]) for r in aggregates.by_distance],
               [r["mean_relevance"] for r in aggregates.by_distance],
               "Mean relevance by distance from the predicted position (0 = last token)")
-    from backend.outputs import OutputFolder
+    from interpscope.outputs import OutputFolder
 
     OutputFolder.claim(out, force=True, command="explain --all-rows").record(
         "aggregates.json", "relevance.csv", "by_token.png", "by_distance.png")
@@ -190,7 +190,7 @@ def run_all_rows(args: argparse.Namespace) -> int:
 
 
 def _default_method(lm) -> str:
-    from backend.relevance.methods import methods_for
+    from interpscope.relevance.methods import methods_for
 
     return methods_for(lm.adapter)[0].name
 

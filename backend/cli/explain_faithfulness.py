@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from backend.cli.argtypes import non_negative_int, positive_int
-from backend.config import InterpscopeError
+from interpscope.cli.argtypes import non_negative_int, positive_int
+from interpscope.config import InterpscopeError
 
 
 def add_arguments(explain: argparse.ArgumentParser, source) -> None:
     """--set joins the text sources; the faithfulness group holds the rest."""
-    from backend.relevance.heldout import SETS
+    from interpscope.relevance.heldout import SETS
 
     source.add_argument("--set", choices=list(SETS), help="a shipped prompt set (with --faithfulness): heldout = "
                                                           "assets/prompts/heldout-v1.jsonl")
@@ -43,7 +43,7 @@ def wants_faithfulness(args: argparse.Namespace) -> bool:
 
 def run(args: argparse.Namespace, text: str | None, options, load, default_method) -> int:
     """Either a single map's curves (text given) or the set's table."""
-    from backend.cli.common import check_out_file, emit_json
+    from interpscope.cli.common import check_out_file, emit_json
 
     if args.all_rows or args.out or args.png:
         raise InterpscopeError("--faithfulness takes no --all-rows, --out or --png.")
@@ -55,8 +55,8 @@ def run(args: argparse.Namespace, text: str | None, options, load, default_metho
             raise InterpscopeError(f"--{flag} goes with --set.")
     if args.confident:
         raise InterpscopeError("--confident goes with --set.")
-    from backend.relevance.api import explain
-    from backend.relevance.heldout import text_faithfulness
+    from interpscope.relevance.api import explain
+    from interpscope.relevance.heldout import text_faithfulness
 
     lm = load(args)
     method = args.method or default_method(lm)
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace, text: str | None, options, load, default_metho
 def _run_set(args: argparse.Namespace, load, emit_json) -> int:
     from tqdm import tqdm
 
-    from backend.relevance.heldout import choose, load_set, run_heldout
+    from interpscope.relevance.heldout import choose, load_set, run_heldout
 
     if args.target_token or args.contrast or args.row is not None:
         raise InterpscopeError("--set explains each prompt's expected token: it takes no --target-token, "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args
+from interpscope.cli.common import add_model_args, check_out_file, emit_json, load_from_args
 
 
 def _fraction(text: str) -> float:
@@ -44,9 +44,9 @@ def flow_json(result, threshold: float) -> dict:
 
 
 def run_flow(args: argparse.Namespace) -> int:
-    from backend.relevance.flow import information_flow
+    from interpscope.relevance.flow import information_flow
 
-    from backend.inputs import check_text
+    from interpscope.inputs import check_text
 
     check_text(args.text)
     check_out_file(args.json, "--json")

@@ -6,14 +6,14 @@ import importlib
 
 import numpy as np
 
-from backend.cli.argtypes import int_between, positive_int
-from backend.cli.common import add_model_args, emit_json, load_from_args
-from backend.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
-from backend.config import InterpscopeError
-from backend.results import to_plain
+from interpscope.cli.argtypes import int_between, positive_int
+from interpscope.cli.common import add_model_args, emit_json, load_from_args
+from interpscope.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
+from interpscope.config import InterpscopeError
+from interpscope.results import to_plain
 
 
-FOURIER_SUBCOMMAND_MODULES = ["backend.cli.fourier_store_cmd"]
+FOURIER_SUBCOMMAND_MODULES = ["interpscope.cli.fourier_store_cmd"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -57,15 +57,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_spectrum(args: argparse.Namespace) -> int:
-    from backend.fourier.probe import check_numbers, default_numbers
-    from backend.fourier.spectrum import auto_spectrum
+    from interpscope.fourier.probe import check_numbers, default_numbers
+    from interpscope.fourier.spectrum import auto_spectrum
 
     lm = load_from_args(args)
     n_numbers = check_numbers(args.numbers or default_numbers(lm))
     if args.layer is not None and args.matrix != "embedding":
         raise InterpscopeError("--matrix applies to the token (un)embedding; leave it out with --layer.")
     result = auto_spectrum(lm, n_numbers, layer=args.layer, matrix=args.matrix)
-    from backend.fourier.spectrum import baseline_sentence
+    from interpscope.fourier.spectrum import baseline_sentence
 
     payload = {"model": result.model, "source": result.source, "matrix": result.matrix, "layer": result.layer,
                "numbers": result.numbers, "periods": result.periods, "magnitude": result.magnitude,
@@ -92,7 +92,7 @@ def _histogram(errors: np.ndarray) -> dict:
 
 
 def _row_payload(row) -> dict:
-    from backend.fourier.controls import control_fields
+    from interpscope.fourier.controls import control_fields
 
     return {"kind": row.kind, "modules": row.modules, "removed": row.removed, "loss": row.loss,
             "accuracy": row.accuracy, "within_2": row.within_2, "within_10": row.within_10, "rank": row.rank,
@@ -103,13 +103,13 @@ def _row_payload(row) -> dict:
 def run_filter(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from backend.fourier.data import check_template
-    from backend.fourier.filters import filter_table, reading
-    from backend.fourier.probe import probe_pairs, single_token_setup
+    from interpscope.fourier.data import check_template
+    from interpscope.fourier.filters import filter_table, reading
+    from interpscope.fourier.probe import probe_pairs, single_token_setup
 
     scale = scale_from_args(args)
     lm = load_from_args(args)
-    from backend.scale.memory import resolve_batch_size
+    from interpscope.scale.memory import resolve_batch_size
 
     batch_size = resolve_batch_size(args.batch_size, lm, context=16, default=512)
     numbers = single_token_setup(lm, args.numbers)
@@ -136,7 +136,7 @@ def run_filter(args: argparse.Namespace) -> int:
         if sentence:
             payload["reading"] = sentence
     if args.fourier_command == "filter" and table.rows[1].control is not None:
-        from backend.fourier.controls import describe
+        from interpscope.fourier.controls import describe
 
         payload["reading"] = describe(f"The {'low' if args.kind == 'low' else 'high'}-pass on {args.modules}",
                                       table.rows[1].control, table.rows[1].rank) + "."

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from backend.cli.common import add_model_args, check_out_folder, emit_json, load_from_args
+from interpscope.cli.common import add_model_args, check_out_folder, emit_json, load_from_args
 
 
 def _check_store_folder(out: str) -> None:
@@ -14,8 +14,8 @@ def _check_store_folder(out: str) -> None:
     import json
     from pathlib import Path
 
-    from backend.config import InterpscopeError
-    from backend.fourier.precomputed import KIND, MANIFEST
+    from interpscope.config import InterpscopeError
+    from interpscope.fourier.precomputed import KIND, MANIFEST
 
     check_out_folder(out, "--out", force=True)
     folder = Path(out).expanduser()
@@ -29,8 +29,8 @@ def _check_store_folder(out: str) -> None:
 
 
 def _store(args: argparse.Namespace) -> int:
-    from backend.cli.sae_store_cmd import folder_size
-    from backend.fourier.precomputed import MANIFEST, build_fourier_store
+    from interpscope.cli.sae_store_cmd import folder_size
+    from interpscope.fourier.precomputed import MANIFEST, build_fourier_store
 
     _check_store_folder(args.out)
     lm = load_from_args(args)

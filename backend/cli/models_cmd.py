@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from backend.cli.argtypes import positive_int
-from backend.cli.common import add_model_args, emit_json, load_from_args, read_text_file
-from backend.config import InterpscopeError
+from interpscope.cli.argtypes import positive_int
+from interpscope.cli.common import add_model_args, emit_json, load_from_args, read_text_file
+from interpscope.config import InterpscopeError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_models(args: argparse.Namespace) -> int:
-    from backend.models.loading import available_models
+    from interpscope.models.loading import available_models
 
     models = available_models()
     if args.json:
@@ -36,11 +36,11 @@ def run_models(args: argparse.Namespace) -> int:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from backend.predict import predict_next
+    from interpscope.predict import predict_next
 
     if args.top < 1:
         raise InterpscopeError("--top must be at least 1.")
-    from backend.inputs import check_text
+    from interpscope.inputs import check_text
 
     text = check_text(read_text_file(args.file) if args.file else args.text)
     lm = load_from_args(args)

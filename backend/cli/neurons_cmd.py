@@ -7,11 +7,11 @@ import dataclasses
 import importlib
 from contextlib import contextmanager
 
-from backend.cli.argtypes import non_negative_int, positive_int, seed_int, window_int
-from backend.cli.common import add_model_args, check_corpus, emit_json, load_from_args
-from backend.config import InterpscopeError
+from interpscope.cli.argtypes import non_negative_int, positive_int, seed_int, window_int
+from interpscope.cli.common import add_model_args, check_corpus, emit_json, load_from_args
+from interpscope.config import InterpscopeError
 
-NEURONS_SUBCOMMAND_MODULES = ["backend.cli.neurons_store_cmd"]
+NEURONS_SUBCOMMAND_MODULES = ["interpscope.cli.neurons_store_cmd"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -49,7 +49,7 @@ def _add_list_args(parser: argparse.ArgumentParser) -> None:
 
 
 def run_candidates(args: argparse.Namespace) -> int:
-    from backend.neurons.candidates import candidates
+    from interpscope.neurons.candidates import candidates
 
     if args.top < 0:
         raise InterpscopeError("--top must be 0 (all) or more.")
@@ -87,7 +87,7 @@ def _tqdm_progress():
 
 
 def run_ablate(args: argparse.Namespace) -> int:
-    from backend.neurons.ablation import ablate
+    from interpscope.neurons.ablation import ablate
 
     if args.tokens < args.seq_len:
         raise InterpscopeError(f"--tokens ({args.tokens}) must be at least --seq-len ({args.seq_len}).")
@@ -95,7 +95,7 @@ def run_ablate(args: argparse.Namespace) -> int:
         raise InterpscopeError("--random must be 0 or more.")
     check_corpus(args.corpus)
     lm = load_from_args(args)
-    from backend.neurons.ablation import parse_neurons
+    from interpscope.neurons.ablation import parse_neurons
 
     parse_neurons(args.neurons, lm.adapter)  # a bad L.I fails before any progress is drawn
     with _tqdm_progress() as progress:

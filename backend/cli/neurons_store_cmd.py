@@ -7,10 +7,10 @@ import argparse
 import sys
 import time
 
-from backend.cli.argtypes import positive_int, window_int
-from backend.cli.common import add_model_args, check_out_folder, emit_json, load_from_args
-from backend.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
-from backend.config import InterpscopeError
+from interpscope.cli.argtypes import positive_int, window_int
+from interpscope.cli.common import add_model_args, check_out_folder, emit_json, load_from_args
+from interpscope.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
+from interpscope.config import InterpscopeError
 
 
 def _layers(text: str | None) -> list[int] | None:
@@ -29,8 +29,8 @@ def _layers(text: str | None) -> list[int] | None:
 def _store(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from backend.cli.sae_store_cmd import folder_size
-    from backend.neurons.page_store import StoreSpec, build_neuron_store
+    from interpscope.cli.sae_store_cmd import folder_size
+    from interpscope.neurons.page_store import StoreSpec, build_neuron_store
 
     if args.tokens < args.seq_len:
         raise InterpscopeError(f"--tokens ({args.tokens}) must be at least --seq-len ({args.seq_len}).")
@@ -38,12 +38,12 @@ def _store(args: argparse.Namespace) -> int:
     check_out_folder(args.out, "--out", force=True)  # a file or a missing parent; the store's own rule next
     from pathlib import Path
 
-    from backend.neurons.page_store import _owned
+    from interpscope.neurons.page_store import _owned
 
     _owned(Path(args.out).expanduser())  # new, empty or an entropy-neuron store
     scale = scale_from_args(args)
     lm = load_from_args(args)
-    from backend.scale.memory import resolve_batch_size
+    from interpscope.scale.memory import resolve_batch_size
 
     batch_size = resolve_batch_size(args.batch_size, lm, context=args.seq_len, default=8)
     spec = StoreSpec(n_tokens=args.tokens, seq_len=args.seq_len, source=f"austen-{args.split}")
@@ -57,7 +57,7 @@ def _store(args: argparse.Namespace) -> int:
     out = build_neuron_store(lm, args.out, layers=layers, spec=spec, progress=progress,
                              batch_size=batch_size, scale=scale)
     bar.close()
-    from backend.neurons.page_store import NeuronStore
+    from interpscope.neurons.page_store import NeuronStore
 
     store = NeuronStore(out)
     emit_json({"store": str(out), "model": lm.name, "layers": store.layers, "bytes": folder_size(out),
@@ -66,8 +66,8 @@ def _store(args: argparse.Namespace) -> int:
 
 
 def _detail(args: argparse.Namespace) -> int:
-    from backend.neurons.ablation import parse_neurons
-    from backend.neurons.page import neuron_card
+    from interpscope.neurons.ablation import parse_neurons
+    from interpscope.neurons.page import neuron_card
 
     lm = load_from_args(args)
     neuron = parse_neurons([args.neuron], lm.adapter)[0]

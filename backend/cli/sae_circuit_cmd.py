@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from backend.cli.argtypes import non_negative_int, positive_int
-from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args
+from interpscope.cli.argtypes import non_negative_int, positive_int
+from interpscope.cli.common import add_model_args, check_out_file, emit_json, load_from_args
 
 
 def register(sae_sub) -> None:
@@ -24,10 +24,10 @@ def register(sae_sub) -> None:
 
 
 def run_circuit(args: argparse.Namespace) -> int:
-    from backend.config import InterpscopeError
-    from backend.inputs import check_text
-    from backend.sae import load_sae
-    from backend.sae.circuits import feature_circuit
+    from interpscope.config import InterpscopeError
+    from interpscope.inputs import check_text
+    from interpscope.sae import load_sae
+    from interpscope.sae.circuits import feature_circuit
 
     check_text(args.text)
     check_out_file(args.json, "--json")

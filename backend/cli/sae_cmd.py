@@ -7,16 +7,16 @@ import argparse
 import importlib
 import sys
 
-from backend.cli.argtypes import (eval_tokens_int, eval_window_int, fraction, list_of, non_negative_float,
+from interpscope.cli.argtypes import (eval_tokens_int, eval_window_int, fraction, list_of, non_negative_float,
                                   non_negative_int, open_fraction, positive_float, positive_int, seed_int,
                                   window_int)
-from backend.cli.common import (add_model_args, check_corpus, check_out_file, emit_json, load_from_args,
+from interpscope.cli.common import (add_model_args, check_corpus, check_out_file, emit_json, load_from_args,
                                 load_model_for_sae)
-from backend.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
-from backend.config import InterpscopeError
+from interpscope.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
+from interpscope.config import InterpscopeError
 
-SAE_SUBCOMMAND_MODULES = ["backend.cli.sae_store_cmd", "backend.cli.sae_live_cmd", "backend.cli.sae_circuit_cmd",
-                          "backend.cli.sae_explain_cmd"]
+SAE_SUBCOMMAND_MODULES = ["interpscope.cli.sae_store_cmd", "interpscope.cli.sae_live_cmd", "interpscope.cli.sae_circuit_cmd",
+                          "interpscope.cli.sae_explain_cmd"]
 
 
 def _per_arch(values: list | None, n: int, what: str) -> list:
@@ -32,7 +32,7 @@ def _per_arch(values: list | None, n: int, what: str) -> list:
 def _knobs(archs: list[str], values: list | None, flag: str, counted: bool) -> list:
     """Per architecture, the --k (counted) or --l1 value it trains with; one value goes to every architecture
     that takes it. A value no architecture in the list takes is refused, never ignored."""
-    from backend.sae.pipeline import architecture_class
+    from interpscope.sae.pipeline import architecture_class
 
     takes = []
     for arch in archs:
@@ -55,8 +55,8 @@ def _knobs(archs: list[str], values: list | None, flag: str, counted: bool) -> l
 def _train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from backend.sae.arch import choices_text
-    from backend.sae.pipeline import SAESpec, check_resume, check_specs, check_training_memory, train_saes, \
+    from interpscope.sae.arch import choices_text
+    from interpscope.sae.pipeline import SAESpec, check_resume, check_specs, check_training_memory, train_saes, \
         train_settings
 
     archs = [a.strip() for a in args.arch.split(",")]
@@ -83,7 +83,7 @@ def _train(args: argparse.Namespace) -> int:
     check_resume(args.out, train_settings(args.model.strip(), args.hook, specs, **options), force=args.force)
     scale = scale_from_args(args)
     loaded = load_from_args(args)
-    from backend.scale.memory import resolve_batch_size
+    from interpscope.scale.memory import resolve_batch_size
 
     cache_batch = resolve_batch_size(args.cache_batch_size, loaded, context=args.context, default=8)
     bars: dict[str, tqdm] = {}
@@ -104,8 +104,8 @@ def _train(args: argparse.Namespace) -> int:
         bar.close()
     report = {"saved": {name: str(path) for name, path in saved.items()}}
     if args.eval_tokens > 0:
-        from backend.sae.evaluation import evaluate_sae
-        from backend.sae.folder import load_sae
+        from interpscope.sae.evaluation import evaluate_sae
+        from interpscope.sae.folder import load_sae
 
         report["eval"] = {name: evaluate_sae(loaded, load_sae(path), n_tokens=args.eval_tokens,
                                              context_size=min(128, args.eval_tokens), scale=scale).summary()
@@ -115,8 +115,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from backend.sae.evaluation import evaluate_sae
-    from backend.sae.folder import load_sae
+    from interpscope.sae.evaluation import evaluate_sae
+    from interpscope.sae.folder import load_sae
 
     check_out_file(args.out, "--out")
     if not args.text_file and args.tokens < args.context:
@@ -127,18 +127,18 @@ def _eval(args: argparse.Namespace) -> int:
     check_corpus(args.corpus)
     text = None
     if args.text_file:
-        from backend.cli.common import read_text_file
+        from interpscope.cli.common import read_text_file
 
         text = read_text_file(args.text_file, "--text-file")
     scale = scale_from_args(args)
     sae = load_sae(args.sae)
     loaded = load_model_for_sae(args, sae, load_from_args)
-    from backend.scale.memory import resolve_batch_size
+    from interpscope.scale.memory import resolve_batch_size
 
     batch_size = resolve_batch_size(args.batch_size, loaded, context=args.context, default=4, logits=True)
     text_ids = None
     if text is not None:
-        from backend.corpus import token_stream
+        from interpscope.corpus import token_stream
 
         stream = token_stream(loaded.tokenizer, [text], max_tokens=args.tokens)
         n = stream.numel() // args.context
@@ -161,7 +161,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _knob_help() -> tuple[str, str, str]:
     """--arch, --l1 and --k help, from the registered architectures."""
-    from backend.sae.arch import choices_text, registered
+    from interpscope.sae.arch import choices_text, registered
 
     counted = [cls for cls in registered() if cls.knob.is_count]
     weighted = [cls for cls in registered() if not cls.knob.is_count]

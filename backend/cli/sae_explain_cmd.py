@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from backend.cli.argtypes import list_of, non_negative_int, positive_int, ray_address
-from backend.scale.memory import batch_size_arg
-from backend.cli.common import check_out_file, emit_json
-from backend.cli.scale_args import check_ray_address, check_workers
+from interpscope.cli.argtypes import list_of, non_negative_int, positive_int, ray_address
+from interpscope.scale.memory import batch_size_arg
+from interpscope.cli.common import check_out_file, emit_json
+from interpscope.cli.scale_args import check_ray_address, check_workers
 
 
 def register(sae_sub) -> None:
@@ -31,8 +31,8 @@ def _store_folder(text: str):
     """A store folder, or the name of a listed store (shipped or in the data dir)."""
     from pathlib import Path
 
-    from backend.config import InterpscopeError
-    from backend.sae_store import list_stores
+    from interpscope.config import InterpscopeError
+    from interpscope.sae_store import list_stores
 
     if Path(text).expanduser().is_dir():
         return Path(text).expanduser()
@@ -46,12 +46,12 @@ def _store_folder(text: str):
 def run_explain(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from backend.models import load_model
-    from backend.sae_store import FeatureStore
-    from backend.sae_store.explain import explain_store, model_writer, negative_pool
+    from interpscope.models import load_model
+    from interpscope.sae_store import FeatureStore
+    from interpscope.sae_store.explain import explain_store, model_writer, negative_pool
     check_out_file(args.json, "--json")
     if args.workers > 1 or args.ray_address:
-        from backend.scale.cluster import require_ray
+        from interpscope.scale.cluster import require_ray
 
         require_ray()
         check_workers(args.workers, args.ray_address)
@@ -63,13 +63,13 @@ def run_explain(args: argparse.Namespace) -> int:
     explainer = load_model(args.explainer, device=args.device)
     writer = model_writer(explainer)
     if args.batch_size == "auto":
-        from backend.scale.memory import resolve_batch_size
+        from interpscope.scale.memory import resolve_batch_size
 
         args.batch_size = resolve_batch_size("auto", explainer, context=512, default=16, logits=True)
     loaded = load_model(store.spec["model_name"], device=args.device)
     pool = negative_pool(loaded, store.load_sae(), store)
     if args.workers > 1 or args.ray_address:
-        from backend.scale.explain import explain_store_on_ray
+        from interpscope.scale.explain import explain_store_on_ray
 
         result = explain_store_on_ray(store, args.explainer, pool, features=args.features, workers=args.workers,
                                       address=args.ray_address, batch_size=args.batch_size, device=args.device)

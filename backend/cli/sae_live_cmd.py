@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import argparse
 
-from backend.cli.argtypes import finite_float, int_between, non_negative_int, positive_int
-from backend.cli.common import add_model_args, check_out_file, emit_json, load_from_args
-from backend.config import InterpscopeError
+from interpscope.cli.argtypes import finite_float, int_between, non_negative_int, positive_int
+from interpscope.cli.common import add_model_args, check_out_file, emit_json, load_from_args
+from interpscope.config import InterpscopeError
 
 
 def _sae_and_model(args: argparse.Namespace):
     """The SAE and its model, after every input and output was checked (nothing is computed on bad input)."""
-    from backend.sae import load_sae
+    from interpscope.sae import load_sae
 
     check_out_file(args.out, "--out")
     if args.out and not args.json:
@@ -27,14 +27,14 @@ def _text(args: argparse.Namespace) -> str:
     if bool(args.text) == bool(args.text_file):
         raise InterpscopeError("Give exactly one of --text TEXT or --text-file FILE.")
     if args.text_file:
-        from backend.cli.common import read_text_file
+        from interpscope.cli.common import read_text_file
 
         return read_text_file(args.text_file, "--text-file")
     return args.text
 
 
 def _steer(args: argparse.Namespace) -> int:
-    from backend.sae_store.steering import steer
+    from interpscope.sae_store.steering import steer
 
     text = _text(args)
     sae, lm = _sae_and_model(args)
@@ -52,7 +52,7 @@ def _steer(args: argparse.Namespace) -> int:
 
 
 def _prompt(args: argparse.Namespace) -> int:
-    from backend.sae_store.prompt import prompt_features
+    from interpscope.sae_store.prompt import prompt_features
 
     text = _text(args)
     sae, lm = _sae_and_model(args)

@@ -9,18 +9,18 @@ import sys
 import time
 from pathlib import Path
 
-from backend.cli.argtypes import eval_tokens_int, non_negative_int, positive_int, window_int
-from backend.cli.common import (add_model_args, check_corpus, check_out_file, emit_json, load_from_args,
+from interpscope.cli.argtypes import eval_tokens_int, non_negative_int, positive_int, window_int
+from interpscope.cli.common import (add_model_args, check_corpus, check_out_file, emit_json, load_from_args,
                                 load_model_for_sae)
-from backend.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
-from backend.config import InterpscopeError
+from interpscope.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
+from interpscope.config import InterpscopeError
 
 
 def _check_store_target(args: argparse.Namespace) -> None:
     """Before the model loads: the store folder and its unfinished-build folder may be written."""
-    from backend.outputs import check_output_folder
-    from backend.sae_store.build import partial_folder
-    from backend.sae_store.layout import MANIFEST, default_store_dir
+    from interpscope.outputs import check_output_folder
+    from interpscope.sae_store.build import partial_folder
+    from interpscope.sae_store.layout import MANIFEST, default_store_dir
 
     out = Path(args.out).expanduser() if args.out else default_store_dir(args.sae)
     if not (out / MANIFEST).is_file():  # a finished store there: kept if built the same way, else needs --force
@@ -29,7 +29,7 @@ def _check_store_target(args: argparse.Namespace) -> None:
 
 
 def _model_for_sae(args: argparse.Namespace):
-    from backend.sae import load_sae
+    from interpscope.sae import load_sae
 
     if args.tokens < args.context:
         raise InterpscopeError(f"--tokens ({args.tokens}) must be at least one window of --context ({args.context}) "
@@ -45,9 +45,9 @@ def _batch_size(args: argparse.Namespace, loaded) -> int:
     so a resume keeps them), else one from the free memory."""
     import json
 
-    from backend.sae_store.build import PROGRESS_FILE, partial_folder
-    from backend.sae_store.layout import default_store_dir
-    from backend.scale.memory import resolve_batch_size
+    from interpscope.sae_store.build import PROGRESS_FILE, partial_folder
+    from interpscope.sae_store.layout import default_store_dir
+    from interpscope.scale.memory import resolve_batch_size
 
     if args.batch_size == "auto":
         out = Path(args.out).expanduser() if args.out else default_store_dir(args.sae)
@@ -66,7 +66,7 @@ def folder_size(folder: Path) -> int:
 def _store(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from backend.sae_store import build_store
+    from interpscope.sae_store import build_store
 
     scale = scale_from_args(args)
     loaded = _model_for_sae(args)
@@ -85,7 +85,7 @@ def _store(args: argparse.Namespace) -> int:
                       force=args.force, progress=progress, use_cache=args.from_cache, scale=scale)
     for bar in bars.values():
         bar.close()
-    from backend.sae_store import read_manifest
+    from interpscope.sae_store import read_manifest
 
     manifest = read_manifest(out)
     n_tokens = manifest["n_seqs"] * manifest["spec"]["context_size"]
@@ -98,7 +98,7 @@ def _store(args: argparse.Namespace) -> int:
 
 
 def _open_store(args: argparse.Namespace):
-    from backend.sae_store import FeatureStore
+    from interpscope.sae_store import FeatureStore
 
     if bool(args.store) == bool(args.sae):
         raise InterpscopeError("Give exactly one of --store STORE or --sae DIR.")
@@ -127,7 +127,7 @@ def _feature(args: argparse.Namespace) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from backend.sae_store.search import no_match_reason, search
+    from interpscope.sae_store.search import no_match_reason, search
 
     store = _open_store(args)
     results = search(store, args.query, args.kind)

@@ -1,12 +1,12 @@
-"""Command-line options shared by the corpus-scale commands: --workers / --ray-address (backend.scale) and
---batch-size N|auto (backend.scale.memory)."""
+"""Command-line options shared by the corpus-scale commands: --workers / --ray-address (interpscope.scale) and
+--batch-size N|auto (interpscope.scale.memory)."""
 from __future__ import annotations
 
 import argparse
 
-from backend.cli.argtypes import positive_int, ray_address, split_address
-from backend.config import InterpscopeError
-from backend.scale.memory import batch_size_arg
+from interpscope.cli.argtypes import positive_int, ray_address, split_address
+from interpscope.config import InterpscopeError
+from interpscope.scale.memory import batch_size_arg
 
 PROBE_SECONDS = 3.0
 
@@ -28,8 +28,8 @@ def scale_from_args(args: argparse.Namespace):
     """The Scale the options ask for (None: this process); checks that Ray is installed before any work."""
     if args.workers == 1 and not args.ray_address:
         return None
-    from backend.scale import Scale
-    from backend.scale.cluster import require_ray
+    from interpscope.scale import Scale
+    from interpscope.scale.cluster import require_ray
 
     require_ray()
     check_workers(args.workers, args.ray_address)
@@ -39,8 +39,8 @@ def scale_from_args(args: argparse.Namespace):
 
 def check_workers(workers: int, address: str | None) -> None:
     """A local cluster cannot place more workers than this machine has CPU cores: refuse, never shrink silently
-    (a joined cluster's CPUs are checked once it is reached, backend.scale.cluster.plan_workers)."""
-    from backend.scale.cluster import local_cores
+    (a joined cluster's CPUs are checked once it is reached, interpscope.scale.cluster.plan_workers)."""
+    from interpscope.scale.cluster import local_cores
 
     if not address and workers > local_cores():
         raise InterpscopeError(f"--workers {workers} is more than the {local_cores()} CPU core(s) here; a local "

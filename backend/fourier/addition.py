@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from backend.config import InterpscopeError
-from backend.fourier.data import render
-from backend.fourier.numbers import NumberTokens
-from backend.capture import model_lock
+from interpscope.config import InterpscopeError
+from interpscope.fourier.data import render
+from interpscope.fourier.numbers import NumberTokens
+from interpscope.capture import model_lock
 
 
 @dataclass
@@ -111,7 +111,7 @@ def run_addition(lm, pairs: np.ndarray, template: str = "{a}+{b}=", numbers: Num
     if len(pairs) == 0:
         raise InterpscopeError("No prompts to run.")
     if numbers is None:
-        from backend.fourier import precomputed
+        from interpscope.fourier import precomputed
 
         return precomputed.recall(lm, precomputed.probe_key(pairs, template, prefix),
                                   lambda: _run_addition(lm, pairs, template, None, prefix), AdditionResult,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backend.fourier.basis import Outlier, find_outliers, fourier_basis, frequency_magnitude
+from interpscope.fourier.basis import Outlier, find_outliers, fourier_basis, frequency_magnitude
 
 DIGIT_BASE = 10
 SHUFFLES = 20

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backend.config import InterpscopeError
+from interpscope.config import InterpscopeError
 
 
 @dataclass(frozen=True)

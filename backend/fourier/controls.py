@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backend.config import InterpscopeError
+from interpscope.config import InterpscopeError
 
 DEFAULT_CONTROL_SEEDS = 5
 

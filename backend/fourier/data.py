@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from backend.config import InterpscopeError
+from interpscope.config import InterpscopeError
 
 TEMPLATES: tuple[str, ...] = (
     "{a}+{b}=",

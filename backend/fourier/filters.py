@@ -4,9 +4,9 @@ A filter removes chosen Fourier components from what a module output says about 
 output h onto null(M), M = B F W_U_num^T (B picks the basis rows to remove), P = I - M^+ M. Then
 B F W_U_num^T (P h) = 0 while the rest of h is kept. If rank(M) = d_model the null space is {0} and the filter
 zeroes the whole output: that is checked and reported. The filter runs in every layer through
-backend.capture.hooks on blocks.{l}.hook_attn_out / blocks.{l}.hook_mlp_out, at the answer position (default) or
+interpscope.capture.hooks on blocks.{l}.hook_attn_out / blocks.{l}.hook_mlp_out, at the answer position (default) or
 at every token. A sweep over prompts is sharded by (configuration, batch of prompts), here or on Ray workers.
-Each filter row stands beside its control (backend.fourier.controls): a random subspace of the same rank removed
+Each filter row stands beside its control (interpscope.fourier.controls): a random subspace of the same rank removed
 from the same number-direction space, over several seeds, and the specificity filter effect / control effect.
 """
 from __future__ import annotations
@@ -17,17 +17,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from backend.capture import hooks, model_lock
-from backend.config import InterpscopeError
-from backend.fourier.addition import pad_right, score, token_to_number
-from backend.fourier.basis import FourierBasis, fourier_basis
-from backend.fourier.controls import (DEFAULT_CONTROL_SEEDS, SPECIFIC, Control, compare, control_projection,
+from interpscope.capture import hooks, model_lock
+from interpscope.config import InterpscopeError
+from interpscope.fourier.addition import pad_right, score, token_to_number
+from interpscope.fourier.basis import FourierBasis, fourier_basis
+from interpscope.fourier.controls import (DEFAULT_CONTROL_SEEDS, SPECIFIC, Control, compare, control_projection,
                                      describe, null_space_projector)
-from backend.fourier.data import render
-from backend.fourier.lens import check_tau, default_tau
-from backend.fourier.numbers import NumberTokens, number_unembedding
-from backend.fourier.probe import PromptPairs
-from backend.scale.pool import Scale, Shard, map_shards
+from interpscope.fourier.data import render
+from interpscope.fourier.lens import check_tau, default_tau
+from interpscope.fourier.numbers import NumberTokens, number_unembedding
+from interpscope.fourier.probe import PromptPairs
+from interpscope.scale.pool import Scale, Shard, map_shards
 
 KINDS = {"low": "low-pass (removes high frequencies, k >= tau)",
          "high": "high-pass (removes low frequencies, 1 <= k < tau)"}
@@ -192,7 +192,7 @@ def filter_table(lm, numbers: NumberTokens, pairs: np.ndarray | PromptPairs, tem
                  batch_size: int = 512, scale: Scale | None = None,
                  control_seeds: int | list[int] = DEFAULT_CONTROL_SEEDS) -> FilterTable:
     """Loss, accuracy and error histogram with no filter and each (kind, modules) filter in all layers (serves
-    the Fourier page's Filters tab). pairs: operand pairs [P, 2], or a PromptPairs (backend.fourier.probe) whose
+    the Fourier page's Filters tab). pairs: operand pairs [P, 2], or a PromptPairs (interpscope.fourier.probe) whose
     request is kept: when its split held fewer pairs than asked for, the table says so in `warnings` and
     `requested_prompts` (never silently fewer).
 

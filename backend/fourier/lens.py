@@ -11,12 +11,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from backend.capture import capture, model_lock
-from backend.config import InterpscopeError
-from backend.fourier.addition import pad_right, score
-from backend.fourier.basis import fourier_basis, frequency_magnitude
-from backend.fourier.data import render
-from backend.fourier.numbers import NumberTokens, number_unembedding
+from interpscope.capture import capture, model_lock
+from interpscope.config import InterpscopeError
+from interpscope.fourier.addition import pad_right, score
+from interpscope.fourier.basis import fourier_basis, frequency_magnitude
+from interpscope.fourier.data import render
+from interpscope.fourier.numbers import NumberTokens, number_unembedding
 
 
 @dataclass

@@ -19,9 +19,9 @@ from typing import Callable, TypeVar
 
 import numpy as np
 
-from backend import atomic
-from backend.config import ASSETS_DIR, InterpscopeError, data_dir
-from backend.models.identity import model_key
+from interpscope import atomic
+from interpscope.config import ASSETS_DIR, InterpscopeError, data_dir
+from interpscope.models.identity import model_key
 
 KIND = "interpscope-fourier-store"
 MANIFEST = "manifest.json"
@@ -88,7 +88,7 @@ def stored(lm, key: str) -> tuple[dict[str, np.ndarray], dict] | None:
 def recall(lm, key: str, compute: Callable[[], Result], cls: type, items: dict[str, type] | None = None,
            use_store: bool = True) -> Result:
     """The result named `key` for this model: from this process's memory, a store, or `compute()` (kept)."""
-    from backend.capture import editing
+    from interpscope.capture import editing
 
     if editing(lm.model):  # a result under this run's own edits is nobody else's
         return compute()
@@ -150,10 +150,10 @@ def save_entries(lm, out: str | Path, results: dict[str, object]) -> Path:
 
 def build_fourier_store(lm, out: str | Path) -> Path:
     """Compute what the Fourier page shows on first open with its defaults and save it (see the module doc)."""
-    from backend.fourier.addition import run_addition, small_sum_pairs
-    from backend.fourier.numbers import splits_digits
-    from backend.fourier.probe import DIGIT_PROBE_PROMPTS, default_numbers
-    from backend.fourier.spectrum import default_number_template, embedding_spectrum, hidden_spectra
+    from interpscope.fourier.addition import run_addition, small_sum_pairs
+    from interpscope.fourier.numbers import splits_digits
+    from interpscope.fourier.probe import DIGIT_PROBE_PROMPTS, default_numbers
+    from interpscope.fourier.spectrum import default_number_template, embedding_spectrum, hidden_spectra
 
     n_numbers = default_numbers(lm)
     results: dict[str, object] = {}

@@ -5,9 +5,9 @@ import numpy as np
 
 from dataclasses import dataclass
 
-from backend.config import InterpscopeError
-from backend.fourier.data import sample_pairs, split_pairs
-from backend.fourier.numbers import NumberTokens, number_tokens, single_token_numbers, splits_digits
+from interpscope.config import InterpscopeError
+from interpscope.fourier.data import sample_pairs, split_pairs
+from interpscope.fourier.numbers import NumberTokens, number_tokens, single_token_numbers, splits_digits
 
 MAX_NUMBERS = 520
 DIGIT_DEFAULT_NUMBERS = 100

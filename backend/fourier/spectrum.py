@@ -2,7 +2,7 @@
 
 Embedding spectrum (METHODS.md 5.3): V = F W_E_num, magnitude per frequency. For tokenizers that split numbers
 into digits, a number is represented by the hidden state at its last digit; the same analysis runs on those
-states layer by layer (a layers x frequency map). Every spectrum carries its baseline (backend.fourier.baseline):
+states layer by layer (a layers x frequency map). Every spectrum carries its baseline (interpscope.fourier.baseline):
 for digit tokenisers the power a function of n mod 10 explains by construction, else a shuffled-numbers control;
 an outlier is a frequency above that baseline.
 """
@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from backend.capture import capture, model_lock
-from backend.config import InterpscopeError
-from backend.fourier.baseline import (DIGIT_BASE, SHUFFLES, by_construction_periods, digit_baseline,
+from interpscope.capture import capture, model_lock
+from interpscope.config import InterpscopeError
+from interpscope.fourier.baseline import (DIGIT_BASE, SHUFFLES, by_construction_periods, digit_baseline,
                                       outliers_above, shuffled_control)
-from backend.fourier.basis import Outlier, fourier_basis, frequency_magnitude
-from backend.fourier.numbers import number_embeddings, number_tokens, number_unembedding, splits_digits
+from interpscope.fourier.basis import Outlier, fourier_basis, frequency_magnitude
+from interpscope.fourier.numbers import number_embeddings, number_tokens, number_unembedding, splits_digits
 
 
 @dataclass
@@ -86,8 +86,8 @@ def matrix_spectrum(values: np.ndarray, *, model: str = "", source: str = "embed
 def embedding_spectrum(lm, n_numbers: int, matrix: str = "embedding", use_store: bool = True) -> Spectrum:
     """Spectrum of W_E (matrix='embedding') or W_U (matrix='unembedding') restricted to numbers 0..N-1 (serves
     the Fourier page's spectrum tab for single-token numbers; computed once per process and model)."""
-    from backend.fourier import precomputed
-    from backend.fourier.basis import Outlier
+    from interpscope.fourier import precomputed
+    from interpscope.fourier.basis import Outlier
 
     if matrix not in ("embedding", "unembedding"):
         raise InterpscopeError(f"Unknown matrix {matrix!r}: choose embedding or unembedding.")
@@ -150,11 +150,11 @@ def hidden_spectra(lm, n_numbers: int, top: int = 5, template: str | None = None
                    use_store: bool = True) -> LayerSpectra:
     """Per-layer spectra of the hidden states at each number's last token, with each layer's top periods (serves
     the Fourier page's spectrum tab for models that split digits). Computed once per process and model; the
-    bundled models' default spectra ship precomputed (backend.fourier.precomputed).
+    bundled models' default spectra ship precomputed (interpscope.fourier.precomputed).
 
     Magnitudes are normalised per layer (unit L2 over frequencies) so layers of different scale compare.
     """
-    from backend.fourier import precomputed
+    from interpscope.fourier import precomputed
 
     template = template or default_number_template(lm.tokenizer)
     return precomputed.recall(lm, precomputed.hidden_key(n_numbers, template, top),

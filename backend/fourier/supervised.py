@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from backend.fourier.data import render, split_pairs
+from interpscope.fourier.data import render, split_pairs
 
 EncodedSplit = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from backend.fourier.data import TEMPLATES
+from interpscope.fourier.data import TEMPLATES
 
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<bos>")
 

@@ -4,7 +4,7 @@ Every browser session and command of the process shares it. Two spellings of one
 trailing slash, a symlink, the bundled name and its converted folder) resolve to the same key and so to the same
 copy. The copies together stay under a memory budget ($INTERPSCOPE_MODEL_MEMORY_MB, default 40% of the machine's
 RAM): before a new model is loaded, the least recently used models that nobody is using are dropped until its
-estimated size fits. A model is in use while some run holds its lock (backend.capture.model_lock) or sits inside
+estimated size fits. A model is in use while some run holds its lock (interpscope.capture.model_lock) or sits inside
 `using(lm)`; one model is always allowed, even alone over the budget.
 """
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Callable, Iterator
 
 import torch
 
-from backend.capture import lock_held
-from backend.config import InterpscopeError
+from interpscope.capture import lock_held
+from interpscope.config import InterpscopeError
 
 MEMORY_ENV = "INTERPSCOPE_MODEL_MEMORY_MB"
 DEFAULT_FRACTION = 0.4

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from backend.config import InterpscopeError
+from interpscope.config import InterpscopeError
 
 MAX_NAME_CHARS = 512  # longer than any path component allows; Hugging Face ids are at most 96 per part
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from backend.config import InterpscopeError, data_dir
+from interpscope.config import InterpscopeError, data_dir
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Load a model by name: a bundled model, a local folder, or a Hugging Face id already in the local cache.
 
 One loaded copy per (resolved location, device, dtype) per process, shared by every browser session and command,
-in one LRU cache under a memory budget (backend.models.cache). Hooks on a shared copy act only on the run that
-registered them, and the copy's lock is reached through backend.capture.model_lock.
+in one LRU cache under a memory budget (interpscope.models.cache). Hooks on a shared copy act only on the run that
+registered them, and the copy's lock is reached through interpscope.capture.model_lock.
 """
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from pathlib import Path
 
 import torch
 
-from backend.adapters import ModelAdapter, family_of, get_adapter
-from backend.config import InterpscopeError, resolve_device, resolve_dtype
-from backend.inputs import DEFAULT_TOKEN_CAP, check_text, check_token_count
-from backend.models.cache import CACHE, estimate_bytes
-from backend.models.checks import cached_hub_folder, check_finite_weights, check_model_name, check_weight_files
-from backend.models.registry import BUNDLED
-from backend.paths import confined, confined_folder, display_path, looks_like_path, server_mode
+from interpscope.adapters import ModelAdapter, family_of, get_adapter
+from interpscope.config import InterpscopeError, resolve_device, resolve_dtype
+from interpscope.inputs import DEFAULT_TOKEN_CAP, check_text, check_token_count
+from interpscope.models.cache import CACHE, estimate_bytes
+from interpscope.models.checks import cached_hub_folder, check_finite_weights, check_model_name, check_weight_files
+from interpscope.models.registry import BUNDLED
+from interpscope.paths import confined, confined_folder, display_path, looks_like_path, server_mode
 
 
 @dataclass
@@ -192,7 +192,7 @@ def _canonical_name(name: str, identity: str, source: str) -> str:
 def load_model(name: str, device: str = "auto", dtype: str | torch.dtype = "float32") -> LoadedModel:
     """Load (or fetch from the process's one model cache) a model by bundled name, folder or Hugging Face id.
 
-    The cache holds one copy per (resolved location, device, dtype) under a memory budget (backend.models.cache).
+    The cache holds one copy per (resolved location, device, dtype) under a memory budget (interpscope.models.cache).
     """
     name = (name or "").strip()
     if not name:

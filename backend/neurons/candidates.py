@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import time
 
-from backend.neurons.postnorm import layer_post_scale
-from backend.neurons.unigram import token_counts, unigram_direction
-from backend.neurons.weights import NeuronStats, check_layer, neuron_stats
+from interpscope.neurons.postnorm import layer_post_scale
+from interpscope.neurons.unigram import token_counts, unigram_direction
+from interpscope.neurons.weights import NeuronStats, check_layer, neuron_stats
 
 
 def candidates(lm, layer: int | None = None, k: int | None = None, with_unigram: bool = True,

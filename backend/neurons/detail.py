@@ -5,7 +5,7 @@ histogram and top activating contexts over the cached corpus sample, and the tok
 promotes and suppresses. Your text: per-token activation of chosen neurons with the model's entropy and top
 prediction at each position.
 
-Position 0 and massive-activation rows (attention sinks, backend.sinks) are never ranked, never counted in a
+Position 0 and massive-activation rows (attention sinks, interpscope.sinks) are never ranked, never counted in a
 histogram or mean and never set a colour scale; every view says which positions it left out.
 """
 from __future__ import annotations
@@ -15,14 +15,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from backend.capture import capture, model_lock
-from backend.neurons.ablation import parse_neurons
-from backend.neurons.folding import folded_W_out
-from backend.neurons.metrics import entropy_of
-from backend.neurons.postnorm import layer_post_scale, typical_scale
-from backend.neurons.store import ActivationStore
-from backend.neurons.weights import check_k, unembed_basis
-from backend.sinks import colour_scale, detection_point, excluded_mask, excluded_positions, top_positions
+from interpscope.capture import capture, model_lock
+from interpscope.neurons.ablation import parse_neurons
+from interpscope.neurons.folding import folded_W_out
+from interpscope.neurons.metrics import entropy_of
+from interpscope.neurons.postnorm import layer_post_scale, typical_scale
+from interpscope.neurons.store import ActivationStore
+from interpscope.neurons.weights import check_k, unembed_basis
+from interpscope.sinks import colour_scale, detection_point, excluded_mask, excluded_positions, top_positions
 
 CONTEXT_LEFT, CONTEXT_RIGHT = 12, 4
 
@@ -162,7 +162,7 @@ def text_activations(lm, text: str, neurons, prepend_bos: bool | None = None) ->
     """Run the model on `text` and read the chosen neurons, the entropy and the top prediction per token.
     prepend_bos: put the model's BOS first (None: where the tokenizer adds none), so the first word is read like
     any other; the excluded positions are the measured sinks and that BOS."""
-    from backend.relevance.api import input_ids_for
+    from interpscope.relevance.api import input_ids_for
 
     chosen = parse_neurons(neurons, lm.adapter)
     ids, prepended = input_ids_for(lm, text, prepend_bos)

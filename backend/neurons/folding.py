@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from backend.adapters import FoldedNorm, ModelAdapter
-from backend.config import InterpscopeError
+from interpscope.adapters import FoldedNorm, ModelAdapter
+from interpscope.config import InterpscopeError
 
 
 FinalNorm = FoldedNorm
@@ -76,7 +76,7 @@ def folded_W_out(adapter: ModelAdapter, layer: int, dtype: torch.dtype | None = 
     Without an output norm that is W_out itself. Through an output norm (gain gamma, scale r) the write of
     neuron n is gamma * centre(w_n) / r: exact to first order at the position's own scale r. For weight
     statistics r is one measured typical scale (`post_scale`, the mean RMS of the MLP's pre-norm output over
-    corpus tokens, backend.neurons.postnorm), so norms compare across the neurons of a layer and across families;
+    corpus tokens, interpscope.neurons.postnorm), so norms compare across the neurons of a layer and across families;
     rho, LogitVar and the unigram cosine are ratios and do not depend on it. Each row is then centred for
     LayerNorm models (what the final norm lets through)."""
     W_out = adapter.W_out(layer).detach()

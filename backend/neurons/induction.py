@@ -10,11 +10,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from backend.capture import capture, model_lock
-from backend.config import InterpscopeError
-from backend.neurons.ablation import Neuron, parse_neurons, random_neurons, token_effects
-from backend.neurons.metrics import loss_and_entropy
-from backend.neurons.store import Progress
+from interpscope.capture import capture, model_lock
+from interpscope.config import InterpscopeError
+from interpscope.neurons.ablation import Neuron, parse_neurons, random_neurons, token_effects
+from interpscope.neurons.metrics import loss_and_entropy
+from interpscope.neurons.store import Progress
 
 
 @dataclass

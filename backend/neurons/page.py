@@ -1,15 +1,15 @@
 """Entry points of the Entropy neurons page (and `interpscope neurons detail`): what it shows on open, and one
-neuron's detail card, from the model's precomputed entropy-neuron store when there is one (backend.neurons.
+neuron's detail card, from the model's precomputed entropy-neuron store when there is one (interpscope.neurons.
 page_store; loading takes milliseconds) and computed otherwise."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from backend.neurons.candidates import candidates
-from backend.neurons.detail import NeuronDetail, neuron_detail, weight_detail
-from backend.neurons.page_store import find_neuron_store
-from backend.neurons.store import DEFAULT_SEQ_LEN, DEFAULT_STORE_TOKENS, activation_stores, store_exists
-from backend.neurons.weights import NeuronStats, check_k, check_layer
+from interpscope.neurons.candidates import candidates
+from interpscope.neurons.detail import NeuronDetail, neuron_detail, weight_detail
+from interpscope.neurons.page_store import find_neuron_store
+from interpscope.neurons.store import DEFAULT_SEQ_LEN, DEFAULT_STORE_TOKENS, activation_stores, store_exists
+from interpscope.neurons.weights import NeuronStats, check_k, check_layer
 
 
 @dataclass

@@ -4,7 +4,7 @@ Per layer (one `layer{L}.npz`): the candidates' weight statistics (norm, LogitVa
 cosine; on what each neuron writes into the residual, through the MLP's output norm at its typical scale
 `post_norm_scale` where the model has one), and over a corpus sample (8,192 tokens of the bundled corpus's train
 split by default): each neuron's mean / std / min / max / firing fraction over the positions not excluded
-(position 0 and massive-activation rows, backend.sinks), its activation histogram over those positions, and its top
+(position 0 and massive-activation rows, interpscope.sinks), its activation histogram over those positions, and its top
 activating contexts with their left context (token ids around the firing token, which is never position 0 of its
 window). The folder also keeps the corpus's token counts (the unigram direction) and a manifest naming the model
 (content key), the corpus sample and the settings. Built by `interpscope neurons store --model M --out DIR` (resumable, layer by layer; it writes
@@ -21,16 +21,16 @@ from typing import Callable
 
 import numpy as np
 
-from backend import atomic, corpus
-from backend.config import ASSETS_DIR, InterpscopeError, data_dir
-from backend.neurons.detail import (CONTEXT_LEFT, CONTEXT_RIGHT, Context, NeuronDetail, context_windows,
+from interpscope import atomic, corpus
+from interpscope.config import ASSETS_DIR, InterpscopeError, data_dir
+from interpscope.neurons.detail import (CONTEXT_LEFT, CONTEXT_RIGHT, Context, NeuronDetail, context_windows,
                                     kept_histogram, weight_detail)
-from backend.neurons.postnorm import typical_scale
-from backend.neurons.store import DEFAULT_SEQ_LEN, DEFAULT_STORE_TOKENS, corpus_activations, model_key
-from backend.scale.pool import Scale
-from backend.neurons.unigram import save_npy_atomic, source_key, token_counts, tokenizer_key, unigram_direction
-from backend.neurons.weights import NeuronStats, check_layer, default_k, neuron_stats
-from backend.paths import folder_allowed
+from interpscope.neurons.postnorm import typical_scale
+from interpscope.neurons.store import DEFAULT_SEQ_LEN, DEFAULT_STORE_TOKENS, corpus_activations, model_key
+from interpscope.scale.pool import Scale
+from interpscope.neurons.unigram import save_npy_atomic, source_key, token_counts, tokenizer_key, unigram_direction
+from interpscope.neurons.weights import NeuronStats, check_layer, default_k, neuron_stats
+from interpscope.paths import folder_allowed
 
 KIND = "interpscope-neuron-store"
 MANIFEST = "manifest.json"
@@ -274,7 +274,7 @@ def corpus_means(lm, layers: list[int], n_tokens: int = DEFAULT_STORE_TOKENS, se
     """Mean activation per neuron of each layer over the corpus sample (position 0 and sinks left out), from this
     model's entropy-neuron store when it holds those layers for that sample, else from the activation store
     (computed once per data dir)."""
-    from backend.neurons.store import activation_stores
+    from interpscope.neurons.store import activation_stores
 
     store = find_neuron_store(lm)
     if store is not None and store.matches(n_tokens, seq_len, source, split) and set(layers) <= set(store.layers):

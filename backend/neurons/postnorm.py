@@ -2,7 +2,7 @@
 
 Through an output norm a neuron writes gamma * centre(w_out) / r into the residual, where r is the norm's scale at
 that position. The weight statistics (norm, and so the ranking's tie-break) need one r per layer: the mean of r
-over the corpus sample's positions, position 0 and massive-activation rows left out (backend.sinks), so the
+over the corpus sample's positions, position 0 and massive-activation rows left out (interpscope.sinks), so the
 number stands for an ordinary token. It is read from the model's entropy-neuron store when that store has it,
 else measured on the cached activation store (computed once per data dir) and kept in memory per loaded model.
 Ablations never use it: they compute each position's own scale exactly.
@@ -15,7 +15,7 @@ import weakref
 import numpy as np
 import torch
 
-from backend.neurons.folding import mlp_pre_output, output_norm
+from interpscope.neurons.folding import mlp_pre_output, output_norm
 
 _SCALES: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
@@ -60,8 +60,8 @@ def layer_post_scale(lm, layer: int) -> float | None:
         cached = _SCALES.setdefault(adapter.model, {}).get(layer)
         if cached is not None and cached[0] == version:
             return cached[1]
-    from backend.neurons.page_store import find_neuron_store
-    from backend.neurons.store import activation_stores
+    from interpscope.neurons.page_store import find_neuron_store
+    from interpscope.neurons.store import activation_stores
 
     store = find_neuron_store(lm)
     scale = store.post_scale(layer) if store is not None and layer in store.layers else None

@@ -3,9 +3,9 @@ top activating contexts of the neuron detail view all come from one store per (m
 
 Stores live under data_dir()/neurons/acts/<model key>/<sample>/ as .npy files (float16 activations,
 int32 token ids, bool excluded positions, float64 means), written atomically and opened memory-mapped.
-Position 0 of every window and massive-activation rows (backend.sinks) are marked excluded: means, histograms
+Position 0 of every window and massive-activation rows (interpscope.sinks) are marked excluded: means, histograms
 and rankings leave them out (v2 of the layout; v1 stores averaged them in and are not reused).
-The model pass runs as shards of whole batches of windows (backend.scale), in this process or on Ray workers, each
+The model pass runs as shards of whole batches of windows (interpscope.scale), in this process or on Ray workers, each
 finished shard saved at once so an interrupted pass resumes; the joined arrays are the same bytes either way.
 """
 from __future__ import annotations
@@ -17,15 +17,15 @@ from typing import Callable
 import numpy as np
 import torch
 
-from backend import corpus
-from backend.capture import StopForward, hooks, model_lock
-from backend.config import InterpscopeError, data_dir
-from backend.models.identity import model_key
-from backend.neurons.unigram import source_key, save_npy_atomic
-from backend.neurons.weights import check_layer
-from backend.scale.pool import Scale, Shard, batch_shards, map_shards
-from backend.scale.shards import ShardFiles, covered
-from backend.sinks import detection_point, excluded_mask
+from interpscope import corpus
+from interpscope.capture import StopForward, hooks, model_lock
+from interpscope.config import InterpscopeError, data_dir
+from interpscope.models.identity import model_key
+from interpscope.neurons.unigram import source_key, save_npy_atomic
+from interpscope.neurons.weights import check_layer
+from interpscope.scale.pool import Scale, Shard, batch_shards, map_shards
+from interpscope.scale.shards import ShardFiles, covered
+from interpscope.sinks import detection_point, excluded_mask
 
 Progress = Callable[[float, str], None]
 DEFAULT_STORE_TOKENS = 8192
@@ -64,7 +64,7 @@ def _sample_dir(lm, n_tokens: int, seq_len: int, source, split: str) -> Path:
 def run_layers(lm, token_batches: torch.Tensor, layers: list[int], batch_size: int = 8,
                progress: Progress | None = None) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
     """Neuron activations [N, T, d_mlp] (float32) of `layers` on token windows [N, T], and each layer's excluded
-    positions [N, T] (bool; backend.sinks at the layer's detection point), stopping each forward pass after the last
+    positions [N, T] (bool; interpscope.sinks at the layer's detection point), stopping each forward pass after the last
     of those layers."""
     adapter = lm.adapter
     layers = sorted(set(layers))

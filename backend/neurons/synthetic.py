@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from backend.adapters import get_adapter
-from backend.neurons.folding import final_norm, output_norm
+from interpscope.adapters import get_adapter
+from interpscope.neurons.folding import final_norm, output_norm
 
 
 def tiny_model(family: str = "gpt2", vocab_size: int = 200, d_model: int = 32, n_layers: int = 2,
@@ -116,7 +116,7 @@ def plant_entropy_neuron(model, layer: int, index: int, k: int, norm: float = 30
 
 def loaded(model, tokenizer, name: str = "tiny"):
     """Wrap a model and tokenizer as a LoadedModel (CPU), as load_model would."""
-    from backend.models.loading import LoadedModel
+    from interpscope.models.loading import LoadedModel
 
     return LoadedModel(name=name, model=model, tokenizer=tokenizer, adapter=get_adapter(model),
                        device=torch.device("cpu"), dtype=next(model.parameters()).dtype, source="memory",

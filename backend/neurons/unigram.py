@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from backend import atomic, corpus
-from backend.config import InterpscopeError, data_dir
+from interpscope import atomic, corpus
+from interpscope.config import InterpscopeError, data_dir
 
 
 _TOKENIZER_KEYS: dict[int, tuple[object, str]] = {}
@@ -52,7 +52,7 @@ def token_counts(tokenizer, vocab_size: int, source: str | Path | None = None, s
     path = data_dir() / "neurons" / "unigram" / f"{tokenizer_key(tokenizer)}-{source_key(source, split)}{suffix}.npy"
     shipped = None
     if not path.is_file() and not max_tokens:
-        from backend.neurons.page_store import shipped_unigram_counts
+        from interpscope.neurons.page_store import shipped_unigram_counts
 
         shipped = shipped_unigram_counts(tokenizer, source, split)
     if path.is_file():

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from backend.adapters import ModelAdapter
-from backend.config import InterpscopeError
-from backend.neurons.folding import folded_unembedding, folded_W_out
+from interpscope.adapters import ModelAdapter
+from interpscope.config import InterpscopeError
+from interpscope.neurons.folding import folded_unembedding, folded_W_out
 
 
 @dataclass
@@ -152,7 +152,7 @@ def neuron_stats(adapter: ModelAdapter, layer: int | None = None, k: int | None 
                  unigram: torch.Tensor | None = None, post_scale: float | None = None) -> NeuronStats:
     """Weight statistics of every MLP neuron of `layer` (default: the final layer), on what each neuron writes
     into the residual: through the MLP's output norm when the adapter declares one, at that norm's typical scale
-    `post_scale` (backend.neurons.postnorm.layer_post_scale; required then)."""
+    `post_scale` (interpscope.neurons.postnorm.layer_post_scale; required then)."""
     layer = check_layer(adapter, layer)
     k = check_k(k, adapter.d_model)
     basis = unembed_basis(adapter)

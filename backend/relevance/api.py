@@ -12,20 +12,20 @@ import numpy as np
 import torch
 from torch import nn
 
-from backend.adapters import ModelAdapter, get_adapter
-from backend.config import InterpscopeError
-from backend.relevance.baselines import CONVERGENCE_STEPS, IGConvergence, convergence
-from backend.relevance.continuation import ContinuationRelevance, continuation_relevance
-from backend.relevance.engine import Attribution, Completeness, Conservation, LatentRelevance, forward_logits
-from backend.relevance.faithfulness import DEFAULT_STEPS, PerturbationCurves, perturbation_curves
-from backend.capture import editing, model_lock
-from backend.predict import TokenProb, cached_next_logits, next_logits, remember_next_logits, top_predictions
-from backend.progress import Progress
-from backend.relevance.methods import MethodOptions, get_method
-from backend.inputs import check_token_count, with_bos
-from backend.relevance.sinks import report_from, sink_report, watching
-from backend.sinks import words
-from backend.relevance.targets import PendingTarget, Target, chosen_target, resolve_target
+from interpscope.adapters import ModelAdapter, get_adapter
+from interpscope.config import InterpscopeError
+from interpscope.relevance.baselines import CONVERGENCE_STEPS, IGConvergence, convergence
+from interpscope.relevance.continuation import ContinuationRelevance, continuation_relevance
+from interpscope.relevance.engine import Attribution, Completeness, Conservation, LatentRelevance, forward_logits
+from interpscope.relevance.faithfulness import DEFAULT_STEPS, PerturbationCurves, perturbation_curves
+from interpscope.capture import editing, model_lock
+from interpscope.predict import TokenProb, cached_next_logits, next_logits, remember_next_logits, top_predictions
+from interpscope.progress import Progress
+from interpscope.relevance.methods import MethodOptions, get_method
+from interpscope.inputs import check_token_count, with_bos
+from interpscope.relevance.sinks import report_from, sink_report, watching
+from interpscope.sinks import words
+from interpscope.relevance.targets import PendingTarget, Target, chosen_target, resolve_target
 
 
 MAX_NEW_TOKENS = 64
@@ -33,14 +33,14 @@ MODEL_KIND = ("attention", "position_embedding", "state_space")
 
 
 def model_kind(adapter: ModelAdapter) -> list[str]:
-    """The capabilities that decide a page's wording (backend.sinks.words)."""
+    """The capabilities that decide a page's wording (interpscope.sinks.words)."""
     return sorted(set(MODEL_KIND) & set(adapter.capabilities()))
 
 
 def input_ids_for(lm, text: str, prepend_bos: bool | None = None,
                   max_tokens: int | None = None) -> tuple[torch.Tensor, bool]:
     """(ids [1, T], prepended): the text's tokens, with the model's BOS put first when `prepend_bos` (None: where
-    the tokenizer adds none, backend.inputs.default_prepend_bos), so the first word is explained like any other."""
+    the tokenizer adds none, interpscope.inputs.default_prepend_bos), so the first word is explained like any other."""
     ids = lm.encode(text, max_tokens=max_tokens)
     ids, prepended = with_bos(ids, lm.tokenizer, prepend_bos, "attention" in lm.adapter.capabilities())
     if prepended:
@@ -104,7 +104,7 @@ def _adapter(model_or_lm) -> ModelAdapter:
 
 def next_token_logits(model_or_lm, input_ids: torch.Tensor, position: int | None = None) -> torch.Tensor:
     """Logits [vocab] predicting the token after `position` (default: the last input token); the last position's
-    logits come from the per-process cache shared with predict_next (backend.predict)."""
+    logits come from the per-process cache shared with predict_next (interpscope.predict)."""
     adapter = _adapter(model_or_lm)
     last = input_ids.shape[1] - 1
     position = last if position is None else position
@@ -155,9 +155,9 @@ def explain(lm, text: str | None = None, method: str = "attnlrp", *, token: str 
     text already left in the per-process cache; only methods that need the target before they start (IG,
     occlusion) or recompute the model another way (MambaLRP) run a plain forward pass first when nothing is cached.
     progress(done, total): per internal batch for Integrated Gradients (with_eta gives the page its ETA).
-    options: IG steps and baseline, occlusion window (backend.relevance.methods.MethodOptions). prepend_bos: put
+    options: IG steps and baseline, occlusion window (interpscope.relevance.methods.MethodOptions). prepend_bos: put
     the model's BOS before `text` (None: where the tokenizer adds none; ignored with input_ids). Excluded positions
-    (rows measured to carry a massive activation, and a prepended BOS: backend.relevance.sinks) are the result's
+    (rows measured to carry a massive activation, and a prepended BOS: interpscope.relevance.sinks) are the result's
     sink_positions, each with its reason and measured ratio in `sinks`.
     """
     if input_ids is None:
@@ -279,7 +279,7 @@ def ig_convergence(lm, text: str, *, token: str | int | None = None, contrast: t
                    steps: Sequence[int] = CONVERGENCE_STEPS,
                    progress: Progress | None = None) -> IGConvergence:
     """Integrated Gradients' completeness gap at each step count in `steps`, and the target along the path from
-    the baseline (backend.relevance.baselines.convergence), on the same input and target as explain() would use.
+    the baseline (interpscope.relevance.baselines.convergence), on the same input and target as explain() would use.
     Expensive (sum(steps) gradient passes): the page runs it on an explicit Run."""
     options = (options or MethodOptions()).checked()
     ids, _ = input_ids_for(lm, text, prepend_bos)

@@ -13,10 +13,10 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from backend.adapters import ModelAdapter
-from backend.config import InterpscopeError
-from backend.relevance.engine import forward_logits
-from backend.relevance.targets import Target
+from interpscope.adapters import ModelAdapter
+from interpscope.config import InterpscopeError
+from interpscope.relevance.engine import forward_logits
+from interpscope.relevance.targets import Target
 
 IG_STEPS = 32
 TOKENS_PER_BATCH = 2048
@@ -76,7 +76,7 @@ def integrated_gradients(adapter: ModelAdapter, input_ids: torch.Tensor, target:
     [T] (float64).
 
     progress(done, total) is called before each internal batch of steps and once at the end (done == total), so
-    a page can show a bar with an ETA (backend.progress.with_eta)."""
+    a page can show a bar with an ETA (interpscope.progress.with_eta)."""
     from captum.attr import IntegratedGradients
 
     embeds = embeds_of(adapter, input_ids)

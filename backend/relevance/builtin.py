@@ -1,17 +1,17 @@
-"""The methods Interpscope ships, registered in backend.relevance.methods: AttnLRP, CP-LRP, MambaLRP, Gradient x
+"""The methods Interpscope ships, registered in interpscope.relevance.methods: AttnLRP, CP-LRP, MambaLRP, Gradient x
 Input, Integrated Gradients and occlusion. Each names the capabilities it needs and how it computes."""
 from __future__ import annotations
 
 import torch
 
-from backend.adapters import ModelAdapter
-from backend.progress import Progress
-from backend.relevance import baselines
-from backend.relevance.engine import Attribution, Completeness, attribute, forward_logits
-from backend.relevance.mamba.rule import mambalrp_rules
-from backend.relevance.methods import Method, MethodOptions, register_method
-from backend.relevance.rules import attnlrp_rules, cplrp_rules
-from backend.relevance.targets import Target
+from interpscope.adapters import ModelAdapter
+from interpscope.progress import Progress
+from interpscope.relevance import baselines
+from interpscope.relevance.engine import Attribution, Completeness, attribute, forward_logits
+from interpscope.relevance.mamba.rule import mambalrp_rules
+from interpscope.relevance.methods import Method, MethodOptions, register_method
+from interpscope.relevance.rules import attnlrp_rules, cplrp_rules
+from interpscope.relevance.targets import Target
 
 
 def _with_rules(rules):

@@ -12,10 +12,10 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from backend.adapters import ModelAdapter
-from backend.generation import greedy_generate
-from backend.relevance.engine import forward_logits
-from backend.relevance.rules import Rule, applied
+from interpscope.adapters import ModelAdapter
+from interpscope.generation import greedy_generate
+from interpscope.relevance.engine import forward_logits
+from interpscope.relevance.rules import Rule, applied
 
 
 @dataclass
@@ -29,7 +29,7 @@ class ContinuationRelevance:
 
 
 def greedy_continue(adapter: ModelAdapter, input_ids: torch.Tensor, n_new: int) -> list[int]:
-    """The next `n_new` greedy tokens after input_ids [1, T] (with the KV cache, backend.generation)."""
+    """The next `n_new` greedy tokens after input_ids [1, T] (with the KV cache, interpscope.generation)."""
     return greedy_generate(adapter, input_ids, n_new).tokens[0].tolist()
 
 

@@ -1,6 +1,6 @@
 """One forward + one backward pass that gives relevance at every tensor asked for.
 
-Under a rule set (backend.relevance.rules), relevance at a tensor h is h * dy/dh (modified gradient) summed over
+Under a rule set (interpscope.relevance.rules), relevance at a tensor h is h * dy/dh (modified gradient) summed over
 the hidden dimension. The engine taps the input embeddings (as a leaf), the residual stream at every block, each
 head's output (input of the attention output projection), the MLP neurons (input of the down projection), the
 q/k/v projection outputs, the biases and any extra hook point, then asks autograd for all their gradients at once.
@@ -19,10 +19,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from backend.adapters import ModelAdapter
-from backend.capture import Handle, on_input, on_output
-from backend.relevance.rules import Rule, applied
-from backend.relevance.targets import PendingTarget, Target
+from interpscope.adapters import ModelAdapter
+from interpscope.capture import Handle, on_input, on_output
+from interpscope.relevance.rules import Rule, applied
+from interpscope.relevance.targets import PendingTarget, Target
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Tokens are removed in order of relevance, most relevant first (MoRF) or least relevant first (LeRF), and the
 explained value is tracked. Removing a token replaces its input embedding by a baseline: all zeros (the default),
 the pad token's embedding or the mean token embedding — the same references Integrated Gradients and occlusion
-offer (backend.relevance.baselines.BASELINES). ABPC = AUC(LeRF) - AUC(MoRF) over the removed fraction in [0, 1];
+offer (interpscope.relevance.baselines.BASELINES). ABPC = AUC(LeRF) - AUC(MoRF) over the removed fraction in [0, 1];
 higher means the map found what matters. Positions in `fixed` are never removed nor ranked (e.g. position 0, an
 attention sink): the curves then run over the other tokens.
 """
@@ -15,9 +15,9 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-from backend.adapters import ModelAdapter
-from backend.relevance.engine import forward_logits
-from backend.relevance.targets import Target
+from interpscope.adapters import ModelAdapter
+from interpscope.relevance.engine import forward_logits
+from interpscope.relevance.targets import Target
 
 DEFAULT_STEPS = 10
 TOKENS_PER_BATCH = 2048  # perturbed sequences are batched up to this many tokens per forward pass

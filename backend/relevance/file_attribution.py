@@ -22,12 +22,12 @@ from typing import Callable
 
 import numpy as np
 
-from backend.atomic import write_json
-from backend.config import InterpscopeError, data_dir
-from backend.outputs import OutputFolder
-from backend.relevance.methods import MethodOptions, get_method
-from backend.resume import appending, check_same_settings, read_log
-from backend.uploads import UploadTable
+from interpscope.atomic import write_json
+from interpscope.config import InterpscopeError, data_dir
+from interpscope.outputs import OutputFolder
+from interpscope.relevance.methods import MethodOptions, get_method
+from interpscope.resume import appending, check_same_settings, read_log
+from interpscope.uploads import UploadTable
 
 SPEC_FILE = "spec.json"
 ROWS_FILE = "rows.jsonl"
@@ -119,7 +119,7 @@ def explain_file(lm, table: UploadTable, data: bytes, method: str, *, options: M
                  should_stop: Callable[[], bool] | None = None) -> FileRun:
     """Explain every row of `table` (its file's bytes: `data`) for its predicted next token (or `token`), resuming
     a run with the same settings; `should_stop()` is asked between rows."""
-    from backend.relevance.api import explain
+    from interpscope.relevance.api import explain
 
     if len(table.examples) > MAX_ROWS:
         raise InterpscopeError(f"The file has {len(table.examples):,} rows; whole-file attribution takes up to "

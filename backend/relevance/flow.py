@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from backend.capture import capture, model_lock
-from backend.config import InterpscopeError
-from backend.graph import GraphEdge, GraphNode
-from backend.relevance.api import make_target
-from backend.relevance.engine import LatentRelevance, attribute
-from backend.relevance.methods import get_method
-from backend.relevance.targets import Target
+from interpscope.capture import capture, model_lock
+from interpscope.config import InterpscopeError
+from interpscope.graph import GraphEdge, GraphNode
+from interpscope.relevance.api import make_target
+from interpscope.relevance.engine import LatentRelevance, attribute
+from interpscope.relevance.methods import get_method
+from interpscope.relevance.targets import Target
 
 DEFAULT_THRESHOLD = 0.05
 
@@ -54,7 +54,7 @@ class InformationFlow:
     latent: LatentRelevance = field(repr=False)
     top_neurons: list[dict] = field(default_factory=list)
     seconds: float = 0.0
-    sinks: list[dict] = field(default_factory=list)  # excluded positions and why (backend.sinks.SinkReport.rows)
+    sinks: list[dict] = field(default_factory=list)  # excluded positions and why (interpscope.sinks.SinkReport.rows)
     bos_prepended: bool = False
 
     def graph(self, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[GraphNode], list[GraphEdge]]:
@@ -196,9 +196,9 @@ def information_flow(lm, text: str, *, token: str | int | None = None, contrast:
     """The logit lens, per-layer contributions and AttnLRP latent relevance for the next-token target after `text`
     (the graph at any threshold comes from InformationFlow.graph). prepend_bos: put the model's BOS first (None:
     where the tokenizer adds none), so the first word is explained like any other; sinks are measured."""
-    from backend.relevance.api import input_ids_for, model_kind
-    from backend.relevance.sinks import sink_report
-    from backend.sinks import words
+    from interpscope.relevance.api import input_ids_for, model_kind
+    from interpscope.relevance.sinks import sink_report
+    from interpscope.sinks import words
 
     spec = get_method(method, lm.adapter)
     if not spec.rules or "attention" not in lm.adapter.capabilities():
@@ -214,7 +214,7 @@ def information_flow(lm, text: str, *, token: str | int | None = None, contrast:
     acts = {name: tensor[0] if tensor.dim() == 3 else tensor for name, tensor in acts.items()}
     probability, rank, lens_value = logit_lens(lm.adapter, acts, target)
     embed, attn, mlp, constant = contributions(lm.adapter, acts, target)
-    from backend.relevance.api import top_neurons
+    from interpscope.relevance.api import top_neurons
 
     return InformationFlow(
         model=lm.name, method=spec.label, tokens=(tokens := lm.token_strings(ids[0])), target=target,

@@ -5,10 +5,10 @@ categories, each with its expected next token (one token of the bundled tokenize
 top-1 is that token. Each prompt is explained for its expected token by every method; each map's MoRF / LeRF
 curves are run under every deletion baseline (zero, pad, mean embedding), IG and occlusion computing their maps
 from the same baseline the deletion uses. A random ordering per prompt (seeded) is the chance level. With the
-position 0 and any measured sink (a massive-activation row, backend.sinks) kept in place the curves run again
+position 0 and any measured sink (a massive-activation row, interpscope.sinks) kept in place the curves run again
 under the first baseline. AttnLRP's softmax share (the conservation readout) is kept per prompt, so its link to ABPC can be read.
 Results: per-prompt rows and a table of mean ABPC with seeded bootstrap 95% intervals
-(backend.relevance.heldout_stats).
+(interpscope.relevance.heldout_stats).
 """
 from __future__ import annotations
 
@@ -22,15 +22,15 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from backend.capture import model_lock
-from backend.config import ASSETS_DIR, InterpscopeError
-from backend.progress import Progress
-from backend.relevance import heldout_stats as stats
-from backend.relevance.baselines import BASELINES, baseline_embeds
-from backend.relevance.faithfulness import DEFAULT_STEPS, curves_for_maps
-from backend.relevance.methods import METHODS, MethodOptions, get_method, methods_for
-from backend.relevance.sinks import sink_positions
-from backend.relevance.targets import Target
+from interpscope.capture import model_lock
+from interpscope.config import ASSETS_DIR, InterpscopeError
+from interpscope.progress import Progress
+from interpscope.relevance import heldout_stats as stats
+from interpscope.relevance.baselines import BASELINES, baseline_embeds
+from interpscope.relevance.faithfulness import DEFAULT_STEPS, curves_for_maps
+from interpscope.relevance.methods import METHODS, MethodOptions, get_method, methods_for
+from interpscope.relevance.sinks import sink_positions
+from interpscope.relevance.targets import Target
 
 PROMPTS_DIR = ASSETS_DIR / "prompts"
 SETS = {"heldout": "heldout-v1.jsonl"}
@@ -127,7 +127,7 @@ def _references(lm, embeds: torch.Tensor, baselines: Sequence[str]) -> dict[str,
 
 def prompt_row(lm, prompt: dict, settings: HeldoutSettings, index: int) -> dict:
     """Every method's map and curves for one prompt (explained for its expected token)."""
-    from backend.relevance.api import run_method
+    from interpscope.relevance.api import run_method
 
     ids = lm.encode(prompt["text"])
     n_tokens = int(ids.shape[1])
@@ -321,7 +321,7 @@ class TextFaithfulness:
 
 def text_faithfulness(lm, result, baseline: str = "zero", steps: int = DEFAULT_STEPS, seed: int = 0,
                       random_orders: int = 16) -> TextFaithfulness:
-    """Faithfulness of one RelevanceResult (backend.relevance.api.explain) on its own input (a BOS that explain
+    """Faithfulness of one RelevanceResult (interpscope.relevance.api.explain) on its own input (a BOS that explain
     prepended stays in place: only the text's tokens are removed)."""
     if baseline not in BASELINES:
         raise InterpscopeError(f"Unknown baseline {baseline!r}: choose one of {', '.join(BASELINES)}.")

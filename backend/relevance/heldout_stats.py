@@ -1,5 +1,5 @@
 """Statistics of a faithfulness study: seeded bootstrap intervals over prompts, rank correlation, the ABPC table and
-the sentence that reads it (backend.relevance.heldout computes the per-prompt numbers)."""
+the sentence that reads it (interpscope.relevance.heldout computes the per-prompt numbers)."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence

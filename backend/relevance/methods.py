@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
-from backend.adapters import ModelAdapter
-from backend.config import InterpscopeError
+from interpscope.adapters import ModelAdapter
+from interpscope.config import InterpscopeError
 
 if TYPE_CHECKING:
-    from backend.relevance.engine import Attribution
-    from backend.relevance.rules import Rule
+    from interpscope.relevance.engine import Attribution
+    from interpscope.relevance.rules import Rule
 
 MethodKind = Literal["lrp", "gradient", "perturbation"]
 Law = Literal["conservation", "completeness", "none"]
@@ -26,7 +26,7 @@ MAX_OCCLUSION_WINDOW = 64
 @dataclass(frozen=True)
 class MethodOptions:
     """Settings of the baselines: Integrated Gradients' steps and baseline (zero, pad, mean: see
-    backend.relevance.baselines.BASELINES), occlusion's window (tokens replaced at once) and baseline.
+    interpscope.relevance.baselines.BASELINES), occlusion's window (tokens replaced at once) and baseline.
     pad_token_id is filled from the tokenizer by the caller."""
 
     ig_steps: int = 32
@@ -35,7 +35,7 @@ class MethodOptions:
     pad_token_id: int | None = None
 
     def checked(self) -> "MethodOptions":
-        from backend.relevance.baselines import BASELINES
+        from interpscope.relevance.baselines import BASELINES
 
         if not isinstance(self.ig_steps, int) or not 1 <= self.ig_steps <= MAX_IG_STEPS:
             raise InterpscopeError(f"IG steps must be an integer from 1 to {MAX_IG_STEPS} (got {self.ig_steps!r}).")

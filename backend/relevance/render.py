@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from backend import atomic
+from interpscope import atomic
 
 CHARS_PER_LINE = 90
 

@@ -15,8 +15,8 @@ from typing import Callable, Iterator, Protocol, Sequence
 import torch
 from torch import nn
 
-from backend.adapters import ModelAdapter
-from backend.capture import model_lock, scoped
+from interpscope.adapters import ModelAdapter
+from interpscope.capture import model_lock, scoped
 
 
 class Rule(Protocol):
@@ -97,7 +97,7 @@ def safe_divisor(x: torch.Tensor) -> torch.Tensor:
 def output_hooks(pairs: Sequence[tuple[nn.Module, Callable]]) -> Iterator[None]:
     """Register forward hooks `fn(module, args, output) -> new output` on the given modules; remove on exit.
 
-    They go through backend.capture, so they act only on this run's forward passes: another session may run plain
+    They go through interpscope.capture, so they act only on this run's forward passes: another session may run plain
     inference on the shared model (without the lock) while rules are on.
     """
     with scoped(pairs, role="rule"):
@@ -255,7 +255,7 @@ def cplrp_rules(adapter: ModelAdapter) -> list[Rule]:
 def applied(adapter: ModelAdapter, rules: Sequence[Rule]) -> Iterator[None]:
     """Enter every rule on the adapter's model instance; all are undone on exit, also after an exception.
 
-    The caller holds the model's lock (backend.capture.model_lock); `apply_rules` does both.
+    The caller holds the model's lock (interpscope.capture.model_lock); `apply_rules` does both.
     """
     with ExitStack() as stack:
         for rule in rules:
@@ -266,7 +266,7 @@ def applied(adapter: ModelAdapter, rules: Sequence[Rule]) -> Iterator[None]:
 @contextmanager
 def apply_rules(model_or_lm, rules: Sequence[Rule] | Callable[[ModelAdapter], Sequence[Rule]]) -> Iterator[ModelAdapter]:
     """Hold the model's lock and apply `rules` (a list, or a function of the adapter) for the `with` block."""
-    from backend.adapters import get_adapter
+    from interpscope.adapters import get_adapter
 
     adapter = get_adapter(model_or_lm) if isinstance(model_or_lm, nn.Module) else model_or_lm.adapter
     chosen = rules(adapter) if callable(rules) else rules

@@ -1,5 +1,5 @@
 """Which input positions of a relevance map are excluded: the rows MEASURED to carry a massive activation at the middle
-block (backend.sinks.measure: norm > SINK_FACTOR x the median of the other rows), and a BOS the caller prepended.
+block (interpscope.sinks.measure: norm > SINK_FACTOR x the median of the other rows), and a BOS the caller prepended.
 They never set a map's colour scale and are named where shown; their relevance is still reported.
 
 `watching(adapter)` reads the middle residual off a forward pass the caller runs anyway (the attribution's own),
@@ -12,8 +12,8 @@ from typing import Iterator
 
 import torch
 
-from backend.capture import capture, hooks
-from backend.sinks import SinkReport, measure
+from interpscope.capture import capture, hooks
+from interpscope.sinks import SinkReport, measure
 
 
 def probe_point(adapter) -> str:

@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from backend.config import InterpscopeError
+from interpscope.config import InterpscopeError
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 A cache is a folder under data_dir()/activations/<key>/ holding a raw row-major array (float16 or float32,
 [n_rows, d_in]) read as a numpy memmap. It is written into `acts.partial` shard by shard (whole model batches of
-windows, in this process or on Ray workers: backend.scale) with a `progress.json` that records the windows
+windows, in this process or on Ray workers: interpscope.scale) with a `progress.json` that records the windows
 already flushed (so an interrupted build resumes), then renamed to `acts.bin` and described by `meta.json`
 (written via a temporary file and os.replace): a folder with meta.json is complete by construction.
 
@@ -21,14 +21,14 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from backend import atomic
-from backend.capture import StopForward, hooks, model_lock
-from backend.config import InterpscopeError, data_dir
-from backend.corpus import token_chunks
-from backend.scale.pool import Scale, Shard, batch_shards, map_shards
-from backend.scale.shards import covered, merge_intervals
-from backend.scale.transfer import to_device, to_host
-from backend.sinks import sink_rows
+from interpscope import atomic
+from interpscope.capture import StopForward, hooks, model_lock
+from interpscope.config import InterpscopeError, data_dir
+from interpscope.corpus import token_chunks
+from interpscope.scale.pool import Scale, Shard, batch_shards, map_shards
+from interpscope.scale.shards import covered, merge_intervals
+from interpscope.scale.transfer import to_device, to_host
+from interpscope.sinks import sink_rows
 
 Progress = Callable[[int, int], None]
 NP_DTYPES = {"float16": np.float16, "float32": np.float32}
@@ -146,7 +146,7 @@ def build_activation_cache(loaded, hook_name: str, n_tokens: int, *, source: str
     """Run the model over ~n_tokens corpus tokens and store the activations at hook_name; resumes if interrupted.
 
     Returns the existing cache at once when an identical one is complete. The windows are cut into shards of
-    whole batches (backend.scale): run here in order, or on Ray workers with `scale`; each finished shard is
+    whole batches (interpscope.scale): run here in order, or on Ray workers with `scale`; each finished shard is
     written into acts.partial and recorded in progress.json at once, so a rerun skips it, and the bytes are the
     same either way.
     """

@@ -6,9 +6,9 @@ added.
 """
 from __future__ import annotations
 
-from backend.sae.arch import (Knob, LossTerms, PerFeature, SAEConfig, SparseAutoencoder, architecture_class,
+from interpscope.sae.arch import (Knob, LossTerms, PerFeature, SAEConfig, SparseAutoencoder, architecture_class,
                               build_sae, canonical_architecture, choices_text, registered)
-from backend.sae.arch.base import squared_error
+from interpscope.sae.arch.base import squared_error
 
 __all__ = ["Knob", "LossTerms", "PerFeature", "SAEConfig", "SparseAutoencoder", "architecture_class", "build_sae",
            "canonical_architecture", "choices_text", "registered", "squared_error"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from backend.config import ASSETS_DIR, InterpscopeError, data_dir
-from backend.paths import confined_folder, folder_allowed, server_mode
-from backend.sae.cfg_json import folder_class
-from backend.sae.folder import CFG_FILE, WEIGHTS_FILE
+from interpscope.config import ASSETS_DIR, InterpscopeError, data_dir
+from interpscope.paths import confined_folder, folder_allowed, server_mode
+from interpscope.sae.cfg_json import folder_class
+from interpscope.sae.folder import CFG_FILE, WEIGHTS_FILE
 
 SHIPPED_DIR = ASSETS_DIR / "saes"
 

@@ -3,7 +3,7 @@ that library's meaning or refused with a message naming it.
 
 Layouts: before 6.0 (no `sae_lens_version`, or one below 6) the where-it-reads fields sit at the top level, the
 hook may be called `hook_point` (`hook_point_layer`, `hook_point_head_index`), `activation_fn_str` may say topk
-(see backend.sae.arch.topk), and `normalize_activations` may be a boolean (true = 'expected_average_only_in');
+(see interpscope.sae.arch.topk), and `normalize_activations` may be a boolean (true = 'expected_average_only_in');
 from 6.0 they sit in a `metadata` object. We read either and write both.
 Provenance: an architecture saved under another library name is recorded in `metadata.interpscope.architecture`;
 a model_name that is a Hugging Face id of a bundled model is read as that bundled model, the id kept in
@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from backend.config import InterpscopeError
-from backend.sae.arch import SAEConfig, SparseAutoencoder, architecture_class, choices_text, registered
-from backend.sae.normalisation import RUNTIME_KINDS
+from interpscope.config import InterpscopeError
+from interpscope.sae.arch import SAEConfig, SparseAutoencoder, architecture_class, choices_text, registered
+from interpscope.sae.normalisation import RUNTIME_KINDS
 
 WHERE_FIELDS = ("model_name", "hook_name", "hook_layer", "context_size", "dataset_path", "prepend_bos",
                 "training_tokens")
@@ -104,7 +104,7 @@ def _refuse_unsupported(raw: dict, cls: type[SparseAutoencoder]) -> None:
 
 
 def _model_name(value: Any, extra: dict) -> str:
-    from backend.models.registry import bundled_name_for
+    from interpscope.models.registry import bundled_name_for
 
     name = str(value or "")
     bundled = bundled_name_for(name) if name else None

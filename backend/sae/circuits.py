@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from backend.capture import hooks, model_lock
-from backend.config import InterpscopeError
-from backend.graph import GraphEdge, GraphNode
-from backend.relevance.engine import attribute
-from backend.relevance.methods import get_method
-from backend.sae.folder import check_compatible
-from backend.sae.placement import on_device
-from backend.sae.sinks import sink_rows
+from interpscope.capture import hooks, model_lock
+from interpscope.config import InterpscopeError
+from interpscope.graph import GraphEdge, GraphNode
+from interpscope.relevance.engine import attribute
+from interpscope.relevance.methods import get_method
+from interpscope.sae.folder import check_compatible
+from interpscope.sae.placement import on_device
+from interpscope.sae.sinks import sink_rows
 
 
 @dataclass
@@ -167,7 +167,7 @@ def feature_circuit(loaded, upstream, downstream=None, text: str = "", *, featur
         read = (down_hook, capture_feature)
         label = f"feature {feature} of {downstream.cfg.hook_name} at token {position}"
     else:
-        from backend.relevance.api import make_target
+        from interpscope.relevance.api import make_target
 
         logit_target = make_target(loaded, ids)
         explained = _Explained(logit_target.position, logit_target)

@@ -10,7 +10,7 @@
 - Shrinkage gamma = E||x_hat||^2 / E[x . x_hat] (< 1 means the SAE shrinks its reconstructions).
 - Feature density = fraction of tokens where f > 0; dead = never fired here; dense = density > dense_threshold.
 The first position of every context (the attention sink) is left untouched and out of every average, as in
-training; so are the rare other rows with a massive activation (backend.sae.sinks, counted in `sink_tokens`),
+training; so are the rare other rows with a massive activation (interpscope.sae.sinks, counted in `sink_tokens`),
 which the SAE never saw in training and which would otherwise swamp MSE, FVU and gamma (two SmolLM2 tokens at ~150x
 the median norm in 16k turn an FVU of 0.2 into 70). The next-token losses are averaged over every position.
 """
@@ -24,13 +24,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from backend.capture import hooks, model_lock, resume_after
-from backend.config import InterpscopeError
-from backend.corpus import token_chunks
-from backend.sae.architectures import SparseAutoencoder
-from backend.sae.folder import check_compatible
-from backend.scale.pool import Scale, Shard, batch_shards, map_shards
-from backend.sinks import sink_rows
+from interpscope.capture import hooks, model_lock, resume_after
+from interpscope.config import InterpscopeError
+from interpscope.corpus import token_chunks
+from interpscope.sae.architectures import SparseAutoencoder
+from interpscope.sae.folder import check_compatible
+from interpscope.scale.pool import Scale, Shard, batch_shards, map_shards
+from interpscope.sinks import sink_rows
 
 DENSE_THRESHOLD = 0.1
 
@@ -109,7 +109,7 @@ def _ce_from(logp: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 def resume_block(adapter, hook: str) -> int | None:
     """The block whose output a hook is (blocks.L.hook_resid_post, or blocks.L.hook_resid_pre for L >= 1): spliced
-    passes may then start after it (backend.capture.resume_after); None for hooks inside a block."""
+    passes may then start after it (interpscope.capture.resume_after); None for hooks inside a block."""
     parts = hook.split(".")
     if len(parts) == 3 and parts[0] == "blocks" and parts[1].isdigit():
         layer = int(parts[1])
@@ -281,7 +281,7 @@ def evaluate_saes(loaded, saes: list[SparseAutoencoder], *, hook_name: str | Non
     start after that block (the clean pass already computed everything before it) and each pass's
     log-probabilities are computed once for both its loss and the KL; the numbers are those of three full passes.
     progress(done, total) is called after each batch of windows (each shard on Ray).
-    scale: run the batches on Ray workers (backend.scale); their terms are added here in batch order, so every
+    scale: run the batches on Ray workers (interpscope.scale); their terms are added here in batch order, so every
     number equals the single-process one exactly."""
     hooks_of = {check_compatible(sae, loaded.adapter, hook_name, loaded.name) for sae in saes}
     if len(hooks_of) != 1:
@@ -335,7 +335,7 @@ def _figures(loaded, saes: list[SparseAutoencoder], hook: str, sums: _Sums,
 
 def text_windows(tokenizer, text: str, context_size: int = 128, max_tokens: int = 65536) -> torch.Tensor:
     """A person's text as [N, T] token windows for evaluate_sae (one shorter window if the text is short)."""
-    from backend.corpus import token_stream
+    from interpscope.corpus import token_stream
 
     ids = token_stream(tokenizer, [text], max_tokens=max_tokens)
     if ids.numel() < 3:

@@ -1,6 +1,6 @@
 """The common SAE folder format: `cfg.json` + `sae_weights.safetensors`, as the SAELens library writes it.
 
-cfg.json is read and written by backend.sae.cfg_json (every layout of that library; each architecture reads and
+cfg.json is read and written by interpscope.sae.cfg_json (every layout of that library; each architecture reads and
 writes its own fields). Tensor names: W_enc [d_in, d_sae], W_dec [d_sae, d_in], b_dec, and the per-feature
 tensors each architecture declares. A tensor the architecture does not use is refused by name, except the
 decoder scaling the library once stored (`scaling_factor` / `finetuning_scaling_factor`): all ones means nothing;
@@ -18,11 +18,11 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 
-from backend import atomic
-from backend.config import DTYPES, InterpscopeError
-from backend.paths import confined_folder, model_choice, server_mode
-from backend.sae.arch import SparseAutoencoder
-from backend.sae.cfg_json import config_to_json, read_config
+from interpscope import atomic
+from interpscope.config import DTYPES, InterpscopeError
+from interpscope.paths import confined_folder, model_choice, server_mode
+from interpscope.sae.arch import SparseAutoencoder
+from interpscope.sae.cfg_json import config_to_json, read_config
 
 CFG_FILE = "cfg.json"
 WEIGHTS_FILE = "sae_weights.safetensors"

@@ -8,7 +8,7 @@
 The way out needs the statistics of the row that went in. `leave(y, x)` recomputes them from x; without x it
 uses the statistics the last `enter` recorded in this thread for this SAE (encode then decode, as the library
 does), and refuses when their shape does not match. Kinds whose scale is not stored in the folder are refused
-when the folder is read (backend.sae.cfg_json).
+when the folder is read (interpscope.sae.cfg_json).
 """
 from __future__ import annotations
 

@@ -11,16 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from backend import atomic
-from backend.config import InterpscopeError
-from backend.outputs import OutputFolder, check_output_folder
-from backend.resume import check_same_settings
-from backend.scale.pool import Scale
-from backend.sae.activations import ActivationCache, ShuffledBuffer, build_activation_cache
-from backend.sae.architectures import SAEConfig, SparseAutoencoder, architecture_class, build_sae
-from backend.sae.folder import CFG_FILE, WEIGHTS_FILE, hook_width, save_sae
-from backend.sinks import SINK_FACTOR
-from backend.sae.training import TrainConfig, Trainer, TrainRun
+from interpscope import atomic
+from interpscope.config import InterpscopeError
+from interpscope.outputs import OutputFolder, check_output_folder
+from interpscope.resume import check_same_settings
+from interpscope.scale.pool import Scale
+from interpscope.sae.activations import ActivationCache, ShuffledBuffer, build_activation_cache
+from interpscope.sae.architectures import SAEConfig, SparseAutoencoder, architecture_class, build_sae
+from interpscope.sae.folder import CFG_FILE, WEIGHTS_FILE, hook_width, save_sae
+from interpscope.sinks import SINK_FACTOR
+from interpscope.sae.training import TrainConfig, Trainer, TrainRun
 
 OUTLIER_FACTOR = SINK_FACTOR  # training drops rows whose norm exceeds 10x the RMS norm (sinks past position 0)
 
@@ -164,7 +164,7 @@ LEGACY_SETTINGS = ("model_name", "hook_name", "lr", "batch_size")  # what train_
 
 
 def check_resume(out_dir: str | Path, settings: dict, force: bool = False) -> bool:
-    """Check the output folder (see backend.outputs) and any checkpoint in it, before any work; no side effects.
+    """Check the output folder (see interpscope.outputs) and any checkpoint in it, before any work; no side effects.
 
     True: nothing to resume, or a checkpoint made with the same settings. False: its settings differ and force
     says start afresh. Otherwise an error naming each differing setting with its old and new value.
@@ -204,9 +204,9 @@ def train_saes(loaded, hook_name: str, specs: list[SAESpec], out_dir: str | Path
     """Cache activations (reused if present), train every spec from one buffer, save each to out_dir/<run name>.
 
     Resumes from out_dir/checkpoints when it holds a checkpoint made with the same settings; other settings are
-    refused (force: start afresh). out_dir is an Interpscope output folder (backend.outputs): a folder holding
+    refused (force: start afresh). out_dir is an Interpscope output folder (interpscope.outputs): a folder holding
     files Interpscope did not write is refused unless force, and only files this command wrote are ever deleted.
-    scale: cache the activations on Ray workers (backend.scale; same bytes as one process).
+    scale: cache the activations on Ray workers (interpscope.scale; same bytes as one process).
     """
     check_specs(specs)
     if hook_name.endswith("mlp.hook_post"):
@@ -268,7 +268,7 @@ def export_runs(runs: list[TrainRun], output: OutputFolder, scale: float, cache_
 def export_checkpoint(out_dir: str | Path, save_dtype: str = "float32", force: bool = False) -> dict[str, Path]:
     """Save the SAEs of the newest checkpoint under out_dir/checkpoints as finished folders (e.g. when a long
     training run must stop early); training_tokens in cfg.json says how far it got."""
-    from backend.sae.folder import load_sae
+    from interpscope.sae.folder import load_sae
 
     output = OutputFolder.claim(out_dir, force=force, command="sae train")
     meta = json.loads((output.path / "train_meta.json").read_text(encoding="utf-8"))

@@ -6,10 +6,10 @@ Decoder rows are kept at unit norm: the gradient's component along each row is p
 and rows are renormalised after it. Dead features (no activation for `dead_window_tokens`) are resampled at
 chosen steps towards inputs the SAE reconstructs badly, for architectures that resample (`resample_dead`; those
 with AuxK revive them themselves). Everything an architecture does beyond that it does in its own hooks:
-`observe_dead` before its loss, `after_step` after the optimiser step (backend.sae.arch.base).
+`observe_dead` before its loss, `after_step` after the optimiser step (interpscope.sae.arch.base).
 Checkpoints: <dir>/ckpt-<step>/<run>/ (SAE folder + optimizer.safetensors) and <dir>/latest.json, written last,
 pointing to the newest complete one; training resumes from it, at the same place in the buffer. Every checkpoint
-file is recorded in an output folder's marker (backend.outputs), and older checkpoints are deleted file by
+file is recorded in an output folder's marker (interpscope.outputs), and older checkpoints are deleted file by
 file from that record: nothing else in the folder is ever removed.
 """
 from __future__ import annotations
@@ -25,11 +25,11 @@ from typing import Callable
 import torch
 from safetensors.torch import load_file, save
 
-from backend import atomic
-from backend.outputs import OutputFolder
-from backend.sae.activations import ShuffledBuffer
-from backend.sae.architectures import SparseAutoencoder
-from backend.sae.folder import CFG_FILE, WEIGHTS_FILE, load_sae, save_sae
+from interpscope import atomic
+from interpscope.outputs import OutputFolder
+from interpscope.sae.activations import ShuffledBuffer
+from interpscope.sae.architectures import SparseAutoencoder
+from interpscope.sae.folder import CFG_FILE, WEIGHTS_FILE, load_sae, save_sae
 
 CHECKPOINT_FILES = (CFG_FILE, WEIGHTS_FILE, "optimizer.safetensors", "history.json")
 

@@ -5,12 +5,12 @@ to the SAE's hook; each batch's nonzero feature activations are saved as one chu
 a build that is killed resumes at the first missing chunk and ends with exactly the same chunks.
 Pass 2 (numpy only, seconds): per-feature statistics from all chunks, weight-based statistics, the corpus tokens
 and vocabulary strings, written into `<store>.partial/final/` and moved file by file into `<store>`, manifest.json
-last. Both folders are Interpscope output folders (backend.outputs): a folder holding other files is refused
+last. Both folders are Interpscope output folders (interpscope.outputs): a folder holding other files is refused
 unless force, replacing a store removes only the store's own files, and a partial build resumes only under the
 settings it was started with (force: start afresh). The manifest records the sha256 of the SAE's weights file,
 which ties the store to the SAE by content (FeatureStore.for_sae).
 Position 0 of every window (the attention sink, tens of times the norm of other tokens) and the rare later tokens
-with a massive activation (backend.sae.sinks) are left out, as in training.
+with a massive activation (interpscope.sae.sinks) are left out, as in training.
 """
 from __future__ import annotations
 
@@ -23,22 +23,22 @@ from typing import Callable
 import numpy as np
 import torch
 
-from backend import atomic
-from backend.config import InterpscopeError
-from backend.corpus import token_chunks
-from backend.outputs import OutputFolder, check_output_folder
-from backend.resume import check_same_settings
-from backend.sae import SparseAutoencoder, check_compatible, load_sae
-from backend.scale.pool import Scale, Shard, batch_shards, map_shards
-from backend.sinks import zero_sink_features
-from backend.sae_store.cached import cached_batch, find_cache
-from backend.sae_store.encode import encode_ids
-from backend.sae_store.features import feature_stats
-from backend.sae_store.labels import LABELS_FILE, compute_labels
-from backend.sae_store.layout import (FORMAT_VERSION, MANIFEST, STORE_FILES, WEIGHTS_HASH, StoreSpec,
+from interpscope import atomic
+from interpscope.config import InterpscopeError
+from interpscope.corpus import token_chunks
+from interpscope.outputs import OutputFolder, check_output_folder
+from interpscope.resume import check_same_settings
+from interpscope.sae import SparseAutoencoder, check_compatible, load_sae
+from interpscope.scale.pool import Scale, Shard, batch_shards, map_shards
+from interpscope.sinks import zero_sink_features
+from interpscope.sae_store.cached import cached_batch, find_cache
+from interpscope.sae_store.encode import encode_ids
+from interpscope.sae_store.features import feature_stats
+from interpscope.sae_store.labels import LABELS_FILE, compute_labels
+from interpscope.sae_store.layout import (FORMAT_VERSION, MANIFEST, STORE_FILES, WEIGHTS_HASH, StoreSpec,
                                       default_store_dir, folder_of, portable_path, sae_digest, save_array_atomic,
                                       weights_sha256, write_json_atomic)
-from backend.sae_store.weights import weight_stats
+from interpscope.sae_store.weights import weight_stats
 
 Progress = Callable[[str, int, int], None]
 PROGRESS_FILE = "progress.json"
@@ -211,8 +211,8 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
     force: replace a store built with other settings (only its own files), write into a folder holding other
     files (they are kept), and start afresh when an unfinished build was started with other settings.
     use_cache: take the hook activations from a matching SAE-training activation cache when one covers the
-    corpus windows (backend.sae_store.cached), instead of running the model.
-    scale: run pass 1 on Ray workers (backend.scale); the store is byte for byte the one a single process builds
+    corpus windows (interpscope.sae_store.cached), instead of running the model.
+    scale: run pass 1 on Ray workers (interpscope.scale); the store is byte for byte the one a single process builds
     (the overview's few evaluation tokens run here).
     """
     spec = store_spec(loaded, sae_folder, corpus=corpus, split=split, n_tokens=n_tokens, context_size=context_size,
@@ -221,7 +221,7 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
     weights_hash = weights_sha256(sae_dir)
     out = Path(out).expanduser() if out else default_store_dir(sae_dir)
     if (out / MANIFEST).is_file():
-        from backend.sae_store.store import read_manifest
+        from interpscope.sae_store.store import read_manifest
 
         if _same_contents(read_manifest(out).get("spec") or {}, spec.to_dict()):
             return out
@@ -268,7 +268,7 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
     lap("weights_and_files")
     metrics = {}
     if eval_tokens > 0:
-        from backend.sae.evaluation import evaluate_sae
+        from interpscope.sae.evaluation import evaluate_sae
 
         metrics = evaluate_sae(loaded, sae, n_tokens=eval_tokens, context_size=min(context_size, eval_tokens)).summary()
         lap("evaluation")

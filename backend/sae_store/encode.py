@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from backend.capture import StopForward, hooks, model_lock
-from backend.sae import SparseAutoencoder, check_compatible
-from backend.sinks import zero_sink_features
+from interpscope.capture import StopForward, hooks, model_lock
+from interpscope.sae import SparseAutoencoder, check_compatible
+from interpscope.sinks import zero_sink_features
 
 
 
@@ -36,7 +36,7 @@ def hook_activations(loaded, hook_name: str, input_ids: torch.Tensor) -> torch.T
 def encode_with_sinks(loaded, sae: SparseAutoencoder, input_ids: torch.Tensor,
                       hook_name: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """SAE feature activations [B, T, d_sae] (float32, CPU) for input_ids [B, T], zero at massive-activation
-    positions (backend.sae.sinks), and the mask [B, T - 1] of those positions among 1..T-1."""
+    positions (interpscope.sae.sinks), and the mask [B, T - 1] of those positions among 1..T-1."""
     hook = check_compatible(sae, loaded.adapter, hook_name, loaded.name)
     with model_lock(loaded):
         x = hook_activations(loaded, hook, input_ids)

@@ -25,10 +25,10 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from backend.config import InterpscopeError
-from backend.outputs import OutputFolder
-from backend.resume import appending, read_log
-from backend.sae_store.explanations import EXPLANATIONS_FILE, read_explanations
+from interpscope.config import InterpscopeError
+from interpscope.outputs import OutputFolder
+from interpscope.resume import appending, read_log
+from interpscope.sae_store.explanations import EXPLANATIONS_FILE, read_explanations
 
 STOP = {"the", "and", "that", "this", "with", "from", "for", "are", "was", "word", "words", "token", "tokens",
         "text", "neuron", "feature", "fires", "detects", "about", "which", "when", "where", "like", "such", "its",
@@ -103,7 +103,7 @@ def held_out_positives(store, feature: int) -> list[str]:
 
 def negative_pool(loaded, sae, store, n_windows: int = 256, seed: int = 0) -> tuple[list[str], np.ndarray]:
     """Windows of the store's corpus and, per window, each feature's max activation on it (positions >= 1)."""
-    from backend.sae_store.encode import encode_ids
+    from interpscope.sae_store.encode import encode_ids
 
     tokens = np.asarray(store.arrays["tokens"])
     rng = np.random.default_rng(seed)

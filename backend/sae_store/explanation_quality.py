@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from backend import atomic
-from backend.outputs import OutputFolder
-from backend.sae_store.explain import PROMPT_HEAD, PROMPT_TAIL, _words, balanced_accuracy, held_out_positives
-from backend.sae_store.explanations import EXPLANATIONS_FILE
+from interpscope import atomic
+from interpscope.outputs import OutputFolder
+from interpscope.sae_store.explain import PROMPT_HEAD, PROMPT_TAIL, _words, balanced_accuracy, held_out_positives
+from interpscope.sae_store.explanations import EXPLANATIONS_FILE
 
 CHANCE_FILE = "explanation_chance.json"
 CONTEXT_BLIND = 0.5

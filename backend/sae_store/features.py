@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from backend.sae_store.layout import StoreSpec
+from interpscope.sae_store.layout import StoreSpec
 
 
 def _windows(centres: np.ndarray, half: int, context: int, n_tokens: int, toks_sorted: np.ndarray,

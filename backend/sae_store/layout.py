@@ -13,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from backend import atomic
-from backend.config import ASSETS_DIR, REPO_ROOT, data_dir
-from backend.paths import confined, server_mode
-from backend.sae.catalog import SHIPPED_DIR as SHIPPED_SAES_DIR
-from backend.sae.folder import WEIGHTS_FILE
+from interpscope import atomic
+from interpscope.config import ASSETS_DIR, REPO_ROOT, data_dir
+from interpscope.paths import confined, server_mode
+from interpscope.sae.catalog import SHIPPED_DIR as SHIPPED_SAES_DIR
+from interpscope.sae.folder import WEIGHTS_FILE
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -105,12 +105,12 @@ def weights_sha256(folder: str | Path) -> str:
 
 
 def write_json_atomic(path: Path, value) -> None:
-    """Write JSON via a temporary file and rename, so readers never see half a file (backend.atomic)."""
+    """Write JSON via a temporary file and rename, so readers never see half a file (interpscope.atomic)."""
     atomic.write_json(path, value)
 
 
 def save_array_atomic(path: Path, array: np.ndarray) -> None:
-    """np.save via a temporary file and rename (backend.atomic)."""
+    """np.save via a temporary file and rename (interpscope.atomic)."""
     atomic.write_with(path, lambda handle: np.save(handle, np.ascontiguousarray(array), allow_pickle=False))
 
 

@@ -2,7 +2,7 @@
 
 Prompt view: every feature's activation on every token [T, d_sae]; the heatmap shows the `n_top` features with the
 largest activation anywhere in the prompt. Position 0 (the attention sink) is computed but never used to rank, and
-other tokens with a massive activation (backend.sae.sinks; the SAE never saw such inputs) read as no feature.
+other tokens with a massive activation (interpscope.sae.sinks; the SAE never saw such inputs) read as no feature.
 
 Attribution: relevance of each input token for one feature's activation f_i(x_p) at position p, through the
 relevance engine (AttnLRP / CP-LRP rules, or plain Gradient x Input). The explained scalar is read at the SAE's
@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from backend.config import InterpscopeError
-from backend.relevance import attribute, get_method, methods_for
-from backend.capture import model_lock
-from backend.sae import SparseAutoencoder, check_compatible
-from backend.sae.placement import on_device
-from backend.sae_store.encode import encode_with_sinks
+from interpscope.config import InterpscopeError
+from interpscope.relevance import attribute, get_method, methods_for
+from interpscope.capture import model_lock
+from interpscope.sae import SparseAutoencoder, check_compatible
+from interpscope.sae.placement import on_device
+from interpscope.sae_store.encode import encode_with_sinks
 
 
 
@@ -38,7 +38,7 @@ class PromptFeatures:
 
     @property
     def excluded_positions(self) -> list[int]:
-        """Positions never ranked: 0 (the attention sink) and the massive-activation rows (backend.sinks)."""
+        """Positions never ranked: 0 (the attention sink) and the massive-activation rows (interpscope.sinks)."""
         return [0] + [p for p in self.sink_positions if p != 0]
 
     def active_at(self, position: int, limit: int = 50) -> list[dict]:
@@ -125,7 +125,7 @@ def feature_attribution(loaded, sae: SparseAutoencoder, text: str, feature: int,
         x = tensor[0, position].to(sae.W_enc.dtype)
         target.captured = sae.encode(x[None])[0, feature]
 
-    from backend.capture import hooks
+    from interpscope.capture import hooks
 
     rules = spec.rules(loaded.adapter) if spec.rules else []
     with model_lock(loaded), hooks(loaded.adapter, {hook: read_feature}):

@@ -13,8 +13,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from backend.config import InterpscopeError
-from backend.sae_store.store import FeatureStore
+from interpscope.config import InterpscopeError
+from interpscope.sae_store.store import FeatureStore
 
 MAX_QUERY_CHARS = 100
 KINDS = ("id", "logit", "context", "label")

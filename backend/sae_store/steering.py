@@ -6,7 +6,7 @@
 Position 0 (the attention sink) is never edited. Reported: the next-token distribution after the prompt (top
 tokens, KL(clean || edited)), the change of log p(actual next token) at every position (the per-token ablation
 effect), and a greedy continuation of each run. Clean and edited runs are the two rows of one batch, generated
-with the KV cache (backend.generation): the edit acts on the edited row only, at every position from 1 on,
+with the KV cache (interpscope.generation): the edit acts on the edited row only, at every position from 1 on,
 newly generated positions included.
 """
 from __future__ import annotations
@@ -18,11 +18,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from backend.capture import hooks, model_lock
-from backend.config import InterpscopeError
-from backend.generation import RowEdit, greedy_generate
-from backend.sae import SparseAutoencoder, check_compatible
-from backend.sae.placement import on_device
+from interpscope.capture import hooks, model_lock
+from interpscope.config import InterpscopeError
+from interpscope.generation import RowEdit, greedy_generate
+from interpscope.sae import SparseAutoencoder, check_compatible
+from interpscope.sae.placement import on_device
 
 MODES = ("add", "ablate")
 MAX_NEW_TOKENS = 32
@@ -57,7 +57,7 @@ class SteeringResult:
 
 
 def _editor(sae: SparseAutoencoder, feature: int, mode: str, strength: float):
-    """The edit on activations x [n, t, d] at positions from 1 on (backend.generation.RowEdit picks them)."""
+    """The edit on activations x [n, t, d] at positions from 1 on (interpscope.generation.RowEdit picks them)."""
     direction = sae.W_dec[feature].detach()
 
     def edit(rest: torch.Tensor) -> torch.Tensor:

@@ -13,9 +13,9 @@ from typing import Callable
 
 import numpy as np
 
-from backend.config import InterpscopeError
-from backend.paths import confined_folder, server_mode
-from backend.sae_store.layout import (ARRAYS, MANIFEST, SHIPPED_STORES_DIR, WEIGHTS_HASH, default_store_dir,
+from interpscope.config import InterpscopeError
+from interpscope.paths import confined_folder, server_mode
+from interpscope.sae_store.layout import (ARRAYS, MANIFEST, SHIPPED_STORES_DIR, WEIGHTS_HASH, default_store_dir,
                                       folder_of, list_stores, sae_digest, weights_sha256)
 
 
@@ -139,7 +139,7 @@ class FeatureStore:
         """The store built for exactly this SAE's weights: its default store, else any complete store whose manifest
         records the same weights hash. A store found by name but built for other weights is an error naming both
         hashes, never shown as if it described this SAE."""
-        from backend.sae.folder import CFG_FILE, WEIGHTS_FILE
+        from interpscope.sae.folder import CFG_FILE, WEIGHTS_FILE
 
         folder = Path(sae_folder).expanduser()
         if not (folder / CFG_FILE).is_file() or not (folder / WEIGHTS_FILE).is_file():
@@ -182,7 +182,7 @@ class FeatureStore:
 
     def load_sae(self):
         """The SAE this store was built for; an error if its weights changed since (the store would be stale)."""
-        from backend.sae import load_sae
+        from interpscope.sae import load_sae
 
         folder = self.sae_folder()
         sae = load_sae(folder)
@@ -250,7 +250,7 @@ class FeatureStore:
     @cached_property
     def labels(self) -> list[str]:
         """Every feature's deterministic label (labels.json when the build wrote it, else computed)."""
-        from backend.sae_store.labels import LABELS_FILE, compute_labels
+        from interpscope.sae_store.labels import LABELS_FILE, compute_labels
 
         path = self.folder / LABELS_FILE
         if path.is_file():
@@ -262,7 +262,7 @@ class FeatureStore:
     @cached_property
     def explanations(self) -> dict[int, dict]:
         """Explanations written by a bundled model and their detection scores, by feature (empty when none)."""
-        from backend.sae_store.explanations import read_explanations
+        from interpscope.sae_store.explanations import read_explanations
 
         return read_explanations(self.folder)
 

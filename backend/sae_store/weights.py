@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from backend.sae import SparseAutoencoder
+from interpscope.sae import SparseAutoencoder
 
 
 @dataclass

@@ -6,6 +6,6 @@ shard. In one process the shards run in order; on Ray each worker (an actor) loa
 same function on the shards it is given, and the driver merges the results in shard order, so both ways write
 byte-identical outputs. Ray is an optional extra (`pip install -e .[scale]`) imported only when asked for.
 """
-from backend.scale.pool import RunStats, Scale, Shard, map_shards
+from interpscope.scale.pool import RunStats, Scale, Shard, map_shards
 
 __all__ = ["RunStats", "Scale", "Shard", "map_shards"]

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
-from backend.config import InterpscopeError
+from interpscope.config import InterpscopeError
 
 INSTALL_HINT = "pip install -e .[scale]"
 

@@ -14,13 +14,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from backend.config import resolve_device
-from backend.outputs import OutputFolder
-from backend.resume import appending, read_log
-from backend.sae_store.explain import append_entries, check_explainer, pending, scored_entry, write_explanations, \
+from interpscope.config import resolve_device
+from interpscope.outputs import OutputFolder
+from interpscope.resume import appending, read_log
+from interpscope.sae_store.explain import append_entries, check_explainer, pending, scored_entry, write_explanations, \
     writer_prompt
-from backend.sae_store.explanations import EXPLANATIONS_FILE
-from backend.scale.pool import ModelRef, RunStats, Scale, Shard, map_shards
+from interpscope.sae_store.explanations import EXPLANATIONS_FILE
+from interpscope.scale.pool import ModelRef, RunStats, Scale, Shard, map_shards
 
 
 @dataclass

@@ -17,8 +17,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from backend.config import InterpscopeError
-from backend.scale.cluster import connected, plan_workers
+from interpscope.config import InterpscopeError
+from interpscope.scale.cluster import connected, plan_workers
 
 MAX_RESTARTS = 4  # per worker: a worker killed more often than this fails the job
 MAX_RETRIES = 4  # per shard
@@ -103,7 +103,7 @@ class Job(Protocol):
 
 @dataclass(frozen=True)
 class ModelRef:
-    """How a worker loads the driver's model: load_model(name, device, dtype); `key` (backend.models.identity)
+    """How a worker loads the driver's model: load_model(name, device, dtype); `key` (interpscope.models.identity)
     checks that it got the same weights."""
 
     name: str
@@ -113,17 +113,17 @@ class ModelRef:
 
     @classmethod
     def of(cls, lm) -> "ModelRef":
-        from backend.models.identity import model_key
+        from interpscope.models.identity import model_key
 
         return cls(name=str(lm.name), device=str(lm.device), dtype=str(lm.dtype).removeprefix("torch."),
                    key=model_key(lm))
 
     def load(self):
-        from backend.models import load_model
+        from interpscope.models import load_model
 
         lm = load_model(self.name, device=self.device, dtype=self.dtype)
         if self.key is not None:
-            from backend.models.identity import model_key
+            from interpscope.models.identity import model_key
 
             if model_key(lm) != self.key:
                 raise InterpscopeError(f"The worker loaded other weights for {self.name!r} than the driver has; "

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from backend import atomic
+from interpscope import atomic
 
 
 class ShardFiles:

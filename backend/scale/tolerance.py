@@ -12,7 +12,7 @@ in bfloat16 and 0.5% / 2.5% in float16 at 64 / 512 tokens, while AttnLRP and CP-
 and 0.07-0.4% (fp16) and float32 on CUDA within 5e-6; the real SmolLM2 weights on the CPU in bf16 / fp16 gave the
 same picture (`bench/cuda_check.py --device cpu --parts agreement`: Gradient x Input 4.9% / 7.3% in bf16 and 0.5% /
 0.9% in fp16; AttnLRP and CP-LRP 0.7-1.6% and 0.1-0.3%); `gradient_relevance` holds their tolerance. Accumulation is float64
-everywhere (relevance: backend.relevance.engine; evaluation sums; neuron means), so only the forward pass's
+everywhere (relevance: interpscope.relevance.engine; evaluation sums; neuron means), so only the forward pass's
 rounding shows in these figures.
 """
 from __future__ import annotations

@@ -9,12 +9,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from backend.adapters import ModelAdapter, get_adapter
-from backend.relevance.mamba.forward import FIX_NAMES, Fixes
-from backend.relevance.mamba.rule import MambaLRPRule, _check_family
-from backend.relevance.engine import forward_logits
-from backend.capture import model_lock
-from backend.relevance.targets import Target
+from interpscope.adapters import ModelAdapter, get_adapter
+from interpscope.relevance.mamba.forward import FIX_NAMES, Fixes
+from interpscope.relevance.mamba.rule import MambaLRPRule, _check_family
+from interpscope.relevance.engine import forward_logits
+from interpscope.capture import model_lock
+from interpscope.relevance.targets import Target
 
 
 @dataclass
@@ -133,7 +133,7 @@ def relevance_by_distance(relevances: Sequence[np.ndarray], max_distance: int | 
 def distance_profile(lm, texts: Sequence[str], method: str = "mambalrp", max_distance: int | None = None,
                      progress: Callable[[int, int], None] | None = None) -> DistanceProfile:
     """Explain each text's predicted next token with `method` and aggregate relevance by distance."""
-    from backend.relevance.api import explain
+    from interpscope.relevance.api import explain
 
     maps = []
     for index, text in enumerate(texts):

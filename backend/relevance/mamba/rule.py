@@ -1,8 +1,8 @@
 """MambaLRP as a relevance rule: the pure-PyTorch mixer and RMSNorm forwards swapped in on ONE model instance.
 
 `MambaLRPRule(fixes).apply(adapter)` is a context manager (the relevance engine's Rule protocol): on entry every
-mixer and RMSNorm of that instance runs backend.relevance.mamba.forward with the chosen fixes, through
-backend.capture.override_forward, which swaps the forward for the current run only (other sessions keep the
+mixer and RMSNorm of that instance runs interpscope.relevance.mamba.forward with the chosen fixes, through
+interpscope.capture.override_forward, which swaps the forward for the current run only (other sessions keep the
 plain forward); on exit, also after an exception, the class's own forward is back. Classes are never patched.
 Callers hold the model's lock (`mamba_lrp` does both).
 """
@@ -14,10 +14,10 @@ from typing import Callable, Iterator
 import torch
 from torch import nn
 
-from backend.adapters import ModelAdapter, get_adapter
-from backend.capture import model_lock, override_forward
-from backend.config import InterpscopeError
-from backend.relevance.mamba.forward import Fixes, mixer_forward, rmsnorm
+from interpscope.adapters import ModelAdapter, get_adapter
+from interpscope.capture import model_lock, override_forward
+from interpscope.config import InterpscopeError
+from interpscope.relevance.mamba.forward import Fixes, mixer_forward, rmsnorm
 
 
 def _check_family(adapter: ModelAdapter) -> None:

@@ -1,18 +1,18 @@
 """The SAE architectures, one module each, in a registry looked up by name or alias (as SAELens registers its
 classes). Adding an architecture = one module that subclasses `SparseAutoencoder` + one `register` line below;
 the trainer, the folder format, the pipeline, the training page and the command line read everything else from
-the class (see backend.sae.arch.base for what a class declares).
+the class (see interpscope.sae.arch.base for what a class declares).
 """
 from __future__ import annotations
 
-from backend.sae.arch.base import Knob, LossTerms, PerFeature, SAEConfig, SparseAutoencoder
-from backend.sae.arch.batchtopk import BatchTopKSAE
-from backend.sae.arch.gated import GatedSAE
-from backend.sae.arch.jumprelu import JumpReLUSAE
-from backend.sae.arch.registry import (architecture_class, build_sae, canonical_architecture, choices_text, register,
+from interpscope.sae.arch.base import Knob, LossTerms, PerFeature, SAEConfig, SparseAutoencoder
+from interpscope.sae.arch.batchtopk import BatchTopKSAE
+from interpscope.sae.arch.gated import GatedSAE
+from interpscope.sae.arch.jumprelu import JumpReLUSAE
+from interpscope.sae.arch.registry import (architecture_class, build_sae, canonical_architecture, choices_text, register,
                                        registered)
-from backend.sae.arch.standard import StandardSAE
-from backend.sae.arch.topk import TopKSAE
+from interpscope.sae.arch.standard import StandardSAE
+from interpscope.sae.arch.topk import TopKSAE
 
 register(StandardSAE)
 register(GatedSAE)

@@ -14,7 +14,7 @@ An architecture module subclasses `SparseAutoencoder` and fills in:
 - inference: `activate(sae_in)`; training: `training_loss`, and optionally `observe_dead`, `after_step`,
   `resample_dead`, `density_bias` (data-aware start);
 - the folder format: `folder_architecture`, `activation_fn`, `claims_folder`, `read_fields`, `write_fields`,
-  `prepare_tensors` (see backend.sae.cfg_json and backend.sae.folder).
+  `prepare_tensors` (see interpscope.sae.cfg_json and interpscope.sae.folder).
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from backend.sae import normalisation
-from backend.sae.sparse_ops import sparse_decode, sparse_linear
+from interpscope.sae import normalisation
+from interpscope.sae.sparse_ops import sparse_decode, sparse_linear
 
 
 @dataclass

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from backend.sae.arch.base import Knob, LossTerms, PerFeature, SAEConfig
-from backend.sae.arch.topk import TopKSAE, fold_norms_into_encoder
+from interpscope.sae.arch.base import Knob, LossTerms, PerFeature, SAEConfig
+from interpscope.sae.arch.topk import TopKSAE, fold_norms_into_encoder
 
 THRESHOLD_RATE = 0.01
 

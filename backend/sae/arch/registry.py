@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from backend.sae.arch.base import SAEConfig, SparseAutoencoder
+from interpscope.sae.arch.base import SAEConfig, SparseAutoencoder
 
 _REGISTRY: dict[str, type[SparseAutoencoder]] = {}
 _ALIASES: dict[str, str] = {}

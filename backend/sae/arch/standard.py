@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from backend.sae.arch.base import Knob, LossTerms, PerFeature, SAEConfig, SparseAutoencoder, squared_error
+from interpscope.sae.arch.base import Knob, LossTerms, PerFeature, SAEConfig, SparseAutoencoder, squared_error
 
 
 class StandardSAE(SparseAutoencoder):
