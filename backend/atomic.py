@@ -13,9 +13,10 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import IO, Callable, Iterator
+from typing import IO
 
 from interpscope.config import InterpscopeError
 

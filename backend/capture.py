@@ -19,9 +19,10 @@ from __future__ import annotations
 import contextvars
 import threading
 import weakref
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Literal, Sequence
+from typing import Literal
 
 import torch
 from torch import nn
@@ -54,7 +55,7 @@ def run_scope() -> Iterator[object]:
 
 
 # --- which owners have which hooks where ----------------------------------------------------------------------------
-_ACTIVE: dict[object, list[tuple["weakref.ref[nn.Module]", HookRole]]] = {}
+_ACTIVE: dict[object, list[tuple[weakref.ref[nn.Module], HookRole]]] = {}
 
 
 def _track(module: nn.Module, role: HookRole, owner: object, add: bool) -> None:
@@ -227,7 +228,7 @@ def foreign_hooks(model: nn.Module) -> list[str]:
 
 
 # --- the lock ---------------------------------------------------------------------------------------------------
-_LOCKS: "weakref.WeakKeyDictionary[nn.Module, threading.RLock]" = weakref.WeakKeyDictionary()
+_LOCKS: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
 
 
 def _module_of(model_or_lm) -> nn.Module:

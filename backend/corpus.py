@@ -8,9 +8,10 @@ from __future__ import annotations
 import gzip
 import hashlib
 import re
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Literal
 
 import torch
 

@@ -16,9 +16,9 @@ Every hook goes through interpscope.capture, so it acts on this run's forward pa
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Sequence
 
 import torch
 

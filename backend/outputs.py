@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Iterator
 
 from interpscope.atomic import is_temp_name, remove_stale_temps, write_json
 from interpscope.config import InterpscopeError
@@ -118,7 +118,7 @@ class OutputFolder:
         self.marker = marker
 
     @classmethod
-    def claim(cls, path: str | Path, *, force: bool = False, command: str = "") -> "OutputFolder":
+    def claim(cls, path: str | Path, *, force: bool = False, command: str = "") -> OutputFolder:
         """Check the folder (see check_output_folder), create it if needed and write its marker."""
         path = Path(os.path.abspath(check_output_folder(path, force)))
         marker = read_marker(path) if path.is_dir() else None

@@ -46,7 +46,7 @@ class Prediction:
                  "model": self.model, "text": self.text} for rank, p in enumerate(self.predictions, 1)]
 
 
-_ROWS: "weakref.WeakKeyDictionary[nn.Module, OrderedDict]" = weakref.WeakKeyDictionary()
+_ROWS: weakref.WeakKeyDictionary[nn.Module, OrderedDict] = weakref.WeakKeyDictionary()
 _ROWS_LOCK = threading.Lock()
 
 

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 Progress = Callable[[int, int], None]
 StageProgress = Callable[[float, str], None]

@@ -21,8 +21,8 @@ gives the model-kind wording (a Mamba model has no attention, so no attention si
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import numpy as np
 import torch

@@ -86,10 +86,11 @@ GPU = "cuda"
 
 
 def agreement() -> dict:
+    from backend_timings import _text
+
     from interpscope.models import load_model
     from interpscope.relevance.api import explain
     from interpscope.scale.tolerance import relative_error, relevance_tolerance, tolerance
-    from backend_timings import _text
 
     runs = [("cpu", "float32"), (GPU, "float32"), (GPU, "bfloat16"), (GPU, "float16")]
     maps: dict = {}
@@ -142,8 +143,9 @@ def sae_agreement(n_tokens: int) -> dict:
 
 
 def timings(repeats: int, dtype: str, only: list[str] | None) -> list[dict]:
-    from interpscope.models import load_model
     from backend_timings import timing_rows
+
+    from interpscope.models import load_model
 
     lm = load_model("smollm2-135m", device=GPU, dtype=dtype)
     return timing_rows(lm, repeats=repeats, only=only, eval_tokens=4096)

@@ -22,8 +22,17 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from interpscope.relevance.heldout import (DEFAULT_IG_STEPS, HeldoutResult, HeldoutSettings,  # noqa: E402
-                                       accuracy, choose, labels_for, load_set, run_heldout, summarize)
+from interpscope.relevance.heldout import (  # noqa: E402
+    DEFAULT_IG_STEPS,
+    HeldoutResult,
+    HeldoutSettings,
+    accuracy,
+    choose,
+    labels_for,
+    load_set,
+    run_heldout,
+    summarize,
+)
 from interpscope.results import to_json, to_plain  # noqa: E402
 
 

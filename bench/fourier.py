@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from interpscope.fourier.addition import run_addition, small_sum_pairs  # noqa: E402
-from interpscope.fourier.data import TEMPLATES, split_pairs  # noqa: E402
 from interpscope.fourier.controls import control_fields  # noqa: E402
+from interpscope.fourier.data import TEMPLATES, split_pairs  # noqa: E402
 from interpscope.fourier.filters import filter_table, reading  # noqa: E402
 from interpscope.fourier.lens import module_lens  # noqa: E402
 from interpscope.fourier.probe import probe_pairs, single_token_setup  # noqa: E402

@@ -28,14 +28,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from interpscope.capture import model_lock
 from interpscope.corpus import paragraphs, sample_prompts, token_stream  # noqa: E402
-from interpscope.relevance.mamba.forward import Fixes  # noqa: E402
-from interpscope.relevance.mamba.rule import mamba_lrp  # noqa: E402
 from interpscope.models import load_model  # noqa: E402
 from interpscope.relevance.api import explain, faithfulness, make_target  # noqa: E402
 from interpscope.relevance.engine import forward_logits  # noqa: E402
 from interpscope.relevance.faithfulness import removal_counts  # noqa: E402
-from interpscope.capture import model_lock
+from interpscope.relevance.mamba.forward import Fixes  # noqa: E402
+from interpscope.relevance.mamba.rule import mamba_lrp  # noqa: E402
 from interpscope.relevance.targets import Target  # noqa: E402
 
 METHODS = ("mambalrp", "gradxinput", "ig")

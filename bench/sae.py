@@ -32,11 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from interpscope.models import load_model  # noqa: E402
+from interpscope.results import to_plain  # noqa: E402
 from interpscope.sae import load_sae  # noqa: E402
 from interpscope.sae.activations import build_activation_cache  # noqa: E402
 from interpscope.sae.evaluation import evaluate_saes  # noqa: E402
 from interpscope.sae.pipeline import SAESpec, train_saes  # noqa: E402
-from interpscope.results import to_plain  # noqa: E402
 
 HOOK = "blocks.15.hook_resid_post"
 

@@ -1,7 +1,7 @@
 """Small Plotly figures shared by the pages."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 

@@ -1,7 +1,7 @@
 """Figures of the feature-circuit view: the token -> upstream feature -> target graph, and where the value went."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 

@@ -2,7 +2,7 @@
 bars per deletion baseline, the random-order control drawn like the methods so every bar stands beside chance."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 

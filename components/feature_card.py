@@ -7,7 +7,7 @@ centred on is underlined; tokens outside the stored window are not shown.
 from __future__ import annotations
 
 import html
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from interpscope.components.sae_figures import ORANGE, histogram_figure, logits_figure
 

@@ -2,7 +2,7 @@
 graph (each node carries its id in customdata, so a click on it can open the head or the neuron behind it)."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

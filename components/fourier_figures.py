@@ -1,7 +1,7 @@
 """Plotly figures of the Fourier-features page. Plain numpy in, figures out; nothing here runs a model."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

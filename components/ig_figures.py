@@ -3,7 +3,7 @@ along the straight path from the baseline to the input (where a jump makes the g
 in (interpscope.relevance.baselines.IGConvergence), plotly figures and one sentence out."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots

@@ -2,7 +2,7 @@
 error of MambaLRP with each of its four fixes switched off in turn. Plain numbers in, plotly figures out."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

@@ -1,7 +1,7 @@
 """Plotly figures of the Entropy neurons page, built from plain arrays and result dataclasses (no models)."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

@@ -1,7 +1,7 @@
 """Figures of the relevance page: latent relevance, perturbation curves, ABPC, continuation matrix."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go

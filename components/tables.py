@@ -1,7 +1,8 @@
 """Tables whose headers and cells are not cut off: each column as wide as its header and its longest cell."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 

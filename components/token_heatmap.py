@@ -9,7 +9,7 @@ value and, from `reasons` (position -> why), why they are excluded.
 from __future__ import annotations
 
 import html
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go

@@ -6,17 +6,18 @@ import math
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import streamlit as st
 
 from interpscope.config import InterpscopeError
 from interpscope.inputs import check_text
-from interpscope.uploads import parse_table
 from interpscope.models import LoadedModel, load_model
 from interpscope.models.registry import DEFAULT_MODEL
+from interpscope.uploads import parse_table
 
 
 def model_key() -> tuple[str, str, str]:
@@ -337,7 +338,7 @@ def progress(label: str, page: str | None = None) -> Iterator[Callable[..., None
 
 
 # --- results computed once per process, shared by every session -------------------------------------------------
-_SHARED: "OrderedDict[tuple, Any]" = OrderedDict()
+_SHARED: OrderedDict[tuple, Any] = OrderedDict()
 _SHARED_LOCK = threading.Lock()
 _SHARED_GATES: dict[tuple, threading.Lock] = {}
 SHARED_ENTRIES = 256

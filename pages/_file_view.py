@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import streamlit as st
 
+from interpscope.components.export import export_menu
+from interpscope.components.faithfulness_table import abpc_interval_figure
+from interpscope.components.relevance_charts import mean_relevance_bars
+from interpscope.components.token_heatmap import heatmap_figure, token_heatmap
 from interpscope.config import InterpscopeError
 from interpscope.limits import check_amounts
 from interpscope.relevance.file_attribution import MAX_ROWS, explain_file
 from interpscope.relevance.heldout import DEFAULT_IG_STEPS, SETS, choose, load_set, run_heldout
 from interpscope.relevance.methods import MethodOptions
 from interpscope.uploads import parse_table
-from interpscope.components.export import export_menu
-from interpscope.components.faithfulness_table import abpc_interval_figure
-from interpscope.components.relevance_charts import mean_relevance_bars
-from interpscope.components.token_heatmap import heatmap_figure, token_heatmap
 from pages._common import Param, model_key, progress, shared
 
 PAGE = "relevance-file"

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from interpscope.corpus import sample_prompts
-from interpscope.relevance.mamba.analysis import conservation_by_disabled_fix, distance_profile
-from interpscope.relevance.api import make_target
 from interpscope.components.export import export_menu
 from interpscope.components.mamba_charts import distance_figure, fix_error_figure
+from interpscope.corpus import sample_prompts
+from interpscope.relevance.api import make_target
+from interpscope.relevance.mamba.analysis import conservation_by_disabled_fix, distance_profile
 from pages._common import current_model, model_key, progress, show_errors
 
 

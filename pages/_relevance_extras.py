@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import streamlit as st
 
+from interpscope.components.export import export_menu
+from interpscope.components.ig_figures import convergence_figure, convergence_sentence, convergence_table
 from interpscope.inputs import default_prepend_bos, sink_token_id, tokenizer_adds_bos
 from interpscope.relevance.api import RelevanceResult, ig_convergence
 from interpscope.relevance.baselines import CONVERGENCE_STEPS
 from interpscope.relevance.methods import MethodOptions
 from interpscope.sinks import SINK_FACTOR
-from interpscope.components.export import export_menu
-from interpscope.components.ig_figures import convergence_figure, convergence_sentence, convergence_table
 from pages._common import Param, follow, model_key, progress, shared, show_errors
 
 BOS_KEY = "relevance-bos"

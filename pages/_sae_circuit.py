@@ -2,14 +2,14 @@
 store, or the next-token logit, draws on, by LRP through the model with the upstream SAE spliced in."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import streamlit as st
 
-from interpscope.sae_store import FeatureStore, list_stores
-from interpscope.sae.circuits import FeatureCircuit, feature_circuit
 from interpscope.components.circuit_figures import circuit_figure, circuit_readout_figure
 from interpscope.components.export import export_menu
+from interpscope.sae.circuits import FeatureCircuit, feature_circuit
+from interpscope.sae_store import FeatureStore, list_stores
 from pages._common import committed, is_shared, shared, show_errors, timing
 
 TARGETS = ["This store's feature at a token", "The next-token logit"]

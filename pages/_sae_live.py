@@ -5,15 +5,18 @@ These run the SAE's own model (the one named in the store), not necessarily the 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import streamlit as st
 
+from interpscope.components.export import export_menu
+from interpscope.components.sae_figures import logprob_change_figure, prompt_heatmap_figure, steering_figure
+from interpscope.components.token_heatmap import heatmap_figure, token_heatmap
 from interpscope.config import ASSETS_DIR, InterpscopeError
-from interpscope.models import load_model
 from interpscope.limits import check_amounts
+from interpscope.models import load_model
 from interpscope.paths import display_path, user_path
 from interpscope.relevance import methods_for
 from interpscope.sae import load_sae
@@ -22,9 +25,6 @@ from interpscope.sae.sinks import SINK_FACTOR
 from interpscope.sae_store import FeatureStore, build_store
 from interpscope.sae_store.prompt import FeatureAttribution, PromptFeatures, feature_attribution, prompt_features
 from interpscope.sae_store.steering import MAX_NEW_TOKENS, STRENGTH_MULTIPLE, SteeringResult, default_strength, steer
-from interpscope.components.export import export_menu
-from interpscope.components.sae_figures import logprob_change_figure, prompt_heatmap_figure, steering_figure
-from interpscope.components.token_heatmap import heatmap_figure, token_heatmap
 from pages._common import committed, follow, progress, text_source
 
 VIEWS_LIVE = ["Prompt", "Attribution", "Steering", "Circuit"]

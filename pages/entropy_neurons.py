@@ -6,6 +6,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from interpscope.components import neuron_figures as figs
+from interpscope.components.export import export_menu
+from interpscope.components.tables import fit_columns
 from interpscope.limits import check_amounts
 from interpscope.neurons import ablation as ablation_mod
 from interpscope.neurons.detail import text_activations
@@ -15,11 +18,18 @@ from interpscope.neurons.page_store import corpus_means
 from interpscope.neurons.store import DEFAULT_STORE_TOKENS
 from interpscope.neurons.weights import default_k
 from interpscope.paths import display_path
-from interpscope.components import neuron_figures as figs
-from interpscope.components.export import export_menu
-from interpscope.components.tables import fit_columns
-from pages._common import (Param, committed, current_model, model_key, progress, shared, show_errors,
-                           text_source, url_inputs, write_url)
+from pages._common import (
+    Param,
+    committed,
+    current_model,
+    model_key,
+    progress,
+    shared,
+    show_errors,
+    text_source,
+    url_inputs,
+    write_url,
+)
 
 PAGE = "neurons"
 VIEWS = ["Candidates", "Neuron detail", "Causal ablation", "Token-frequency neurons", "Induction", "Your text"]

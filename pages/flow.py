@@ -3,13 +3,25 @@ from __future__ import annotations
 
 import streamlit as st
 
-from interpscope.relevance.flow import DEFAULT_THRESHOLD, InformationFlow, attention_pattern, information_flow
-from interpscope.sae_store import list_stores
 from interpscope.components.export import export_menu
 from interpscope.components.flow_figures import attention_figure, contributions_figure, graph_figure, lens_figure
+from interpscope.relevance.flow import DEFAULT_THRESHOLD, InformationFlow, attention_pattern, information_flow
+from interpscope.sae_store import list_stores
+from pages._common import (
+    Param,
+    committed,
+    current_model,
+    is_shared,
+    model_key,
+    model_params,
+    shared,
+    show_errors,
+    text_source,
+    timing,
+    url_inputs,
+    write_url,
+)
 from pages._relevance_extras import bos_param, bos_toggle
-from pages._common import (Param, committed, current_model, is_shared, model_key, model_params, shared, show_errors,
-                           text_source, timing, url_inputs, write_url)
 
 PAGE = "flow"
 DEFAULT_TEXT = "When Mary and John went to the store, John gave a drink to"

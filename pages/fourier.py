@@ -5,21 +5,30 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from interpscope.components import fourier_figures as figs
+from interpscope.components.export import export_menu
+from interpscope.components.tables import fit_columns
 from interpscope.fourier.addition import run_addition, small_sum_pairs
+from interpscope.fourier.controls import control_fields
 from interpscope.fourier.data import TEMPLATES, check_template
 from interpscope.fourier.filters import KINDS, POSITIONS, filter_table, reading
 from interpscope.fourier.lens import default_tau, module_lens, prompt_fourier, top_components
 from interpscope.fourier.numbers import splits_digits
 from interpscope.fourier.probe import check_numbers, default_numbers, prompt_pairs, single_token_setup
-from interpscope.fourier.controls import control_fields
 from interpscope.fourier.spectrum import baseline_sentence, describe_regime, embedding_spectrum, hidden_spectra
 from interpscope.limits import check_amounts
 from interpscope.models.registry import BUNDLED
-from interpscope.components import fourier_figures as figs
-from interpscope.components.export import export_menu
-from interpscope.components.tables import fit_columns
-from pages._common import (Param, committed, current_model, model_key, progress, shared, show_errors,
-                           url_inputs, write_url)
+from pages._common import (
+    Param,
+    committed,
+    current_model,
+    model_key,
+    progress,
+    shared,
+    show_errors,
+    url_inputs,
+    write_url,
+)
 
 PAGE = "fourier"
 VIEWS = ["Spectrum", "Addition probe", "Filters"]

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from interpscope.predict import Prediction, predict_next
-from interpscope.components.charts import model_card, top_tokens_bar, token_chips
+from interpscope.components.charts import model_card, token_chips, top_tokens_bar
 from interpscope.components.export import export_menu
+from interpscope.predict import Prediction, predict_next
 from pages._common import Param, current_model, model_key, shared, show_errors, text_source, url_inputs, write_url
 
 DEFAULT_TEXT = "The capital of France is"

@@ -3,24 +3,48 @@ from __future__ import annotations
 
 import streamlit as st
 
-from interpscope.config import InterpscopeError
-from interpscope.corpus import sample_prompts
-from interpscope.inputs import parse_examples
-from interpscope.limits import check_amounts
-from interpscope.predict import predict_next
-from interpscope.relevance.api import (RelevanceResult, explain, explain_continuation, faithfulness,
-                                   faithfulness_batch, top_heads, top_neurons)
-from interpscope.relevance.methods import MethodOptions, methods_for
 from interpscope.components.export import export_menu
-from interpscope.components.relevance_charts import (abpc_bar, continuation_figure, curve_rows, curves_figure, latent_figure,
-                                         top_bar)
+from interpscope.components.relevance_charts import (
+    abpc_bar,
+    continuation_figure,
+    curve_rows,
+    curves_figure,
+    latent_figure,
+    top_bar,
+)
 from interpscope.components.relevance_readout import show_readout
 from interpscope.components.token_heatmap import heatmap_figure, token_heatmap
+from interpscope.config import InterpscopeError
+from interpscope.corpus import sample_prompts
+from interpscope.inputs import parse_examples, sink_token_id
+from interpscope.limits import check_amounts
+from interpscope.predict import predict_next
+from interpscope.relevance.api import (
+    RelevanceResult,
+    explain,
+    explain_continuation,
+    faithfulness,
+    faithfulness_batch,
+    top_heads,
+    top_neurons,
+)
+from interpscope.relevance.methods import MethodOptions, methods_for
+from pages._common import (
+    Param,
+    committed,
+    current_model,
+    is_shared,
+    model_key,
+    progress,
+    shared,
+    show_errors,
+    text_source,
+    timing,
+    url_inputs,
+    write_url,
+)
 from pages._file_view import file_params, file_section, method_options
-from interpscope.inputs import sink_token_id
 from pages._relevance_extras import bos_param, bos_toggle, ig_convergence_view, sink_caption
-from pages._common import (Param, committed, current_model, is_shared, model_key, progress, shared, show_errors,
-                           text_source, timing, url_inputs, write_url)
 
 PAGE = "relevance"
 DEFAULT_TEXT = "Mr. Darcy looked at Elizabeth, and Elizabeth looked back at"

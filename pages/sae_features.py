@@ -13,16 +13,16 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from interpscope.components.export import export_menu
+from interpscope.components.feature_card import show_feature_card
+from interpscope.components.sae_figures import density_figure
 from interpscope.config import REPO_ROOT, InterpscopeError
 from interpscope.paths import display_path
 from interpscope.sae_store import FeatureStore, list_stores
 from interpscope.sae_store.explanation_quality import chance_score, explanation_summary, quality
 from interpscope.sae_store.search import no_match_reason, search
-from interpscope.components.export import export_menu
-from interpscope.components.feature_card import show_feature_card
-from interpscope.components.sae_figures import density_figure
-from pages._sae_live import DEFAULT_PROMPT, VIEWS_LIVE, build_section, live_view
 from pages._common import Param, model_key, model_params, show_errors, url_inputs, url_is_new, write_url
+from pages._sae_live import DEFAULT_PROMPT, VIEWS_LIVE, build_section, live_view
 
 VIEWS = ["Overview", "Feature", *VIEWS_LIVE]
 SEARCH_KINDS = {"Label or explanation": "label", "Feature id": "id", "Token in top logits": "logit",

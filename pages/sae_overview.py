@@ -6,6 +6,8 @@ from pathlib import Path
 
 import streamlit as st
 
+from interpscope.components.export import export_menu
+from interpscope.components.sae_figures import evaluation_density_figure
 from interpscope.config import InterpscopeError
 from interpscope.limits import check_amounts
 from interpscope.paths import display_path, user_path
@@ -14,10 +16,18 @@ from interpscope.sae.catalog import describe, list_saes
 from interpscope.sae.evaluation import SAEEvaluation, evaluate_sae, text_windows
 from interpscope.sae.sinks import SINK_FACTOR
 from interpscope.sae_store import FeatureStore
-from interpscope.components.export import export_menu
-from interpscope.components.sae_figures import evaluation_density_figure
-from pages._common import (Param, committed, current_model, model_key, progress, shared, show_errors, text_source,
-                           url_inputs, write_url)
+from pages._common import (
+    Param,
+    committed,
+    current_model,
+    model_key,
+    progress,
+    shared,
+    show_errors,
+    text_source,
+    url_inputs,
+    write_url,
+)
 
 PAGE = "sae-overview"
 FOLDER = "A folder on this machine…"

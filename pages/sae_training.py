@@ -9,6 +9,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from interpscope.components.export import export_menu
+from interpscope.components.sae_figures import CURVES, training_curves_figure
 from interpscope.config import InterpscopeError
 from interpscope.limits import check_amounts
 from interpscope.paths import PLAIN_NAME, display_path, plain_name, user_path
@@ -16,8 +18,6 @@ from interpscope.sae import load_sae, registered
 from interpscope.sae.catalog import trained_dir
 from interpscope.sae.evaluation import evaluate_sae
 from interpscope.sae.pipeline import SAESpec, train_saes
-from interpscope.components.export import export_menu
-from interpscope.components.sae_figures import CURVES, training_curves_figure
 from pages._common import Param, committed, current_model, progress, show_errors, url_inputs, write_url
 
 ARCHITECTURES = {cls.short_name: cls for cls in registered()}

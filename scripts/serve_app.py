@@ -45,7 +45,6 @@ def given_options(args: list[str]) -> dict[str, str]:
 def config_file_value(key: str) -> str | None:
     """The option's value in a Streamlit config file (global, project or beside app.py), last file winning."""
     import tomllib
-
     from streamlit.config import get_config_files
 
     section, _, name = key.partition(".")

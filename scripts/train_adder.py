@@ -21,9 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from interpscope.config import InterpscopeError  # noqa: E402
 from interpscope.fourier.data import DEFAULT_TEMPLATE, TEMPLATES  # noqa: E402
-from interpscope.fourier.supervised import accuracy as split_accuracy, answer_logits, encode_split  # noqa: E402
+from interpscope.fourier.supervised import accuracy as split_accuracy  # noqa: E402
+from interpscope.fourier.supervised import answer_logits, encode_split
 from interpscope.fourier.vocab import number_tokenizer  # noqa: E402
 from interpscope.outputs import OutputFolder, check_output_folder  # noqa: E402
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

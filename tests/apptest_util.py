@@ -1,9 +1,9 @@
 """Open one page of the app under streamlit.testing, the way the navigation would."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Iterator
 
 from streamlit.testing.v1 import AppTest
 

@@ -8,9 +8,20 @@ def tiny_model(family: str, attn: str = "eager", seed: int = 0, bias_free: bool 
                init_range: float = 0.3):
     """A 2-layer, d_model 16 causal LM of `family` ('llama', 'gpt2', 'gpt_neox', 'qwen2', 'gemma3', 'olmo'),
     float64, eval mode."""
-    from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, GPT2Config, GPT2LMHeadModel, GPTNeoXConfig,
-                              GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, OlmoConfig, OlmoForCausalLM,
-                              Qwen2Config, Qwen2ForCausalLM)
+    from transformers import (
+        Gemma3ForCausalLM,
+        Gemma3TextConfig,
+        GPT2Config,
+        GPT2LMHeadModel,
+        GPTNeoXConfig,
+        GPTNeoXForCausalLM,
+        LlamaConfig,
+        LlamaForCausalLM,
+        OlmoConfig,
+        OlmoForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
     torch.manual_seed(seed)
     if family == "llama":

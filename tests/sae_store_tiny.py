@@ -5,8 +5,8 @@ from pathlib import Path
 
 import torch
 
-from interpscope.corpus import token_chunks
 from interpscope.capture import model_lock
+from interpscope.corpus import token_chunks
 from interpscope.models.tokenizers import gpt2_tokenizer
 from interpscope.neurons.synthetic import loaded as wrap_loaded
 from interpscope.sae import SAEConfig, build_sae, save_sae

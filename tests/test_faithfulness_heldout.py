@@ -172,8 +172,7 @@ def test_heldout_study_on_a_tiny_model():
 
 
 def test_explain_faithfulness_json_round_trip(tmp_path, capsys, monkeypatch):
-    from interpscope.cli import main
-    from interpscope.cli import common
+    from interpscope.cli import common, main
 
     lm = _tiny()
     monkeypatch.setattr(common, "load_from_args", lambda args: lm)
@@ -205,8 +204,8 @@ def test_explain_faithfulness_json_round_trip(tmp_path, capsys, monkeypatch):
     (["explain", "--set", "heldout", "--faithfulness", "--contrast", "a", "b"], "takes no --target-token"),
 ])
 def test_explain_faithfulness_bad_input(capsys, monkeypatch, argv, message):
-    from interpscope.cli import main
     import interpscope.cli.explain_cmd as explain_cmd
+    from interpscope.cli import main
 
     monkeypatch.setattr(explain_cmd, "load_from_args", lambda args: _tiny())
     assert main(argv) == 2

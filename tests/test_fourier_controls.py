@@ -7,8 +7,7 @@ import pytest
 
 from interpscope.fourier.baseline import by_construction_periods, digit_baseline
 from interpscope.fourier.basis import fourier_basis
-from interpscope.fourier.controls import (compare, control_fields, control_projection, random_number_basis,
-                                      removed_rank)
+from interpscope.fourier.controls import compare, control_fields, control_projection, random_number_basis, removed_rank
 from interpscope.fourier.filters import FilterRow, FilterTable, null_projection, reading, removed_frequencies
 from interpscope.fourier.spectrum import baseline_sentence, describe_regime, matrix_spectrum
 

@@ -7,7 +7,7 @@ import pytest
 from interpscope.config import InterpscopeError
 from interpscope.fourier.addition import score, small_sum_pairs
 from interpscope.fourier.basis import find_outliers, fourier_basis, frequency_magnitude, period_label
-from interpscope.fourier.data import operand_pairs, split_pairs, render, check_template
+from interpscope.fourier.data import check_template, operand_pairs, render, split_pairs
 from interpscope.fourier.filters import error_counts, null_projection, removed_frequencies
 from interpscope.fourier.lens import default_tau, low_share, top_components
 from interpscope.fourier.spectrum import matrix_spectrum

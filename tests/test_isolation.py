@@ -9,7 +9,7 @@ changes that model's output in its own thread, so a case cannot pass by editing 
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -18,11 +18,11 @@ import torch
 from interpscope.capture import capture, editing, foreign_hooks, hooks, model_lock, run_scope
 from interpscope.neurons.ablation import Neuron, token_effects
 from interpscope.predict import predict_next
+from interpscope.relevance.api import explain
 from interpscope.sae import load_sae
+from interpscope.sae.evaluation import evaluate_saes
 from interpscope.sae_store.prompt import feature_attribution, prompt_features
 from interpscope.sae_store.steering import steer
-from interpscope.sae.evaluation import evaluate_saes
-from interpscope.relevance.api import explain
 from tests.sae_store_tiny import HOOK, random_sae_folder, tiny_lm
 
 PROMPT = "The capital of France is"
@@ -153,8 +153,8 @@ def test_fourier_filters_do_not_reach_other_threads():
 
 
 def test_mamba_forward_override_does_not_reach_other_threads():
-    from interpscope.relevance.mamba.rule import mamba_lrp
     from interpscope.models import load_model
+    from interpscope.relevance.mamba.rule import mamba_lrp
 
     mamba = load_model("mamba-tiny", device="cpu")
     ids = mamba.encode("It is a truth universally acknowledged")

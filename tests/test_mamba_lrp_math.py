@@ -10,11 +10,19 @@ import torch.nn.functional as F
 
 from interpscope.adapters import get_adapter
 from interpscope.config import InterpscopeError
-from interpscope.relevance.mamba.analysis import conservation, conservation_by_disabled_fix, relevance_by_distance
-from interpscope.relevance.mamba.forward import (FIX_NAMES, Fixes, backbone_forward, gate_product, selective_scan_chunked,
-                                       selective_scan_sequential, silu, stabilise)
-from interpscope.relevance.mamba.rule import MambaLRPRule, mamba_lrp
 from interpscope.relevance import attribute, get_method, methods_for
+from interpscope.relevance.mamba.analysis import conservation, conservation_by_disabled_fix, relevance_by_distance
+from interpscope.relevance.mamba.forward import (
+    FIX_NAMES,
+    Fixes,
+    backbone_forward,
+    gate_product,
+    selective_scan_chunked,
+    selective_scan_sequential,
+    silu,
+    stabilise,
+)
+from interpscope.relevance.mamba.rule import MambaLRPRule, mamba_lrp
 from interpscope.relevance.targets import Target
 from tests.tiny_models import tiny_llama, tiny_mamba
 

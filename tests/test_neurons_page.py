@@ -6,7 +6,6 @@ import base64
 import json
 
 import numpy as np
-
 import pytest
 import torch
 

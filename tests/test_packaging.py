@@ -6,9 +6,10 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 OLD_IMPORT = re.compile(r"(from|import) (backend|components)([.\s]|$)")

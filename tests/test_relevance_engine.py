@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from tests.relevance_tiny import tiny_ids, tiny_model
 
 from interpscope.adapters import get_adapter
 from interpscope.relevance import attnlrp_rules, attribute, cplrp_rules
 from interpscope.relevance.targets import Target
+from tests.relevance_tiny import tiny_ids, tiny_model
 
 FAMILIES = ["llama", "gpt2", "gpt_neox", "qwen2", "gemma3", "olmo"]
 WITH_BIASES = {"gpt2", "gpt_neox", "qwen2"}

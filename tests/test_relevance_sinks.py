@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from interpscope.relevance.api import explain
-from interpscope.sinks import excluded_mask, measure, others_median_ratio
 from interpscope.components.relevance_readout import readout
 from interpscope.components.token_heatmap import heatmap_html, normalised
+from interpscope.relevance.api import explain
+from interpscope.sinks import excluded_mask, measure, others_median_ratio
 from tests.sae_store_tiny import tiny_lm
 
 TEXT = "Paris is the capital of"
@@ -87,8 +87,8 @@ def test_the_readout_names_the_relevance_the_excluded_tokens_hold(sink_lm):
 
 
 def test_mamba_wording_has_no_attention_sink_and_no_position_embeddings():
-    from interpscope.neurons.synthetic import loaded
     from interpscope.models.tokenizers import gpt2_tokenizer
+    from interpscope.neurons.synthetic import loaded
     from tests.tiny_models import GPT2_VOCAB, tiny_mamba
 
     lm = loaded(tiny_mamba(vocab=GPT2_VOCAB, seed=1), gpt2_tokenizer(), name="tiny-mamba")

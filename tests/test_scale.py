@@ -14,8 +14,13 @@ from interpscope.scale import Scale
 from interpscope.scale.memory import auto_batch_size, batch_size_arg, resolve_batch_size, window_bytes
 from interpscope.scale.pool import batch_shards
 from interpscope.scale.shards import ShardFiles, covered, gaps, merge_intervals
-from interpscope.scale.tolerance import (activations_close, conservation_close, relevance_close, relative_error,
-                                     sae_metrics_far)
+from interpscope.scale.tolerance import (
+    activations_close,
+    conservation_close,
+    relative_error,
+    relevance_close,
+    sae_metrics_far,
+)
 from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
 
 

@@ -2,8 +2,16 @@
 from __future__ import annotations
 
 import torch
-from transformers import (GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig,
-                          LlamaForCausalLM, MambaConfig, MambaForCausalLM)
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MambaConfig,
+    MambaForCausalLM,
+)
 
 GPT2_VOCAB = 50257
 

@@ -5,8 +5,14 @@ import argparse
 from pathlib import Path
 
 from interpscope.cli.argtypes import non_negative_int, positive_int
-from interpscope.cli.common import (add_model_args, check_out_file, check_out_folder, emit_json, load_from_args,
-                                read_input_bytes)
+from interpscope.cli.common import (
+    add_model_args,
+    check_out_file,
+    check_out_folder,
+    emit_json,
+    load_from_args,
+    read_input_bytes,
+)
 from interpscope.config import InterpscopeError
 
 
@@ -84,8 +90,8 @@ def _text_from_args(args: argparse.Namespace) -> str:
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    from interpscope.inputs import check_text
     from interpscope.cli import explain_faithfulness
+    from interpscope.inputs import check_text
     from interpscope.relevance.api import explain
 
     if explain_faithfulness.wants_faithfulness(args):

@@ -44,9 +44,8 @@ def flow_json(result, threshold: float) -> dict:
 
 
 def run_flow(args: argparse.Namespace) -> int:
-    from interpscope.relevance.flow import information_flow
-
     from interpscope.inputs import check_text
+    from interpscope.relevance.flow import information_flow
 
     check_text(args.text)
     check_out_file(args.json, "--json")

@@ -12,7 +12,6 @@ from interpscope.cli.scale_args import add_batch_arg, add_scale_args, scale_from
 from interpscope.config import InterpscopeError
 from interpscope.results import to_plain
 
-
 FOURIER_SUBCOMMAND_MODULES = ["interpscope.cli.fourier_store_cmd"]
 
 

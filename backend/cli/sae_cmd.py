@@ -7,11 +7,27 @@ import argparse
 import importlib
 import sys
 
-from interpscope.cli.argtypes import (eval_tokens_int, eval_window_int, fraction, list_of, non_negative_float,
-                                  non_negative_int, open_fraction, positive_float, positive_int, seed_int,
-                                  window_int)
-from interpscope.cli.common import (add_model_args, check_corpus, check_out_file, emit_json, load_from_args,
-                                load_model_for_sae)
+from interpscope.cli.argtypes import (
+    eval_tokens_int,
+    eval_window_int,
+    fraction,
+    list_of,
+    non_negative_float,
+    non_negative_int,
+    open_fraction,
+    positive_float,
+    positive_int,
+    seed_int,
+    window_int,
+)
+from interpscope.cli.common import (
+    add_model_args,
+    check_corpus,
+    check_out_file,
+    emit_json,
+    load_from_args,
+    load_model_for_sae,
+)
 from interpscope.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
 from interpscope.config import InterpscopeError
 
@@ -56,8 +72,14 @@ def _train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from interpscope.sae.arch import choices_text
-    from interpscope.sae.pipeline import SAESpec, check_resume, check_specs, check_training_memory, train_saes, \
-        train_settings
+    from interpscope.sae.pipeline import (
+        SAESpec,
+        check_resume,
+        check_specs,
+        check_training_memory,
+        train_saes,
+        train_settings,
+    )
 
     archs = [a.strip() for a in args.arch.split(",")]
     if not any(archs):

@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from interpscope.cli.argtypes import list_of, non_negative_int, positive_int, ray_address
-from interpscope.scale.memory import batch_size_arg
 from interpscope.cli.common import check_out_file, emit_json
 from interpscope.cli.scale_args import check_ray_address, check_workers
+from interpscope.scale.memory import batch_size_arg
 
 
 def register(sae_sub) -> None:

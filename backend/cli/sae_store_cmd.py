@@ -10,8 +10,14 @@ import time
 from pathlib import Path
 
 from interpscope.cli.argtypes import eval_tokens_int, non_negative_int, positive_int, window_int
-from interpscope.cli.common import (add_model_args, check_corpus, check_out_file, emit_json, load_from_args,
-                                load_model_for_sae)
+from interpscope.cli.common import (
+    add_model_args,
+    check_corpus,
+    check_out_file,
+    emit_json,
+    load_from_args,
+    load_model_for_sae,
+)
 from interpscope.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
 from interpscope.config import InterpscopeError
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from interpscope.capture import model_lock
 from interpscope.config import InterpscopeError
 from interpscope.fourier.data import render
 from interpscope.fourier.numbers import NumberTokens
-from interpscope.capture import model_lock
 
 
 @dataclass

@@ -21,8 +21,15 @@ from interpscope.capture import hooks, model_lock
 from interpscope.config import InterpscopeError
 from interpscope.fourier.addition import pad_right, score, token_to_number
 from interpscope.fourier.basis import FourierBasis, fourier_basis
-from interpscope.fourier.controls import (DEFAULT_CONTROL_SEEDS, SPECIFIC, Control, compare, control_projection,
-                                     describe, null_space_projector)
+from interpscope.fourier.controls import (
+    DEFAULT_CONTROL_SEEDS,
+    SPECIFIC,
+    Control,
+    compare,
+    control_projection,
+    describe,
+    null_space_projector,
+)
 from interpscope.fourier.data import render
 from interpscope.fourier.lens import check_tau, default_tau
 from interpscope.fourier.numbers import NumberTokens, number_unembedding
@@ -111,7 +118,7 @@ def error_counts(errors: np.ndarray) -> dict:
     wrong = errors[~(errors == 0)]
     numeric = wrong[~np.isnan(wrong)]
     return {"wrong": int(len(wrong)), "multiple_of_10": int(np.sum(numeric % 10 == 0)),
-            "small_lt_6": int(np.sum((np.abs(numeric) < 6))), "other": int(np.sum((numeric % 10 != 0) &
+            "small_lt_6": int(np.sum(np.abs(numeric) < 6)), "other": int(np.sum((numeric % 10 != 0) &
                                                                                   (np.abs(numeric) >= 6))),
             "not_a_number": int(len(wrong) - len(numeric))}
 

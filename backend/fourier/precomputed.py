@@ -13,9 +13,10 @@ import dataclasses
 import hashlib
 import json
 import threading
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import numpy as np
 

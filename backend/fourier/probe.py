@@ -1,9 +1,9 @@
 """Entry points shared by the command line and the page: pick the numbers and prompts a model supports."""
 from __future__ import annotations
 
-import numpy as np
-
 from dataclasses import dataclass
+
+import numpy as np
 
 from interpscope.config import InterpscopeError
 from interpscope.fourier.data import sample_pairs, split_pairs

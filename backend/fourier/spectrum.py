@@ -15,8 +15,14 @@ import torch
 
 from interpscope.capture import capture, model_lock
 from interpscope.config import InterpscopeError
-from interpscope.fourier.baseline import (DIGIT_BASE, SHUFFLES, by_construction_periods, digit_baseline,
-                                      outliers_above, shuffled_control)
+from interpscope.fourier.baseline import (
+    DIGIT_BASE,
+    SHUFFLES,
+    by_construction_periods,
+    digit_baseline,
+    outliers_above,
+    shuffled_control,
+)
 from interpscope.fourier.basis import Outlier, fourier_basis, frequency_magnitude
 from interpscope.fourier.numbers import number_embeddings, number_tokens, number_unembedding, splits_digits
 

@@ -16,9 +16,9 @@ import os
 import struct
 import threading
 from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 import torch
 

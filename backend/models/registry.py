@@ -5,12 +5,11 @@ the project trains itself registers here with the folder in assets/ it ships.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
-
 import json
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 from interpscope.config import ASSETS_DIR
 from interpscope.models import smollm2

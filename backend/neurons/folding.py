@@ -12,7 +12,6 @@ import torch
 from interpscope.adapters import FoldedNorm, ModelAdapter
 from interpscope.config import InterpscopeError
 
-
 FinalNorm = FoldedNorm
 
 

@@ -14,23 +14,30 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from interpscope import atomic, corpus
 from interpscope.config import ASSETS_DIR, InterpscopeError, data_dir
-from interpscope.neurons.detail import (CONTEXT_LEFT, CONTEXT_RIGHT, Context, NeuronDetail, context_windows,
-                                    kept_histogram, weight_detail)
+from interpscope.neurons.detail import (
+    CONTEXT_LEFT,
+    CONTEXT_RIGHT,
+    Context,
+    NeuronDetail,
+    context_windows,
+    kept_histogram,
+    weight_detail,
+)
 from interpscope.neurons.postnorm import typical_scale
 from interpscope.neurons.store import DEFAULT_SEQ_LEN, DEFAULT_STORE_TOKENS, corpus_activations, model_key
-from interpscope.scale.pool import Scale
 from interpscope.neurons.unigram import save_npy_atomic, source_key, token_counts, tokenizer_key, unigram_direction
 from interpscope.neurons.weights import NeuronStats, check_layer, default_k, neuron_stats
 from interpscope.paths import folder_allowed
+from interpscope.scale.pool import Scale
 
 KIND = "interpscope-neuron-store"
 MANIFEST = "manifest.json"

@@ -17,7 +17,7 @@ import torch
 
 from interpscope.neurons.folding import mlp_pre_output, output_norm
 
-_SCALES: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
+_SCALES: weakref.WeakKeyDictionary[torch.nn.Module, dict] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 

@@ -10,9 +10,9 @@ finished shard saved at once so an interrupted pass resumes; the joined arrays a
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -21,7 +21,7 @@ from interpscope import corpus
 from interpscope.capture import StopForward, hooks, model_lock
 from interpscope.config import InterpscopeError, data_dir
 from interpscope.models.identity import model_key
-from interpscope.neurons.unigram import source_key, save_npy_atomic
+from interpscope.neurons.unigram import save_npy_atomic, source_key
 from interpscope.neurons.weights import check_layer
 from interpscope.scale.pool import Scale, Shard, batch_shards, map_shards
 from interpscope.scale.shards import ShardFiles, covered

@@ -7,7 +7,6 @@ contribution to the residual norm (and so to the final norm's scale) is large.
 """
 from __future__ import annotations
 
-
 import torch
 
 from interpscope.adapters import get_adapter
@@ -19,8 +18,14 @@ def tiny_model(family: str = "gpt2", vocab_size: int = 200, d_model: int = 32, n
                embedding_std: float = 0.5):
     """A randomly initialised causal LM of the given family ('gpt2', 'llama', 'gpt_neox', 'gemma3') with tied or untied
     unembedding as that family does by default, and an embedding large enough for confident predictions."""
-    from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, \
-        LlamaForCausalLM
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        GPTNeoXConfig,
+        GPTNeoXForCausalLM,
+        LlamaConfig,
+        LlamaForCausalLM,
+    )
 
     torch.manual_seed(seed)
     if family == "gpt2":

@@ -15,7 +15,6 @@ import torch
 from interpscope import atomic, corpus
 from interpscope.config import InterpscopeError, data_dir
 
-
 _TOKENIZER_KEYS: dict[int, tuple[object, str]] = {}
 
 

@@ -35,7 +35,7 @@ class UnembedBasis:
         return self.U[:, -k:]
 
 
-_BASES: "weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple, UnembedBasis]]" = weakref.WeakKeyDictionary()
+_BASES: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple, UnembedBasis]] = weakref.WeakKeyDictionary()
 _BASES_LOCK = threading.Lock()
 
 

@@ -5,28 +5,27 @@ Every call holds the model's lock for the whole attribution (rules are hooks on 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from interpscope.adapters import ModelAdapter, get_adapter
+from interpscope.capture import editing, model_lock
 from interpscope.config import InterpscopeError
+from interpscope.inputs import check_token_count, with_bos
+from interpscope.predict import TokenProb, cached_next_logits, next_logits, remember_next_logits, top_predictions
+from interpscope.progress import Progress
 from interpscope.relevance.baselines import CONVERGENCE_STEPS, IGConvergence, convergence
 from interpscope.relevance.continuation import ContinuationRelevance, continuation_relevance
 from interpscope.relevance.engine import Attribution, Completeness, Conservation, LatentRelevance, forward_logits
 from interpscope.relevance.faithfulness import DEFAULT_STEPS, PerturbationCurves, perturbation_curves
-from interpscope.capture import editing, model_lock
-from interpscope.predict import TokenProb, cached_next_logits, next_logits, remember_next_logits, top_predictions
-from interpscope.progress import Progress
 from interpscope.relevance.methods import MethodOptions, get_method
-from interpscope.inputs import check_token_count, with_bos
 from interpscope.relevance.sinks import report_from, sink_report, watching
-from interpscope.sinks import words
 from interpscope.relevance.targets import PendingTarget, Target, chosen_target, resolve_target
-
+from interpscope.sinks import words
 
 MAX_NEW_TOKENS = 64
 MODEL_KIND = ("attention", "position_embedding", "state_space")

@@ -7,8 +7,8 @@ from the zero baseline (RMSNorm's epsilon and the forming massive activation), s
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import torch

@@ -5,9 +5,9 @@ One forward pass under the rules over the whole sequence, then one backward pass
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import torch

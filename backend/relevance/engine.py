@@ -11,9 +11,9 @@ gradient includes the rule's factor: the relevance that module's output passes b
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
 
 import numpy as np
 import torch

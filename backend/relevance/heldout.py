@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import time
 import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import torch

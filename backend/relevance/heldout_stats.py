@@ -2,7 +2,7 @@
 the sentence that reads it (interpscope.relevance.heldout computes the per-prompt numbers)."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 

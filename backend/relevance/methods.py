@@ -7,8 +7,9 @@ methods from this registry and run them through `Method.compute`; adding a metho
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Literal
 
 from interpscope.adapters import ModelAdapter
 from interpscope.config import InterpscopeError
@@ -34,7 +35,7 @@ class MethodOptions:
     occlusion_window: int = 1
     pad_token_id: int | None = None
 
-    def checked(self) -> "MethodOptions":
+    def checked(self) -> MethodOptions:
         from interpscope.relevance.baselines import BASELINES
 
         if not isinstance(self.ig_steps, int) or not 1 <= self.ig_steps <= MAX_IG_STEPS:
@@ -72,7 +73,7 @@ class Method:
     description: str
     requires: frozenset[str]
     compute: Compute
-    rules: Callable[[ModelAdapter], Sequence["Rule"]] | None = None
+    rules: Callable[[ModelAdapter], Sequence[Rule]] | None = None
     law: Law = "none"
     through_softmax: bool = False  # relevance flows through attention softmaxes, which drop a share (AttnLRP)
     exact_forward: bool = True

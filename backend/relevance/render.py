@@ -5,8 +5,8 @@ Each token is drawn with a background coloured by its relevance: red positive, b
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 

@@ -9,8 +9,9 @@ A rule is any object with `apply(adapter) -> context manager`; other families (e
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import Callable, Iterator, Protocol, Sequence
+from typing import Protocol
 
 import torch
 from torch import nn

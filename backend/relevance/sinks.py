@@ -7,8 +7,8 @@ so a one-pass method stays one pass; `sink_report` runs a partial pass of its ow
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 

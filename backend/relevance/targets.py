@@ -5,8 +5,8 @@ all others (METHODS.md rule 8, for models whose logits are mostly negative).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 

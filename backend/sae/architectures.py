@@ -6,8 +6,18 @@ added.
 """
 from __future__ import annotations
 
-from interpscope.sae.arch import (Knob, LossTerms, PerFeature, SAEConfig, SparseAutoencoder, architecture_class,
-                              build_sae, canonical_architecture, choices_text, registered)
+from interpscope.sae.arch import (
+                              Knob,
+                              LossTerms,
+                              PerFeature,
+                              SAEConfig,
+                              SparseAutoencoder,
+                              architecture_class,
+                              build_sae,
+                              canonical_architecture,
+                              choices_text,
+                              registered,
+)
 from interpscope.sae.arch.base import squared_error
 
 __all__ = ["Knob", "LossTerms", "PerFeature", "SAEConfig", "SparseAutoencoder", "architecture_class", "build_sae",

@@ -17,8 +17,8 @@ the median norm in 16k turn an FVU of 0.2 into 70). The next-token losses are av
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch

@@ -7,20 +7,20 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from interpscope import atomic
 from interpscope.config import InterpscopeError
 from interpscope.outputs import OutputFolder, check_output_folder
 from interpscope.resume import check_same_settings
-from interpscope.scale.pool import Scale
 from interpscope.sae.activations import ActivationCache, ShuffledBuffer, build_activation_cache
 from interpscope.sae.architectures import SAEConfig, SparseAutoencoder, architecture_class, build_sae
 from interpscope.sae.folder import CFG_FILE, WEIGHTS_FILE, hook_width, save_sae
-from interpscope.sinks import SINK_FACTOR
 from interpscope.sae.training import TrainConfig, Trainer, TrainRun
+from interpscope.scale.pool import Scale
+from interpscope.sinks import SINK_FACTOR
 
 OUTLIER_FACTOR = SINK_FACTOR  # training drops rows whose norm exceeds 10x the RMS norm (sinks past position 0)
 

@@ -8,7 +8,7 @@ import weakref
 
 import torch
 
-_COPIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -29,16 +29,27 @@ from interpscope.corpus import token_chunks
 from interpscope.outputs import OutputFolder, check_output_folder
 from interpscope.resume import check_same_settings
 from interpscope.sae import SparseAutoencoder, check_compatible, load_sae
-from interpscope.scale.pool import Scale, Shard, batch_shards, map_shards
-from interpscope.sinks import zero_sink_features
 from interpscope.sae_store.cached import cached_batch, find_cache
 from interpscope.sae_store.encode import encode_ids
 from interpscope.sae_store.features import feature_stats
 from interpscope.sae_store.labels import LABELS_FILE, compute_labels
-from interpscope.sae_store.layout import (FORMAT_VERSION, MANIFEST, STORE_FILES, WEIGHTS_HASH, StoreSpec,
-                                      default_store_dir, folder_of, portable_path, sae_digest, save_array_atomic,
-                                      weights_sha256, write_json_atomic)
+from interpscope.sae_store.layout import (
+    FORMAT_VERSION,
+    MANIFEST,
+    STORE_FILES,
+    WEIGHTS_HASH,
+    StoreSpec,
+    default_store_dir,
+    folder_of,
+    portable_path,
+    sae_digest,
+    save_array_atomic,
+    weights_sha256,
+    write_json_atomic,
+)
 from interpscope.sae_store.weights import weight_stats
+from interpscope.scale.pool import Scale, Shard, batch_shards, map_shards
+from interpscope.sinks import zero_sink_features
 
 Progress = Callable[[str, int, int], None]
 PROGRESS_FILE = "progress.json"

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from interpscope.capture import model_lock
 from interpscope.config import data_dir
 from interpscope.sae_store.encode import hook_activations
-from interpscope.capture import model_lock
 
 TOLERANCE = 2e-2  # relative, float16 storage of activations whose norm is in the tens
 

@@ -12,7 +12,6 @@ from interpscope.sae import SparseAutoencoder, check_compatible
 from interpscope.sinks import zero_sink_features
 
 
-
 @torch.no_grad()
 def hook_activations(loaded, hook_name: str, input_ids: torch.Tensor) -> torch.Tensor:
     """Activations [B, T, d] at hook_name for input_ids [B, T] (the caller holds model_lock(loaded))."""

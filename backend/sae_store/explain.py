@@ -18,9 +18,9 @@ writer, positives, negatives), appended as features finish, so a run resumes; th
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import torch

@@ -16,13 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from interpscope.capture import model_lock
 from interpscope.config import InterpscopeError
 from interpscope.relevance import attribute, get_method, methods_for
-from interpscope.capture import model_lock
 from interpscope.sae import SparseAutoencoder, check_compatible
 from interpscope.sae.placement import on_device
 from interpscope.sae_store.encode import encode_with_sinks
-
 
 
 @dataclass

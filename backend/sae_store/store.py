@@ -6,17 +6,26 @@ top tokens of all features) is a handful of whole-column reads.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from interpscope.config import InterpscopeError
 from interpscope.paths import confined_folder, server_mode
-from interpscope.sae_store.layout import (ARRAYS, MANIFEST, SHIPPED_STORES_DIR, WEIGHTS_HASH, default_store_dir,
-                                      folder_of, list_stores, sae_digest, weights_sha256)
+from interpscope.sae_store.layout import (
+    ARRAYS,
+    MANIFEST,
+    SHIPPED_STORES_DIR,
+    WEIGHTS_HASH,
+    default_store_dir,
+    folder_of,
+    list_stores,
+    sae_digest,
+    weights_sha256,
+)
 
 
 def read_manifest(folder: str | Path) -> dict:
@@ -135,7 +144,7 @@ class FeatureStore:
             self.arrays[name] = np.load(path, mmap_mode="r")
 
     @classmethod
-    def for_sae(cls, sae_folder: str | Path) -> "FeatureStore":
+    def for_sae(cls, sae_folder: str | Path) -> FeatureStore:
         """The store built for exactly this SAE's weights: its default store, else any complete store whose manifest
         records the same weights hash. A store found by name but built for other weights is an error naming both
         hashes, never shown as if it described this SAE."""

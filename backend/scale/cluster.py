@@ -7,9 +7,9 @@ one-line error naming the extra to install.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 from interpscope.config import InterpscopeError
 

@@ -8,17 +8,23 @@ at any point resumes from the features already written.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
 from interpscope.config import resolve_device
 from interpscope.outputs import OutputFolder
 from interpscope.resume import appending, read_log
-from interpscope.sae_store.explain import append_entries, check_explainer, pending, scored_entry, write_explanations, \
-    writer_prompt
+from interpscope.sae_store.explain import (
+    append_entries,
+    check_explainer,
+    pending,
+    scored_entry,
+    write_explanations,
+    writer_prompt,
+)
 from interpscope.sae_store.explanations import EXPLANATIONS_FILE
 from interpscope.scale.pool import ModelRef, RunStats, Scale, Shard, map_shards
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 from interpscope.config import InterpscopeError
 from interpscope.scale.cluster import connected, plan_workers
@@ -82,7 +83,7 @@ def ranges(n_items: int, size: int, done: Callable[[int, int], bool] | None = No
     return [r for r in cut if done is None or not done(*r)]
 
 
-def batch_shards(n_items: int, batch_size: int, scale: "Scale | None",
+def batch_shards(n_items: int, batch_size: int, scale: Scale | None,
                  done: Callable[[int, int], bool] | None = None) -> list[tuple[int, int]]:
     """Shards of whole model batches: the batches (aligned at multiples of batch_size, exactly the batches one
     process runs) not yet done, consecutive ones grouped up to shard_batches per shard on Ray (one per shard
@@ -112,7 +113,7 @@ class ModelRef:
     key: str | None = None
 
     @classmethod
-    def of(cls, lm) -> "ModelRef":
+    def of(cls, lm) -> ModelRef:
         from interpscope.models.identity import model_key
 
         return cls(name=str(lm.name), device=str(lm.device), dtype=str(lm.dtype).removeprefix("torch."),

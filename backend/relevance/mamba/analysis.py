@@ -2,18 +2,18 @@
 switched off in turn, and relevance against distance from the predicted position over a set of prompts."""
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from interpscope.adapters import ModelAdapter, get_adapter
+from interpscope.capture import model_lock
+from interpscope.relevance.engine import forward_logits
 from interpscope.relevance.mamba.forward import FIX_NAMES, Fixes
 from interpscope.relevance.mamba.rule import MambaLRPRule, _check_family
-from interpscope.relevance.engine import forward_logits
-from interpscope.capture import model_lock
 from interpscope.relevance.targets import Target
 
 

@@ -33,10 +33,10 @@ class Fixes:
     gate: bool = True
 
     @classmethod
-    def none(cls) -> "Fixes":
+    def none(cls) -> Fixes:
         return cls(False, False, False, False)
 
-    def without(self, name: str) -> "Fixes":
+    def without(self, name: str) -> Fixes:
         """These fixes with one switched off (for the per-fix conservation chart)."""
         if name not in FIX_NAMES:
             raise ValueError(f"unknown fix {name!r}; one of {FIX_NAMES}")

@@ -8,8 +8,8 @@ Callers hold the model's lock (`mamba_lrp` does both).
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from typing import Callable, Iterator
 
 import torch
 from torch import nn

@@ -9,8 +9,14 @@ from interpscope.sae.arch.base import Knob, LossTerms, PerFeature, SAEConfig, Sp
 from interpscope.sae.arch.batchtopk import BatchTopKSAE
 from interpscope.sae.arch.gated import GatedSAE
 from interpscope.sae.arch.jumprelu import JumpReLUSAE
-from interpscope.sae.arch.registry import (architecture_class, build_sae, canonical_architecture, choices_text, register,
-                                       registered)
+from interpscope.sae.arch.registry import (
+                                       architecture_class,
+                                       build_sae,
+                                       canonical_architecture,
+                                       choices_text,
+                                       register,
+                                       registered,
+)
 from interpscope.sae.arch.standard import StandardSAE
 from interpscope.sae.arch.topk import TopKSAE
 
