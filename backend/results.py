@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -40,3 +40,75 @@ def to_plain(value: Any) -> Any:
 
 def to_json(value: Any, indent: int | None = 2) -> str:
     return json.dumps(to_plain(value), indent=indent, ensure_ascii=False)
+
+
+class Result:
+    """Base of every typed result the public API returns (a mixin for the result dataclasses).
+
+    One result, one shape: `to_dict()` is the JSON document that the CLI's `--json`, the page's JSON export and the
+    Python API all give, headed by the result's `schema` name and `schema_version`. A field whose value is None does
+    not apply to this result (a Mamba map has no softmax share) and is absent from the document, never 0 or null.
+    Subclasses set SCHEMA and SCHEMA_VERSION (bump the version when a key is renamed or its meaning changes), and
+    may override `payload()` (the document's body), `rows()` (the tidy table) and `figure()` (the page's figure)."""
+
+    SCHEMA: ClassVar[str] = ""
+    SCHEMA_VERSION: ClassVar[int] = 1
+    # Keys that hold wall-clock timings: equal documents may differ only there.
+    TIMING_KEYS: ClassVar[tuple[str, ...]] = ("seconds",)
+
+    def payload(self) -> dict[str, Any]:
+        plain = to_plain(self)
+        return plain if isinstance(plain, dict) else {"value": plain}
+
+    def to_dict(self) -> dict[str, Any]:
+        if not self.SCHEMA:
+            raise TypeError(f"{type(self).__name__} declares no SCHEMA")
+        body = drop_absent(self.payload())
+        return {"schema": self.SCHEMA, "schema_version": self.SCHEMA_VERSION, **body}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+    def rows(self) -> list[dict[str, Any]]:
+        tidy = getattr(self, "tidy", None)
+        if tidy is None:
+            raise NotImplementedError(f"{type(self).__name__} has no table")
+        return tidy()
+
+    def to_frame(self):  # -> pandas.DataFrame (pandas imported only when asked)
+        import pandas as pd
+
+        return pd.DataFrame(to_plain(self.rows()))
+
+    def to_csv(self, path: str | None = None) -> str | None:
+        return self.to_frame().to_csv(path, index=False)
+
+    def figure(self):  # -> plotly.graph_objects.Figure
+        raise NotImplementedError(f"{type(self).__name__} has no figure")
+
+    def _repr_html_(self) -> str:
+        """Inline in Jupyter: the figure (plotly.js embedded once per page, no network) or else the table."""
+        try:
+            figure = self.figure()
+        except NotImplementedError:
+            return self.to_frame().to_html(index=False)
+        return figure.to_html(full_html=False, include_plotlyjs="require")
+
+
+def drop_absent(value: Any) -> Any:
+    """Remove keys whose value is None from every mapping (a value that does not apply is absent); lists keep their
+    positions (a None there is a non-finite number at that place)."""
+    if isinstance(value, dict):
+        return {k: drop_absent(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [drop_absent(v) for v in value]
+    return value
+
+
+def without_timings(document: Any, keys: tuple[str, ...] = Result.TIMING_KEYS) -> Any:
+    """The document with its timing keys removed at every depth: what equality between CLI, page and API means."""
+    if isinstance(document, dict):
+        return {k: without_timings(v, keys) for k, v in document.items() if k not in keys}
+    if isinstance(document, list):
+        return [without_timings(v, keys) for v in document]
+    return document
