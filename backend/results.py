@@ -38,8 +38,14 @@ def to_plain(value: Any) -> Any:
     return value
 
 
+def document(value: Any) -> Any:
+    """The JSON document for any value: a Result's `to_dict()` (schema, version, absent fields dropped), anything
+    else made plain. The CLI's --json and the pages' JSON export both go through here."""
+    return value.to_dict() if isinstance(value, Result) else to_plain(value)
+
+
 def to_json(value: Any, indent: int | None = 2) -> str:
-    return json.dumps(to_plain(value), indent=indent, ensure_ascii=False)
+    return json.dumps(document(value), indent=indent, ensure_ascii=False)
 
 
 class Result:

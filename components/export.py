@@ -14,7 +14,7 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from interpscope.results import to_plain
+from interpscope.results import to_json, to_plain
 
 IMAGE_FORMATS = ("png", "svg", "pdf")
 MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf", "html": "text/html",
@@ -54,7 +54,8 @@ def figure_bytes(fig: go.Figure, fmt: str, scale: float = 2.0) -> bytes:
 
 
 def data_json(data: Any) -> bytes:
-    return json.dumps(to_plain(data), indent=2, ensure_ascii=False).encode("utf-8")
+    """The page's JSON export: the same document as the CLI's --json and the API's `to_dict()`."""
+    return to_json(data).encode("utf-8")
 
 
 def data_csv(data: Any) -> bytes:
