@@ -147,7 +147,7 @@ def fourier_rows(lm, repeats: int) -> list[dict]:
     from interpscope.fourier.addition import run_addition, small_sum_pairs
     from interpscope.fourier.filters import filter_table
     from interpscope.fourier.probe import DIGIT_PROBE_PROMPTS, default_numbers, prompt_pairs, single_token_setup
-    from interpscope.fourier.spectrum import embedding_spectrum, hidden_spectra
+    from interpscope.fourier.spectra import embedding_spectrum, hidden_spectra
     from interpscope.models import load_model
 
     def first_open_smollm2() -> None:

@@ -26,7 +26,7 @@ from interpscope.fourier.data import TEMPLATES, split_pairs  # noqa: E402
 from interpscope.fourier.filters import filter_table, reading  # noqa: E402
 from interpscope.fourier.lens import module_lens  # noqa: E402
 from interpscope.fourier.probe import probe_pairs, single_token_setup  # noqa: E402
-from interpscope.fourier.spectrum import describe_regime, embedding_spectrum, hidden_spectra  # noqa: E402
+from interpscope.fourier.spectra import describe_regime, embedding_spectrum, hidden_spectra  # noqa: E402
 from interpscope.models import load_model  # noqa: E402
 from interpscope.results import to_plain  # noqa: E402
 

@@ -11,7 +11,7 @@ from interpscope.components.export import export_menu
 from interpscope.components.tables import fit_columns
 from interpscope.limits import check_amounts
 from interpscope.neurons import ablation as ablation_mod
-from interpscope.neurons.detail import text_activations
+from interpscope.neurons.cards import text_activations
 from interpscope.neurons.induction import induction_study
 from interpscope.neurons.page import neuron_card, neuron_page
 from interpscope.neurons.page_store import corpus_means

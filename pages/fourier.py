@@ -15,7 +15,7 @@ from interpscope.fourier.filters import KINDS, POSITIONS, filter_table, reading
 from interpscope.fourier.lens import default_tau, module_lens, prompt_fourier, top_components
 from interpscope.fourier.numbers import splits_digits
 from interpscope.fourier.probe import check_numbers, default_numbers, prompt_pairs, single_token_setup
-from interpscope.fourier.spectrum import baseline_sentence, describe_regime, embedding_spectrum, hidden_spectra
+from interpscope.fourier.spectra import baseline_sentence, describe_regime, embedding_spectrum, hidden_spectra
 from interpscope.limits import check_amounts
 from interpscope.models.registry import BUNDLED
 from pages._common import (

@@ -9,7 +9,7 @@ import pytest
 from interpscope.cli import main
 from interpscope.fourier.addition import run_addition
 from interpscope.fourier.numbers import splits_digits
-from interpscope.fourier.spectrum import hidden_spectra
+from interpscope.fourier.spectra import hidden_spectra
 
 pytestmark = pytest.mark.bundled
 

@@ -9,7 +9,7 @@ from interpscope.fourier.baseline import by_construction_periods, digit_baseline
 from interpscope.fourier.basis import fourier_basis
 from interpscope.fourier.controls import compare, control_fields, control_projection, random_number_basis, removed_rank
 from interpscope.fourier.filters import FilterRow, FilterTable, null_projection, reading, removed_frequencies
-from interpscope.fourier.spectrum import baseline_sentence, describe_regime, matrix_spectrum
+from interpscope.fourier.spectra import baseline_sentence, describe_regime, matrix_spectrum
 
 N, D = 100, 128
 TAU = 25  # the planted band k < 25: 48 of the 100 functions of the numbers

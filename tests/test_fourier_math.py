@@ -10,7 +10,7 @@ from interpscope.fourier.basis import find_outliers, fourier_basis, frequency_ma
 from interpscope.fourier.data import check_template, operand_pairs, render, split_pairs
 from interpscope.fourier.filters import error_counts, null_projection, removed_frequencies
 from interpscope.fourier.lens import default_tau, low_share, top_components
-from interpscope.fourier.spectrum import matrix_spectrum
+from interpscope.fourier.spectra import matrix_spectrum
 
 
 @pytest.mark.parametrize("n_numbers", [2, 7, 10, 100, 201, 520])

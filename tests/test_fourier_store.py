@@ -10,7 +10,7 @@ from interpscope.fourier import precomputed
 from interpscope.fourier.addition import run_addition, small_sum_pairs
 from interpscope.fourier.filters import filter_table
 from interpscope.fourier.probe import DIGIT_PROBE_PROMPTS, prompt_pairs, single_token_setup
-from interpscope.fourier.spectrum import _embedding_spectrum, embedding_spectrum, hidden_spectra
+from interpscope.fourier.spectra import _embedding_spectrum, embedding_spectrum, hidden_spectra
 from interpscope.models import load_model
 
 
@@ -34,7 +34,7 @@ def test_shipped_adder_spectra_equal_a_fresh_computation_and_are_kept(adder, mon
         shipped = embedding_spectrum(adder, 100, matrix)
         _equal(shipped, _embedding_spectrum(adder, 100, matrix))
         assert shipped.outliers and isinstance(shipped.outliers[0].frequency, int)
-    monkeypatch.setattr("interpscope.fourier.spectrum._embedding_spectrum",
+    monkeypatch.setattr("interpscope.fourier.spectra._embedding_spectrum",
                         lambda *a: (_ for _ in ()).throw(AssertionError("computed twice")))
     embedding_spectrum(adder, 100, "embedding")  # from this process's memory
     precomputed.forget()

@@ -16,7 +16,7 @@ import torch
 from interpscope.config import InterpscopeError
 from interpscope.models.tokenizers import gpt2_tokenizer
 from interpscope.neurons import store as store_module
-from interpscope.neurons.detail import neuron_detail, text_activations
+from interpscope.neurons.cards import neuron_detail, text_activations
 from interpscope.neurons.page_store import NeuronStore, StoreSpec, build_neuron_store
 from interpscope.neurons.synthetic import loaded, tiny_model
 
@@ -98,7 +98,7 @@ def test_store_round_trips_and_equals_a_fresh_computation(sink_lm, tmp_path, mon
         np.testing.assert_allclose([c.activation for c in shipped.contexts], [c.activation for c in computed.contexts])
         assert shipped.sink_positions == computed.sink_positions and shipped.rho == computed.rho
     stats = store.stats(LAYER)
-    from interpscope.neurons.candidates import candidates
+    from interpscope.neurons.ranking import candidates
 
     live = candidates(lm, layer=LAYER, k=stats.k)
     np.testing.assert_allclose(stats.rho, live.rho) and np.testing.assert_allclose(stats.norm, live.norm)

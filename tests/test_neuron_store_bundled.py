@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from interpscope import corpus
-from interpscope.neurons.detail import neuron_detail, text_activations
+from interpscope.neurons.cards import neuron_detail, text_activations
 from interpscope.neurons.page import neuron_card, neuron_page
 from interpscope.neurons.page_store import find_neuron_store
 from interpscope.neurons.store import ActivationStore, kept_mean, run_layers
@@ -55,7 +55,7 @@ def test_shipped_store_equals_a_fresh_computation(bundled_lm, shipped):
 def test_page_open_reads_the_store_and_text_view_names_what_it_left_out(bundled_lm, shipped):
     page = neuron_page(bundled_lm)
     assert page.store == str(shipped.folder) and page.layer == LAYER
-    from interpscope.neurons.candidates import candidates
+    from interpscope.neurons.ranking import candidates
 
     live = candidates(bundled_lm, layer=LAYER, k=page.k)
     # float32 agreement: the shipped SmolLM2 store's statistics predate the write-through-the-output-norm code,

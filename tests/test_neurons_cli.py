@@ -81,7 +81,7 @@ def test_cli_errors_are_one_line(saved_model, capsys):
 def test_store_detail_text_and_induction(saved_model, monkeypatch):
     from interpscope.models import load_model
     from interpscope.neurons import store as store_module
-    from interpscope.neurons.detail import neuron_detail, text_activations
+    from interpscope.neurons.cards import neuron_detail, text_activations
     from interpscope.neurons.induction import induction_study, repeated_sequences
     from interpscope.neurons.weights import neuron_stats
 

@@ -57,14 +57,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_spectrum(args: argparse.Namespace) -> int:
     from interpscope.fourier.probe import check_numbers, default_numbers
-    from interpscope.fourier.spectrum import auto_spectrum
+    from interpscope.fourier.spectra import auto_spectrum
 
     lm = load_from_args(args)
     n_numbers = check_numbers(args.numbers or default_numbers(lm))
     if args.layer is not None and args.matrix != "embedding":
         raise InterpscopeError("--matrix applies to the token (un)embedding; leave it out with --layer.")
     result = auto_spectrum(lm, n_numbers, layer=args.layer, matrix=args.matrix)
-    from interpscope.fourier.spectrum import baseline_sentence
+    from interpscope.fourier.spectra import baseline_sentence
 
     payload = {"model": result.model, "source": result.source, "matrix": result.matrix, "layer": result.layer,
                "numbers": result.numbers, "periods": result.periods, "magnitude": result.magnitude,

@@ -49,7 +49,7 @@ def _add_list_args(parser: argparse.ArgumentParser) -> None:
 
 
 def run_candidates(args: argparse.Namespace) -> int:
-    from interpscope.neurons.candidates import candidates
+    from interpscope.neurons.ranking import candidates
 
     if args.top < 0:
         raise InterpscopeError("--top must be 0 (all) or more.")

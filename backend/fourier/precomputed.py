@@ -154,7 +154,7 @@ def build_fourier_store(lm, out: str | Path) -> Path:
     from interpscope.fourier.addition import run_addition, small_sum_pairs
     from interpscope.fourier.numbers import splits_digits
     from interpscope.fourier.probe import DIGIT_PROBE_PROMPTS, default_numbers
-    from interpscope.fourier.spectrum import default_number_template, embedding_spectrum, hidden_spectra
+    from interpscope.fourier.spectra import default_number_template, embedding_spectrum, hidden_spectra
 
     n_numbers = default_numbers(lm)
     results: dict[str, object] = {}

@@ -1,8 +1,8 @@
 """Entropy neurons and token-frequency neurons (Stolfo et al., NeurIPS 2024): find them from the weights,
 prove what they do by mean ablation (total vs direct effect), and watch them on induction and on any text."""
 from interpscope.neurons.ablation import AblationResult, Neuron, NeuronEffect, ablate, parse_neurons, token_effects
-from interpscope.neurons.candidates import candidates
-from interpscope.neurons.detail import NeuronDetail, TextActivations, neuron_detail, text_activations
+from interpscope.neurons.ranking import candidates
+from interpscope.neurons.cards import NeuronDetail, TextActivations, neuron_detail, text_activations
 from interpscope.neurons.induction import InductionResult, induction_study
 from interpscope.neurons.store import ActivationStore, activation_stores, mean_activations
 from interpscope.neurons.weights import NeuronStats, default_k, neuron_stats, unembed_basis

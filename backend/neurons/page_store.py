@@ -23,7 +23,7 @@ import numpy as np
 
 from interpscope import atomic, corpus
 from interpscope.config import ASSETS_DIR, InterpscopeError, data_dir
-from interpscope.neurons.detail import (
+from interpscope.neurons.cards import (
     CONTEXT_LEFT,
     CONTEXT_RIGHT,
     Context,
