@@ -93,7 +93,7 @@ def token_stream(tokenizer, texts: Iterable[str], max_tokens: int | None = None)
     texts = iter(texts)
     size = 8
     while max_tokens is None or len(pieces) < max_tokens:
-        batch = [text for _, text in zip(range(size), texts)]
+        batch = [text for _, text in zip(range(size), texts, strict=False)]
         if not batch:
             break
         for ids in tokenizer(batch, add_special_tokens=False).input_ids:  # one batched call (fast tokenizers)

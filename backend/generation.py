@@ -90,7 +90,7 @@ def _stack_caches(caches: list) -> object | None:
                p.keys.shape[1:] != row[0].keys.shape[1:] for p in row):
             return None
         parts.append(row)
-    for layer, row in zip(layers, parts):
+    for layer, row in zip(layers, parts, strict=True):
         layer.keys = torch.cat([p.keys for p in row])
         layer.values = torch.cat([p.values for p in row])
     return caches[0]

@@ -111,7 +111,7 @@ def top_predictions(logits_row: torch.Tensor, tokenizer, top: int) -> tuple[list
     entropy = float(-(probs * log_probs).sum())
     values, indices = probs.topk(min(top, probs.numel()))
     return [TokenProb(token=tokenizer.decode([int(i)]), id=int(i), prob=float(p), logit=float(logits[i]))
-            for p, i in zip(values, indices)], entropy
+            for p, i in zip(values, indices, strict=True)], entropy
 
 
 def predict_next(lm, text: str, top: int = 10, fresh: bool = False) -> Prediction:

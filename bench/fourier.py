@@ -90,7 +90,7 @@ def smol_figures(n_prompts: int, n_numbers: int) -> dict:
                      "within_10": few.within_10},
         "hidden_numbers": n_numbers,
         "hidden_top_periods": {name: [round(p, 3) for p in periods[:5]]
-                               for name, periods in zip(spectra.layer_names, spectra.top_periods)},
+                               for name, periods in zip(spectra.layer_names, spectra.top_periods, strict=True)},
         "last_layer_regime": describe_regime(spectra).label,
     }
 

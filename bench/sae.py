@@ -115,7 +115,7 @@ def main() -> None:
     evaluations = evaluate_saes(lm, list(saes.values()), n_tokens=args.eval_tokens)
     report["evaluation_seconds"] = time.perf_counter() - start
     results = []
-    for (name, sae), spec, ev in zip(saes.items(), specs, evaluations):
+    for (name, sae), spec, ev in zip(saes.items(), specs, evaluations, strict=True):
         row = {"name": name, "sparsity": spec.sparsity, "training_tokens": sae.cfg.training_tokens, **ev.summary()}
         results.append(row)
     report["sweep"] = results

@@ -30,7 +30,7 @@ def model_card(card: dict) -> None:
             [("Heads", card["heads"] or "—"), ("Vocabulary", f"{card['vocab']:,}"),
              ("Device / dtype", f"{card['device']} / {card['dtype']}"), ("Load time", f"{card['load_seconds']:.1f} s")]]
     for row in rows:
-        for column, (label, value) in zip(st.columns(4), row):
+        for column, (label, value) in zip(st.columns(4), row, strict=True):
             column.metric(label, value)
     with st.expander("All model facts"):
         st.json(card)

@@ -53,7 +53,7 @@ def circuit_readout_figure(parts: Sequence[tuple[str, float]], value: float, lab
     """The explained value split into its parts, one stacked bar, the value marked."""
     colours = ["#d6604d", "#e6781e", "#999999", "#4393c3", "#bbbbbb", "#333333"]
     fig = go.Figure()
-    for (name, part), colour in zip(parts, colours):
+    for (name, part), colour in zip(parts, colours, strict=True):
         fig.add_trace(go.Bar(x=[part], y=[""], orientation="h", name=f"{name}: {part:.3g}", marker_color=colour,
                              hovertemplate=f"{name}: %{{x:.4g}}<extra></extra>"))
     fig.add_vline(x=value, line=dict(color="black", dash="dash"), annotation_text=f"{label}: {value:.3g}",

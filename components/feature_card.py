@@ -20,7 +20,7 @@ def context_html(tokens: Sequence[str], activations: Sequence[float | None], cen
                  scale: float) -> str:
     """One context as a line of highlighted tokens (hover = activation)."""
     spans = []
-    for index, (token, value) in enumerate(zip(tokens, activations)):
+    for index, (token, value) in enumerate(zip(tokens, activations, strict=True)):
         value = 0.0 if value is None else float(value)
         alpha = min(1.0, value / scale) if scale > 0 and value > 0 else 0.0
         underline = "text-decoration:underline;font-weight:600;" if index == centre else ""

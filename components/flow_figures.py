@@ -78,7 +78,7 @@ def graph_figure(nodes: Sequence, edges: Sequence, n_layers: int, title: str) ->
             total = sum(w for _, w in pairs)
             wanted.append((sum(p * w for p, w in pairs) / total if total else (width - 1) / 2, node.label))
         xs, under = spread_row(wanted, float(width), alternate=False)  # rows are close: all labels above
-        for k, (x, node) in enumerate(zip(xs, members)):
+        for k, (x, node) in enumerate(zip(xs, members, strict=True)):
             position[node.id] = (x, float(layer + 1))
             if k in under:
                 below.add(node.id)

@@ -82,7 +82,7 @@ def token_bars(promoted: Sequence, suppressed: Sequence, neuron: str) -> go.Figu
 def effects_bars(labels: Sequence[str], total: Sequence[float], direct: Sequence[float], is_random: Sequence[bool],
                  quantity: str) -> go.Figure:
     """Mean |change| under mean ablation: total vs direct, chosen neurons then random ones."""
-    names = [f"{label} (random)" if r else label for label, r in zip(labels, is_random)]
+    names = [f"{label} (random)" if r else label for label, r in zip(labels, is_random, strict=True)]
     fig = go.Figure([
         go.Bar(x=names, y=list(total), name="total effect", marker_color=CHOSEN),
         go.Bar(x=names, y=list(direct), name="direct effect (norm scale frozen)", marker_color="#1f77b4"),
@@ -164,7 +164,7 @@ def induction_figure(activation: np.ndarray, labels: Sequence[str], is_random: S
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=("neuron activation (mean over sequences)", "model entropy and loss"))
     positions = np.arange(1, activation.shape[1] + 1)
-    for row, label, random in zip(activation, labels, is_random):
+    for row, label, random in zip(activation, labels, is_random, strict=True):
         fig.add_trace(go.Scatter(x=positions, y=row, mode="lines", name=label + (" (random)" if random else ""),
                                  line=dict(color=RANDOM if random else None, width=1 if random else 2.5),
                                  opacity=0.5 if random else 1.0), row=1, col=1)
@@ -188,7 +188,7 @@ def text_figure(tokens: Sequence[str], activation: np.ndarray, neurons: Sequence
     shown = np.asarray(activation, dtype=float).copy()
     if len(excluded):
         shown[:, [i for i in excluded if i < shown.shape[1]]] = np.nan
-    for row, label in zip(shown, neurons):
+    for row, label in zip(shown, neurons, strict=True):
         fig.add_trace(go.Scatter(x=x, y=row, mode="lines+markers", name=f"activation {label}"), secondary_y=False)
     fig.add_trace(go.Scatter(x=x, y=entropy, mode="lines", name="entropy", line=dict(color="black", dash="dot")),
                   secondary_y=True)

@@ -63,7 +63,7 @@ def curve_rows(curves: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray, fl
     """The perturbation curves as a tidy table: one row per (method, fraction removed), with the method's ABPC."""
     return [{"method": name, "fraction_removed": float(f), "morf": float(m), "lerf": float(le), "abpc": float(abpc)}
             for name, (fractions, morf, lerf, abpc) in curves.items()
-            for f, m, le in zip(fractions, morf, lerf)]
+            for f, m, le in zip(fractions, morf, lerf, strict=True)]
 
 
 def abpc_bar(labels: Sequence[str], means: Sequence[float], stds: Sequence[float], title: str) -> go.Figure:
@@ -92,7 +92,7 @@ def mean_relevance_bars(labels: Sequence[str], means: Sequence[float], counts: S
     """Signed bars of mean relevance (red for, blue against), each with its count in the hover. by_value: the bars
     in order of their mean (largest first), so the order and the values shown agree; else in the given order (e.g.
     distance)."""
-    rows = list(zip(labels, means, counts))
+    rows = list(zip(labels, means, counts, strict=True))
     if by_value:
         rows.sort(key=lambda row: -row[1])
     labels, means, counts = ([r[i] for r in rows] for i in range(3))

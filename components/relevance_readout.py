@@ -43,7 +43,7 @@ def excluded_words(result, total: float) -> str:
         return ""
     held = [float(result.relevance[row["position"]]) for row in rows]
     named = ", ".join(f"{row['token']!r} (excluded: {row['reason']}) holds R = {value:+.3g}"
-                      for row, value in zip(rows, held))
+                      for row, value in zip(rows, held, strict=True))
     rest = len(result.relevance) - len(rows)
     return f"; {named}, the other {rest} token{'s' if rest != 1 else ''} carry {total - sum(held):+.3g}"
 

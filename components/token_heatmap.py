@@ -67,7 +67,7 @@ def heatmap_html(tokens: Sequence[str], relevance: Sequence[float], excluded: Se
     weights = normalised(relevance, excluded)
     scale = colour_scale(relevance, excluded)
     spans = []
-    for index, (token, value, weight) in enumerate(zip(tokens, relevance, weights)):
+    for index, (token, value, weight) in enumerate(zip(tokens, relevance, weights, strict=True)):
         sink = index in excluded
         note = f" ({_reason(index, reasons)}: not used for the colour scale)" if sink else ""
         title = html.escape(f"token {index} {token!r}: R = {float(value):+.4f}{note}", quote=True)

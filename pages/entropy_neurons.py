@@ -255,7 +255,7 @@ def induction_view(lm, chosen: list[str], store_tokens: int) -> None:
         "change / std": round(c, 3), "ΔH from ablation (1st / 2nd half)": _fmt(study.ablation_entropy_change.get(n)),
         "Δloss from ablation (1st / 2nd half)": _fmt(study.ablation_loss_change.get(n))}
         for n, r, a, b, c in zip(study.neurons, study.is_random, study.first_half_activation,
-                                 study.second_half_activation, study.standardised_change)])
+                                 study.second_half_activation, study.standardised_change, strict=True)])
     export_menu(fig, study, key="en-ind-fig", filename="induction")
     st.dataframe(summary, hide_index=True, key="en-ind-table", column_config=fit_columns(summary))
     export_menu(None, summary, key="en-ind-table", filename="induction-summary")

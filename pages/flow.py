@@ -63,7 +63,7 @@ def node_detail(lm, flow: InformationFlow, text: str, node_id: str) -> None:
         neurons = [n for n in flow.top_neurons if n["layer"] == node.layer][:10]
         if neurons:
             st.caption("Its most relevant neurons (open one on the Entropy neurons page):")
-            for column, neuron in zip(st.columns(min(5, len(neurons))) * 2, neurons):
+            for column, neuron in zip(st.columns(min(5, len(neurons))) * 2, neurons, strict=False):
                 column.page_link("pages/entropy_neurons.py", label=f"{neuron['layer']}.{neuron['neuron']} "
                                  f"({neuron['relevance']:+.3g})", query_params={
                                      "view": "Neuron detail", "layer": str(neuron["layer"]),

@@ -182,7 +182,7 @@ def lens_figures(lm, result, lens, template: str, n_numbers: int) -> None:
     view = st.radio("Fourier heatmaps", ["mean over prompts", "this prompt"], horizontal=True, key="fourier-heat-view")
     attn_heat, mlp_heat = ((lens.attn_fourier, lens.mlp_fourier) if view == "mean over prompts"
                            else prompt_fourier(lens, index))
-    for column, name, values in zip(st.columns(2), ("Attention", "MLP"), (attn_heat, mlp_heat)):
+    for column, name, values in zip(st.columns(2), ("Attention", "MLP"), (attn_heat, mlp_heat), strict=True):
         fig = figs.layer_frequency_heatmap(values, lens.periods, layer_names,
                                            f"{name} output in Fourier space ({view})", "|F·W_U·h|")
         with column:
@@ -199,7 +199,7 @@ def lens_figures(lm, result, lens, template: str, n_numbers: int) -> None:
     st.dataframe(shares, hide_index=True)
     export_menu(None, shares, "fourier-shares", "fourier-low-high-split")
     for column, name, logits in zip(st.columns(2), ("Attention", "MLP"),
-                                    (lens.attn_logits[index], lens.mlp_logits[index])):
+                                    (lens.attn_logits[index], lens.mlp_logits[index]), strict=True):
         fig = figs.answer_window_heatmap(logits, answer, name)
         with column:
             st.plotly_chart(fig, width="stretch", key=f"fourier-window-{name}")
@@ -257,7 +257,7 @@ def filter_view(lm, digits: bool, n_default: int) -> None:
                            "within ±2": r.within_2, "within ±10": r.within_10,
                            "zeroes everything": r.zeroes_everything,
                            **{f"errors: {k}": v for k, v in r.error_counts.items()}}
-                          for label, r in zip(labels, table.rows)])
+                          for label, r in zip(labels, table.rows, strict=True)])
     leading = ["filter", "accuracy", "rank(B F W_U)", "control_accuracy_mean", "control_accuracy_sd", "specificity",
                "verdict", "removes", "modules", "loss", "effect", "control_effect_mean", "control_effect_sd"]
     frame = frame[[c for c in leading if c in frame] + [c for c in frame if c not in leading]]
@@ -273,7 +273,7 @@ def filter_view(lm, digits: bool, n_default: int) -> None:
     export_menu(fig, frame, "fourier-error-kinds", "fourier-error-kinds")
     fig = figs.error_histogram_figure(labels, [r.errors for r in table.rows])
     st.plotly_chart(fig, width="stretch", key="fourier-error-hist")
-    export_menu(fig, {label: r.errors for label, r in zip(labels, table.rows)}, "fourier-error-hist",
+    export_menu(fig, {label: r.errors for label, r in zip(labels, table.rows, strict=True)}, "fourier-error-hist",
                 "fourier-error-histograms")
 
 

@@ -147,7 +147,7 @@ def latent_view(result: RelevanceResult) -> None:
     tops = [(kind, rows) for kind, rows in (
         ("heads", [(f"L{h['layer']}.H{h['head']}", h) for h in top_heads(result.latent, 10)]),
         ("neurons", [(f"L{n['layer']}.N{n['neuron']}", n) for n in top_neurons(result.latent, 10)])) if rows]
-    for column, (kind, rows) in zip(st.columns(max(1, len(tops))), tops):
+    for column, (kind, rows) in zip(st.columns(max(1, len(tops))), tops, strict=False):
         with column:
             title = "Top attention heads" if kind == "heads" else "Top MLP neurons"
             fig = top_bar([name for name, _ in rows], [row["relevance"] for _, row in rows], title, kind[:-1])
@@ -271,7 +271,7 @@ def main() -> None:
                                         run["second_options"], run.get("bos")) if run["second"] else None)
     if second_result is not None:
         for column, (shown, was_cached), key in zip(st.columns(2, gap="large"), ((result, cached), second_result),
-                                                    ("first", "second")):
+                                                    ("first", "second"), strict=True):
             with column:
                 show_map(shown, key, was_cached)
     else:

@@ -75,7 +75,7 @@ def settings(lm) -> dict | None:
     specs = []
     if archs:
         cols = st.columns(len(archs))
-        for col, arch in zip(cols, archs):
+        for col, arch in zip(cols, archs, strict=True):
             knob = ARCHITECTURES[arch].knob
             label = f"{knob.label} · {ARCHITECTURES[arch].label}"
             if knob.is_count:

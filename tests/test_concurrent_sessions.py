@@ -149,9 +149,9 @@ def test_eight_concurrent_page_loads_repeated_show_no_error(app_server, browser)
     tabs = [context.new_page() for _ in LOADED_PAGES]
     try:
         for round_ in range(3):
-            for tab, path in zip(tabs, LOADED_PAGES):
+            for tab, path in zip(tabs, LOADED_PAGES, strict=True):
                 tab.goto(f"{app_server}/{path}?model=adder", wait_until="commit")
-            for tab, path in zip(tabs, LOADED_PAGES):
+            for tab, path in zip(tabs, LOADED_PAGES, strict=True):
                 tab.locator("[data-testid='stMain'] h1").first.wait_for(timeout=120_000)
                 tab.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
                                       timeout=120_000)

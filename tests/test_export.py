@@ -44,7 +44,7 @@ def test_csv_shapes():
     frame = pd.read_csv(io.BytesIO(data_csv({"x": [1, 2], "y": [3, 4]})))
     assert frame["y"].tolist() == [3, 4]
     frame = pd.read_csv(io.BytesIO(data_csv({"model": "m", "conservation": {"input_sum": 1.5}})))
-    assert dict(zip(frame["key"], frame["value"].astype(str))) == {"model": "m", "conservation.input_sum": "1.5"}
+    assert dict(zip(frame["key"], frame["value"].astype(str), strict=True)) == {"model": "m", "conservation.input_sum": "1.5"}
     frame = pd.read_csv(io.BytesIO(data_csv(pd.DataFrame({"a": [1]}))))
     assert frame["a"].tolist() == [1]
 
@@ -79,10 +79,10 @@ def test_graph_labels_of_one_row_never_overlap():
     span = max(12.0, max(xs) + 1)
     for side in (below, set(range(len(wanted))) - below):
         placed = sorted((xs[i], len(wanted[i][1]) * CHAR_PX * span / PLOT_PX) for i in side)
-        for (x0, w0), (x1, w1) in zip(placed, placed[1:]):
+        for (x0, w0), (x1, w1) in zip(placed, placed[1:], strict=False):
             assert x1 - x0 >= (w0 + w1) / 2, (placed, below)  # labels on one side of the row do not touch
-    assert xs[0] == 5.0 and all(x >= want for x, (want, _) in zip(xs, wanted))
+    assert xs[0] == 5.0 and all(x >= want for x, (want, _) in zip(xs, wanted, strict=True))
     xs, below = spread_row(wanted, span=12.0, alternate=False)  # one side only: a full label width apart
     span = max(12.0, max(xs) + 1)
     placed = sorted((xs[i], len(wanted[i][1]) * CHAR_PX * span / PLOT_PX) for i in range(len(wanted)))
-    assert not below and all(x1 - x0 >= (w0 + w1) / 2 for (x0, w0), (x1, w1) in zip(placed, placed[1:]))
+    assert not below and all(x1 - x0 >= (w0 + w1) / 2 for (x0, w0), (x1, w1) in zip(placed, placed[1:], strict=False))

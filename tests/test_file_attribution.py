@@ -33,7 +33,7 @@ def test_rows_equal_single_explanations_and_aggregates_match_a_hand_computation(
     assert len(tidy) == sum(len(r["tokens"]) for r in run.rows)
     everything = run.aggregates(top=1000)
     for entry in everything.by_token:  # mean per token type over non-sink positions, by hand
-        values = [v for r in run.rows for i, (t, v) in enumerate(zip(r["tokens"], r["relevance"]))
+        values = [v for r in run.rows for i, (t, v) in enumerate(zip(r["tokens"], r["relevance"], strict=True))
                   if t == entry["token"] and i not in r["sinks"]]
         assert entry["count"] == len(values) and entry["mean_relevance"] == pytest.approx(np.mean(values))
     last = next(d for d in everything.by_distance if d["distance"] == 0)

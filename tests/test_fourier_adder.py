@@ -71,5 +71,5 @@ def test_filters_change_accuracy(adder, meta):
     assert max(changes) > 0.2
     assert all(row.loss >= 0 for row in table.rows)
     counts = [row.error_counts for row in table.rows]
-    for row, count in zip(table.rows, counts):
+    for row, count in zip(table.rows, counts, strict=True):
         assert count["wrong"] == int(round((1 - row.accuracy) * len(pairs)))

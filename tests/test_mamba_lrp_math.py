@@ -96,7 +96,7 @@ def test_all_fixes_conserve_exactly_with_conv_bias_zeroed(model, ids):
 def test_each_fix_switched_off_raises_the_conservation_error(model, ids):
     clean = zero_conv_bias(model)
     ablation = conservation_by_disabled_fix(clean, ids, predicted(clean, ids))
-    errors = dict(zip(ablation.labels, ablation.relative_errors))
+    errors = dict(zip(ablation.labels, ablation.relative_errors, strict=True))
     base = errors["all fixes on"]
     for name in FIX_NAMES:
         assert errors[f"{name} off"] > 10 * base, (name, errors)

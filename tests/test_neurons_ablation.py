@@ -27,7 +27,7 @@ def _means(lm, tokens, layers):
     names = [f"blocks.{layer}.mlp.hook_post" for layer in layers]
     run = capture(lm.adapter, tokens, names)
     return {layer: run.activations[name].reshape(-1, lm.adapter.d_mlp).mean(0).numpy()
-            for layer, name in zip(layers, names)}
+            for layer, name in zip(layers, names, strict=True)}
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama", "gpt_neox"])

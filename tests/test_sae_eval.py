@@ -47,7 +47,7 @@ def test_shared_evaluation_matches_single(lm):
     with torch.no_grad():
         saes[0].b_enc.fill_(-0.05)
     together = evaluate_saes(lm, saes, n_tokens=256, context_size=32)
-    for sae, shared in zip(saes, together):
+    for sae, shared in zip(saes, together, strict=True):
         alone = evaluate_sae(lm, sae, n_tokens=256, context_size=32)
         for key, value in alone.summary().items():
             if isinstance(value, float):

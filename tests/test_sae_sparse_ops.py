@@ -38,6 +38,6 @@ def test_sparse_kernels_match_dense_autograd(arch):
     out_dense.total.backward()
     out_sparse.total.backward()
     torch.testing.assert_close(out_sparse.total, out_dense.total, rtol=1e-10, atol=1e-10)
-    for (name, p_dense), (_, p_sparse) in zip(dense.named_parameters(), sparse.named_parameters()):
+    for (name, p_dense), (_, p_sparse) in zip(dense.named_parameters(), sparse.named_parameters(), strict=True):
         assert p_dense.grad is not None, name
         torch.testing.assert_close(p_sparse.grad, p_dense.grad, rtol=1e-9, atol=1e-10, msg=name)

@@ -154,7 +154,7 @@ def test_evaluation_numbers_are_equal_on_workers(env):
     scale = Scale(workers=2)
     many = evaluate_saes(lm, saes, n_tokens=2048, context_size=CONTEXT, batch_size=3, scale=scale)
     assert scale.stats.shards > 2 and len(scale.stats.pids_seen) == 2
-    for a, b in zip(one, many):
+    for a, b in zip(one, many, strict=True):
         assert a.summary() == b.summary()
         assert a.density.tobytes() == b.density.tobytes()
         assert a.log10_density_counts.tobytes() == b.log10_density_counts.tobytes()
@@ -203,7 +203,7 @@ def test_fourier_filter_table_is_identical_on_workers():
 
     runs = 1 + 6 * (1 + DEFAULT_CONTROL_SEEDS)  # clean, six filters, each with its same-rank random controls
     assert scale.stats.shards == runs * 3
-    for a, b in zip(one.rows, many.rows):
+    for a, b in zip(one.rows, many.rows, strict=True):
         assert (a.kind, a.modules, a.loss, a.accuracy, a.rank) == (b.kind, b.modules, b.loss, b.accuracy, b.rank)
         assert a.errors.tobytes() == b.errors.tobytes() and a.error_counts == b.error_counts
     assert one.warnings == many.warnings

@@ -128,7 +128,7 @@ def _print_human(result) -> None:
     print(f"{result.method_label} on {result.model}: target {target.label} (id {target.token_id}) after position "
           f"{target.position}, {target.kind} {result.logit:.4f}, {result.seconds:.3f} s")
     reasons = result.sink_reasons()
-    for index, (token, value) in enumerate(zip(result.tokens, result.relevance)):
+    for index, (token, value) in enumerate(zip(result.tokens, result.relevance, strict=True)):
         print(f"{value:+10.4f}  {token!r}" + (f"  (excluded: {reasons[index]})" if index in reasons else ""))
     if result.conservation is not None:
         c = result.conservation

@@ -87,7 +87,7 @@ def run_spectrum(args: argparse.Namespace) -> int:
 def _histogram(errors: np.ndarray) -> dict:
     numeric = errors[~np.isnan(errors) & (errors != 0)].astype(int)
     values, counts = np.unique(numeric, return_counts=True)
-    return {str(int(v)): int(c) for v, c in zip(values, counts)}
+    return {str(int(v)): int(c) for v, c in zip(values, counts, strict=True)}
 
 
 def _row_payload(row) -> dict:

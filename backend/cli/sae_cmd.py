@@ -62,10 +62,10 @@ def _knobs(archs: list[str], values: list | None, flag: str, counted: bool) -> l
                                f"leave it out or choose an architecture that uses it.")
     per = _per_arch(values, len(archs), flag)
     if values and len(values) == len(archs) > 1:
-        for arch, value, use in zip(archs, per, takes):
+        for arch, value, use in zip(archs, per, takes, strict=True):
             if not use:
                 raise InterpscopeError(f"{flag} gives {value} for {arch}, which does not take it.")
-    return [value if use else None for value, use in zip(per, takes)]
+    return [value if use else None for value, use in zip(per, takes, strict=True)]
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -89,7 +89,7 @@ def _train(args: argparse.Namespace) -> int:
                                "relu,topk.")
     l1s = _knobs(archs, args.l1, "--l1", counted=False)
     ks = _knobs(archs, args.k, "--k", counted=True)
-    specs = [SAESpec(a, args.width, l1, k) for a, l1, k in zip(archs, l1s, ks)]
+    specs = [SAESpec(a, args.width, l1, k) for a, l1, k in zip(archs, l1s, ks, strict=True)]
     check_specs(specs)
     check_training_memory(specs, None, args.batch_size)  # a lower bound: the model gives the activation width
     if args.tokens < args.batch_size:

@@ -43,7 +43,7 @@ class FourierBasis:
     def row_labels(self) -> list[str]:
         """Readable name of each row: 'const', 'cos T=10', 'sin T=2.5', ..."""
         labels = []
-        for k, kind in zip(self.frequency, self.kind):
+        for k, kind in zip(self.frequency, self.kind, strict=True):
             labels.append("const" if kind == "const" else f"{kind} T={period_label(self.n_numbers / k)}")
         return labels
 

@@ -52,7 +52,7 @@ class ActivationStore:
     def sink_positions(self) -> list[tuple[int, int]]:
         """(window, position) of the massive-activation rows past position 0 (position 0 is always excluded)."""
         rows, cols = np.nonzero(np.asarray(self.excluded)[:, 1:])
-        return [(int(r), int(c) + 1) for r, c in zip(rows, cols)]
+        return [(int(r), int(c) + 1) for r, c in zip(rows, cols, strict=True)]
 
 
 

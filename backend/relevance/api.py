@@ -92,7 +92,7 @@ class RelevanceResult:
                  "relevance_scaled": float(value / scale) if scale else 0.0, "sink": i in self.sink_positions,
                  "method": self.method, "target": self.target.label, "explained": self.target.kind,
                  "value": self.logit, "model": self.model}
-                for i, (token, token_id, value) in enumerate(zip(self.tokens, self.token_ids, values))]
+                for i, (token, token_id, value) in enumerate(zip(self.tokens, self.token_ids, values, strict=True))]
 
 
 def _adapter(model_or_lm) -> ModelAdapter:
@@ -260,7 +260,7 @@ def top_heads(latent: LatentRelevance, k: int = 10) -> list[dict]:
         return []
     flat = np.argsort(-np.abs(latent.heads), axis=None)[:k]
     layers, heads = np.unravel_index(flat, latent.heads.shape)
-    return [{"layer": int(l), "head": int(h), "relevance": float(latent.heads[l, h])} for l, h in zip(layers, heads)]
+    return [{"layer": int(l), "head": int(h), "relevance": float(latent.heads[l, h])} for l, h in zip(layers, heads, strict=True)]
 
 
 def top_neurons(latent: LatentRelevance, k: int = 10) -> list[dict]:
@@ -270,7 +270,7 @@ def top_neurons(latent: LatentRelevance, k: int = 10) -> list[dict]:
     flat = np.argsort(-np.abs(latent.neurons), axis=None)[:k]
     layers, neurons = np.unravel_index(flat, latent.neurons.shape)
     return [{"layer": int(l), "neuron": int(n), "relevance": float(latent.neurons[l, n])}
-            for l, n in zip(layers, neurons)]
+            for l, n in zip(layers, neurons, strict=True)]
 
 
 def ig_convergence(lm, text: str, *, token: str | int | None = None, contrast: tuple | None = None,

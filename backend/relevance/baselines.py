@@ -195,7 +195,7 @@ def convergence(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target, 
                 "value_from": profile[i], "value_to": profile[min(i + 1, len(profile) - 1)]}
     gaps = [abs(r["gap"]) for r in rows]
     small = max(gaps) / (abs(difference) or 1.0) < 0.01
-    steady = all(later <= earlier * 1.05 for earlier, later in zip(gaps, gaps[1:]))
+    steady = all(later <= earlier * 1.05 for earlier, later in zip(gaps, gaps[1:], strict=False))
     if progress is not None:
         progress(len(steps) + 1, len(steps) + 1)
     return IGConvergence(tokens=tokens, target=target.label, baseline=baseline, baseline_label=BASELINES[baseline],

@@ -225,13 +225,13 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target | P
 
     y = float(value.detach().double())
     embed_relevance = _relevance(embeds, grads[0])[0].sum(-1)
-    tap_grads = dict(zip(names, grads[1:1 + len(names)]))
+    tap_grads = dict(zip(names, grads[1:1 + len(names)], strict=True))
     per_tensor = {n: _relevance(taps.tensors[n], tap_grads[n]) for n in names}
 
     result = Attribution(relevance=embed_relevance.cpu().numpy(), logit=y, conservation=None, latent=None,
                          target=target, output_logits=logits.detach())
     if conservation:
-        bias_total = float(sum(float(_relevance(b, g).sum()) for b, g in zip(biases, grads[1 + len(names):])))
+        bias_total = float(sum(float(_relevance(b, g).sum()) for b, g in zip(biases, grads[1 + len(names):], strict=True)))
         if "pos_embed" in per_tensor:
             bias_total += float(per_tensor["pos_embed"].sum())
         softmax = []

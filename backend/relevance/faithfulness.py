@@ -67,7 +67,7 @@ def _evaluate(adapter: ModelAdapter, embeds: torch.Tensor, references: Sequence[
                     index = torch.as_tensor(removed, dtype=torch.long, device=embeds.device)
                     batch[row, index] = references[ref][0, index].to(batch.dtype)
             logits = forward_logits(adapter.model, batch, [target.position])[:, 0]
-            for job, value in zip(chunk, target.value(logits).double().cpu().tolist()):
+            for job, value in zip(chunk, target.value(logits).double().cpu().tolist(), strict=True):
                 values[job] = value
     return values
 

@@ -71,7 +71,7 @@ class FileRun:
         return [{"row": r["row"], "position": i, "token": token, "relevance": value, "target": r["target"],
                  "label": r.get("label"), "sink": i in r["sinks"], "method": self.spec.method,
                  "model": self.spec.model}
-                for r in self.rows for i, (token, value) in enumerate(zip(r["tokens"], r["relevance"]))]
+                for r in self.rows for i, (token, value) in enumerate(zip(r["tokens"], r["relevance"], strict=True))]
 
     def aggregates(self, top: int = 50, max_distance: int = 64) -> FileAggregates:
         by_label = {}
@@ -91,7 +91,7 @@ def aggregate(rows: list[dict], top: int = 50, max_distance: int = 64) -> FileAg
     per_distance: dict[int, list[float]] = defaultdict(list)
     for row in rows:
         n = len(row["tokens"])
-        for i, (token, value) in enumerate(zip(row["tokens"], row["relevance"])):
+        for i, (token, value) in enumerate(zip(row["tokens"], row["relevance"], strict=True)):
             if i in row["sinks"]:
                 continue
             per_token[token].append(value)

@@ -155,7 +155,7 @@ def flow_graph(latent: LatentRelevance, input_relevance: np.ndarray, tokens: lis
     named = named or {}
     nodes = [GraphNode(f"t{i}", "token", f"{i}: {tok!r}" + (f" ({named[i]})" if i in named else ""), float(r),
                        position=i)
-             for i, (tok, r) in enumerate(zip(tokens, input_relevance))]
+             for i, (tok, r) in enumerate(zip(tokens, input_relevance, strict=True))]
     nodes.append(GraphNode("out", "prediction", "prediction", value))
     edges = [GraphEdge(f"t{i}", "out", float(r)) for i, r in enumerate(input_relevance) if abs(r) >= floor]
     if latent.heads is not None:

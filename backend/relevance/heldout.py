@@ -220,7 +220,7 @@ def summarize(rows: Sequence[dict], settings: HeldoutSettings, labels: dict) -> 
         mean_share = float(np.mean(share))
         first = settings.baselines[0]
         diagnosis["softmax_share"] = dict(zip(("mean", "ci_low", "ci_high"),
-                                              stats.bootstrap_mean(share, settings.bootstrap, settings.seed)))
+                                              stats.bootstrap_mean(share, settings.bootstrap, settings.seed), strict=True))
         correlation = stats.spearman_interval(share, [r["abpc"][first]["attnlrp"] for _, r in shares],
                                               settings.bootstrap, settings.seed)
         diagnosis["spearman_share_vs_attnlrp_abpc"] = correlation

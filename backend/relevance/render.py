@@ -40,7 +40,7 @@ def save_heatmap(path: str | Path, tokens: Sequence[str], relevance: Sequence[fl
     scale = float(np.max(np.abs(kept))) if kept.size and np.max(np.abs(kept)) > 0 else 1.0
     lines: list[list[tuple[str, float, bool]]] = [[]]
     width = 0
-    for index, (token, value) in enumerate(zip(tokens, values)):
+    for index, (token, value) in enumerate(zip(tokens, values, strict=True)):
         text = _visible(token)
         if width + len(text) > CHARS_PER_LINE and lines[-1]:
             lines.append([])

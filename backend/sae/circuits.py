@@ -202,7 +202,7 @@ def feature_circuit(loaded, upstream, downstream=None, text: str = "", *, featur
 def _graph(circuit: FeatureCircuit, input_relevance: np.ndarray, features: np.ndarray, error_sum: float,
            n_features: int) -> None:
     circuit.nodes.append(GraphNode("target", "target", circuit.target, circuit.value))
-    for i, (token, value) in enumerate(zip(circuit.tokens, input_relevance)):
+    for i, (token, value) in enumerate(zip(circuit.tokens, input_relevance, strict=True)):
         circuit.nodes.append(GraphNode(f"t{i}", "token", f"{i}: {token!r}", float(value), position=i))
         circuit.edges.append(GraphEdge(f"t{i}", "target", float(value)))
     circuit.nodes.append(GraphNode("error", "error", "SAE error term", error_sum))

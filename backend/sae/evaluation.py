@@ -264,7 +264,7 @@ class _Sums:
         self.x_sum += terms.x_sum
         self.x_sq += terms.x_sq
         self.n_rows += terms.n_rows
-        for values, fired, sae_terms, sae_fired in zip(self.values, self.fired, terms.per_sae, terms.fired):
+        for values, fired, sae_terms, sae_fired in zip(self.values, self.fired, terms.per_sae, terms.fired, strict=True):
             for key in self.KEYS:
                 values[key] += sae_terms[key]
             fired += sae_fired
@@ -314,7 +314,7 @@ def _figures(loaded, saes: list[SparseAutoencoder], hook: str, sums: _Sums,
     total_var = sums.x_sq - float(sums.x_sum.pow(2).sum()) / n_rows
     ce_clean, ce_zero = sums.ce_clean / n_ce, sums.ce_zero / n_ce
     results = []
-    for sae, v, fired in zip(saes, sums.values, sums.fired):
+    for sae, v, fired in zip(saes, sums.values, sums.fired, strict=True):
         fvu = v["err"] / total_var if total_var > 0 else math.nan
         density = (fired / n_rows).numpy()
         counts, edges = log10_density_histogram(density)

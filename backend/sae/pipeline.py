@@ -124,7 +124,7 @@ def make_runs(specs: list[SAESpec], d_in: int, model_name: str, hook_name: str, 
     """Fresh SAEs (decoder rows unit norm) for each spec, each with its sparsity coefficient."""
     check_specs(specs)
     runs = []
-    for i, (spec, name) in enumerate(zip(specs, run_names(specs))):
+    for i, (spec, name) in enumerate(zip(specs, run_names(specs), strict=True)):
         layer = hook_name.split(".")[1] if hook_name.startswith("blocks.") else "-1"
         cfg = SAEConfig(d_in=d_in, d_sae=spec.width, architecture=spec.arch, model_name=model_name,
                         hook_name=hook_name, hook_layer=int(layer), k=spec.knob_setting().get("k"),
@@ -150,7 +150,7 @@ def train_settings(model_name: str, hook_name: str, specs: list[SAESpec], *, tok
                    dead_window_tokens: int = 1_000_000, seed: int = 0) -> dict:
     """Every setting that changes the trained weights; a checkpoint resumes only under identical ones."""
     saes = [{"name": name, "architecture": spec.arch, "width": spec.width, **spec.knob_setting()}
-            for spec, name in zip(specs, run_names(specs))]
+            for spec, name in zip(specs, run_names(specs), strict=True)]
     settings = {"model_name": model_name, "hook_name": hook_name, "saes": saes, "tokens": int(tokens),
                 "cache_tokens": int(cache_tokens), "corpus": str(source or "austen"), "split": split,
                 "context_size": int(context_size), "batch_size": int(batch_size), "lr": float(lr),

@@ -110,7 +110,7 @@ def negative_pool(loaded, sae, store, n_windows: int = 256, seed: int = 0) -> tu
     rows = rng.choice(tokens.shape[0], size=min(n_windows, tokens.shape[0]), replace=False)
     span = WINDOW + 3  # as long as a positive context
     starts = rng.integers(1, max(2, tokens.shape[1] - span), size=len(rows))
-    windows = np.stack([tokens[r, s:s + span] for r, s in zip(rows, starts)])
+    windows = np.stack([tokens[r, s:s + span] for r, s in zip(rows, starts, strict=True)])
     ids = torch.as_tensor(np.concatenate([np.zeros((len(rows), 1), windows.dtype) + tokens[rows, :1], windows], 1),
                           dtype=torch.long)
     peak = encode_ids(loaded, sae, ids)[:, 1:].amax(dim=1).numpy()
@@ -160,7 +160,7 @@ def scored_entry(store, feature: int, answer: str, pool: tuple[list[str], np.nda
     """One line of explanations.jsonl: the answer scored by detection against held-out positives and the pool."""
     texts, peak = pool
     positives = held_out_positives(store, feature)
-    negatives = [t for t, v in zip(texts, peak[:, feature]) if v <= 0][:len(positives) or 10]
+    negatives = [t for t, v in zip(texts, peak[:, feature], strict=True) if v <= 0][:len(positives) or 10]
     entry = ScoredExplanation(feature, answer, balanced_accuracy(answer, positives, negatives),
                               "lexical simulator", writer_name, len(positives), len(negatives))
     return entry.__dict__
@@ -193,7 +193,7 @@ def explain_store(store, writer: Callable[[list[str]], list[str]], pool: tuple[l
                 break
             chunk = todo[start:start + batch_size]
             answers = writer([writer_prompt(store, f) for f in chunk])
-            append_entries(handle, [scored_entry(store, f, a, pool, writer_name) for f, a in zip(chunk, answers)],
+            append_entries(handle, [scored_entry(store, f, a, pool, writer_name) for f, a in zip(chunk, answers, strict=True)],
                            done)
             if progress:
                 progress(min(start + batch_size, len(todo)), len(todo))

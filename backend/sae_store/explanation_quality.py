@@ -61,7 +61,7 @@ def measure_chance(store, pool: tuple[list[str], np.ndarray], n_features: int = 
     scores = []
     for feature in picked:
         positives = held_out_positives(store, int(feature))
-        negatives = [t for t, v in zip(texts, peak[:, int(feature)]) if v <= 0][:len(positives) or 10]
+        negatives = [t for t, v in zip(texts, peak[:, int(feature)], strict=True) if v <= 0][:len(positives) or 10]
         other = int(rng.choice([f for f in written if f != feature]))
         score = balanced_accuracy(entries[other].get("explanation", ""), positives, negatives)
         if score is not None:

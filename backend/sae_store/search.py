@@ -64,7 +64,7 @@ def search_logits(store: FeatureStore, query: str, side: str = "top") -> list[di
     hit = np.isin(table, ids)
     features, ranks = np.nonzero(hit)
     rows = [{"feature": int(f), "rank": int(r) + 1, "token": store.token_text(int(table[f, r])),
-             "weight": float(weights[f, r])} for f, r in zip(features, ranks)]
+             "weight": float(weights[f, r])} for f, r in zip(features, ranks, strict=True)]
     rows.sort(key=lambda row: -abs(row["weight"]))
     return rows
 

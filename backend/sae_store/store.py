@@ -296,7 +296,7 @@ class FeatureStore:
         a = self.arrays
         top_loc, top_win = np.asarray(a["top_loc"][i]), np.asarray(a["top_window"][i])
         contexts = [self._context(int(s), int(p), top_win[k]) for k, (s, p) in enumerate(top_loc) if s >= 0]
-        for ctx, value in zip(contexts, np.asarray(a["top_act"][i])):
+        for ctx, value in zip(contexts, np.asarray(a["top_act"][i]), strict=False):
             ctx.max = float(value)
         max_act = float(a["max_act"][i])
         n_int = int(self.spec["n_intervals"])
@@ -314,7 +314,7 @@ class FeatureStore:
 
         def logits(ids_name: str, vals_name: str) -> list[TokenWeight]:
             return [TokenWeight(self.token_text(int(t)), round(float(v), 5))
-                    for t, v in zip(a[ids_name][i], a[vals_name][i])]
+                    for t, v in zip(a[ids_name][i], a[vals_name][i], strict=True)]
 
         return FeatureCard(
             id=i, density=float(self.density[i]), fire_count=int(a["fire_count"][i]), max_activation=max_act,
@@ -324,7 +324,7 @@ class FeatureStore:
             bottom_logits=logits("logit_bottom_ids", "logit_bottom_vals"),
             logit_histogram=_histogram(*np.asarray(a["logit_range"][i], np.float64), a["logit_hist_counts"][i]),
             neighbours=[Neighbour(int(n), round(float(c), 5))
-                        for n, c in zip(a["neighbour_ids"][i], a["neighbour_cos"][i])],
+                        for n, c in zip(a["neighbour_ids"][i], a["neighbour_cos"][i], strict=True)],
             n_tokens=self.n_counted, label=self.labels[i], explanation=self.explanations.get(i),
             store={"name": self.name, "sae": self.spec["sae_path"], "model": self.spec["model_name"],
                    "hook": self.spec["hook_name"], "corpus": self.spec["corpus"]})

@@ -68,7 +68,7 @@ def explain_store_on_ray(store, explainer_name: str, pool: tuple[list[str], np.n
             while written in arrived:
                 writer_name, answers = arrived.pop(written)
                 append_entries(handle, [scored_entry(store, f, a, pool, writer_name)
-                                        for f, a in zip(batches[written], answers)], done)
+                                        for f, a in zip(batches[written], answers, strict=True)], done)
                 written += 1
                 if progress:
                     progress(min(written * batch_size, len(todo)), len(todo))

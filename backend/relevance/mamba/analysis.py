@@ -61,11 +61,11 @@ def conservation(model_or_lm, input_ids: torch.Tensor, target: Target, fixes: Fi
             value = target.value(forward_logits(adapter.model, embeds, [target.position])[0, 0])
             grads = torch.autograd.grad(value, [embeds, *biases], allow_unused=True)
         finally:
-            for bias, flag in zip(biases, flags):
+            for bias, flag in zip(biases, flags, strict=True):
                 bias.requires_grad_(flag)
 
     def share(params: Sequence[nn.Parameter], param_grads) -> float:
-        return float(sum(float((p.detach().double() * g.double()).sum()) for p, g in zip(params, param_grads)
+        return float(sum(float((p.detach().double() * g.double()).sum()) for p, g in zip(params, param_grads, strict=True)
                          if g is not None))
 
     relevance = (embeds.detach().double() * grads[0].double())[0].sum(-1)
