@@ -277,14 +277,33 @@ def _writers(fx) -> dict[str, tuple[list[str], bool]]:
     }
 
 
-def _mount_full_tmpfs(folder: Path) -> bool:
-    """A 1 MB tmpfs at folder, filled to the last byte; False where mounting is not permitted."""
+def _is_mount_point(folder: Path) -> bool:
+    """Whether folder is a mount point now (from /proc/self/mounts: what `mount` lists)."""
+    wanted = os.path.realpath(folder)
+    with open("/proc/self/mounts") as mounts:
+        return any(line.split()[1].encode().decode("unicode_escape") == wanted for line in mounts if line.strip())
+
+
+def _unmount(folder: Path) -> None:
+    """Unmount folder for good: a plain umount, and where something still holds a file there (a memory map left in
+    a cache, a child process) a lazy one, which detaches it at once. Raises if it is still mounted after both."""
+    gc.collect()  # drop memory maps of objects nothing refers to any more
+    if subprocess.run(["umount", str(folder)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+    if _is_mount_point(folder):
+        raise RuntimeError(f"{folder} is still mounted after umount and umount -l")
+
+
+def _mount_full_tmpfs(folder: Path, mounted: list[Path]) -> bool:
+    """A 1 MB tmpfs at folder, filled to the last byte; False where mounting is not permitted. The folder goes into
+    `mounted` as soon as it is mounted (before the filling, which may fail), for the caller's teardown."""
     folder.mkdir()
     if os.geteuid() != 0:
         return False
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True)
     if done.returncode != 0:
         return False
+    mounted.append(folder)
     (folder / "before.json").write_text('{"old": true}\n')
     with open(folder / "filler", "wb", buffering=0) as filler:
         try:
@@ -294,6 +313,20 @@ def _mount_full_tmpfs(folder: Path) -> bool:
         except OSError as err:
             assert err.errno == errno.ENOSPC
     return True
+
+
+@pytest.fixture
+def full_tmpfs(request):
+    """mount(folder) -> bool: a full 1 MB tmpfs at folder (see _mount_full_tmpfs); every tmpfs it mounted is
+    unmounted by a finalizer, so none is left under /tmp/pytest-of-* whether the test passes, fails or errors."""
+    mounted: list[Path] = []
+
+    def unmount_all() -> None:
+        while mounted:
+            _unmount(mounted.pop())
+
+    request.addfinalizer(unmount_all)
+    return lambda folder: _mount_full_tmpfs(folder, mounted)
 
 
 def _refuse_writes(monkeypatch) -> None:
@@ -325,36 +358,54 @@ def _check_nothing_half_written(folder: Path) -> None:
                                     "sae steer --out", "sae prompt --out", "sae eval --out", "sae circuit --json",
                                     "explain --all-rows", "sae store", "neurons store", "sae train",
                                     "fourier store"])
-def test_a_full_disk_is_one_line_and_nothing_half_written(writer, how, fx, tmp_path, monkeypatch, capsys):
+def test_a_full_disk_is_one_line_and_nothing_half_written(writer, how, fx, tmp_path, monkeypatch, capsys,
+                                                          full_tmpfs):
     argv, is_folder = _writers(fx)[writer]
     disk = tmp_path / "disk"
     if how == "tmpfs":
-        if not _mount_full_tmpfs(disk):
+        if not full_tmpfs(disk):
             pytest.skip("mounting a tmpfs needs root (the patched case covers this writer)")
     else:
         disk.mkdir()
         (disk / "before.json").write_text('{"old": true}\n')
     target = disk / ("out" if is_folder else "before.json")
+    with monkeypatch.context() as patch:
+        if how == "patched":
+            _refuse_writes(patch)
+        capsys.readouterr()
+        code = _run(argv, target)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = _screen_lines(err)
+    assert len(lines) == 1 and "No space left on device" in lines[0], err
+    assert "Traceback" not in err
+    assert (disk / "before.json").read_text() == '{"old": true}\n'
+    if not is_folder:
+        png = Path(f"{target}.png")
+        assert not png.exists() and sorted(p.name for p in disk.iterdir()) == sorted(
+            ["before.json"] + (["filler"] if how == "tmpfs" else []))
+    _check_nothing_half_written(disk)
+
+
+def test_teardown_unmounts_a_busy_tmpfs(tmp_path):
+    """The full_tmpfs teardown on a tmpfs with a file on it still held open (what a cached memory map of a store
+    written there does; the old `umount` with check=True then raised in the test's finally and left the mount):
+    afterwards nothing is mounted there."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted: list[Path] = []
+    disk = tmp_path / "disk"
+    assert _mount_full_tmpfs(disk, mounted) and _is_mount_point(disk)
+    held = open(disk / "before.json")  # a plain umount now fails: target is busy
     try:
-        with monkeypatch.context() as patch:
-            if how == "patched":
-                _refuse_writes(patch)
-            capsys.readouterr()
-            code = _run(argv, target)
-        err = capsys.readouterr().err
-        assert code == 2, err
-        lines = _screen_lines(err)
-        assert len(lines) == 1 and "No space left on device" in lines[0], err
-        assert "Traceback" not in err
-        assert (disk / "before.json").read_text() == '{"old": true}\n'
-        if not is_folder:
-            png = Path(f"{target}.png")
-            assert not png.exists() and sorted(p.name for p in disk.iterdir()) == sorted(
-                ["before.json"] + (["filler"] if how == "tmpfs" else []))
-        _check_nothing_half_written(disk)
+        assert subprocess.run(["umount", str(disk)], capture_output=True).returncode != 0
+        while mounted:
+            _unmount(mounted.pop())
+        assert not _is_mount_point(disk)
     finally:
-        if how == "tmpfs":
-            subprocess.run(["umount", str(disk)], check=True)
+        held.close()
+        if _is_mount_point(disk):
+            subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
 # --- a planted marker ----------------------------------------------------------------------------------------
