@@ -84,7 +84,8 @@ class Result:
     def to_frame(self):  # -> pandas.DataFrame (pandas imported only when asked)
         import pandas as pd
 
-        return pd.DataFrame(to_plain(self.rows()))
+        # Result.rows, not self.rows: a result may hold a data field named `rows` (IG convergence, held-out runs)
+        return pd.DataFrame(to_plain(Result.rows(self)))
 
     def to_csv(self, path: str | None = None) -> str | None:
         return self.to_frame().to_csv(path, index=False)

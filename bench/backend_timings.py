@@ -69,11 +69,12 @@ def relevance_rows(lm, repeats: int) -> list[dict]:
         text = _text(lm, length)
         runs = repeats if length == 64 else max(2, repeats // 2)
         for method in ("attnlrp", "cplrp", "gradxinput"):
-            figures = _measure(lambda: (predict_next(lm, text, top=10), explain(lm, text, method)), runs,
+            figures = _measure(lambda text=text, method=method: (predict_next(lm, text, top=10),
+                                                                 explain(lm, text, method)), runs,
                                before=forget_next_logits)
             rows.append(_row(f"Relevance map ({length} tokens)", f"predict_next + explain({method}), cold", budget,
                              figures, tokens=length))
-        figures = _measure(lambda: explain(lm, text, "attnlrp"), runs, before=forget_next_logits)
+        figures = _measure(lambda text=text: explain(lm, text, "attnlrp"), runs, before=forget_next_logits)
         rows.append(_row(f"Relevance map ({length} tokens)", "explain(attnlrp) alone, its top-10 for the page", budget,
                          figures, tokens=length))
         ids = lm.encode(text)
@@ -82,8 +83,8 @@ def relevance_rows(lm, repeats: int) -> list[dict]:
         run_method(lm, ids, "attnlrp", target)
         gradient_only(lm.adapter, ids, target)
         for _ in range(runs + 1):  # interleaved, so both see the same load
-            grad.append(_measure(lambda: gradient_only(lm.adapter, ids, target), 1, warmup=0))
-            lrp.append(_measure(lambda: run_method(lm, ids, "attnlrp", target), 1, warmup=0))
+            grad.append(_measure(lambda ids=ids, target=target: gradient_only(lm.adapter, ids, target), 1, warmup=0))
+            lrp.append(_measure(lambda ids=ids, target=target: run_method(lm, ids, "attnlrp", target), 1, warmup=0))
         ratio_wall = min(r["seconds_min"] for r in lrp) / min(g["seconds_min"] for g in grad)
         ratio_cpu = min(r["cpu_seconds_p50"] for r in lrp) / min(g["cpu_seconds_p50"] for g in grad)
         rows.append({"action": f"AttnLRP vs gradient ({length} tokens)", "call": "run_method(attnlrp) / gradient_only",

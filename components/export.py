@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+from functools import partial
 from typing import Any
 
 import plotly.graph_objects as go
@@ -106,9 +107,11 @@ def export_menu(fig: go.Figure | None, data: Any, key: str, filename: str) -> No
     row = st.container(horizontal=True, wrap=True, gap="small", vertical_alignment="center")
     row.caption("Export", width="content")
     for fmt in formats:
-        if fmt in ("json", "csv"):
-            producer = (lambda: data_json(data)) if fmt == "json" else (lambda: data_csv(data))
+        if fmt == "json":
+            producer = partial(data_json, data)
+        elif fmt == "csv":
+            producer = partial(data_csv, data)
         else:
-            producer = (lambda fmt=fmt: figure_bytes(fig, fmt))
+            producer = partial(figure_bytes, fig, fmt)
         row.download_button(fmt.upper(), data=producer, file_name=f"{filename}.{fmt}", mime=MIME[fmt],
                             key=f"export-{key}-{fmt}", on_click="ignore", width="content")

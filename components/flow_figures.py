@@ -43,7 +43,7 @@ def lens_figure(layers: Sequence[str], probability: np.ndarray, rank: np.ndarray
 
 def contributions_figure(attn: np.ndarray, mlp: np.ndarray, embed: float, value_label: str) -> go.Figure:
     """Each layer's attention and MLP direct contribution to the explained value (grouped bars)."""
-    layers = [f"{l}" for l in range(len(attn))]
+    layers = [f"{layer}" for layer in range(len(attn))]
     fig = go.Figure([go.Bar(x=layers, y=attn, name="attention", marker_color=BLUE),
                      go.Bar(x=layers, y=mlp, name="MLP", marker_color=RED)])
     fig.update_layout(title=f"Direct contribution of each layer (embeddings {embed:+.3g})",

@@ -85,7 +85,7 @@ def answer_window_heatmap(logits: np.ndarray, answer: int, module: str, window: 
     low, high = max(0, answer - window), min(n_numbers, answer + window + 1)
     numbers = np.arange(low, high)
     fig = go.Figure(go.Heatmap(z=logits[:, low:high], x=[str(n) for n in numbers],
-                               y=[f"layer {l}" for l in range(len(logits))], colorscale="RdBu_r", zmid=0,
+                               y=[f"layer {layer}" for layer in range(len(logits))], colorscale="RdBu_r", zmid=0,
                                colorbar=dict(title="logit")))
     fig.add_vline(x=answer - low, line=dict(color="black", dash="dot"))
     fig.update_layout(title=f"{module} output read through W_U (numbers around the answer {answer})",

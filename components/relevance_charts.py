@@ -34,7 +34,7 @@ def signed_matrix(z: np.ndarray, x: Sequence[str], y: Sequence[str], title: str,
 
 def latent_figure(tokens: Sequence[str], residual: np.ndarray, title: str) -> go.Figure:
     """Layers x tokens relevance of the residual stream (row l = input of block l; last row = final output)."""
-    layers = [f"block {l} in" for l in range(residual.shape[0] - 1)] + ["final"]
+    layers = [f"block {layer} in" for layer in range(residual.shape[0] - 1)] + ["final"]
     return signed_matrix(residual, _unique([_label(t) for t in tokens]), layers, title, "token", "residual stream",
                          "%{y}, token %{x}<br>R = %{z:.4f}")
 

@@ -173,7 +173,7 @@ def lens_figures(lm, result, lens, template: str, n_numbers: int) -> None:
     st.plotly_chart(fig, width="stretch", key="fourier-lens-acc")
     export_menu(fig, {"exact": lens.lens_accuracy, "within_2": lens.lens_within_2,
                       "within_10": lens.lens_within_10}, "fourier-lens-acc", "fourier-logit-lens-accuracy")
-    layer_names = [f"layer {l}" for l in range(len(lens.attn_fourier))]
+    layer_names = [f"layer {layer}" for layer in range(len(lens.attn_fourier))]
     index = int(st.number_input("One prompt (row of the table below)", 0, len(result.answers) - 1, 0,
                                 key="fourier-row"))
     answer = int(result.answers[index])

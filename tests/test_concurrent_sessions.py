@@ -106,14 +106,16 @@ def test_eight_concurrent_sessions_match_serial_runs_and_share_one_model(env):
         failures: list[str] = []
         start = threading.Barrier(len(plan))
 
-        def work(name: str, page: str, state: dict) -> None:
+        def work(name: str, page: str, state: dict, start: threading.Barrier, concurrent: dict[str, dict],
+                 failures: list[str]) -> None:
             try:
                 start.wait()
                 concurrent[name] = snapshot(run_session(page, state))
             except BaseException as err:  # noqa: BLE001 - reported below
                 failures.append(f"{name}: {err!r}")
 
-        threads = [threading.Thread(target=work, args=(name, *spec)) for name, spec in plan.items()]
+        threads = [threading.Thread(target=work, args=(name, *spec, start, concurrent, failures))
+                   for name, spec in plan.items()]
         with concurrent_apptests():
             for thread in threads:
                 thread.start()

@@ -122,7 +122,7 @@ def test_asking_for_more_prompts_than_the_split_holds_is_said(adder_page):
     show(adder_page, "Filters")
     adder_page.number_input(key="fourier-filter-prompts").set_value(5000).run()
     adder_page.button(key="fourier-run-filters").click().run()
-    frame = next(d.value for d in adder_page.dataframe if "filter" in d.value.columns)
+    assert any("filter" in d.value.columns for d in adder_page.dataframe)
     assert any("5000" in w.value or "5,000" in w.value for w in adder_page.warning)
 
 
@@ -132,7 +132,7 @@ def test_digit_tokenizer_shows_hidden_state_spectra(bundled_lm):
     assert not at.exception, at.exception
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert "hidden state" in spec["layout"]["title"]["text"]
-    assert spec["data"][0]["y"] == ["embed"] + [f"layer {l}" for l in range(bundled_lm.adapter.n_layers)]
+    assert spec["data"][0]["y"] == ["embed"] + [f"layer {layer}" for layer in range(bundled_lm.adapter.n_layers)]
     assert any("splits numbers into digits" in i.value for i in at.info)
     show(at, "Addition probe")
     at.button(key="fourier-probe-run").click().run()

@@ -13,7 +13,7 @@ def _pair(arch: str):
     dense = build_sae(SAEConfig(**cfg), dtype=torch.float64, seed=3)
     gen = torch.Generator().manual_seed(4)
     with torch.no_grad():
-        for name, param in dense.named_parameters():
+        for param in dense.parameters():
             param.copy_(torch.randn(param.shape, generator=gen, dtype=torch.float64) * 0.5)
         for name in ("b_enc", "b_gate"):
             if hasattr(dense, name):

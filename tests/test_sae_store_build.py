@@ -49,7 +49,7 @@ def test_store_matches_brute_force(lm, tmp_path, arch):
     n_seqs, context, d_sae = acts.shape
     flat = acts.reshape(-1, d_sae)
     spec = store.spec
-    K, I, P = spec["top_k"], spec["n_intervals"], spec["per_interval"]
+    K, intervals, P = spec["top_k"], spec["n_intervals"], spec["per_interval"]
     assert store.n_counted == n_seqs * (context - 1)
     np.testing.assert_array_equal(np.asarray(store.arrays["tokens"]), token_chunks(lm.tokenizer, CONTEXT, N_TOKENS))
     np.testing.assert_array_equal(store.arrays["fire_count"], (flat > 0).sum(0))
@@ -76,8 +76,8 @@ def test_store_matches_brute_force(lm, tmp_path, arch):
         np.testing.assert_allclose(np.array(top.activations, float), expected, rtol=2e-3, atol=1e-4)
         assert top.tokens == [lm.tokenizer.decode([t]) for t in token_chunks(lm.tokenizer, CONTEXT, N_TOKENS)
                               [seq, lo:lo + len(top.tokens)].tolist()]
-        width = nonzero.max() / I
-        members = np.clip(np.ceil(nonzero / nonzero.max() * I) - 1, 0, I - 1)
+        width = nonzero.max() / intervals
+        members = np.clip(np.ceil(nonzero / nonzero.max() * intervals) - 1, 0, intervals - 1)
         for j, interval in enumerate(card.intervals):
             assert len(interval.examples) == min(P, int((members == j).sum()))
             for example in interval.examples:

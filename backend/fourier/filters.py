@@ -189,8 +189,8 @@ class FilterJob:
         if key != "none":
             matrix = torch.as_tensor(self.matrices[key], device=lm.device)
             where = {} if self.positions == "last" else None
-            edits = {f"blocks.{l}.{point}": projection_edit(matrix, where)
-                     for l in range(lm.adapter.n_layers) for point in MODULES[modules]}
+            edits = {f"blocks.{layer}.{point}": projection_edit(matrix, where)
+                     for layer in range(lm.adapter.n_layers) for point in MODULES[modules]}
         return evaluate_batch(lm, self.numbers, texts, answers, edits, where=where if edits else None)
 
 

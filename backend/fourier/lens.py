@@ -7,11 +7,12 @@ final norm) scored exact / +-2 / +-10 per layer, and the top-5 Fourier component
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
 
-from interpscope.capture import capture, model_lock
+from interpscope.capture import Capture, capture, model_lock
 from interpscope.config import InterpscopeError
 from interpscope.fourier.addition import pad_right, score
 from interpscope.fourier.basis import fourier_basis, frequency_magnitude
@@ -65,6 +66,12 @@ def low_share(basis, logits: np.ndarray, tau: int) -> float:
     return float(energy[: tau - 1].sum() / total) if total > 0 else 0.0
 
 
+def _at_last(result: Capture, shape: torch.Size, rows: torch.Tensor, last: torch.Tensor, name: str) -> torch.Tensor:
+    """Activation `name` of a right-padded batch of `shape` [B, T] at each prompt's last real token."""
+    tensor = result.activations[name].reshape(shape[0], shape[1], -1)
+    return tensor[rows, last.to(tensor.device)]
+
+
 def module_lens(lm, numbers: NumberTokens, pairs: np.ndarray, template: str = "{a}+{b}=", tau: int | None = None,
                 batch: int = 256) -> ModuleLens:
     """Run the prompts once, read every layer's attention/MLP output and residual stream at the last token."""
@@ -77,7 +84,7 @@ def module_lens(lm, numbers: NumberTokens, pairs: np.ndarray, template: str = "{
         raise InterpscopeError(f"Need at least one prompt whose sum is below {n_numbers}.")
     texts = render(template, pairs)
     unembed = number_unembedding(adapter, numbers)
-    names = [f"blocks.{l}.{point}" for l in range(n_layers) for point in ("hook_attn_out", "hook_mlp_out",
+    names = [f"blocks.{layer}.{point}" for layer in range(n_layers) for point in ("hook_attn_out", "hook_mlp_out",
                                                                              "hook_resid_post")]
     attn, mlp, resid, final = [], [], [], []
     with model_lock(lm):
@@ -85,33 +92,31 @@ def module_lens(lm, numbers: NumberTokens, pairs: np.ndarray, template: str = "{
             ids, mask, last = pad_right(lm.tokenizer, texts[start:start + batch])
             rows = torch.arange(len(ids))
             result = capture(adapter, ids.to(lm.device), names, attention_mask=mask.to(lm.device), to_cpu=False)
-            def at_last(name: str) -> torch.Tensor:
-                tensor = result.activations[name].reshape(len(ids), ids.shape[1], -1)
-                return tensor[rows, last.to(tensor.device)]
+            at_last = partial(_at_last, result, ids.shape, rows, last)
             with torch.no_grad():
-                attn.append(torch.stack([at_last(f"blocks.{l}.hook_attn_out") @ unembed for l in range(n_layers)], 1))
-                mlp.append(torch.stack([at_last(f"blocks.{l}.hook_mlp_out") @ unembed for l in range(n_layers)], 1))
+                attn.append(torch.stack([at_last(f"blocks.{layer}.hook_attn_out") @ unembed for layer in range(n_layers)], 1))
+                mlp.append(torch.stack([at_last(f"blocks.{layer}.hook_mlp_out") @ unembed for layer in range(n_layers)], 1))
                 norm = adapter.final_norm()
-                resid.append(torch.stack([norm(at_last(f"blocks.{l}.hook_resid_post")) @ unembed
-                                          for l in range(n_layers)], 1))
+                resid.append(torch.stack([norm(at_last(f"blocks.{layer}.hook_resid_post")) @ unembed
+                                          for layer in range(n_layers)], 1))
                 logits = result.logits.reshape(len(ids), ids.shape[1], -1)[rows, last.to(result.logits.device)]
                 final.append(logits[:, torch.as_tensor(numbers.ids, device=logits.device)])
     attn_logits = torch.cat(attn).double().cpu().numpy()
     mlp_logits = torch.cat(mlp).double().cpu().numpy()
     resid_logits = torch.cat(resid).double().cpu().numpy()
     basis = fourier_basis(n_numbers)
-    lens = np.array([score(resid_logits[:, l].argmax(-1), answers) for l in range(n_layers)])
+    lens = np.array([score(resid_logits[:, layer].argmax(-1), answers) for layer in range(n_layers)])
 
     def averaged(logits: np.ndarray) -> np.ndarray:
-        return np.stack([np.mean([frequency_magnitude(basis, p) for p in logits[:, l]], axis=0)
-                         for l in range(n_layers)])
+        return np.stack([np.mean([frequency_magnitude(basis, p) for p in logits[:, layer]], axis=0)
+                         for layer in range(n_layers)])
 
     return ModuleLens(
         model=lm.name, template=template, pairs=pairs, answers=answers, periods=basis.periods, tau=tau,
         attn_logits=attn_logits, mlp_logits=mlp_logits, attn_fourier=averaged(attn_logits),
         mlp_fourier=averaged(mlp_logits),
-        low_share_attn=np.array([low_share(basis, attn_logits[:, l].T, tau) for l in range(n_layers)]),
-        low_share_mlp=np.array([low_share(basis, mlp_logits[:, l].T, tau) for l in range(n_layers)]),
+        low_share_attn=np.array([low_share(basis, attn_logits[:, layer].T, tau) for layer in range(n_layers)]),
+        low_share_mlp=np.array([low_share(basis, mlp_logits[:, layer].T, tau) for layer in range(n_layers)]),
         lens_accuracy=lens[:, 0], lens_within_2=lens[:, 1], lens_within_10=lens[:, 2],
         final_logits=torch.cat(final).double().cpu().numpy())
 

@@ -14,7 +14,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Callable
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -117,6 +117,10 @@ def _write(path: Path, writer: Callable) -> None:
     atomic.write_with(path, writer)
 
 
+def _savez(handle, arrays: dict[str, np.ndarray]) -> None:
+    np.savez_compressed(handle, **arrays)
+
+
 def _json_number(value):
     if isinstance(value, np.integer):
         return int(value)
@@ -139,10 +143,10 @@ def save_entries(lm, out: str | Path, results: dict[str, object]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     atomic.remove_stale_temps(folder)  # what a killed build left mid-write
     manifest = manifest or {"kind": KIND, "model": lm.name, "model_key": model_key(lm), "entries": {}}
-    for index, (key, result) in enumerate(results.items()):
+    for key, result in results.items():
         arrays, plain = encode(result)
         name = f"entry-{hashlib.sha1(key.encode()).hexdigest()[:12]}.npz"
-        _write(folder / name, lambda handle: np.savez_compressed(handle, **arrays))
+        _write(folder / name, partial(_savez, arrays=arrays))
         manifest["entries"][key] = {"file": name, "fields": plain}
     _write(folder / MANIFEST, lambda handle: handle.write(json.dumps(manifest, indent=1, default=_json_number).encode()))
     _manifest.cache_clear()

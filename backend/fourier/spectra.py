@@ -134,7 +134,7 @@ def number_hidden_states(lm, n_numbers: int, batch: int = 64, template: str | No
     tokenizer = lm.tokenizer
     texts = [template.format(n=n) for n in range(n_numbers)]
     states: list[np.ndarray] = []
-    names = ["blocks.0.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in range(lm.adapter.n_layers)]
+    names = ["blocks.0.hook_resid_pre"] + [f"blocks.{layer}.hook_resid_post" for layer in range(lm.adapter.n_layers)]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     with model_lock(lm):
         for start in range(0, n_numbers, batch):

@@ -260,7 +260,7 @@ def top_heads(latent: LatentRelevance, k: int = 10) -> list[dict]:
         return []
     flat = np.argsort(-np.abs(latent.heads), axis=None)[:k]
     layers, heads = np.unravel_index(flat, latent.heads.shape)
-    return [{"layer": int(l), "head": int(h), "relevance": float(latent.heads[l, h])} for l, h in zip(layers, heads, strict=True)]
+    return [{"layer": int(layer), "head": int(h), "relevance": float(latent.heads[layer, h])} for layer, h in zip(layers, heads, strict=True)]
 
 
 def top_neurons(latent: LatentRelevance, k: int = 10) -> list[dict]:
@@ -269,8 +269,8 @@ def top_neurons(latent: LatentRelevance, k: int = 10) -> list[dict]:
         return []
     flat = np.argsort(-np.abs(latent.neurons), axis=None)[:k]
     layers, neurons = np.unravel_index(flat, latent.neurons.shape)
-    return [{"layer": int(l), "neuron": int(n), "relevance": float(latent.neurons[l, n])}
-            for l, n in zip(layers, neurons, strict=True)]
+    return [{"layer": int(layer), "neuron": int(n), "relevance": float(latent.neurons[layer, n])}
+            for layer, n in zip(layers, neurons, strict=True)]
 
 
 def ig_convergence(lm, text: str, *, token: str | int | None = None, contrast: tuple | None = None,

@@ -194,7 +194,7 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target | P
         position_embedding = adapter.position_embedding()
         if position_embedding is not None:
             taps.output(position_embedding, "pos_embed", leaf=True)
-        attn_layers = [l for l in range(n_layers) if adapter.attention_out_proj(l) is not None]
+        attn_layers = [layer for layer in range(n_layers) if adapter.attention_out_proj(layer) is not None]
         if conservation or latent:
             for layer in attn_layers:
                 taps.input(adapter.attention_out_proj(layer), f"heads.{layer}")
@@ -247,22 +247,22 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target | P
             relative_error=abs(explained - y) / scale, gap_without_softmax=(y - input_sum - bias_total) / scale,
             softmax_by_layer=softmax)
     if latent:
-        residual = torch.stack([per_tensor[f"resid.{l}"][0].sum(-1) for l in range(n_layers + 1)])
+        residual = torch.stack([per_tensor[f"resid.{layer}"][0].sum(-1) for layer in range(n_layers + 1)])
         heads = None
         if attn_layers:
-            heads = torch.stack([per_tensor[f"heads.{l}"][0].reshape(input_ids.shape[1], adapter.n_heads, -1)
-                                 .sum(dim=(0, 2)) for l in attn_layers]).cpu().numpy()
-        neuron_names = [f"neurons.{l}" for l in range(n_layers)]
+            heads = torch.stack([per_tensor[f"heads.{layer}"][0].reshape(input_ids.shape[1], adapter.n_heads, -1)
+                                 .sum(dim=(0, 2)) for layer in attn_layers]).cpu().numpy()
+        neuron_names = [f"neurons.{layer}" for layer in range(n_layers)]
         has_neurons = all(n in per_tensor for n in neuron_names)
         neurons = torch.stack([per_tensor[n][0].sum(0) for n in neuron_names]).cpu().numpy() if has_neurons else None
         result.latent = LatentRelevance(residual=residual.cpu().numpy(), heads=heads, neurons=neurons)
         n_tokens = input_ids.shape[1]
         if attn_layers:
             result.latent.heads_by_position = torch.stack([
-                per_tensor[f"heads.{l}"][0].reshape(n_tokens, adapter.n_heads, -1).sum(-1)
-                for l in attn_layers]).cpu().numpy()
-            result.latent.values_by_position = np.stack([_value_relevance(adapter, per_tensor, l, n_tokens)
-                                                         for l in attn_layers])
+                per_tensor[f"heads.{layer}"][0].reshape(n_tokens, adapter.n_heads, -1).sum(-1)
+                for layer in attn_layers]).cpu().numpy()
+            result.latent.values_by_position = np.stack([_value_relevance(adapter, per_tensor, layer, n_tokens)
+                                                         for layer in attn_layers])
         if has_neurons:
             result.latent.mlp_by_position = torch.stack([per_tensor[n][0].sum(-1) for n in neuron_names]).cpu().numpy()
     for name in [*points, *(f"extra.{n}" for n in (extra or {}))]:

@@ -79,8 +79,8 @@ class InformationFlow:
 
 def _residuals(adapter, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     n = adapter.n_layers
-    names = ["blocks.0.hook_resid_pre", *(f"blocks.{l}.hook_resid_post" for l in range(n)),
-             *(f"blocks.{l}.hook_attn_out" for l in range(n)), *(f"blocks.{l}.hook_mlp_out" for l in range(n))]
+    names = ["blocks.0.hook_resid_pre", *(f"blocks.{layer}.hook_resid_post" for layer in range(n)),
+             *(f"blocks.{layer}.hook_attn_out" for layer in range(n)), *(f"blocks.{layer}.hook_mlp_out" for layer in range(n))]
     return capture(adapter, ids, names).activations
 
 
@@ -112,7 +112,7 @@ def logit_lens(adapter, acts: dict[str, torch.Tensor], target: Target) -> tuple[
     norm = adapter.folded_norm()
     W_U = adapter.W_U().detach().double().cpu()
     b_U = adapter.b_U()
-    names = ["blocks.0.hook_resid_pre", *(f"blocks.{l}.hook_resid_post" for l in range(adapter.n_layers))]
+    names = ["blocks.0.hook_resid_pre", *(f"blocks.{layer}.hook_resid_post" for layer in range(adapter.n_layers))]
     probability, rank, value = [], [], []
     for name in names:
         residual = acts[name][target.position].double().cpu()
@@ -141,8 +141,8 @@ def contributions(adapter, acts: dict[str, torch.Tensor], target: Target) -> tup
         return float(vector @ direction) / scale
 
     n = adapter.n_layers
-    attn = np.array([part(f"blocks.{l}.hook_attn_out") for l in range(n)])
-    mlp = np.array([part(f"blocks.{l}.hook_mlp_out") for l in range(n)])
+    attn = np.array([part(f"blocks.{layer}.hook_attn_out") for layer in range(n)])
+    mlp = np.array([part(f"blocks.{layer}.hook_mlp_out") for layer in range(n)])
     return part("blocks.0.hook_resid_pre"), attn, mlp, _constant(adapter, target)
 
 
@@ -220,7 +220,7 @@ def information_flow(lm, text: str, *, token: str | int | None = None, contrast:
         model=lm.name, method=spec.label, tokens=(tokens := lm.token_strings(ids[0])), target=target,
         value=attribution.logit, sinks=report.rows(tokens, words(model_kind(lm.adapter))["sink"]),
         bos_prepended=prepended,
-        lens_layers=["embeddings", *(f"block {l}" for l in range(lm.adapter.n_layers))],
+        lens_layers=["embeddings", *(f"block {layer}" for layer in range(lm.adapter.n_layers))],
         lens_probability=probability, lens_rank=rank, lens_value=lens_value, embed_contribution=embed,
         attn_contribution=attn, mlp_contribution=mlp, constant_contribution=constant,
         input_relevance=attribution.relevance, latent=attribution.latent,

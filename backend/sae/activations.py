@@ -169,23 +169,27 @@ def build_activation_cache(loaded, hook_name: str, n_tokens: int, *, source: str
     done: list[list[int]] = []
     if partial.is_file() and progress_file.is_file():
         done = _windows_done(progress_file, spec, n_rows, rows_per_chunk)
-    array = np.memmap(partial, dtype=NP_DTYPES[dtype], mode="r+" if done else "w+", shape=(n_rows, d_in))
     shards = [Shard(i, first, stop, chunks[first:stop]) for i, (first, stop) in
               enumerate(batch_shards(chunks.shape[0], batch_size, scale, lambda a, b: covered(done, a, b)))]
 
-    def write(shard: Shard, rows: np.ndarray) -> None:
-        nonlocal done
-        array[shard.first * rows_per_chunk:shard.stop * rows_per_chunk] = rows
-        array.flush()
-        done = merge_intervals(done + [[shard.first, shard.stop]])
-        prefix = done[0][1] if done[0][0] == 0 else 0
-        _write_json_atomic(progress_file, {"spec": asdict(spec), "n_rows": n_rows, "windows_done": done,
-                                           "rows_done": prefix * rows_per_chunk})
-        if progress:
-            progress(sum(b - a for a, b in done) * rows_per_chunk, n_rows)
+    def fill() -> None:
+        """Write every shard into acts.partial; the mapping is released when this returns, before the rename."""
+        acts = np.memmap(partial, dtype=NP_DTYPES[dtype], mode="r+" if done else "w+", shape=(n_rows, d_in))
 
-    map_shards(CacheJob(hook_name, dtype, batch_size), shards, write, lm=loaded, scale=scale)
-    del array
+        def write(shard: Shard, rows: np.ndarray) -> None:
+            nonlocal done
+            acts[shard.first * rows_per_chunk:shard.stop * rows_per_chunk] = rows
+            acts.flush()
+            done = merge_intervals(done + [[shard.first, shard.stop]])
+            prefix = done[0][1] if done[0][0] == 0 else 0
+            _write_json_atomic(progress_file, {"spec": asdict(spec), "n_rows": n_rows, "windows_done": done,
+                                               "rows_done": prefix * rows_per_chunk})
+            if progress:
+                progress(sum(b - a for a, b in done) * rows_per_chunk, n_rows)
+
+        map_shards(CacheJob(hook_name, dtype, batch_size), shards, write, lm=loaded, scale=scale)
+
+    fill()
     os.replace(partial, folder / "acts.bin")
     _write_json_atomic(folder / "meta.json", {"spec": asdict(spec), "n_rows": n_rows,
                                              "excluded_positions": [0]})

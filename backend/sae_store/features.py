@@ -30,7 +30,7 @@ def _windows(centres: np.ndarray, half: int, context: int, n_tokens: int, toks_s
 
 def allocate(spec: StoreSpec) -> dict[str, np.ndarray]:
     """Empty per-feature arrays (fill values for features that never fire)."""
-    d, K, I, P, B = spec.d_sae, spec.top_k, spec.n_intervals, spec.per_interval, spec.hist_bins
+    d, K, intervals, P, B = spec.d_sae, spec.top_k, spec.n_intervals, spec.per_interval, spec.hist_bins
     return {
         "fire_count": np.zeros(d, np.int64),
         "max_act": np.zeros(d, np.float32),
@@ -38,9 +38,9 @@ def allocate(spec: StoreSpec) -> dict[str, np.ndarray]:
         "top_loc": np.full((d, K, 2), -1, np.int32),
         "top_act": np.zeros((d, K), np.float32),
         "top_window": np.full((d, K, 2 * spec.window_top + 1), np.nan, np.float16),
-        "int_loc": np.full((d, I, P, 2), -1, np.int32),
-        "int_act": np.zeros((d, I, P), np.float32),
-        "int_window": np.full((d, I, P, 2 * spec.window_interval + 1), np.nan, np.float16),
+        "int_loc": np.full((d, intervals, P, 2), -1, np.int32),
+        "int_act": np.zeros((d, intervals, P), np.float32),
+        "int_window": np.full((d, intervals, P, 2 * spec.window_interval + 1), np.nan, np.float16),
         "hist_counts": np.zeros((d, B), np.int32),
     }
 
@@ -54,7 +54,7 @@ def feature_stats(spec: StoreSpec, tok: np.ndarray, feat: np.ndarray, val: np.nd
     order = np.lexsort((tok, -val, feat))
     tok, feat, val = tok[order], feat[order], val[order]
     bounds = np.searchsorted(feat, np.arange(spec.d_sae + 1))
-    K, I, P = spec.top_k, spec.n_intervals, spec.per_interval
+    K, intervals, P = spec.top_k, spec.n_intervals, spec.per_interval
     for i in range(spec.d_sae):
         a, b = int(bounds[i]), int(bounds[i + 1])
         if b == a:
@@ -73,9 +73,9 @@ def feature_stats(spec: StoreSpec, tok: np.ndarray, feat: np.ndarray, val: np.nd
         out["top_act"][i, :k] = seg_val[:k]
         out["top_window"][i, :k] = _windows(top_tok, spec.window_top, context, n_tokens, toks_sorted, vals_by_tok)
         out["hist_counts"][i] = np.histogram(seg_val, bins=spec.hist_bins, range=(0.0, top_max))[0]
-        interval = np.clip(np.ceil(seg_val / top_max * I).astype(np.int64) - 1, 0, I - 1)
+        interval = np.clip(np.ceil(seg_val / top_max * intervals).astype(np.int64) - 1, 0, intervals - 1)
         rng = np.random.default_rng([spec.seed, i])
-        for j in range(I):
+        for j in range(intervals):
             members = np.flatnonzero(interval == j)
             if members.size == 0:
                 continue

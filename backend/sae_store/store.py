@@ -232,9 +232,13 @@ class FeatureStore:
         ids[fired] = tokens[loc[fired, 0], loc[fired, 1]]
         return ids
 
-    @lru_cache(maxsize=1)
     def top_window_tokens(self) -> np.ndarray:
         """Token ids of every top context window [d_sae, K, 2 W + 1] (-1 outside the sequence or unused)."""
+        return self._top_window_tokens
+
+    @cached_property
+    def _top_window_tokens(self) -> np.ndarray:
+        # per store (an lru_cache on the method was one slot shared by every store, and kept the last one alive)
         loc = np.asarray(self.arrays["top_loc"])
         half = (self.arrays["top_window"].shape[2] - 1) // 2
         context = int(self.spec["context_size"])

@@ -12,7 +12,7 @@ from torch import nn
 from interpscope.adapters import ModelAdapter, get_adapter
 from interpscope.capture import model_lock
 from interpscope.relevance.engine import forward_logits
-from interpscope.relevance.mamba.forward import FIX_NAMES, Fixes
+from interpscope.relevance.mamba.forward import ALL_FIXES, FIX_NAMES, Fixes
 from interpscope.relevance.mamba.rule import MambaLRPRule, _check_family
 from interpscope.relevance.targets import Target
 
@@ -40,13 +40,13 @@ def _adapter(model_or_lm) -> ModelAdapter:
 
 
 def _biases(adapter: ModelAdapter) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-    conv = [adapter.mixer(l).conv1d.bias for l in range(adapter.n_layers) if adapter.mixer(l).conv1d.bias is not None]
+    conv = [adapter.mixer(layer).conv1d.bias for layer in range(adapter.n_layers) if adapter.mixer(layer).conv1d.bias is not None]
     conv_ids = {id(b) for b in conv}
     other = [p for n, p in adapter.model.named_parameters() if n.endswith("bias") and id(p) not in conv_ids]
     return conv, other
 
 
-def conservation(model_or_lm, input_ids: torch.Tensor, target: Target, fixes: Fixes = Fixes()) -> MambaConservation:
+def conservation(model_or_lm, input_ids: torch.Tensor, target: Target, fixes: Fixes = ALL_FIXES) -> MambaConservation:
     """One forward + backward under MambaLRP(fixes): relevance per token and the full accounting of y."""
     adapter = _adapter(model_or_lm)
     _check_family(adapter)

@@ -46,6 +46,10 @@ class Fixes:
         return [f.name for f in fields(self) if getattr(self, f.name)]
 
 
+ALL_FIXES = Fixes()  # the defaults below: Fixes is frozen, so one shared instance is safe
+NO_FIXES = Fixes.none()
+
+
 def stabilise(x: torch.Tensor, eps: float | None = None) -> torch.Tensor:
     """x + (1[x=0] + sign x) * eps: a denominator that is never zero and keeps the sign of x."""
     eps = SILU_STABILISER if eps is None else eps
@@ -123,7 +127,7 @@ def selective_scan_chunked(x: torch.Tensor, delta: torch.Tensor, A: torch.Tensor
     return torch.cat(outputs, dim=1)
 
 
-def mixer_forward(mixer: nn.Module, hidden: torch.Tensor, fixes: Fixes = Fixes.none(),
+def mixer_forward(mixer: nn.Module, hidden: torch.Tensor, fixes: Fixes = NO_FIXES,
                   chunked_scan: bool = False) -> torch.Tensor:
     """One HF MambaMixer on hidden [B, T, d_model] -> [B, T, d_model], from the module's own parameters."""
     d_inner = mixer.intermediate_size
@@ -144,7 +148,7 @@ def mixer_forward(mixer: nn.Module, hidden: torch.Tensor, fixes: Fixes = Fixes.n
     return mixer.out_proj(y)
 
 
-def backbone_forward(adapter, inputs_embeds: torch.Tensor, fixes: Fixes = Fixes.none(),
+def backbone_forward(adapter, inputs_embeds: torch.Tensor, fixes: Fixes = NO_FIXES,
                      chunked_scan: bool = False) -> torch.Tensor:
     """Logits [B, T, V] of a MambaForCausalLM from input embeddings, through `mixer_forward` and `rmsnorm`."""
     hidden = inputs_embeds

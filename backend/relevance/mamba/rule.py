@@ -17,7 +17,7 @@ from torch import nn
 from interpscope.adapters import ModelAdapter, get_adapter
 from interpscope.capture import model_lock, override_forward
 from interpscope.config import InterpscopeError
-from interpscope.relevance.mamba.forward import Fixes, mixer_forward, rmsnorm
+from interpscope.relevance.mamba.forward import ALL_FIXES, Fixes, mixer_forward, rmsnorm
 
 
 def _check_family(adapter: ModelAdapter) -> None:
@@ -56,7 +56,7 @@ class MambaLRPRule:
     """MambaLRP (Rezaei Jafari et al. 2024) with each of its four fixes switchable; Fixes.none() = plain
     Gradient x Input through the same pure-PyTorch forward (the cost and conservation reference)."""
 
-    def __init__(self, fixes: Fixes = Fixes()):
+    def __init__(self, fixes: Fixes = ALL_FIXES):
         self.fixes = fixes
         self.name = "mambalrp(" + ",".join(fixes.active() or ["none"]) + ")"
 
@@ -75,14 +75,14 @@ class MambaLRPRule:
         return self._patched(adapter)
 
 
-def mambalrp_rules(adapter: ModelAdapter, fixes: Fixes = Fixes()) -> list[MambaLRPRule]:
+def mambalrp_rules(adapter: ModelAdapter, fixes: Fixes = ALL_FIXES) -> list[MambaLRPRule]:
     """The rule list for the relevance engine (methods registry entry 'mambalrp')."""
     _check_family(adapter)
     return [MambaLRPRule(fixes)]
 
 
 @contextmanager
-def mamba_lrp(model_or_lm, fixes: Fixes = Fixes()) -> Iterator[ModelAdapter]:
+def mamba_lrp(model_or_lm, fixes: Fixes = ALL_FIXES) -> Iterator[ModelAdapter]:
     """Hold the model's lock and apply MambaLRP with `fixes` to that instance for the `with` block."""
     adapter = get_adapter(model_or_lm) if isinstance(model_or_lm, nn.Module) else model_or_lm.adapter
     with model_lock(model_or_lm), MambaLRPRule(fixes).apply(adapter):
