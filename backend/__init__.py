@@ -1,1 +1,91 @@
-"""Interpscope: pure Python + PyTorch (the backend/ folder is the `interpscope` package). Never imports streamlit."""
+"""Interpscope: look inside language models from Python, the command line or the browser.
+
+    import interpscope
+    lm = interpscope.load("smollm2-135m", device="auto", dtype="float32")
+    interpscope.predict(lm, "The capital of France is", top=10)       # Prediction
+    interpscope.explain(lm, "The capital of France is", method="attnlrp", target=" Paris")  # RelevanceResult
+    interpscope.flow(lm, "When Mary and John went to the store, John gave a drink to")     # InformationFlow
+
+Every function returns a typed result: `.to_dict()` is the JSON document (with its `schema` name and
+`schema_version`) that the CLI's --json and the page's JSON export also write, `.to_frame()` / `.to_csv()` the tidy
+table, `.figure()` the Plotly figure the page shows; results render inline in Jupyter. `interpscope.methods()` lists
+the registered relevance methods, `interpscope.list_models()` the models `load` can open offline.
+
+Importing the package is cheap: the API's names are attributes resolved on first use (PEP 562), so torch and
+transformers load only when a model is loaded or a function runs. The backend/ folder is this package; it never
+imports streamlit.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from interpscope.api import (
+        compare_faithfulness,
+        explain,
+        explain_file,
+        faithfulness,
+        flow,
+        heldout,
+        ig_convergence,
+        list_models,
+        load,
+        methods,
+        predict,
+    )
+    from interpscope.models.loading import LoadedModel
+    from interpscope.results import Result, document, without_timings
+
+# public name -> the module that defines it (imported on first access)
+_LAZY = {
+    "load": "interpscope.api",
+    "list_models": "interpscope.api",
+    "methods": "interpscope.api",
+    "predict": "interpscope.api",
+    "explain": "interpscope.api",
+    "faithfulness": "interpscope.api",
+    "compare_faithfulness": "interpscope.api",
+    "ig_convergence": "interpscope.api",
+    "heldout": "interpscope.api",
+    "explain_file": "interpscope.api",
+    "flow": "interpscope.api",
+    "LoadedModel": "interpscope.models.loading",
+    "Result": "interpscope.results",
+    "document": "interpscope.results",
+    "without_timings": "interpscope.results",
+}
+
+__all__ = [
+    "LoadedModel", "Result", "compare_faithfulness", "document", "explain", "explain_file", "faithfulness", "flow",
+    "heldout", "ig_convergence", "list_models", "load", "methods", "predict", "without_timings",
+]
+# API functions named like a submodule of the package (interpscope.predict, the prediction module): the package
+# attribute is the function; the module stays importable with `from interpscope.predict import ...`.
+_API_OVER_MODULE = {"predict"}
+
+
+class _Package(types.ModuleType):
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _API_OVER_MODULE and isinstance(value, types.ModuleType):
+            return  # importing the submodule must not replace the API function on the package
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'interpscope' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    """The public API (what `__all__` lists), not the module's own machinery."""
+    return sorted(__all__)

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from interpscope.capture import assert_unedited, editing
+from interpscope.results import Result
 
 CACHE_ROWS = 64
 
@@ -31,7 +32,13 @@ class TokenProb:
 
 
 @dataclass
-class Prediction:
+class Prediction(Result):
+    """The model's top next tokens after a text (schema interpscope.prediction): the text, its tokens and ids, the
+    predictions (token, id, prob, logit; highest first), the entropy of the whole distribution (nats)."""
+
+    SCHEMA = "interpscope.prediction"
+    SCHEMA_VERSION = 1
+
     model: str
     text: str
     tokens: list[str]
@@ -40,10 +47,21 @@ class Prediction:
     entropy: float
     seconds: float
 
+    @property
+    def title(self) -> str:
+        return f"Next token after the text ({self.model}); entropy {self.entropy:.2f} nats"
+
     def tidy(self) -> list[dict]:
-        """One row per predicted token (the CSV export)."""
-        return [{"rank": rank, "token": p.token, "token_id": p.id, "probability": p.prob, "logit": p.logit,
+        """One row per predicted token (the CSV export), named as in the JSON document (id, prob)."""
+        return [{"rank": rank, "token": p.token, "id": p.id, "prob": p.prob, "logit": p.logit,
                  "model": self.model, "text": self.text} for rank, p in enumerate(self.predictions, 1)]
+
+    def figure(self):
+        """The Home page's bar chart of the top next tokens."""
+        from interpscope.components.charts import top_tokens_bar
+
+        return top_tokens_bar([p.token for p in self.predictions], [p.prob for p in self.predictions],
+                              title=self.title)
 
 
 _ROWS: weakref.WeakKeyDictionary[nn.Module, OrderedDict] = weakref.WeakKeyDictionary()

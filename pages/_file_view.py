@@ -6,8 +6,6 @@ from __future__ import annotations
 import streamlit as st
 
 from interpscope.components.export import export_menu
-from interpscope.components.faithfulness_table import abpc_interval_figure
-from interpscope.components.relevance_charts import mean_relevance_bars
 from interpscope.components.token_heatmap import heatmap_figure, token_heatmap
 from interpscope.config import InterpscopeError
 from interpscope.limits import check_amounts
@@ -95,22 +93,14 @@ def show_run(run, label: str) -> None:
     st.markdown(f"**{done}**" + ("" if run.complete else " — stopped; Run again to continue where it stopped."))
     aggregates = run.aggregates()
     left, right = st.columns(2)
-    with left:
-        fig = mean_relevance_bars([r["token"] for r in aggregates.by_token[:25]],
-                                  [r["mean_relevance"] for r in aggregates.by_token[:25]],
-                                  [r["count"] for r in aggregates.by_token[:25]],
-                                  f"Mean relevance per token type ({label})",
-                                  "token, by mean (top 25 by |mean|)",
-                                  by_value=True)
+    with left:  # both charts export the aggregates' one document (schema interpscope.file_aggregates)
+        fig = aggregates.figure()
         st.plotly_chart(fig, key=f"{PAGE}-by-token")
-        export_menu(fig, aggregates.by_token, key=f"{PAGE}-by-token", filename="file-relevance-by-token")
+        export_menu(fig, aggregates, key=f"{PAGE}-by-token", filename="file-relevance-by-token")
     with right:
-        fig = mean_relevance_bars([str(r["distance"]) for r in aggregates.by_distance],
-                                  [r["mean_relevance"] for r in aggregates.by_distance],
-                                  [r["count"] for r in aggregates.by_distance],
-                                  "Mean relevance by distance from the prediction", "tokens back (0 = last)")
+        fig = aggregates.distance_figure()
         st.plotly_chart(fig, key=f"{PAGE}-by-distance")
-        export_menu(fig, aggregates.by_distance, key=f"{PAGE}-by-distance", filename="file-relevance-by-distance")
+        export_menu(fig, aggregates, key=f"{PAGE}-by-distance", filename="file-relevance-by-distance")
     for name, group in aggregates.by_label.items():
         top = group["by_token"][:8]
         st.caption(f"Label {name!r} ({group['rows']} rows): most relevant token types " +
@@ -161,8 +151,7 @@ def show_heldout(result) -> None:
         if not table:
             continue
         st.markdown(f"**{title}** ({table[0]['n']})")
-        st.plotly_chart(abpc_interval_figure(table, f"Mean ABPC, {title.lower()} (95% bootstrap interval)"),
-                        key=f"{PAGE}-set-fig-{subset}")
+        st.plotly_chart(result.figure(subset), key=f"{PAGE}-set-fig-{subset}")
         st.dataframe([{"baseline": t["baseline"], "rank": t["rank"], "method": t["label"],
                        "mean ABPC": round(t["mean_abpc"], 3), "95% low": round(t["ci_low"], 3),
                        "95% high": round(t["ci_high"], 3), "prompts": t["n"]}

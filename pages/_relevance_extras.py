@@ -8,7 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from interpscope.components.export import export_menu
-from interpscope.components.ig_figures import convergence_figure, convergence_sentence, convergence_table
+from interpscope.components.ig_figures import convergence_sentence, convergence_table
 from interpscope.inputs import default_prepend_bos, sink_token_id, tokenizer_adds_bos
 from interpscope.relevance.api import RelevanceResult, ig_convergence
 from interpscope.relevance.baselines import CONVERGENCE_STEPS
@@ -81,7 +81,7 @@ def ig_convergence_view(lm, run: dict, result: RelevanceResult, page: str) -> No
     if data is None:
         return
     st.markdown(convergence_sentence(data))
-    fig = convergence_figure(data.rows, data.alphas, data.path_values, data.baseline_label)
+    fig = data.figure()
     st.plotly_chart(fig, key="relevance-ig-fig")
     st.dataframe(convergence_table(data.rows, data.tokens, result.sink_positions), hide_index=True)
     export_menu(fig, data, key="ig-convergence", filename="relevance-ig-convergence")

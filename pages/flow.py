@@ -4,7 +4,7 @@ from __future__ import annotations
 import streamlit as st
 
 from interpscope.components.export import export_menu
-from interpscope.components.flow_figures import attention_figure, contributions_figure, graph_figure, lens_figure
+from interpscope.components.flow_figures import attention_figure
 from interpscope.relevance.flow import DEFAULT_THRESHOLD, InformationFlow, attention_pattern, information_flow
 from interpscope.sae_store import list_stores
 from pages._common import (
@@ -105,16 +105,16 @@ def main() -> None:
     last = flow.tidy()[-1]
     st.markdown(f"**{flow.target.value_label}** {flow.value:.4g} · p = {last['probability']:.3f} (rank "
                 f"{last['rank']}) after the last block · {timing(flow.seconds, cached)}")
+    shown = flow.at(float(threshold))  # every export is the flow's one document, its graph at the slider's value
     left, right = st.columns(2)
     with left:
-        fig = lens_figure(flow.lens_layers, flow.lens_probability, flow.lens_rank, flow.target.label)
+        fig = flow.lens_figure()
         st.plotly_chart(fig, key="flow-lens")
-        export_menu(fig, flow, key="flow-lens", filename="flow-logit-lens")
+        export_menu(fig, shown, key="flow-lens", filename="flow-logit-lens")
     with right:
-        fig = contributions_figure(flow.attn_contribution, flow.mlp_contribution, flow.embed_contribution,
-                                   flow.target.value_label)
+        fig = flow.contributions_figure()
         st.plotly_chart(fig, key="flow-contrib")
-        export_menu(fig, flow, key="flow-contrib", filename="flow-contributions")
+        export_menu(fig, shown, key="flow-contrib", filename="flow-contributions")
     first = int(next((i for i, r in enumerate(flow.lens_rank) if r == 1), -1))
     biggest = int(abs(flow.mlp_contribution + flow.attn_contribution).argmax())
     st.caption((f"The target first becomes the top prediction after {flow.lens_layers[first]}"
@@ -125,13 +125,9 @@ def main() -> None:
     if flow.sinks:
         st.caption("Token nodes named (BOS) or (sink) are excluded positions, shown with their relevance: " + "; ".join(
             f"{row['token']!r} at {row['position']}: {row['reason']}" for row in flow.sinks) + ".")
-    nodes, edges = flow.graph(float(threshold))
-    n_components = sum(n.kind in ("head", "mlp") for n in nodes)
-    fig = graph_figure(nodes, edges, lm.adapter.n_layers,
-                       f"{n_components} heads and MLPs above {threshold:.0%} of the value ({flow.method})")
+    fig = shown.figure()
     event = st.plotly_chart(fig, key="flow-graph", on_select="rerun", selection_mode="points")
-    export_menu(fig, {"nodes": nodes, "edges": edges, "threshold": threshold}, key="flow-graph",
-                filename="flow-graph")
+    export_menu(fig, shown, key="flow-graph", filename="flow-graph")
     clicked = selected_node(event)
     if clicked:
         st.session_state["flow-node"] = clicked

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from interpscope.components.charts import model_card, token_chips, top_tokens_bar
+from interpscope.components.charts import model_card, token_chips
 from interpscope.components.export import export_menu
 from interpscope.predict import Prediction, predict_next
 from pages._common import Param, current_model, model_key, shared, show_errors, text_source, url_inputs, write_url
@@ -34,8 +34,7 @@ def main() -> None:
         return
     with show_errors():
         result = _predict(text, int(top))
-    fig = top_tokens_bar([p.token for p in result.predictions], [p.prob for p in result.predictions],
-                         title=f"Next token after the text ({lm.name}); entropy {result.entropy:.2f} nats")
+    fig = result.figure()
     st.plotly_chart(fig, key="home-chart")
     export_menu(fig, result, key="home-prediction", filename="next-token")
     st.markdown(f"**Tokenisation** ({len(result.tokens)} tokens)")

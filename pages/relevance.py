@@ -4,16 +4,9 @@ from __future__ import annotations
 import streamlit as st
 
 from interpscope.components.export import export_menu
-from interpscope.components.relevance_charts import (
-    abpc_bar,
-    continuation_figure,
-    curve_rows,
-    curves_figure,
-    latent_figure,
-    top_bar,
-)
+from interpscope.components.relevance_charts import continuation_figure, latent_figure, top_bar
 from interpscope.components.relevance_readout import show_readout
-from interpscope.components.token_heatmap import heatmap_figure, token_heatmap
+from interpscope.components.token_heatmap import token_heatmap
 from interpscope.config import InterpscopeError
 from interpscope.corpus import sample_prompts
 from interpscope.inputs import parse_examples, sink_token_id
@@ -23,11 +16,11 @@ from interpscope.relevance.api import (
     RelevanceResult,
     explain,
     explain_continuation,
-    faithfulness,
     faithfulness_batch,
     top_heads,
     top_neurons,
 )
+from interpscope.relevance.heldout import compare_faithfulness
 from interpscope.relevance.methods import MethodOptions, methods_for
 from pages._common import (
     Param,
@@ -92,13 +85,10 @@ def _explain_timed(*args) -> tuple[RelevanceResult, bool]:
 
 def show_map(result: RelevanceResult, key: str, cached: bool = False) -> None:
     """The heatmap, its export, and the readout of where the explained value went (below the map, full width)."""
-    title = f"{result.method_label}: relevance for {result.target.label} ({result.model})"
-    st.markdown(f"**{title}** · {timing(result.seconds, cached)}")
+    st.markdown(f"**{result.title}** · {timing(result.seconds, cached)}")
     token_heatmap(result.tokens, result.relevance, result.sink_positions, result.sink_reasons())
     sink_caption(result, sink_token_id(current_model().tokenizer))
-    export_menu(heatmap_figure(result.tokens, result.relevance, title, result.sink_positions,
-                               reasons=result.sink_reasons()), result,
-                key=f"map-{key}", filename=f"relevance-{result.method}")
+    export_menu(result.figure(), result, key=f"map-{key}", filename=f"relevance-{result.method}")
     show_readout(result, key)
 
 
@@ -161,19 +151,20 @@ def faithfulness_view(lm, run: dict, labels: dict) -> None:
                "track the target. ABPC = AUC(LeRF) - AUC(MoRF): higher means the map found what matters.")
     if not st.button("Curves for every method on this input", key="relevance-faith"):
         return
-    curves, rows = {}, []
+    maps = []
     with progress("Perturbing: methods", "relevance-faith") as report:
         for index, name in enumerate(labels):
             with show_errors():
-                explained = _explain(run["text"], name, run["token"], run["contrast"], False, None, run.get("bos"))
-                curve = faithfulness(lm, explained)
-            curves[labels[name]] = (curve.fractions, curve.morf, curve.lerf, curve.abpc)
-            rows.append({"method": labels[name], "ABPC": curve.abpc, "seconds": explained.seconds})
+                maps.append(_explain(run["text"], name, run["token"], run["contrast"], False, None, run.get("bos")))
             report(index + 1, len(labels))
-    fig = curves_figure(curves, "Perturbation curves on this input")
+        with show_errors():
+            comparison = compare_faithfulness(lm, maps)
+    fig = comparison.figure()
     st.plotly_chart(fig, key="relevance-curves")
-    export_menu(fig, curve_rows(curves), key="curves", filename="relevance-curves")
-    st.dataframe(rows, hide_index=True)
+    export_menu(fig, comparison, key="curves", filename="relevance-curves")
+    st.dataframe([{"method": curve.method_label, "ABPC": curve.abpc, "random order ABPC": curve.random_abpc,
+                   "seconds": explained.seconds} for curve, explained in zip(comparison.curves, maps, strict=True)],
+                 hide_index=True)
 
 
 def batch_view(lm, labels: dict) -> None:
@@ -204,8 +195,7 @@ def batch_view(lm, labels: dict) -> None:
             rows = [{"method": labels[m], "mean ABPC": summary.mean_abpc[m], "std": summary.std_abpc[m],
                      "texts": summary.n_texts, "seconds": summary.seconds[m]} for m in chosen]
             st.dataframe(rows, hide_index=True)
-            fig = abpc_bar([labels[m] for m in chosen], [summary.mean_abpc[m] for m in chosen],
-                           [summary.std_abpc[m] for m in chosen], f"Mean ABPC over {summary.n_texts} texts")
+            fig = summary.figure()
             st.plotly_chart(fig, key="relevance-batch-fig")
             export_menu(fig, summary, key="batch", filename="relevance-abpc")
 

@@ -132,7 +132,8 @@ def _print_human(result) -> None:
         print(f"{value:+10.4f}  {token!r}" + (f"  (excluded: {reasons[index]})" if index in reasons else ""))
     if result.conservation is not None:
         c = result.conservation
-        print(f"conservation: inputs {c.input_sum:.4f} + biases {c.bias_sum:.4f} + softmax {c.softmax_sum:.4f} "
+        softmax = "" if c.softmax_sum is None else f" + softmax {c.softmax_sum:.4f}"  # None: no attention (Mamba)
+        print(f"conservation: inputs {c.input_sum:.4f} + biases {c.bias_sum:.4f}{softmax} "
               f"vs {c.target_logit:.4f} (relative error {c.relative_error:.2e})")
 
 

@@ -34,15 +34,6 @@ def register(subparsers) -> None:
     flow.set_defaults(func=run_flow)
 
 
-def flow_json(result, threshold: float) -> dict:
-    """The documented JSON: lens and contributions per step, the graph at the threshold, the top neurons."""
-    nodes, edges = result.graph(threshold)
-    return {"model": result.model, "method": result.method, "tokens": result.tokens, "target": result.target,
-            "value": result.value, "steps": result.tidy(), "constant_contribution": result.constant_contribution,
-            "threshold": threshold, "nodes": nodes, "edges": edges, "top_neurons": result.top_neurons,
-            "seconds": result.seconds}
-
-
 def run_flow(args: argparse.Namespace) -> int:
     from interpscope.inputs import check_text
     from interpscope.relevance.flow import information_flow
@@ -53,7 +44,7 @@ def run_flow(args: argparse.Namespace) -> int:
     result = information_flow(lm, args.text, token=args.target_token,
                               contrast=tuple(args.contrast) if args.contrast else None)
     if args.json:
-        emit_json(flow_json(result, args.threshold), args.json)
+        emit_json(result.at(args.threshold), args.json)  # the flow's document (schema interpscope.flow)
     if args.json != "-":
         last = result.tidy()[-1]
         print(f"{result.method} flow to {result.target.label} on {result.model}: {result.target.kind} "

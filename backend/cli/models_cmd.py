@@ -24,14 +24,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_models(args: argparse.Namespace) -> int:
-    from interpscope.models.loading import available_models
+    from interpscope.models.loading import model_list
 
-    models = available_models()
+    listing = model_list()
     if args.json:
-        emit_json([{"name": m["name"], "family": m["family"], "source": m["source"]} for m in models])
+        emit_json(listing)
     else:
-        for m in models:
-            print(f"{m['name']:<40} {m['family']:<10} {m['source']}")
+        for m in listing.models:
+            print(f"{m.name:<40} {m.family:<10} {m.source}")
     return 0
 
 
@@ -46,9 +46,7 @@ def run_predict(args: argparse.Namespace) -> int:
     lm = load_from_args(args)
     result = predict_next(lm, text, top=args.top)
     if args.json:
-        emit_json({"model": result.model, "tokens": result.tokens, "token_ids": result.token_ids,
-                   "predictions": [{"token": p.token, "id": p.id, "prob": p.prob} for p in result.predictions],
-                   "entropy": result.entropy})
+        emit_json(result)  # the Prediction's document, as the Home page's export and the API give it
     else:
         print("tokens:", " | ".join(result.tokens))
         for p in result.predictions:

@@ -24,6 +24,7 @@ from interpscope.models.cache import CACHE, estimate_bytes
 from interpscope.models.checks import cached_hub_folder, check_finite_weights, check_model_name, check_weight_files
 from interpscope.models.registry import BUNDLED
 from interpscope.paths import confined, confined_folder, display_path, looks_like_path, server_mode
+from interpscope.results import Result
 
 
 @dataclass
@@ -265,3 +266,36 @@ def available_models() -> list[dict]:
     models = [{"name": m.name, "family": m.family, "source": "bundled", "description": m.description}
               for m in BUNDLED.values()]
     return models + _hf_cache_models()
+
+
+@dataclass
+class ModelEntry:
+    """One model `load` can open without a network: its name, family, where it comes from (bundled or the local
+    Hugging Face cache) and, for bundled ones, what it is."""
+
+    name: str
+    family: str
+    source: str
+    description: str | None = None
+
+
+@dataclass
+class ModelList(Result):
+    """The models `load` can open here (schema interpscope.models): bundled first, then the local Hugging Face
+    cache's models of a supported family; `interpscope models --json` prints this document."""
+
+    SCHEMA = "interpscope.models"
+    SCHEMA_VERSION = 1
+
+    models: list[ModelEntry]
+
+    def tidy(self) -> list[dict]:
+        """One row per model."""
+        return [{"name": m.name, "family": m.family, "source": m.source, "description": m.description}
+                for m in self.models]
+
+
+def model_list() -> ModelList:
+    """available_models() as a typed result (the CLI's `models --json`, the API's interpscope.list_models())."""
+    return ModelList([ModelEntry(m["name"], m["family"], m["source"], m.get("description"))
+                      for m in available_models()])

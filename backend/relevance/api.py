@@ -25,6 +25,7 @@ from interpscope.relevance.faithfulness import DEFAULT_STEPS, PerturbationCurves
 from interpscope.relevance.methods import MethodOptions, get_method
 from interpscope.relevance.sinks import report_from, sink_report, watching
 from interpscope.relevance.targets import PendingTarget, Target, chosen_target, resolve_target
+from interpscope.results import Result
 from interpscope.sinks import words
 
 MAX_NEW_TOKENS = 64
@@ -48,9 +49,15 @@ def input_ids_for(lm, text: str, prepend_bos: bool | None = None,
 
 
 @dataclass
-class RelevanceResult:
-    """One relevance map: per-token relevance for one target, with the conservation readout of LRP methods, and
-    the model's top next-token predictions after the text (`top`, from the same forward pass when possible)."""
+class RelevanceResult(Result):
+    """One relevance map (schema interpscope.relevance): per-token relevance for one target, with the conservation
+    readout of LRP methods, and the model's top next-token predictions after the text (`top`, from the same forward
+    pass when possible). What does not apply is absent from the document: `conservation` for a method without that
+    law, its softmax share for a model without attention (Mamba), `completeness` outside Integrated Gradients,
+    `latent` unless asked for, `top` when top=0."""
+
+    SCHEMA = "interpscope.relevance"
+    SCHEMA_VERSION = 1
 
     model: str
     method: str
@@ -80,6 +87,17 @@ class RelevanceResult:
     def sink_reasons(self) -> dict[int, str]:
         """position -> why it is excluded (prepended BOS, measured ratio), for the heatmap's naming."""
         return {row["position"]: row["reason"] for row in self.sinks}
+
+    @property
+    def title(self) -> str:
+        return f"{self.method_label}: relevance for {self.target.label} ({self.model})"
+
+    def figure(self):
+        """The relevance page's token heatmap (excluded positions named, outside the colour scale)."""
+        from interpscope.components.token_heatmap import heatmap_figure
+
+        return heatmap_figure(self.tokens, self.relevance, self.title, self.sink_positions,
+                              reasons=self.sink_reasons())
 
     def tidy(self) -> list[dict]:
         """One row per input token (the CSV export): position, token, relevance, its share of the colour scale
@@ -206,8 +224,12 @@ def faithfulness(lm, result: RelevanceResult, steps: int = DEFAULT_STEPS) -> Per
 
 
 @dataclass
-class FaithfulnessSummary:
-    """ABPC per method over a set of texts (each text explained for its predicted next token)."""
+class FaithfulnessSummary(Result):
+    """ABPC per method over a set of texts, each explained for its predicted next token (schema
+    interpscope.faithfulness_batch; the relevance page's batch export). seconds: attribution time per method."""
+
+    SCHEMA = "interpscope.faithfulness_batch"
+    SCHEMA_VERSION = 1
 
     methods: list[str]
     abpc: dict[str, list[float]]
@@ -215,6 +237,20 @@ class FaithfulnessSummary:
     std_abpc: dict[str, float]
     n_texts: int
     seconds: dict[str, float]
+
+    def tidy(self) -> list[dict]:
+        """One row per method: mean and standard deviation of ABPC over the texts."""
+        return [{"method": m, "mean_abpc": self.mean_abpc[m], "std_abpc": self.std_abpc[m], "texts": self.n_texts}
+                for m in self.methods]
+
+    def figure(self):
+        """The page's bar chart of mean ABPC per method (error bars: one standard deviation)."""
+        from interpscope.components.relevance_charts import abpc_bar
+        from interpscope.relevance.methods import METHODS
+
+        labels = [METHODS[m].label if m in METHODS else m for m in self.methods]
+        return abpc_bar(labels, [self.mean_abpc[m] for m in self.methods], [self.std_abpc[m] for m in self.methods],
+                        f"Mean ABPC over {self.n_texts} texts")
 
 
 def faithfulness_batch(lm, texts: Sequence[str], methods: Sequence[str], steps: int = DEFAULT_STEPS,

@@ -8,7 +8,7 @@ from the zero baseline (RMSNorm's epsilon and the forming massive activation), s
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -17,6 +17,7 @@ from interpscope.adapters import ModelAdapter
 from interpscope.config import InterpscopeError
 from interpscope.relevance.engine import forward_logits
 from interpscope.relevance.targets import Target
+from interpscope.results import Result
 
 IG_STEPS = 32
 TOKENS_PER_BATCH = 2048
@@ -128,7 +129,7 @@ CONVERGENCE_STEPS = (8, 16, 32, 64, 128)
 
 
 @dataclass
-class IGConvergence:
+class IGConvergence(Result):
     """Integrated Gradients' completeness gap per step count on one input, and the explained value along the
     straight path from the baseline (what makes a gap that does not shrink: a target that jumps along the path).
 
@@ -143,12 +144,26 @@ class IGConvergence:
     baseline_label: str
     value: float
     baseline_value: float
-    rows: list[dict]
+    rows: list[dict] = field()  # field(): no default, though Result has a rows() method
     alphas: list[float]
     path_values: list[float]
     steepest: dict
     shrinks: bool
     quadrature: str = "gausslegendre"
+
+    SCHEMA = "interpscope.ig_convergence"
+    SCHEMA_VERSION = 1
+
+    def tidy(self) -> list[dict]:
+        """One row per step count: the relevance sum and the completeness gap (absolute and relative)."""
+        return [{k: row[k] for k in ("steps", "relevance_sum", "gap", "relative_gap") if k in row} |
+                {"target": self.target, "baseline": self.baseline} for row in self.rows]
+
+    def figure(self):
+        """The relevance page's figure: the gap per step count, and the target along the path from the baseline."""
+        from interpscope.components.ig_figures import convergence_figure
+
+        return convergence_figure(self.rows, self.alphas, self.path_values, self.baseline_label)
 
 
 def path_values(adapter: ModelAdapter, embeds: torch.Tensor, reference: torch.Tensor, target: Target,

@@ -27,15 +27,18 @@ from interpscope.relevance.targets import PendingTarget, Target
 
 @dataclass
 class Conservation:
-    """Where the explained value y went: inputs, biases (incl. position embeddings), softmax (AttnLRP only)."""
+    """Where the explained value y went: inputs, biases (incl. position embeddings), softmax (AttnLRP only).
+
+    softmax_sum, softmax_by_layer and gap_without_softmax are None for a model without attention (Mamba): there is
+    no softmax to drop a share, so the value does not apply (absent from the JSON document, not 0)."""
 
     target_logit: float
     input_sum: float
     bias_sum: float
-    softmax_sum: float
+    softmax_sum: float | None
     relative_error: float
-    gap_without_softmax: float
-    softmax_by_layer: list[float] = field(default_factory=list)
+    gap_without_softmax: float | None
+    softmax_by_layer: list[float] | None = field(default_factory=list)
 
 
 @dataclass
@@ -242,10 +245,12 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target | P
         input_sum = float(embed_relevance.sum())
         explained = input_sum + bias_total + sum(softmax)
         scale = abs(y) if y != 0 else 1.0
+        has_softmax = bool(attn_layers)  # no attention, no softmax share: absent, not 0
         result.conservation = Conservation(
-            target_logit=y, input_sum=input_sum, bias_sum=bias_total, softmax_sum=float(sum(softmax)),
-            relative_error=abs(explained - y) / scale, gap_without_softmax=(y - input_sum - bias_total) / scale,
-            softmax_by_layer=softmax)
+            target_logit=y, input_sum=input_sum, bias_sum=bias_total,
+            softmax_sum=float(sum(softmax)) if has_softmax else None, relative_error=abs(explained - y) / scale,
+            gap_without_softmax=(y - input_sum - bias_total) / scale if has_softmax else None,
+            softmax_by_layer=softmax if has_softmax else None)
     if latent:
         residual = torch.stack([per_tensor[f"resid.{layer}"][0].sum(-1) for layer in range(n_layers + 1)])
         heads = None

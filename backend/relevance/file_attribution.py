@@ -25,7 +25,8 @@ import numpy as np
 from interpscope.atomic import write_json
 from interpscope.config import InterpscopeError, data_dir
 from interpscope.outputs import OutputFolder
-from interpscope.relevance.methods import MethodOptions, get_method
+from interpscope.relevance.methods import METHODS, MethodOptions, get_method
+from interpscope.results import Result
 from interpscope.resume import appending, check_same_settings, read_log
 from interpscope.uploads import UploadTable
 
@@ -47,21 +48,52 @@ class FileSpec:
 
 
 @dataclass
-class FileAggregates:
-    """What the rows say together (attention sinks left out)."""
+class FileAggregates(Result):
+    """What the rows say together (attention sinks left out). Schema interpscope.file_aggregates: the CLI's
+    `explain --all-rows` writes it as aggregates.json, the page exports it under both of its charts."""
+
+    SCHEMA = "interpscope.file_aggregates"
+    SCHEMA_VERSION = 1
 
     by_token: list[dict]
     by_distance: list[dict]
     by_label: dict[str, dict] = field(default_factory=dict)
+    method: str | None = None  # the method's label (None in the per-label groups, which belong to one run)
+
+    def tidy(self) -> list[dict]:
+        """The mean relevance per token type (the main table)."""
+        return [dict(row) for row in self.by_token]
+
+    def figure(self, top: int = 25):
+        """The page's mean relevance per token type (the `top` token types by |mean|)."""
+        from interpscope.components.relevance_charts import mean_relevance_bars
+
+        rows = self.by_token[:top]
+        return mean_relevance_bars([r["token"] for r in rows], [r["mean_relevance"] for r in rows],
+                                   [r["count"] for r in rows], f"Mean relevance per token type ({self.method})",
+                                   f"token, by mean (top {top} by |mean|)", by_value=True)
+
+    def distance_figure(self):
+        """The page's mean relevance by distance from the predicted position (0 = the last token)."""
+        from interpscope.components.relevance_charts import mean_relevance_bars
+
+        return mean_relevance_bars([str(r["distance"]) for r in self.by_distance],
+                                   [r["mean_relevance"] for r in self.by_distance],
+                                   [r["count"] for r in self.by_distance],
+                                   "Mean relevance by distance from the prediction", "tokens back (0 = last)")
 
 
 @dataclass
-class FileRun:
-    """The rows finished so far (in row order), the errors, and whether every row is done."""
+class FileRun(Result):
+    """The rows finished so far (in row order), the errors, and whether every row is done (schema
+    interpscope.file_attribution: the page's whole-file export; the CLI keeps the same rows in its folder)."""
+
+    SCHEMA = "interpscope.file_attribution"
+    SCHEMA_VERSION = 1
 
     folder: str
     spec: FileSpec
-    rows: list[dict]
+    rows: list[dict] = field()  # field(): no default, though Result has a rows() method
     errors: list[dict]
     complete: bool
     seconds: float = 0.0
@@ -78,10 +110,18 @@ class FileRun:
         if any(r.get("label") is not None for r in self.rows):
             for label in sorted({str(r.get("label")) for r in self.rows}):
                 chosen = [r for r in self.rows if str(r.get("label")) == label]
-                by_label[label] = asdict(aggregate(chosen, top, max_distance)) | {"rows": len(chosen)}
+                group = asdict(aggregate(chosen, top, max_distance))
+                group.pop("method")
+                by_label[label] = group | {"rows": len(chosen)}
         overall = aggregate(self.rows, top, max_distance)
         overall.by_label = by_label
+        method = METHODS.get(self.spec.method)
+        overall.method = method.label if method is not None else self.spec.method
         return overall
+
+    def figure(self):
+        """The page's mean relevance per token type over the finished rows."""
+        return self.aggregates().figure()
 
 
 def aggregate(rows: list[dict], top: int = 50, max_distance: int = 64) -> FileAggregates:

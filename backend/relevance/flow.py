@@ -17,7 +17,8 @@ contribution to the explained value, and a token -> component -> prediction grap
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,13 +30,23 @@ from interpscope.relevance.api import make_target
 from interpscope.relevance.engine import LatentRelevance, attribute
 from interpscope.relevance.methods import get_method
 from interpscope.relevance.targets import Target
+from interpscope.results import Result, to_plain
 
 DEFAULT_THRESHOLD = 0.05
 
 
 @dataclass
-class InformationFlow:
-    """Everything the information-flow view shows for one prompt and target."""
+class InformationFlow(Result):
+    """Everything the information-flow view shows for one prompt and target (schema interpscope.flow).
+
+    The document (`interpscope flow --json`, the flow page's exports, `to_dict()`): model, method, tokens, target,
+    value, one row per lens step (`steps`: probability, rank and value of the target after the embeddings and each
+    block, with that block's attention and MLP contributions), the embedding and constant contributions, the
+    input tokens' relevance, the graph (`nodes`, `edges`) at `threshold`, the top neurons and excluded positions.
+    `at(threshold)` is the same flow with the graph cut at another threshold."""
+
+    SCHEMA = "interpscope.flow"
+    SCHEMA_VERSION = 1
 
     model: str
     method: str
@@ -56,6 +67,45 @@ class InformationFlow:
     seconds: float = 0.0
     sinks: list[dict] = field(default_factory=list)  # excluded positions and why (interpscope.sinks.SinkReport.rows)
     bos_prepended: bool = False
+    threshold: float = DEFAULT_THRESHOLD  # where the document's and figure()'s graph is cut
+
+    def at(self, threshold: float) -> InformationFlow:
+        """This flow with its graph cut at `threshold` (a fraction of |value|, 0..1)."""
+        if not 0 <= threshold <= 1:
+            raise InterpscopeError(f"The threshold is a fraction of the explained value, 0..1 (got {threshold}).")
+        return replace(self, threshold=float(threshold))
+
+    def payload(self) -> dict[str, Any]:
+        nodes, edges = self.graph(self.threshold)
+        return to_plain({
+            "model": self.model, "method": self.method, "tokens": self.tokens, "target": self.target,
+            "value": self.value, "bos_prepended": self.bos_prepended, "sinks": self.sinks,
+            "steps": [{k: v for k, v in row.items() if k not in ("target", "model")} for row in self.tidy()],
+            "embed_contribution": self.embed_contribution, "constant_contribution": self.constant_contribution,
+            "input_relevance": self.input_relevance, "threshold": self.threshold, "nodes": nodes, "edges": edges,
+            "top_neurons": self.top_neurons, "seconds": self.seconds})
+
+    def figure(self):
+        """The flow page's graph: tokens -> heads and MLPs above the threshold -> prediction."""
+        from interpscope.components.flow_figures import graph_figure
+
+        nodes, edges = self.graph(self.threshold)
+        n_components = sum(n.kind in ("head", "mlp") for n in nodes)
+        return graph_figure(nodes, edges, len(self.lens_layers) - 1,
+                            f"{n_components} heads and MLPs above {self.threshold:.0%} of the value ({self.method})")
+
+    def lens_figure(self):
+        """The flow page's logit lens: the target's probability and rank after the embeddings and each block."""
+        from interpscope.components.flow_figures import lens_figure
+
+        return lens_figure(self.lens_layers, self.lens_probability, self.lens_rank, self.target.label)
+
+    def contributions_figure(self):
+        """The flow page's per-layer attention and MLP contributions to the explained value."""
+        from interpscope.components.flow_figures import contributions_figure
+
+        return contributions_figure(self.attn_contribution, self.mlp_contribution, self.embed_contribution,
+                                    self.target.value_label)
 
     def graph(self, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[GraphNode], list[GraphEdge]]:
         """The token -> component -> prediction graph with components above threshold x |value|; excluded tokens

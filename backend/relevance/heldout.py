@@ -31,6 +31,7 @@ from interpscope.relevance.faithfulness import DEFAULT_STEPS, curves_for_maps
 from interpscope.relevance.methods import METHODS, MethodOptions, get_method, methods_for
 from interpscope.relevance.sinks import sink_positions
 from interpscope.relevance.targets import Target
+from interpscope.results import Result
 
 PROMPTS_DIR = ASSETS_DIR / "prompts"
 SETS = {"heldout": "heldout-v1.jsonl"}
@@ -100,14 +101,19 @@ class HeldoutSettings:
 
 
 @dataclass
-class HeldoutResult:
+class HeldoutResult(Result):
     """Per-prompt rows, the ABPC table with intervals (all prompts and the model-correct ones), the paired
-    differences to AttnLRP, the diagnosis and the sentence that reads it."""
+    differences to AttnLRP, the diagnosis and the sentence that reads it (schema interpscope.heldout_faithfulness:
+    `explain --faithfulness --set heldout --json` and the relevance page's held-out export)."""
+
+    SCHEMA = "interpscope.heldout_faithfulness"
+    SCHEMA_VERSION = 1
+    TIMING_KEYS = ("seconds", "cpu_seconds")
 
     model: str
     set: str
     settings: HeldoutSettings
-    rows: list[dict]
+    rows: list[dict] = field()  # field(): no default, though Result has a rows() method
     accuracy: dict
     table: list[dict]
     fixed_sinks_table: list[dict]
@@ -118,6 +124,19 @@ class HeldoutResult:
     cpu_seconds: float
     labels: dict = field(default_factory=dict)
     skipped: list = field(default_factory=list)
+
+    def tidy(self) -> list[dict]:
+        """The ABPC table: one row per (subset, baseline, method), with its interval and rank."""
+        return [dict(row) for row in self.table]
+
+    def figure(self, subset: str = "all"):
+        """The page's figure of one subset ('all' or 'model_correct'): mean ABPC per method and baseline, with
+        bootstrap 95% intervals."""
+        from interpscope.components.faithfulness_table import abpc_interval_figure
+
+        title = {"all": "all prompts", "model_correct": "prompts the model gets right"}.get(subset, subset)
+        return abpc_interval_figure([t for t in self.table if t["subset"] == subset],
+                                    f"Mean ABPC, {title} (95% bootstrap interval)")
 
 
 def _references(lm, embeds: torch.Tensor, baselines: Sequence[str]) -> dict[str, torch.Tensor]:
@@ -149,8 +168,8 @@ def prompt_row(lm, prompt: dict, settings: HeldoutSettings, index: int) -> dict:
             options = MethodOptions(ig_steps=settings.ig_steps, baseline=baseline or "zero")
             attribution, _ = run_method(lm, ids, method, target, options=options)
             maps[(method, baseline)] = np.asarray(attribution.relevance, dtype=np.float64)
-            if attribution.conservation is not None and attribution.conservation.target_logit:
-                c = attribution.conservation
+            c = attribution.conservation
+            if c is not None and c.softmax_sum is not None and c.target_logit:
                 shares[method] = c.softmax_sum / c.target_logit
             row["value"] = attribution.logit
             if "model_correct" not in row and attribution.output_logits is not None:  # this model's own top-1
@@ -298,9 +317,13 @@ def run_heldout(lm, prompts: Sequence[dict], methods: Sequence[str] | None = Non
 
 
 @dataclass
-class TextFaithfulness:
+class TextFaithfulness(Result):
     """One map's faithfulness on its own text: MoRF / LeRF curves, their areas and ABPC under one deletion
-    baseline, beside the random-order control (mean and 95% interval over `random_orders` seeded orders)."""
+    baseline, beside the random-order control (mean and 95% interval over `random_orders` seeded orders). Schema
+    interpscope.faithfulness: `explain --faithfulness --json` and the API's interpscope.faithfulness()."""
+
+    SCHEMA = "interpscope.faithfulness"
+    SCHEMA_VERSION = 1
 
     method: str
     baseline: str
@@ -317,6 +340,60 @@ class TextFaithfulness:
     random_orders: int
     seed: int
     bos_kept: bool = False
+    method_label: str | None = None
+
+    def tidy(self) -> list[dict]:
+        """One row per point of the curves: the fraction of tokens removed, the value after MoRF and LeRF removal."""
+        return [{"method": self.method, "baseline": self.baseline, "fraction_removed": f, "morf": m, "lerf": le,
+                 "abpc": self.abpc} for f, m, le in zip(self.fractions, self.morf, self.lerf, strict=True)]
+
+    def figure(self):
+        """The relevance page's perturbation-curve figure for this one map."""
+        return _curves_figure([self], "Perturbation curves on this input")
+
+
+def _curves_figure(curves: Sequence[TextFaithfulness], title: str):
+    from interpscope.components.relevance_charts import curves_figure
+
+    return curves_figure({c.method_label or c.method: (c.fractions, c.morf, c.lerf, c.abpc) for c in curves}, title)
+
+
+@dataclass
+class FaithfulnessComparison(Result):
+    """Every method's map on one input, each with its MoRF / LeRF curves, ABPC and random-order control under one
+    deletion baseline (schema interpscope.faithfulness_comparison: the relevance page's "Curves for every method"
+    export; each entry of `curves` is a TextFaithfulness body)."""
+
+    SCHEMA = "interpscope.faithfulness_comparison"
+    SCHEMA_VERSION = 1
+
+    model: str
+    tokens: list[str]
+    target: Target
+    baseline: str
+    curves: list[TextFaithfulness]
+
+    def tidy(self) -> list[dict]:
+        """One row per (method, point of the curves)."""
+        return [row for curve in self.curves for row in curve.tidy()]
+
+    def figure(self):
+        """The relevance page's figure: MoRF (solid) and LeRF (dashed) curves per method."""
+        return _curves_figure(self.curves, "Perturbation curves on this input")
+
+
+def compare_faithfulness(lm, results: Sequence, baseline: str = "zero", steps: int = DEFAULT_STEPS,
+                         seed: int = 0, random_orders: int = 16) -> FaithfulnessComparison:
+    """text_faithfulness of several maps of one input and target (RelevanceResults of explain()), side by side."""
+    if not results:
+        raise InterpscopeError("Give at least one relevance map to compare.")
+    first = results[0]
+    if any(r.token_ids != first.token_ids or r.target != first.target for r in results):
+        raise InterpscopeError("The maps to compare must explain the same input and target.")
+    curves = [text_faithfulness(lm, r, baseline=baseline, steps=steps, seed=seed, random_orders=random_orders)
+              for r in results]
+    return FaithfulnessComparison(model=first.model, tokens=list(first.tokens), target=first.target,
+                                  baseline=baseline, curves=curves)
 
 
 def text_faithfulness(lm, result, baseline: str = "zero", steps: int = DEFAULT_STEPS, seed: int = 0,
@@ -342,4 +419,5 @@ def text_faithfulness(lm, result, baseline: str = "zero", steps: int = DEFAULT_S
     return TextFaithfulness(method=result.method, baseline=baseline, steps=steps, fractions=mine.fractions.tolist(),
                             morf=mine.morf.tolist(), lerf=mine.lerf.tolist(), morf_auc=mine.morf_auc,
                             lerf_auc=mine.lerf_auc, abpc=mine.abpc, random_abpc=mean, random_ci_low=low,
-                            random_ci_high=high, random_orders=random_orders, seed=seed, bos_kept=bool(fixed))
+                            random_ci_high=high, random_orders=random_orders, seed=seed, bos_kept=bool(fixed),
+                            method_label=getattr(result, "method_label", None))

@@ -1,0 +1,159 @@
+"""The public Python API of the core views, over the same functions the pages and the command line call.
+
+Every function takes the loaded model from `load` first and returns a typed result (interpscope.results.Result):
+`.to_dict()` is the JSON document the CLI's --json and the page's JSON export also write (headed by its schema name
+and version), `.to_frame()` / `.to_csv()` the tidy table, `.figure()` the Plotly figure the page shows, and the
+result renders inline in Jupyter. Imported lazily by `import interpscope` (PEP 562), so importing the package
+stays cheap; torch and transformers load when a function runs.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from interpscope.models.loading import LoadedModel, ModelList
+    from interpscope.predict import Prediction
+    from interpscope.relevance.api import RelevanceResult
+    from interpscope.relevance.baselines import IGConvergence
+    from interpscope.relevance.file_attribution import FileRun
+    from interpscope.relevance.flow import InformationFlow
+    from interpscope.relevance.heldout import FaithfulnessComparison, HeldoutResult, TextFaithfulness
+    from interpscope.relevance.targets import Target
+
+
+def load(name: str = "smollm2-135m", device: str = "auto", dtype: str = "float32") -> LoadedModel:
+    """Load a model: a bundled name (`interpscope.list_models()` lists them), a local folder or a Hugging Face id
+    already in the local cache. device: auto (CUDA, else MPS, else CPU), cpu, cuda or mps; dtype: float32, float16,
+    bfloat16, float64 or auto. One shared copy per (model, device, dtype) per process, as in the app and the CLI."""
+    from interpscope.models.loading import load_model
+
+    return load_model(name, device=device, dtype=dtype)
+
+
+def list_models() -> ModelList:
+    """The models `load` can open without a network (schema interpscope.models; = `interpscope models --json`)."""
+    from interpscope.models.loading import model_list
+
+    return model_list()
+
+
+def methods(lm: LoadedModel | None = None) -> list[str]:
+    """Names of the registered relevance methods (interpscope.relevance.methods), or of those `lm` can run, its
+    family's LRP method first."""
+    from interpscope.relevance.methods import METHODS
+
+    return list(METHODS) if lm is None else _served(lm)
+
+
+def _served(lm: LoadedModel) -> list[str]:
+    from interpscope.relevance.methods import methods_for
+
+    return [m.name for m in methods_for(lm.adapter)]
+
+
+def predict(lm: LoadedModel, text: str, top: int = 10) -> Prediction:
+    """The `top` most likely next tokens after `text` and the distribution's entropy (schema interpscope.prediction;
+    = the Home page's export and `interpscope predict --json`)."""
+    from interpscope.predict import predict_next
+
+    return predict_next(lm, text, top=top)
+
+
+def explain(lm: LoadedModel, text: str, method: str | None = None, *, target: str | int | Target | None = None,
+            contrast: tuple[str | int, str | int] | None = None, vs_rest: bool = False, latent: bool = False,
+            ig_steps: int = 32, baseline: str = "zero", occlusion_window: int = 1,
+            prepend_bos: bool | None = None, top: int = 10) -> RelevanceResult:
+    """Relevance of each token of `text` for the next-token target (schema interpscope.relevance; = the relevance
+    page's map export and `interpscope explain --json`).
+
+    method: any of `methods(lm)` (None: the family's LRP method, attnlrp for transformers, mambalrp for Mamba).
+    target: the token to explain (its text, an id or '#id', or a Target); None: the predicted token. contrast:
+    (A, B) explains logit(A) - logit(B). ig_steps / baseline / occlusion_window: the baselines' settings.
+    prepend_bos: put the model's BOS first (None: where the tokenizer adds none)."""
+    from interpscope.relevance.api import explain as explain_text
+    from interpscope.relevance.methods import MethodOptions
+    from interpscope.relevance.targets import Target
+
+    method = method or _served(lm)[0]
+    options = MethodOptions(ig_steps=ig_steps, baseline=baseline, occlusion_window=occlusion_window)
+    if isinstance(target, Target):
+        from interpscope.relevance.api import input_ids_for
+
+        ids, _ = input_ids_for(lm, text, prepend_bos)
+        return explain_text(lm, text, method, input_ids=ids, target=target, options=options, latent=latent, top=top)
+    return explain_text(lm, text, method, token=target, contrast=contrast, vs_rest=vs_rest, latent=latent,
+                        options=options, prepend_bos=prepend_bos, top=top)
+
+
+def faithfulness(lm: LoadedModel, result: RelevanceResult, baseline: str = "zero", steps: int = 10,
+                 seed: int = 0) -> TextFaithfulness:
+    """MoRF / LeRF curves, their areas and ABPC of one map on its own text, tokens removed to `baseline`, beside a
+    seeded random-order control (schema interpscope.faithfulness; = `interpscope explain --faithfulness --json`)."""
+    from interpscope.relevance.heldout import text_faithfulness
+
+    return text_faithfulness(lm, result, baseline=baseline, steps=steps, seed=seed)
+
+
+def compare_faithfulness(lm: LoadedModel, text: str, methods: Sequence[str] | None = None, *,
+                         target: str | int | None = None, contrast: tuple[str | int, str | int] | None = None,
+                         prepend_bos: bool | None = None, baseline: str = "zero", steps: int = 10,
+                         seed: int = 0) -> FaithfulnessComparison:
+    """Every method's (default: all `lm` serves) curves and ABPC on one input and target (schema
+    interpscope.faithfulness_comparison; = the relevance page's "Curves for every method" export)."""
+    from interpscope.relevance.heldout import compare_faithfulness as compare
+
+    names = list(methods) if methods else _served(lm)
+    maps = [explain(lm, text, name, target=target, contrast=contrast, prepend_bos=prepend_bos) for name in names]
+    return compare(lm, maps, baseline=baseline, steps=steps, seed=seed)
+
+
+def ig_convergence(lm: LoadedModel, text: str, *, target: str | int | None = None,
+                   contrast: tuple[str | int, str | int] | None = None, baseline: str = "zero",
+                   prepend_bos: bool | None = None) -> IGConvergence:
+    """Integrated Gradients' completeness gap at 8..128 steps and the target along the path from the baseline
+    (schema interpscope.ig_convergence; = the relevance page's convergence export)."""
+    from interpscope.relevance.api import ig_convergence as convergence
+    from interpscope.relevance.methods import MethodOptions
+
+    return convergence(lm, text, token=target, contrast=contrast, options=MethodOptions(baseline=baseline),
+                       prepend_bos=prepend_bos)
+
+
+def heldout(lm: LoadedModel, limit: int | None = None, *, confident: bool = False,
+            methods: Sequence[str] | None = None, baselines: Sequence[str] | None = None, ig_steps: int = 8,
+            curve_steps: int = 10, seed: int = 0, bootstrap: int = 2000) -> HeldoutResult:
+    """Every method on the shipped held-out prompts (the first `limit`, from every category in turn): the ABPC table
+    with bootstrap 95% intervals and the random control (schema interpscope.heldout_faithfulness; = `interpscope
+    explain --faithfulness --set heldout --json` and the relevance page's held-out export)."""
+    from interpscope.relevance.heldout import choose, load_set, run_heldout
+
+    prompts = choose(load_set("heldout"), limit=limit, confident=confident)
+    return run_heldout(lm, prompts, methods=methods, baselines=baselines, ig_steps=ig_steps,
+                       curve_steps=curve_steps, seed=seed, bootstrap=bootstrap)
+
+
+def explain_file(lm: LoadedModel, path: str | Path, method: str | None = None, *, target: str | None = None,
+                 folder: str | Path | None = None, text_column: str | None = None,
+                 label_column: str | None = None) -> FileRun:
+    """Every row of a .txt/.md/.csv/.jsonl file explained with one method, resumable (schema
+    interpscope.file_attribution; `.aggregates()` is interpscope.file_aggregates = the CLI's aggregates.json)."""
+    from interpscope.relevance.file_attribution import explain_file as explain_rows
+    from interpscope.uploads import parse_table
+
+    file = Path(path)
+    data = file.read_bytes()
+    table = parse_table(data, file.name, text_column=text_column, label_column=label_column)
+    return explain_rows(lm, table, data, method or _served(lm)[0], token=target, folder=folder)
+
+
+def flow(lm: LoadedModel, text: str, *, target: str | int | None = None,
+         contrast: tuple[str | int, str | int] | None = None, threshold: float = 0.05,
+         prepend_bos: bool | None = None) -> InformationFlow:
+    """Information flow to the next token (transformers): the logit lens, each layer's attention and MLP
+    contribution, and the AttnLRP graph of heads and MLPs above `threshold` x |value| (schema interpscope.flow; =
+    `interpscope flow --json` and the flow page's exports). `.at(threshold)` recuts the graph."""
+    from interpscope.relevance.flow import information_flow
+
+    return information_flow(lm, text, token=target, contrast=contrast, prepend_bos=prepend_bos).at(threshold)
