@@ -19,6 +19,8 @@ SERVER_MODE_ENV = "INTERPSCOPE_SERVER_MODE"
 ALLOWED_ROOTS_ENV = "INTERPSCOPE_ALLOWED_ROOTS"
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
 DATA_LABEL = "[data dir]"
+HF_LABEL = "[Hugging Face cache]"
+ALLOWED_LABEL = "[allowed folder]"
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 
 
@@ -67,20 +69,30 @@ def inside_roots(path: Path) -> bool:
     return any(resolved.is_relative_to(root.path) for root in allowed_roots())
 
 
-def _from_display(text: str) -> str:
-    """A path written the way display_path shows it ('[data dir]/...', 'assets/...') as a real path."""
+def from_display(text: str) -> str:
+    """A path written the way display_path shows it ('[data dir]/...', 'assets/...', '[Hugging Face cache]/...',
+    '[allowed folder]/...') as a real path; any other text is returned as it is. A model loaded from a folder in
+    server mode is named this way (interpscope.models.loading), and the name must load the same folder again."""
     if text.startswith(DATA_LABEL):
         return str(data_dir()) + text[len(DATA_LABEL):]
     if text == "assets" or text.startswith("assets/"):
         return str(ASSETS_DIR.parent / text)
+    if text.startswith(HF_LABEL):
+        return str(hf_hub_cache()) + text[len(HF_LABEL):]
+    if text.startswith(ALLOWED_LABEL):
+        rest = text[len(ALLOWED_LABEL):].lstrip("/")
+        for root in allowed_roots():
+            if ALLOWED_ROOTS_ENV in root.role and (root.path / rest).exists():
+                return str(root.path / rest)
     return text
+
 
 
 def user_path(text: str, what: str = "path") -> Path:
     """The absolute, symlink-free path a person typed (or the page shows: display_path's form is read back); in
     server mode only inside allowed_roots(), refusing everything else with one message that does not depend on
     whether the path exists."""
-    text = _from_display((text or "").strip())
+    text = from_display((text or "").strip())
     if not text:
         raise InterpscopeError(f"Give a {what}.")
     try:
@@ -136,8 +148,8 @@ def display_path(path: str | Path) -> str:
     except (OSError, RuntimeError, ValueError):
         return Path(text).name if server_mode() else text
     labels = [(ASSETS_DIR.resolve(), "assets"), (data_dir().resolve(), DATA_LABEL),
-              (hf_hub_cache().resolve(), "[Hugging Face cache]")]
-    labels += [(root.path, "[allowed folder]") for root in allowed_roots() if ALLOWED_ROOTS_ENV in root.role]
+              (hf_hub_cache().resolve(), HF_LABEL)]
+    labels += [(root.path, ALLOWED_LABEL) for root in allowed_roots() if ALLOWED_ROOTS_ENV in root.role]
     for root, label in sorted(labels, key=lambda pair: -len(pair[0].parts)):  # the innermost root names it
         if resolved.is_relative_to(root):
             rest = resolved.relative_to(root).as_posix()

@@ -428,3 +428,31 @@ def test_server_mode_training_result_names_its_folder_relative(server_mode, monk
     saved = [c.value for c in at.caption if "saved to" in c.value]
     assert saved and all("`[data dir]/saes/visitor-run/" in c for c in saved), saved
     assert not absolute_paths(at, ROOT, server_mode)
+
+
+def test_server_mode_folder_model_is_named_relative_everywhere_and_loads_by_that_name(server_mode, monkeypatch):
+    """A model loaded from a folder is named as display_path writes it ('[data dir]/models/tiny'): chart titles,
+    captions and the name a store or cfg.json records; that name loads the same copy again."""
+    import json
+
+    from app import OTHER
+    from interpscope.models import load_model
+
+    model = tiny_model_in(server_mode / "data" / "models" / "tiny-named", server_mode, monkeypatch)
+    lm = load_model(str(model), device="cpu")
+    assert lm.name == "[data dir]/models/tiny-named"
+    assert load_model(lm.name, device="cpu") is lm  # the shown name is a name it loads by
+    at = open_page("pages/entropy_neurons.py", model_choice=OTHER, model_custom=str(model))
+    assert not at.exception, at.exception
+    titles = [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in at.get("plotly_chart")]
+    assert titles and any("[data dir]/models/tiny-named" in title for title in titles), titles
+    assert not [title for title in titles if str(server_mode) in title or str(ROOT) in title], titles
+    assert not absolute_paths(at, ROOT, server_mode)
+
+
+def test_outside_server_mode_a_folder_model_keeps_its_full_path_name(no_server_mode, tmp_path):
+    from interpscope.models import load_model
+    from tests.sae_store_tiny import save_tiny_lm
+
+    folder = save_tiny_lm(tmp_path / "tiny-full")
+    assert load_model(str(folder), device="cpu").name == str(folder.resolve())

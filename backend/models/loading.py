@@ -23,7 +23,7 @@ from interpscope.inputs import DEFAULT_TOKEN_CAP, check_text, check_token_count
 from interpscope.models.cache import CACHE, estimate_bytes
 from interpscope.models.checks import cached_hub_folder, check_finite_weights, check_model_name, check_weight_files
 from interpscope.models.registry import BUNDLED
-from interpscope.paths import confined, confined_folder, display_path, looks_like_path, server_mode
+from interpscope.paths import confined, confined_folder, display_path, from_display, looks_like_path, server_mode
 from interpscope.results import Result
 
 
@@ -146,6 +146,7 @@ def _resolve_location(name: str) -> tuple[str, str, bool]:
     check_model_name(name)
     if name in BUNDLED:
         return str(BUNDLED[name].folder()), "bundled", True
+    name = from_display(name)  # a folder model's shown name ('[data dir]/models/x') loads that folder
     path = Path(name).expanduser()
     try:
         exists = path.exists()
@@ -181,12 +182,15 @@ def _identity(location: str, source: str) -> str:
 
 
 def _canonical_name(name: str, identity: str, source: str) -> str:
-    """The name a loaded model is known by: the bundled name for a bundled folder, else the resolved folder."""
+    """The name a loaded model is known by, and shown by in every page, title, caption and export: the bundled name
+    for a bundled folder, else the resolved folder; in server mode that folder as display_path writes it
+    ('[data dir]/models/x', 'assets/...'), never the server's absolute path. load_model reads that form back
+    (interpscope.paths.from_display), so the name still loads the same folder (an SAE's cfg.json, a store)."""
     if source == "local":
         for bundled in BUNDLED.values():
             if os.path.realpath(bundled.known_location()) == identity:
                 return bundled.name
-        return identity
+        return display_path(identity) if server_mode() else identity
     return name
 
 
