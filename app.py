@@ -61,7 +61,8 @@ def model_picker() -> str | None:
                               help="Bundled models work offline. Others must be a local folder or already in "
                                    "the Hugging Face cache.")
         if choice == OTHER:
-            custom = st.text_input("Hugging Face id or folder", key="model_custom", placeholder="gpt2 or /path/to/model")
+            custom = st.text_input("Hugging Face id or folder", key="model_custom",
+                                   placeholder="gpt2 or /path/to/model")
             try:
                 st.session_state["model_name"] = model_choice(custom) if custom.strip() else DEFAULT_MODEL
             except InterpscopeError as err:

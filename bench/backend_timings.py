@@ -48,8 +48,9 @@ def _measure(fn: Callable[[], object], runs: int, warmup: int = 1, before: Calla
 def _row(action: str, call: str, budget: float, figures: dict, kind: str = "seconds", **extra) -> dict:
     value = figures["seconds_p50"] if kind == "seconds" else figures[kind]
     within = value <= budget if kind != "tokens_per_second" else value >= budget
-    return {"action": action, "call": call, "budget": budget, "budget_kind": "max " + kind if kind != "tokens_per_second"
-            else "min tokens/s", "within_budget": bool(within), **figures, **extra}
+    budget_kind = "max " + kind if kind != "tokens_per_second" else "min tokens/s"
+    return {"action": action, "call": call, "budget": budget, "budget_kind": budget_kind,
+            "within_budget": bool(within), **figures, **extra}
 
 
 def _text(lm, n_tokens: int) -> str:

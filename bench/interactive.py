@@ -240,7 +240,8 @@ def setups() -> dict[str, tuple[str, dict, list[Action]]]:
         "attribution": ("feature-browser", {"store": store, "view": "Attribution", "feature": 3444}, [
             Action("Feature attribution (LRP), <= 64 tokens", "attribution", 2.0, live("Run", ".relevance-heatmap"))]),
         "steering": ("feature-browser", {"store": store, "view": "Steering", "feature": 3444, "new": 32}, [
-            Action("Steering with two 32-token continuations", "steering", 3.0, live("Run", "[data-testid='stCode']"))]),
+            Action("Steering with two 32-token continuations", "steering", 3.0,
+                   live("Run", "[data-testid='stCode']"))]),
         "sae-ablation": ("feature-browser", {"store": store, "view": "Steering", "feature": 3444, "new": 32,
                                              "mode": "ablate"}, [
             Action("Feature ablation with two 32-token continuations", "sae-ablation", 3.0,

@@ -1,8 +1,8 @@
 """MambaLRP benchmarks on the shipped Mamba LM (mamba-tiny). Prints JSON (and writes it with --out).
 
 cost: seconds of one MambaLRP relevance pass / one plain gradient pass (target logit w.r.t. the input
-  embeddings), both through the same pure-PyTorch forward (interpscope.relevance.mamba.forward swapped into the model: all
-  four fixes on vs all off) at --tokens tokens; median of --repeat runs each, interleaved. Target <= 2.
+  embeddings), both through the same pure-PyTorch forward (interpscope.relevance.mamba.forward swapped into the
+  model: all four fixes on vs all off) at --tokens tokens; median of --repeat runs each, interleaved. Target <= 2.
 faithfulness: token-flipping curves (MoRF / LeRF, embeddings zeroed, 10 steps) and ABPC (area between them,
   higher = better) of MambaLRP, Gradient x Input and Integrated Gradients (captum, 32 steps) on --prompts held-out
   prompts (Austen, test split), each explained for its predicted next token; mean curves on a common grid.

@@ -87,7 +87,8 @@ def main() -> None:
     if args.timing_only:
         import os
 
-        print(json.dumps({"model": lm.name, "device": str(lm.device), "torch_threads": __import__("torch").get_num_threads(),
+        print(json.dumps({"model": lm.name, "device": str(lm.device),
+                          "torch_threads": __import__("torch").get_num_threads(),
                           "load_average": os.getloadavg(), "weight_analysis_cold_s": round(cold_s, 3),
                           "weight_analysis_warm_s": round(min(warm), 3),
                           "ablation": timing_only(lm, stats.layer, args.tokens, args.mean_tokens)}, indent=1))

@@ -13,7 +13,8 @@ setting. The figures in the closing note came from (quiet 2-core CPU, 16 min):
       --relu-l1 1,2,5 --gated-l1 1,2,5 --eval-tokens 4096 --caching-tokens 8192 \
       --out bench/results/sae.json --plot bench/results/sae_pareto.png
 
-Quick run (defaults, a few minutes):  OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/sae.py --out bench/results/sae.json
+Quick run (defaults, a few minutes):
+    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/sae.py --out bench/results/sae.json
 """
 from __future__ import annotations
 

@@ -80,7 +80,8 @@ def readout(result) -> Readout:
         if softmax_matters:
             parts.append(("softmax (dropped by AttnLRP)", c.softmax_sum))
         parts.append(("biases", c.bias_sum))
-        parts.append(("rest (numerical error)", y - c.input_sum - c.bias_sum - (c.softmax_sum if softmax_matters else 0)))
+        parts.append(("rest (numerical error)",
+                      y - c.input_sum - c.bias_sum - (c.softmax_sum if softmax_matters else 0)))
         words = [f"The input tokens carry {c.input_sum:.3g} of the {name} {y:.3g}{_share(c.input_sum, y)}"
                  f"{excluded_words(result, c.input_sum)}"]
         if softmax_matters:

@@ -9,8 +9,9 @@ variables or in a Streamlit config file): listen on 127.0.0.1 ($INTERPSCOPE_ADDR
 watcher, no error details in the browser, uploads up to 20 MB, and no "magic" (runner.magicEnabled: Streamlit
 then compiles a page from its source instead of parsing it into Python AST objects and rewriting them; on
 CPython 3.11.7 concurrent sessions' ast.parse calls share one recursion counter and now and then fail with
-"SystemError: AST constructor recursion depth mismatch" (CPython gh-106905); no page relies on magic). `--shared` turns on server mode
-(INTERPSCOPE_SERVER_MODE=1: typed paths confined to the allowed folders, nothing downloaded for a visitor).
+"SystemError: AST constructor recursion depth mismatch" (CPython gh-106905); no page relies on magic). `--shared` turns
+on server mode (INTERPSCOPE_SERVER_MODE=1: typed paths confined to the allowed folders, nothing downloaded for a
+visitor).
 Usage: python scripts/serve_app.py [--shared] [streamlit run options...]
 """
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 A byte-level BPE tokenizer (the `tokenizers` library, trained on the train split only) and a small
 MambaForCausalLM trained with next-token loss on random windows of the train split. The training forward is the
-project's own pure-PyTorch Mamba forward (interpscope.relevance.mamba.forward, chunked scan: HF's fallback scan is a Python
-loop and too slow for a CPU); the shipped weights are a plain HF checkpoint. Training stops after --minutes of
+project's own pure-PyTorch Mamba forward (interpscope.relevance.mamba.forward, chunked scan: HF's fallback scan is a
+Python loop and too slow for a CPU); the shipped weights are a plain HF checkpoint. Training stops after --minutes of
 wall time, checkpointing as it goes. At the end the validation perplexity of the saved model, run through HF's own
 forward, is compared with a unigram baseline (add-one smoothed train-split token frequencies) on the same
 held-out tokens (valid split), and both are written to interpscope.json.

@@ -132,7 +132,8 @@ def learning_rate(step: int, done: float, peak: float, warmup: int = 30) -> floa
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="assets/models/number-lm")
-    parser.add_argument("--force", action="store_true", help="write into a folder holding files this script did not write")
+    parser.add_argument("--force", action="store_true",
+                        help="write into a folder holding files this script did not write")
     parser.add_argument("--checkpoints", default="build/number_lm")
     parser.add_argument("--numbers", type=int, default=260, help="N: numbers 0..N-1 are single tokens")
     parser.add_argument("--layers", type=int, default=2)
@@ -175,7 +176,8 @@ def main() -> int:
     checkpoint = Path(args.checkpoints) / "checkpoint.pt"
     progress = ({"phase": "pretrain", "step": 0, "seconds": {"pretrain": 0.0, "finetune": 0.0}, "log": []}
                 if args.probe_steps else load_checkpoint(checkpoint, model, optimizer))
-    source = Sentences(args.numbers, args.seed + 1000 * progress["step"] + (7 if progress["phase"] == "finetune" else 0))
+    phase_offset = 7 if progress["phase"] == "finetune" else 0
+    source = Sentences(args.numbers, args.seed + 1000 * progress["step"] + phase_offset)
     generator = torch.Generator().manual_seed(args.seed + progress["step"])
     train = encode_split(tokenizer, args.numbers, "train", TEMPLATES)
     valid = encode_split(tokenizer, args.numbers, "valid", (DEFAULT_TEMPLATE,))
@@ -254,10 +256,10 @@ def main() -> int:
     meta = {
         "name": "number-lm",
         "family": "gpt2",
-        "description": (f"GPT-2-style model (d_model {args.d_model}, {args.layers} layers) pretrained here on number-rich "
-                        f"synthetic text with numbers 0..{args.numbers - 1} as single tokens, then fine-tuned on a + b "
-                        f"(a, b < {args.numbers // 2}); test accuracy {figures['test_accuracy_plain']:.2%} on "
-                        f"'{DEFAULT_TEMPLATE}'"),
+        "description": (f"GPT-2-style model (d_model {args.d_model}, {args.layers} layers) pretrained here on "
+                        f"number-rich synthetic text with numbers 0..{args.numbers - 1} as single tokens, then "
+                        f"fine-tuned on a + b (a, b < {args.numbers // 2}); test accuracy "
+                        f"{figures['test_accuracy_plain']:.2%} on '{DEFAULT_TEMPLATE}'"),
         "rebuild": "nice -n 10 .venv/bin/python scripts/train_number_lm.py --out " + args.out,
         "numbers": args.numbers,
         "templates": list(TEMPLATES),

@@ -156,7 +156,8 @@ NUMBERS = {
                   "--cache-tokens": POS, "--context": POS, "--batch-size": POS,
                   "--lr": FLOAT + ("negative", "zero"), "--warmup-steps": INT,
                   "--decay-fraction": FLOAT + ("negative", "fraction"),
-                  "--resample-at": ("nan", "inf", "overflow", "word", "negative", "fraction"), "--dead-window-tokens": POS,
+                  "--resample-at": ("nan", "inf", "overflow", "word", "negative", "fraction"),
+                  "--dead-window-tokens": POS,
                   "--checkpoint-every": INT, "--seed": INT + ("huge",), "--eval-tokens": INT,
                   "--cache-batch-size": ("negative", "zero", "word", "empty"), "--workers": POS + ("huge",)},
     "sae-train-topk": {"--k": POS + ("huge",)},
@@ -203,11 +204,14 @@ BAD_FILES = {"missing": ("{missing}/x.txt", ("No such file",)), "folder": ("{adi
 OUT_FILES = {
     "explain-json": BASE["explain"] + ("--json",), "explain-png": BASE["explain"] + ("--png",),
     "flow-json": BASE["flow"] + ("--json",), "sae-circuit-json": BASE["sae-circuit"] + ("--json",),
-    "sae-eval-out": BASE["sae-eval"] + ("--json", "--out"), "sae-feature-out": BASE["sae-feature"] + ("--json", "--out"),
-    "sae-steer-out": BASE["sae-steer"] + ("--json", "--out"), "sae-prompt-out": BASE["sae-prompt"] + ("--json", "--out"),
+    "sae-eval-out": BASE["sae-eval"] + ("--json", "--out"),
+    "sae-feature-out": BASE["sae-feature"] + ("--json", "--out"),
+    "sae-steer-out": BASE["sae-steer"] + ("--json", "--out"),
+    "sae-prompt-out": BASE["sae-prompt"] + ("--json", "--out"),
     "sae-explain-json": BASE["sae-explain"] + ("--json",),
 }
-BAD_OUT_FILES = {"onto-a-folder": ("{folder_png}", ("folder",)), "missing-folder": ("{missing}/r.png", ("does not exist",)),
+BAD_OUT_FILES = {"onto-a-folder": ("{folder_png}", ("folder",)),
+                 "missing-folder": ("{missing}/r.png", ("does not exist",)),
                  "under-a-file": ("{afile}/r.png", ("is a file",))}
 OUT_FOLDERS = {"sae-train": TRAIN[:-2] + ("--out",), "sae-store": BASE["sae-store"][:-2] + ("--out",),
                "neurons-store": BASE["neurons-store"][:4] + BASE["neurons-store"][6:] + ("--out",),

@@ -44,7 +44,8 @@ def test_csv_shapes():
     frame = pd.read_csv(io.BytesIO(data_csv({"x": [1, 2], "y": [3, 4]})))
     assert frame["y"].tolist() == [3, 4]
     frame = pd.read_csv(io.BytesIO(data_csv({"model": "m", "conservation": {"input_sum": 1.5}})))
-    assert dict(zip(frame["key"], frame["value"].astype(str), strict=True)) == {"model": "m", "conservation.input_sum": "1.5"}
+    assert dict(zip(frame["key"], frame["value"].astype(str), strict=True)) == {"model": "m",
+                                                                                "conservation.input_sum": "1.5"}
     frame = pd.read_csv(io.BytesIO(data_csv(pd.DataFrame({"a": [1]}))))
     assert frame["a"].tolist() == [1]
 

@@ -39,7 +39,10 @@ def test_cached_generation_equals_uncached_clean_and_edited(family):
     assert alone.tokens[0].tolist() == cached.tokens[0].tolist(), "the clean row must not see the edit"
     apart = greedy_generate(adapter, ids, n_new, [edit], prompt_logits=True, prefill_rows_apart=True)
     assert apart.tokens.tolist() == reference.tokens.tolist()
-    with torch.no_grad(), hooks(adapter, {"blocks.0.hook_resid_post": lambda x: torch.cat([x[:, :1], x[:, 1:] + direction], 1)}):
+    def shift(x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x[:, :1], x[:, 1:] + direction], 1)
+
+    with torch.no_grad(), hooks(adapter, {"blocks.0.hook_resid_post": shift}):
         edited_alone = model(input_ids=ids[1:]).logits
     with torch.no_grad():
         clean_alone = model(input_ids=ids[:1]).logits

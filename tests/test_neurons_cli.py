@@ -110,7 +110,8 @@ def test_store_detail_text_and_induction(saved_model, monkeypatch):
     assert all(c.position >= 1 for c in detail.contexts)
     assert len(detail.promoted) == 15 and detail.promoted[0].value >= detail.promoted[-1].value
 
-    text = text_activations(lm, "It is a truth universally acknowledged, that a single man", [f"{LAYER}.{INDEX}", "0.3"])
+    text = text_activations(lm, "It is a truth universally acknowledged, that a single man",
+                            [f"{LAYER}.{INDEX}", "0.3"])
     assert text.activation.shape == (2, len(text.tokens)) and text.entropy.shape == (len(text.tokens),)
     assert np.all(text.entropy >= 0) and np.all((text.top_probability > 0) & (text.top_probability <= 1))
 

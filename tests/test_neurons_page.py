@@ -162,7 +162,8 @@ def test_your_text_view(page):
     table = [df.value for df in page.dataframe if "top prediction" in df.value.columns][0]
     line = values(spec["data"][0]["y"])
     assert len(line) == len(table) > 3
-    assert (line[0] is None or np.isnan(line[0])) and bool(table["sink"].iloc[0])  # position 0 is off the line and its scale, and named
+    # position 0 is off the line and its scale, and named
+    assert (line[0] is None or np.isnan(line[0])) and bool(table["sink"].iloc[0])
     assert "attention sinks left out" in spec["layout"]["annotations"][0]["text"]
     page.text_area(key="en-text-text").input("   ").run()
     assert any("empty" in w.value for w in page.warning)

@@ -143,7 +143,8 @@ def test_corpus_folder_walk_refuses_a_symlink_to_an_outside_file(server):
     assert "allowed folders" in message and "zz-link.txt" in message
     assert str(server) not in message and "secret" not in message
     (corpus / "zz-link.txt").unlink()
-    assert paragraphs(corpus, split="all") == ["A paragraph of the visitor's own corpus, long enough to be kept as one."]
+    assert paragraphs(corpus, split="all") == [
+        "A paragraph of the visitor's own corpus, long enough to be kept as one."]
 
 
 def test_corpus_symlinked_file_given_directly_is_refused(server):

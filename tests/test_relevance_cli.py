@@ -74,8 +74,8 @@ def test_explain_json_to_stdout_with_contrast_and_png(capsys, tmp_path, bundled_
 def test_explain_file_rows(capsys, tmp_path, bundled_lm):
     table = tmp_path / "examples.csv"
     table.write_text('id,text\n1,"The sun rose over"\n2,"Mr. Darcy bowed to"\n', encoding="utf-8")
-    code, stdout, _ = run_cli(capsys, "explain", "--file", str(table), "--row", "1", "--method", "gradxinput", "--no-prepend-bos",
-                              "--json", "-")
+    code, stdout, _ = run_cli(capsys, "explain", "--file", str(table), "--row", "1", "--method", "gradxinput",
+                              "--no-prepend-bos", "--json", "-")
     assert code == 0
     assert "".join(json.loads(stdout)["tokens"]) == "Mr. Darcy bowed to"
     lines = tmp_path / "examples.jsonl"

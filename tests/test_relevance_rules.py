@@ -124,7 +124,8 @@ def test_rules_do_not_reach_other_threads_plain_passes():
     plain_logits, plain_grad = logits_and_grad(model, ids)
     seen: dict[str, torch.Tensor] = {}
     with apply_rules(model, attnlrp_rules):
-        worker = threading.Thread(target=lambda: seen.update(zip(("logits", "grad"), logits_and_grad(model, ids), strict=True)))
+        worker = threading.Thread(
+            target=lambda: seen.update(zip(("logits", "grad"), logits_and_grad(model, ids), strict=True)))
         worker.start()
         worker.join(timeout=60)
         _, ruled_grad = logits_and_grad(model, ids)

@@ -69,7 +69,8 @@ def test_with_prepend_on_the_first_word_gets_its_own_relevance_and_is_in_the_col
     weights = normalised(result.relevance, result.sink_positions)
     assert np.isnan(weights[0]) and np.isfinite(weights[1])
     html = heatmap_html(result.tokens, result.relevance, result.sink_positions, result.sink_reasons())
-    assert "prepended BOS: not used for the colour scale" in html and "Not used for the colour scale: position 0" in html
+    assert "prepended BOS: not used for the colour scale" in html
+    assert "Not used for the colour scale: position 0" in html
     off = explain(lm, TEXT, "attnlrp", prepend_bos=False)
     assert not off.bos_prepended and off.tokens[0] == "Paris" and len(off.tokens) == len(result.tokens) - 1
 

@@ -85,7 +85,8 @@ def _text_from_args(args: argparse.Namespace) -> str:
     examples = parse_examples(data, path.name)
     row = 0 if args.row is None else args.row
     if not 0 <= row < len(examples):
-        raise InterpscopeError(f"--row {row} is out of range: {path.name} has {len(examples)} examples (0-{len(examples) - 1}).")
+        raise InterpscopeError(f"--row {row} is out of range: {path.name} has {len(examples)} examples "
+                               f"(0-{len(examples) - 1}).")
     return examples[row]
 
 

@@ -23,8 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     spectrum = commands.add_parser("spectrum", help="Fourier magnitude of the number representations")
     add_model_args(spectrum)
-    spectrum.add_argument("--numbers", type=int_between(10, 2000), help="N: analyse the numbers 0..N-1 (default: all single-token "
-                                                       "numbers up to 520, or 100 for digit tokenizers)")
+    spectrum.add_argument("--numbers", type=int_between(10, 2000),
+                          help="N: analyse the numbers 0..N-1 (default: all single-token numbers up to 520, or 100 for "
+                               "digit tokenizers)")
     spectrum.add_argument("--layer", type=int, help="hidden state after this block (-1 = embeddings); default: "
                                                     "token embeddings when numbers are single tokens, else last")
     spectrum.add_argument("--matrix", choices=["embedding", "unembedding"], default="embedding")
@@ -39,9 +40,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             command.add_argument("--kind", choices=["low", "high"], required=True,
                                  help="low: low-pass (removes k >= tau); high: high-pass (removes 1 <= k < tau)")
             command.add_argument("--modules", choices=["attn", "mlp", "both"], required=True)
-        command.add_argument("--tau", type=positive_int, help="split frequency (default ceil(N/10): periods <= 10 are high)")
+        command.add_argument("--tau", type=positive_int,
+                             help="split frequency (default ceil(N/10): periods <= 10 are high)")
         command.add_argument("--prompts", type=positive_int, default=500, help="how many a+b prompts (default 500)")
-        command.add_argument("--numbers", type=int_between(10, 2000), help="N (default: all single-token numbers up to 520)")
+        command.add_argument("--numbers", type=int_between(10, 2000),
+                             help="N (default: all single-token numbers up to 520)")
         command.add_argument("--split", choices=["train", "valid", "test", "all"], default="test")
         command.add_argument("--positions", choices=["last", "all"], default="last",
                              help="filter at the answer position only (default) or at every token")

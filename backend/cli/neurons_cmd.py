@@ -25,11 +25,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ablate = actions.add_parser("ablate", help="mean-ablate neurons: total vs direct effect on loss and entropy")
     add_model_args(ablate)
     ablate.add_argument("--neurons", nargs="+", required=True, metavar="L.I", help="neurons as LAYER.INDEX")
-    ablate.add_argument("--tokens", type=positive_int, default=2048, help="held-out corpus tokens to ablate over (default 2048)")
+    ablate.add_argument("--tokens", type=positive_int, default=2048,
+                        help="held-out corpus tokens to ablate over (default 2048)")
     ablate.add_argument("--seq-len", type=window_int, default=128, help="window length in tokens (default 128)")
-    ablate.add_argument("--random", type=non_negative_int, default=8, help="random neurons per layer as a baseline (default 8)")
+    ablate.add_argument("--random", type=non_negative_int, default=8,
+                        help="random neurons per layer as a baseline (default 8)")
     ablate.add_argument("--seed", type=seed_int, default=0, help="seed for the random neurons (default 0)")
-    ablate.add_argument("--k", type=positive_int, default=None, help="bottom singular directions for rho (default ~1%% of d_model)")
+    ablate.add_argument("--k", type=positive_int, default=None,
+                        help="bottom singular directions for rho (default ~1%% of d_model)")
     ablate.add_argument("--mean-tokens", type=positive_int, default=None, help="corpus tokens for the mean activations")
     ablate.add_argument("--corpus", default=None, help="a .txt/.md/.jsonl file or folder (default: bundled Austen)")
     ablate.add_argument("--json", action="store_true", help="print JSON")
@@ -40,9 +43,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _add_list_args(parser: argparse.ArgumentParser) -> None:
     add_model_args(parser)
-    parser.add_argument("--layer", type=int, default=None, help="layer (default: the final layer; negative from the end)")
-    parser.add_argument("--k", type=positive_int, default=None, help="bottom singular directions of W_U (default ~1%% of d_model)")
-    parser.add_argument("--top", type=non_negative_int, default=20, help="how many neurons to list (default 20; 0 = all)")
+    parser.add_argument("--layer", type=int, default=None,
+                        help="layer (default: the final layer; negative from the end)")
+    parser.add_argument("--k", type=positive_int, default=None,
+                        help="bottom singular directions of W_U (default ~1%% of d_model)")
+    parser.add_argument("--top", type=non_negative_int, default=20,
+                        help="how many neurons to list (default 20; 0 = all)")
     parser.add_argument("--no-unigram", action="store_true", help="skip the unigram cosine (no corpus counting)")
     parser.add_argument("--corpus", default=None, help="corpus for token counts (default: bundled Austen)")
     parser.add_argument("--json", action="store_true", help="print JSON")
@@ -65,7 +71,8 @@ def run_candidates(args: argparse.Namespace) -> int:
     print(f"{'neuron':>10} {'rho':>7} {'norm':>9} {'LogitVar':>10} {'unigram cos':>12}")
     for row in rows:
         uni = "" if row["unigram_cosine"] is None else f"{row['unigram_cosine']:12.3f}"
-        print(f"{row['layer']:>5}.{row['index']:<4} {row['rho']:7.3f} {row['norm']:9.3f} {row['logit_var']:10.2e} {uni}")
+        print(f"{row['layer']:>5}.{row['index']:<4} {row['rho']:7.3f} {row['norm']:9.3f} {row['logit_var']:10.2e} "
+              f"{uni}")
     return 0
 
 

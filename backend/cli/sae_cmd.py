@@ -31,8 +31,8 @@ from interpscope.cli.common import (
 from interpscope.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
 from interpscope.config import InterpscopeError
 
-SAE_SUBCOMMAND_MODULES = ["interpscope.cli.sae_store_cmd", "interpscope.cli.sae_live_cmd", "interpscope.cli.sae_circuit_cmd",
-                          "interpscope.cli.sae_explain_cmd"]
+SAE_SUBCOMMAND_MODULES = ["interpscope.cli.sae_store_cmd", "interpscope.cli.sae_live_cmd",
+                          "interpscope.cli.sae_circuit_cmd", "interpscope.cli.sae_explain_cmd"]
 
 
 def _per_arch(values: list | None, n: int, what: str) -> list:

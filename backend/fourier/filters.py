@@ -194,9 +194,9 @@ class FilterJob:
         return evaluate_batch(lm, self.numbers, texts, answers, edits, where=where if edits else None)
 
 
-def filter_table(lm, numbers: NumberTokens, pairs: np.ndarray | PromptPairs, template: str = "{a}+{b}=", tau: int | None = None,
-                 configs: list[tuple[str, str]] | None = None, progress=None, positions: str = "last",
-                 batch_size: int = 512, scale: Scale | None = None,
+def filter_table(lm, numbers: NumberTokens, pairs: np.ndarray | PromptPairs, template: str = "{a}+{b}=",
+                 tau: int | None = None, configs: list[tuple[str, str]] | None = None, progress=None,
+                 positions: str = "last", batch_size: int = 512, scale: Scale | None = None,
                  control_seeds: int | list[int] = DEFAULT_CONTROL_SEEDS) -> FilterTable:
     """Loss, accuracy and error histogram with no filter and each (kind, modules) filter in all layers (serves
     the Fourier page's Filters tab). pairs: operand pairs [P, 2], or a PromptPairs (interpscope.fourier.probe) whose

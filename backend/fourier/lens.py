@@ -84,8 +84,8 @@ def module_lens(lm, numbers: NumberTokens, pairs: np.ndarray, template: str = "{
         raise InterpscopeError(f"Need at least one prompt whose sum is below {n_numbers}.")
     texts = render(template, pairs)
     unembed = number_unembedding(adapter, numbers)
-    names = [f"blocks.{layer}.{point}" for layer in range(n_layers) for point in ("hook_attn_out", "hook_mlp_out",
-                                                                             "hook_resid_post")]
+    names = [f"blocks.{layer}.{point}" for layer in range(n_layers)
+             for point in ("hook_attn_out", "hook_mlp_out", "hook_resid_post")]
     attn, mlp, resid, final = [], [], [], []
     with model_lock(lm):
         for start in range(0, len(texts), batch):
@@ -94,8 +94,10 @@ def module_lens(lm, numbers: NumberTokens, pairs: np.ndarray, template: str = "{
             result = capture(adapter, ids.to(lm.device), names, attention_mask=mask.to(lm.device), to_cpu=False)
             at_last = partial(_at_last, result, ids.shape, rows, last)
             with torch.no_grad():
-                attn.append(torch.stack([at_last(f"blocks.{layer}.hook_attn_out") @ unembed for layer in range(n_layers)], 1))
-                mlp.append(torch.stack([at_last(f"blocks.{layer}.hook_mlp_out") @ unembed for layer in range(n_layers)], 1))
+                attn.append(torch.stack([at_last(f"blocks.{layer}.hook_attn_out") @ unembed
+                                         for layer in range(n_layers)], 1))
+                mlp.append(torch.stack([at_last(f"blocks.{layer}.hook_mlp_out") @ unembed
+                                        for layer in range(n_layers)], 1))
                 norm = adapter.final_norm()
                 resid.append(torch.stack([norm(at_last(f"blocks.{layer}.hook_resid_post")) @ unembed
                                           for layer in range(n_layers)], 1))

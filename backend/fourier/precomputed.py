@@ -148,7 +148,8 @@ def save_entries(lm, out: str | Path, results: dict[str, object]) -> Path:
         name = f"entry-{hashlib.sha1(key.encode()).hexdigest()[:12]}.npz"
         _write(folder / name, partial(_savez, arrays=arrays))
         manifest["entries"][key] = {"file": name, "fields": plain}
-    _write(folder / MANIFEST, lambda handle: handle.write(json.dumps(manifest, indent=1, default=_json_number).encode()))
+    _write(folder / MANIFEST,
+           lambda handle: handle.write(json.dumps(manifest, indent=1, default=_json_number).encode()))
     _manifest.cache_clear()
     return folder
 

@@ -247,7 +247,8 @@ def clear_cache() -> None:
 
 def _hf_cache_models() -> list[dict]:
     """Causal LMs of a supported family already in the local Hugging Face hub cache."""
-    hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub")
+    hf_home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    hub = Path(os.environ.get("HF_HUB_CACHE") or hf_home / "hub")
     found = []
     if not hub.is_dir():
         return found

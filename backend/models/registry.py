@@ -81,7 +81,8 @@ def _discover_asset_models() -> None:
             meta = json.loads(meta_path.read_text())
             meta["name"], meta["family"]
         except (OSError, ValueError, KeyError, TypeError) as err:
-            warnings.warn(f"skipping bundled model folder {meta_path.parent.name}: bad interpscope.json ({err})", stacklevel=2)
+            warnings.warn(f"skipping bundled model folder {meta_path.parent.name}: bad interpscope.json ({err})",
+                          stacklevel=2)
             continue
         folder = meta_path.parent
         register(BundledModel(name=meta["name"], family=meta["family"], description=meta.get("description", ""),

@@ -144,8 +144,8 @@ def neuron_detail(lm, layer: int, index: int, k: int | None = None, store: Activ
 class TextActivations:
     """Per token of the text: the token strings, each chosen neuron's activation [n_neurons, T], the entropy of
     the prediction made at that token [T], the top predicted next token and its probability. excluded_positions:
-    a prepended BOS and the rows measured to carry a massive activation, which set no colour scale; scale: each neuron's max |activation| over
-    the other positions [n_neurons] (what a colour scale should span)."""
+    a prepended BOS and the rows measured to carry a massive activation, which set no colour scale; scale: each
+    neuron's max |activation| over the other positions [n_neurons] (what a colour scale should span)."""
 
     model: str
     tokens: list[str]

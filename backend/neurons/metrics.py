@@ -13,8 +13,8 @@ def loss_and_entropy(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch
     return loss, entropy
 
 
-def loss_entropy_kl(logits: torch.Tensor, targets: torch.Tensor,
-                    unigram_log_probs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def loss_entropy_kl(logits: torch.Tensor, targets: torch.Tensor, unigram_log_probs: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """loss_and_entropy and kl_to_unigram (when unigram_log_probs is given) from one log-softmax and one exp:
     the same operations as the separate functions, so the same numbers."""
     log_probs = torch.log_softmax(logits, dim=-1)

@@ -7,8 +7,9 @@ split by default): each neuron's mean / std / min / max / firing fraction over t
 (position 0 and massive-activation rows, interpscope.sinks), its activation histogram over those positions, and its top
 activating contexts with their left context (token ids around the firing token, which is never position 0 of its
 window). The folder also keeps the corpus's token counts (the unigram direction) and a manifest naming the model
-(content key), the corpus sample and the settings. Built by `interpscope neurons store --model M --out DIR` (resumable, layer by layer; it writes
-only into a folder it created or that already holds such a store), shipped in assets/neuron_stores/<model>/.
+(content key), the corpus sample and the settings. Built by `interpscope neurons store --model M --out DIR`
+(resumable, layer by layer; it writes only into a folder it created or that already holds such a store), shipped in
+assets/neuron_stores/<model>/.
 """
 from __future__ import annotations
 

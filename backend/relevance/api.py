@@ -296,7 +296,8 @@ def top_heads(latent: LatentRelevance, k: int = 10) -> list[dict]:
         return []
     flat = np.argsort(-np.abs(latent.heads), axis=None)[:k]
     layers, heads = np.unravel_index(flat, latent.heads.shape)
-    return [{"layer": int(layer), "head": int(h), "relevance": float(latent.heads[layer, h])} for layer, h in zip(layers, heads, strict=True)]
+    return [{"layer": int(layer), "head": int(h), "relevance": float(latent.heads[layer, h])}
+            for layer, h in zip(layers, heads, strict=True)]
 
 
 def top_neurons(latent: LatentRelevance, k: int = 10) -> list[dict]:

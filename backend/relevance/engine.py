@@ -234,7 +234,8 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target | P
     result = Attribution(relevance=embed_relevance.cpu().numpy(), logit=y, conservation=None, latent=None,
                          target=target, output_logits=logits.detach())
     if conservation:
-        bias_total = float(sum(float(_relevance(b, g).sum()) for b, g in zip(biases, grads[1 + len(names):], strict=True)))
+        bias_total = float(sum(float(_relevance(b, g).sum())
+                               for b, g in zip(biases, grads[1 + len(names):], strict=True)))
         if "pos_embed" in per_tensor:
             bias_total += float(per_tensor["pos_embed"].sum())
         softmax = []

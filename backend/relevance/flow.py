@@ -130,7 +130,8 @@ class InformationFlow(Result):
 def _residuals(adapter, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     n = adapter.n_layers
     names = ["blocks.0.hook_resid_pre", *(f"blocks.{layer}.hook_resid_post" for layer in range(n)),
-             *(f"blocks.{layer}.hook_attn_out" for layer in range(n)), *(f"blocks.{layer}.hook_mlp_out" for layer in range(n))]
+             *(f"blocks.{layer}.hook_attn_out" for layer in range(n)),
+             *(f"blocks.{layer}.hook_mlp_out" for layer in range(n))]
     return capture(adapter, ids, names).activations
 
 
@@ -178,7 +179,8 @@ def logit_lens(adapter, acts: dict[str, torch.Tensor], target: Target) -> tuple[
     return np.array(probability), np.array(rank), np.array(value)
 
 
-def contributions(adapter, acts: dict[str, torch.Tensor], target: Target) -> tuple[float, np.ndarray, np.ndarray, float]:
+def contributions(adapter, acts: dict[str, torch.Tensor], target: Target
+                  ) -> tuple[float, np.ndarray, np.ndarray, float]:
     """(embeddings, attention per layer, MLP per layer, constants): direct contributions to the explained value with
     the final norm's scale frozen at the last residual; they add up to the value."""
     norm = adapter.folded_norm()

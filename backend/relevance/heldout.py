@@ -6,7 +6,8 @@ top-1 is that token. Each prompt is explained for its expected token by every me
 curves are run under every deletion baseline (zero, pad, mean embedding), IG and occlusion computing their maps
 from the same baseline the deletion uses. A random ordering per prompt (seeded) is the chance level. With the
 position 0 and any measured sink (a massive-activation row, interpscope.sinks) kept in place the curves run again
-under the first baseline. AttnLRP's softmax share (the conservation readout) is kept per prompt, so its link to ABPC can be read.
+under the first baseline. AttnLRP's softmax share (the conservation readout) is kept per prompt, so its link to ABPC
+can be read.
 Results: per-prompt rows and a table of mean ABPC with seeded bootstrap 95% intervals
 (interpscope.relevance.heldout_stats).
 """
@@ -239,7 +240,8 @@ def summarize(rows: Sequence[dict], settings: HeldoutSettings, labels: dict) -> 
         mean_share = float(np.mean(share))
         first = settings.baselines[0]
         diagnosis["softmax_share"] = dict(zip(("mean", "ci_low", "ci_high"),
-                                              stats.bootstrap_mean(share, settings.bootstrap, settings.seed), strict=True))
+                                              stats.bootstrap_mean(share, settings.bootstrap, settings.seed),
+                                              strict=True))
         correlation = stats.spearman_interval(share, [r["abpc"][first]["attnlrp"] for _, r in shares],
                                               settings.bootstrap, settings.seed)
         diagnosis["spearman_share_vs_attnlrp_abpc"] = correlation

@@ -265,7 +265,8 @@ def applied(adapter: ModelAdapter, rules: Sequence[Rule]) -> Iterator[None]:
 
 
 @contextmanager
-def apply_rules(model_or_lm, rules: Sequence[Rule] | Callable[[ModelAdapter], Sequence[Rule]]) -> Iterator[ModelAdapter]:
+def apply_rules(model_or_lm, rules: Sequence[Rule] | Callable[[ModelAdapter], Sequence[Rule]]
+                ) -> Iterator[ModelAdapter]:
     """Hold the model's lock and apply `rules` (a list, or a function of the adapter) for the `with` block."""
     from interpscope.adapters import get_adapter
 

@@ -7,7 +7,8 @@ unchanged (x_hat + err = x), so the explained value is the clean model's. Releva
 position t is f_i(t) x its gradient (the decoder is linear, so this is exact); what the decoder bias takes is
 x_hat . grad - sum_i f_i grad_i. Input tokens get what flows back through the SAE's encoder. Conservation of the
 spliced pass: value = tokens + model biases + softmax share (AttnLRP) + error node + the upstream SAE's biases
-(decoder and encoder) + the downstream SAE's encoder biases (for a feature target), up to a numerical rest. Attention sinks (position 0 and massive activations) are never spliced.
+(decoder and encoder) + the downstream SAE's encoder biases (for a feature target), up to a numerical rest.
+Attention sinks (position 0 and massive activations) are never spliced.
 
 Edges: upstream feature -> target (its relevance, summed over positions), error -> target, token -> target;
 and token -> feature for the strongest upstream features, each from one more backward pass with that feature's
@@ -190,7 +191,8 @@ def feature_circuit(loaded, upstream, downstream=None, text: str = "", *, featur
         explained_sum = inputs + c.bias_sum + (c.softmax_sum or 0.0) + error_sum + sae_biases + target_biases
         circuit.conservation = CircuitConservation(
             value=result.logit, input_tokens=inputs, upstream_features=feature_sum, error_node=error_sum,
-            sae_biases=sae_biases, target_sae_biases=target_biases, model_biases=c.bias_sum, softmax=c.softmax_sum or 0.0,
+            sae_biases=sae_biases, target_sae_biases=target_biases, model_biases=c.bias_sum,
+            softmax=c.softmax_sum or 0.0,
             relative_error=abs(explained_sum - result.logit) / (abs(result.logit) or 1.0))
         _graph(circuit, result.relevance, features, error_sum, n_features)
         for top in circuit.top_features(n_token_edges):

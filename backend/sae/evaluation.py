@@ -264,7 +264,8 @@ class _Sums:
         self.x_sum += terms.x_sum
         self.x_sq += terms.x_sq
         self.n_rows += terms.n_rows
-        for values, fired, sae_terms, sae_fired in zip(self.values, self.fired, terms.per_sae, terms.fired, strict=True):
+        for values, fired, sae_terms, sae_fired in zip(self.values, self.fired, terms.per_sae, terms.fired,
+                                                       strict=True):
             for key in self.KEYS:
                 values[key] += sae_terms[key]
             fired += sae_fired

@@ -121,7 +121,8 @@ class Trainer:
         for name, param in sae.named_parameters():
             if param.grad is None:
                 continue
-            state = run.state.setdefault(name, {"v": torch.zeros_like(param), "step": torch.zeros((), dtype=torch.long)})
+            state = run.state.setdefault(name, {"v": torch.zeros_like(param),
+                                                "step": torch.zeros((), dtype=torch.long)})
             grad = param.grad
             state["step"] += 1
             t = int(state["step"])

@@ -193,8 +193,8 @@ def explain_store(store, writer: Callable[[list[str]], list[str]], pool: tuple[l
                 break
             chunk = todo[start:start + batch_size]
             answers = writer([writer_prompt(store, f) for f in chunk])
-            append_entries(handle, [scored_entry(store, f, a, pool, writer_name) for f, a in zip(chunk, answers, strict=True)],
-                           done)
+            append_entries(handle, [scored_entry(store, f, a, pool, writer_name)
+                                    for f, a in zip(chunk, answers, strict=True)], done)
             if progress:
                 progress(min(start + batch_size, len(todo)), len(todo))
     return {f: done[f] for f in wanted if f in done}

@@ -71,7 +71,8 @@ def _editor(sae: SparseAutoencoder, feature: int, mode: str, strength: float):
 
 def _top(probs: torch.Tensor, tokenizer, k: int = 10) -> list[dict]:
     values, ids = probs.topk(k)
-    return [{"token": tokenizer.decode([int(i)]), "id": int(i), "prob": float(v)} for v, i in zip(values, ids, strict=True)]
+    return [{"token": tokenizer.decode([int(i)]), "id": int(i), "prob": float(v)}
+            for v, i in zip(values, ids, strict=True)]
 
 
 @torch.no_grad()

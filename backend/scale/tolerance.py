@@ -11,8 +11,8 @@ SmolLM2-135M's architecture with seeded weights) Gradient x Input differed from 
 in bfloat16 and 0.5% / 2.5% in float16 at 64 / 512 tokens, while AttnLRP and CP-LRP stayed within 0.4-1.9% (bf16)
 and 0.07-0.4% (fp16) and float32 on CUDA within 5e-6; the real SmolLM2 weights on the CPU in bf16 / fp16 gave the
 same picture (`bench/cuda_check.py --device cpu --parts agreement`: Gradient x Input 4.9% / 7.3% in bf16 and 0.5% /
-0.9% in fp16; AttnLRP and CP-LRP 0.7-1.6% and 0.1-0.3%); `gradient_relevance` holds their tolerance. Accumulation is float64
-everywhere (relevance: interpscope.relevance.engine; evaluation sums; neuron means), so only the forward pass's
+0.9% in fp16; AttnLRP and CP-LRP 0.7-1.6% and 0.1-0.3%); `gradient_relevance` holds their tolerance. Accumulation is
+float64 everywhere (relevance: interpscope.relevance.engine; evaluation sums; neuron means), so only the forward pass's
 rounding shows in these figures.
 """
 from __future__ import annotations
@@ -38,9 +38,12 @@ class Tolerance:
 
 
 TOLERANCES: dict[torch.dtype, Tolerance] = {
-    torch.float32: Tolerance(relevance=1e-4, gradient_relevance=1e-4, conservation=1e-4, sae_rtol=1e-5, sae_atol=1e-6, activations=1e-5),
-    torch.float16: Tolerance(relevance=1e-2, gradient_relevance=5e-2, conservation=5e-3, sae_rtol=5e-3, sae_atol=5e-3, activations=5e-3),
-    torch.bfloat16: Tolerance(relevance=5e-2, gradient_relevance=0.15, conservation=2e-2, sae_rtol=2e-2, sae_atol=2e-2, activations=3e-2),
+    torch.float32: Tolerance(relevance=1e-4, gradient_relevance=1e-4, conservation=1e-4, sae_rtol=1e-5,
+                             sae_atol=1e-6, activations=1e-5),
+    torch.float16: Tolerance(relevance=1e-2, gradient_relevance=5e-2, conservation=5e-3, sae_rtol=5e-3,
+                             sae_atol=5e-3, activations=5e-3),
+    torch.bfloat16: Tolerance(relevance=5e-2, gradient_relevance=0.15, conservation=2e-2, sae_rtol=2e-2,
+                              sae_atol=2e-2, activations=3e-2),
 }
 
 

@@ -40,7 +40,8 @@ def _adapter(model_or_lm) -> ModelAdapter:
 
 
 def _biases(adapter: ModelAdapter) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-    conv = [adapter.mixer(layer).conv1d.bias for layer in range(adapter.n_layers) if adapter.mixer(layer).conv1d.bias is not None]
+    conv = [adapter.mixer(layer).conv1d.bias for layer in range(adapter.n_layers)
+            if adapter.mixer(layer).conv1d.bias is not None]
     conv_ids = {id(b) for b in conv}
     other = [p for n, p in adapter.model.named_parameters() if n.endswith("bias") and id(p) not in conv_ids]
     return conv, other
@@ -65,8 +66,8 @@ def conservation(model_or_lm, input_ids: torch.Tensor, target: Target, fixes: Fi
                 bias.requires_grad_(flag)
 
     def share(params: Sequence[nn.Parameter], param_grads) -> float:
-        return float(sum(float((p.detach().double() * g.double()).sum()) for p, g in zip(params, param_grads, strict=True)
-                         if g is not None))
+        return float(sum(float((p.detach().double() * g.double()).sum())
+                         for p, g in zip(params, param_grads, strict=True) if g is not None))
 
     relevance = (embeds.detach().double() * grads[0].double())[0].sum(-1)
     y = float(value.detach().double())
