@@ -74,7 +74,7 @@ def candidates_view(lm, page, chosen: list[str]) -> None:
     in_layer = [int(n.split(".")[1]) for n in chosen if int(n.split(".")[0]) == layer]
     fig = figs.candidates_scatter(stats.norm, stats.logit_var, stats.rho, layer, stats.k, in_layer, lm.name)
     st.plotly_chart(fig, key="en-scatter")
-    export_menu(fig, stats.rows(), key="en-scatter", filename=f"entropy-candidates-layer{layer}")
+    export_menu(fig, stats, key="en-scatter", filename=f"entropy-candidates-layer{layer}")
     table = pd.DataFrame(stats.rows())
     table.insert(0, "neuron", [f"{r['layer']}.{r['index']}" for r in stats.rows()])
     table["null_space_norm"] = table["rho"] * table["norm"]
@@ -105,8 +105,7 @@ def detail_view(lm, chosen: list[str], k: int, store_tokens: int) -> None:
     with left:
         fig = figs.spectrum_figure(detail.singular_values, detail.cosines, detail.k, pick)
         st.plotly_chart(fig, key="en-spectrum")
-        export_menu(fig, {"singular_values": detail.singular_values, "cosines": detail.cosines},
-                    key="en-spectrum", filename=f"spectrum-{pick}")
+        export_menu(fig, detail, key="en-spectrum", filename=f"spectrum-{pick}")
     with right:
         fig = figs.token_bars(detail.promoted, detail.suppressed, pick)
         st.plotly_chart(fig, key="en-tokens")
@@ -156,7 +155,7 @@ def ablation_view(lm, chosen: list[str], k: int, store_tokens: int) -> None:
                             [getattr(e, f"{quantity}_direct_abs") for e in effects],
                             [e.is_random for e in effects], quantity)
     st.plotly_chart(fig, key="en-abl-bars")
-    export_menu(fig, effects, key="en-abl-bars", filename="ablation-effects")
+    export_menu(fig, result, key="en-abl-bars", filename="ablation-effects")
     chosen_rows = [e for e in effects if not e.is_random]
     random_rows = [e for e in effects if e.is_random]
     if chosen_rows and random_rows:
@@ -180,7 +179,7 @@ def ablation_view(lm, chosen: list[str], k: int, store_tokens: int) -> None:
         name: short for name in table.columns if name.startswith(("Δ", "|Δ"))} | {
         "rho": st.column_config.NumberColumn(format="%.3f"), "norm": st.column_config.NumberColumn(format="%.3g"),
         "norm share": st.column_config.NumberColumn(format="%.3f")}))
-    export_menu(None, effects, key="en-abl-table", filename="ablation-table")
+    export_menu(None, result, key="en-abl-table", filename="ablation-table")
     fig = figs.share_scatter([e.rho for e in effects], [e.norm_share for e in effects],
                              [e.entropy_total_abs for e in effects], [e.neuron for e in effects],
                              [e.is_random for e in effects])

@@ -62,11 +62,12 @@ def run_candidates(args: argparse.Namespace) -> int:
     if not args.no_unigram:
         check_corpus(args.corpus)
     lm = load_from_args(args)
-    stats = candidates(lm, layer=args.layer, k=args.k, with_unigram=not args.no_unigram, source=args.corpus)
-    rows = stats.rows(args.top or None)
+    stats = dataclasses.replace(candidates(lm, layer=args.layer, k=args.k, with_unigram=not args.no_unigram,
+                                           source=args.corpus), top=args.top or None)
     if args.json:
-        emit_json({"model": lm.name, "layer": stats.layer, "k": stats.k, "neurons": rows})
+        emit_json(stats)
         return 0
+    rows = stats.rows(stats.top)
     print(f"{lm.name}: layer {stats.layer}, k = {stats.k}, sorted by rho")
     print(f"{'neuron':>10} {'rho':>7} {'norm':>9} {'LogitVar':>10} {'unigram cos':>12}")
     for row in rows:
@@ -109,18 +110,11 @@ def run_ablate(args: argparse.Namespace) -> int:
         result = ablate(lm, args.neurons, n_tokens=args.tokens, seq_len=args.seq_len, n_random=args.random,
                         seed=args.seed, k=args.k, source=args.corpus, mean_tokens=args.mean_tokens,
                         progress=progress)
+    if args.json:
+        emit_json(result)
+        return 0
     chosen = [dataclasses.asdict(e) for e in result.chosen()]
     randoms = [dataclasses.asdict(e) for e in result.random()]
-    summary = {}
-    if randoms:
-        for key in ("loss_total_abs", "loss_direct_abs", "entropy_total_abs", "entropy_direct_abs"):
-            summary[key + "_mean"] = sum(r[key] for r in randoms) / len(randoms)
-    payload = {"model": result.model, "n_tokens": result.n_tokens, "k": result.k, "clean_loss": result.clean_loss,
-               "clean_entropy": result.clean_entropy, "clean_kl_unigram": result.clean_kl_unigram,
-               "neurons": chosen, "random": randoms, "random_summary": summary, "seconds": result.seconds}
-    if args.json:
-        emit_json(payload)
-        return 0
     print(f"{result.model}: {result.n_tokens} tokens, clean loss {result.clean_loss:.4f}, "
           f"entropy {result.clean_entropy:.4f}")
     print(f"{'neuron':>10} {'dLoss tot':>10} {'dLoss dir':>10} {'|dL| tot':>9} {'|dL| dir':>9} "

@@ -1,13 +1,52 @@
 """Entropy neurons and token-frequency neurons (Stolfo et al., NeurIPS 2024): find them from the weights,
-prove what they do by mean ablation (total vs direct effect), and watch them on induction and on any text."""
-from interpscope.neurons.ablation import AblationResult, Neuron, NeuronEffect, ablate, parse_neurons, token_effects
-from interpscope.neurons.ranking import candidates
-from interpscope.neurons.cards import NeuronDetail, TextActivations, neuron_detail, text_activations
-from interpscope.neurons.induction import InductionResult, induction_study
-from interpscope.neurons.store import ActivationStore, activation_stores, mean_activations
-from interpscope.neurons.weights import NeuronStats, default_k, neuron_stats, unembed_basis
+prove what they do by mean ablation (total vs direct effect), and watch them on induction and on any text.
+
+    stats = interpscope.neurons.candidates(lm, layer=-1, top=20)   # sorted by null-space fraction rho
+    card = interpscope.neurons.detail(lm, "29.11")                   # one neuron's card
+    effects = interpscope.neurons.ablate(lm, ["29.11"], tokens=2048)
+
+Each returns a result with `.to_dict()` (the same document as the CLI's --json and the page's JSON export),
+`.to_frame()`, `.figure()` and inline HTML in Jupyter. Names load on first use (PEP 562), so importing this package
+imports no model code.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_LAZY = {
+    **dict.fromkeys(("candidates", "detail", "ablate"), "interpscope.neurons.api"),
+    **dict.fromkeys(("AblationResult", "Neuron", "NeuronEffect", "parse_neurons", "token_effects"),
+                    "interpscope.neurons.ablation"),
+    **dict.fromkeys(("NeuronDetail", "TextActivations", "neuron_detail", "text_activations"),
+                    "interpscope.neurons.cards"),
+    **dict.fromkeys(("InductionResult", "induction_study"), "interpscope.neurons.induction"),
+    **dict.fromkeys(("ActivationStore", "activation_stores", "mean_activations"), "interpscope.neurons.store"),
+    **dict.fromkeys(("NeuronStats", "default_k", "neuron_stats", "unembed_basis"), "interpscope.neurons.weights"),
+}
 
 __all__ = ["AblationResult", "ActivationStore", "InductionResult", "Neuron", "NeuronDetail", "NeuronEffect",
-           "NeuronStats", "TextActivations", "ablate", "activation_stores", "candidates", "default_k",
+           "NeuronStats", "TextActivations", "ablate", "activation_stores", "candidates", "default_k", "detail",
            "induction_study", "mean_activations", "neuron_detail", "neuron_stats", "parse_neurons",
            "text_activations", "token_effects", "unembed_basis"]
+
+if TYPE_CHECKING:
+    from interpscope.neurons.ablation import AblationResult, Neuron, NeuronEffect, parse_neurons, token_effects
+    from interpscope.neurons.api import ablate, candidates, detail
+    from interpscope.neurons.cards import NeuronDetail, TextActivations, neuron_detail, text_activations
+    from interpscope.neurons.induction import InductionResult, induction_study
+    from interpscope.neurons.store import ActivationStore, activation_stores, mean_activations
+    from interpscope.neurons.weights import NeuronStats, default_k, neuron_stats, unembed_basis
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -20,6 +20,7 @@ import torch
 from interpscope.adapters import ModelAdapter
 from interpscope.capture import capture, hooks, model_lock
 from interpscope.config import InterpscopeError
+from interpscope.neurons.documents import AblationDocument
 from interpscope.neurons.folding import final_norm, mlp_pre_output, output_norm, output_norm_change, unembed_bias
 from interpscope.neurons.metrics import freeze_unigram, loss_and_entropy, loss_entropy_kl, loss_of, norm_mediated_share
 from interpscope.neurons.store import Progress
@@ -247,7 +248,7 @@ class NeuronEffect:
 
 
 @dataclass
-class AblationResult:
+class AblationResult(AblationDocument):
     """Effects of each chosen neuron (first) and of random neurons of the same layers, plus per-token data of
     the chosen ones: activation [n_chosen, M], clean entropy [M], entropy change (total) [n_chosen, M]."""
 

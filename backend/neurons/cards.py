@@ -17,6 +17,7 @@ import torch
 
 from interpscope.capture import capture, model_lock
 from interpscope.neurons.ablation import parse_neurons
+from interpscope.neurons.documents import DetailDocument
 from interpscope.neurons.folding import folded_W_out
 from interpscope.neurons.metrics import entropy_of
 from interpscope.neurons.postnorm import layer_post_scale, typical_scale
@@ -44,7 +45,7 @@ class Context:
 
 
 @dataclass
-class NeuronDetail:
+class NeuronDetail(DetailDocument):
     layer: int
     index: int
     k: int
@@ -58,7 +59,7 @@ class NeuronDetail:
     histogram_edges: np.ndarray | None = None
     mean_activation: float | None = None
     contexts: list[Context] | None = None
-    excluded_tokens: int = 0
+    excluded_tokens: int | None = None  # None: no corpus side (weights only)
     sink_positions: list[tuple[int, int]] | None = None
     source: str = "weights only"
     post_scale: float | None = None  # the MLP output norm's typical scale the write was divided by (None: no norm)

@@ -3,7 +3,7 @@ neuron's detail card, from the model's precomputed entropy-neuron store when the
 page_store; loading takes milliseconds) and computed otherwise."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from interpscope.neurons.ranking import candidates
 from interpscope.neurons.cards import NeuronDetail, neuron_detail, weight_detail
@@ -31,7 +31,7 @@ def neuron_page(lm, layer: int | None = None, k: int | None = None) -> NeuronPag
     k = check_k(k, lm.adapter.d_model)
     store = find_neuron_store(lm)
     if store is not None and layer in store.layers and store.stats(layer).k == k:
-        stats = store.stats(layer)
+        stats = replace(store.stats(layer), model=lm.name)
     else:
         stats = candidates(lm, layer=layer, k=k)
     return NeuronPage(layer=layer, k=k, stats=stats,

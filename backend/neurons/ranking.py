@@ -1,6 +1,7 @@
 """Candidate entropy and token-frequency neurons of a loaded model: weight statistics with the unigram cosine."""
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from interpscope.neurons.postnorm import layer_post_scale
@@ -18,7 +19,8 @@ def candidates(lm, layer: int | None = None, k: int | None = None, with_unigram:
         counts = token_counts(lm.tokenizer, lm.adapter.vocab_size, source=source)
         unigram = unigram_direction(counts)
     layer = check_layer(lm.adapter, layer)
-    return neuron_stats(lm.adapter, layer, k, unigram, post_scale=layer_post_scale(lm, layer))
+    stats = neuron_stats(lm.adapter, layer, k, unigram, post_scale=layer_post_scale(lm, layer))
+    return dataclasses.replace(stats, model=lm.name)
 
 
 def timed_candidates(lm, **kwargs) -> tuple[NeuronStats, float]:

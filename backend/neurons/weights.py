@@ -15,6 +15,7 @@ import torch
 
 from interpscope.adapters import ModelAdapter
 from interpscope.config import InterpscopeError
+from interpscope.neurons.documents import CandidatesDocument
 from interpscope.neurons.folding import folded_unembedding, folded_W_out
 
 
@@ -107,7 +108,7 @@ def check_layer(adapter: ModelAdapter, layer: int | None) -> int:
 
 
 @dataclass
-class NeuronStats:
+class NeuronStats(CandidatesDocument):
     """Per-neuron weight statistics of one layer (arrays of length d_mlp), on what each neuron writes into the
     residual (through the MLP's output norm at its typical scale `post_scale` where the model has one)."""
 
@@ -118,6 +119,8 @@ class NeuronStats:
     rho: np.ndarray
     unigram_cosine: np.ndarray | None
     post_scale: float | None = None  # the MLP output norm's typical scale the writes were divided by (None: no norm)
+    model: str | None = None  # the loaded model's name, when known
+    top: int | None = None  # how many neurons (highest rho first) the document and table list; None: all
 
     def ranking(self) -> np.ndarray:
         """Neuron indices sorted by rho, highest first (ties broken by norm)."""
