@@ -11,10 +11,10 @@ from interpscope.components.tables import fit_columns
 from interpscope.fourier.addition import run_addition, small_sum_pairs
 from interpscope.fourier.controls import control_fields
 from interpscope.fourier.data import TEMPLATES, check_template
-from interpscope.fourier.filters import KINDS, POSITIONS, filter_table, reading
+from interpscope.fourier.filters import KINDS, POSITIONS, reading
 from interpscope.fourier.lens import default_tau, module_lens, prompt_fourier, top_components
 from interpscope.fourier.numbers import splits_digits
-from interpscope.fourier.probe import check_numbers, default_numbers, prompt_pairs, single_token_setup
+from interpscope.fourier.probe import check_numbers, default_numbers, prompt_pairs, run_filters, single_token_setup
 from interpscope.fourier.spectra import baseline_sentence, describe_regime, embedding_spectrum, hidden_spectra
 from interpscope.limits import check_amounts
 from interpscope.models.registry import BUNDLED
@@ -239,10 +239,8 @@ def filter_view(lm, digits: bool, n_default: int) -> None:
         return
 
     def compute(report):
-        numbers = single_token_setup(lm, n_default)
-        pairs = prompt_pairs(numbers.n_numbers, run["prompts"], split=run["split"])
-        return filter_table(lm, numbers, pairs, template=run["template"], tau=run["tau"], progress=report,
-                            positions=run["positions"])
+        return run_filters(lm, tau=run["tau"], prompts=run["prompts"], numbers=n_default, split=run["split"],
+                           positions=run["positions"], template=run["template"], progress=report)
 
     with show_errors(), progress("Filters", "fourier-filters") as report:
         table = shared("fourier-filters", (model_key(), tuple(run.items())), lambda: compute(report))
@@ -267,7 +265,7 @@ def filter_view(lm, digits: bool, n_default: int) -> None:
     sentence = reading(table)
     if sentence:
         st.markdown(sentence)
-    export_menu(None, frame, "fourier-filter-table", "fourier-filter-table")
+    export_menu(None, table, "fourier-filter-table", "fourier-filter-table")
     fig = figs.error_kinds_figure(labels, [r.error_counts for r in table.rows], table.prompts)
     st.plotly_chart(fig, width="stretch", key="fourier-error-kinds")
     export_menu(fig, frame, "fourier-error-kinds", "fourier-error-kinds")

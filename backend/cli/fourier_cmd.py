@@ -4,13 +4,10 @@ from __future__ import annotations
 import argparse
 import importlib
 
-import numpy as np
-
 from interpscope.cli.argtypes import int_between, positive_int
 from interpscope.cli.common import add_model_args, emit_json, load_from_args
 from interpscope.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
 from interpscope.config import InterpscopeError
-from interpscope.results import to_plain
 
 FOURIER_SUBCOMMAND_MODULES = ["interpscope.cli.fourier_store_cmd"]
 
@@ -67,93 +64,46 @@ def run_spectrum(args: argparse.Namespace) -> int:
     if args.layer is not None and args.matrix != "embedding":
         raise InterpscopeError("--matrix applies to the token (un)embedding; leave it out with --layer.")
     result = auto_spectrum(lm, n_numbers, layer=args.layer, matrix=args.matrix)
-    from interpscope.fourier.spectra import baseline_sentence
-
-    payload = {"model": result.model, "source": result.source, "matrix": result.matrix, "layer": result.layer,
-               "numbers": result.numbers, "periods": result.periods, "magnitude": result.magnitude,
-               "outliers": [{"period": o.period, "magnitude": o.magnitude, "frequency": o.frequency,
-                             "score": o.score} for o in result.outliers]}
-    payload.update({name: getattr(result, name) for name in ("baseline", "baseline_magnitude", "baseline_share",
-                                                             "baseline_periods") if getattr(result, name) is not None})
-    payload["reading"] = baseline_sentence(result)
     if args.json:
-        emit_json(to_plain(payload))
+        emit_json(result)
     else:
         print(f"{result.model}: {result.source} spectrum over 0..{result.numbers - 1}")
-        print(payload["reading"])
+        print(result.to_dict()["reading"])
         for o in result.outliers:
             print(f"  outlier: period {o.period:8.3f}  (k={o.frequency})  magnitude {o.magnitude:.4g}  "
                   f"score {o.score:.1f}")
     return 0
 
 
-def _histogram(errors: np.ndarray) -> dict:
-    numeric = errors[~np.isnan(errors) & (errors != 0)].astype(int)
-    values, counts = np.unique(numeric, return_counts=True)
-    return {str(int(v)): int(c) for v, c in zip(values, counts, strict=True)}
-
-
-def _row_payload(row) -> dict:
-    from interpscope.fourier.controls import control_fields
-
-    return {"kind": row.kind, "modules": row.modules, "removed": row.removed, "loss": row.loss,
-            "accuracy": row.accuracy, "within_2": row.within_2, "within_10": row.within_10, "rank": row.rank,
-            "zeroes_everything": row.zeroes_everything, "error_counts": row.error_counts,
-            "error_histogram": _histogram(row.errors), **control_fields(row.control)}
-
-
 def run_filter(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from interpscope.fourier.data import check_template
-    from interpscope.fourier.filters import filter_table, reading
-    from interpscope.fourier.probe import probe_pairs, single_token_setup
+    from interpscope.fourier.probe import TABLE_CONFIGS, run_filters
 
     scale = scale_from_args(args)
     lm = load_from_args(args)
     from interpscope.scale.memory import resolve_batch_size
 
     batch_size = resolve_batch_size(args.batch_size, lm, context=16, default=512)
-    numbers = single_token_setup(lm, args.numbers)
-    pairs = probe_pairs(numbers.n_numbers, args.prompts, split=args.split)
-    template = check_template(args.template)
-    configs = [("none", "none")] + ([(args.kind, args.modules)] if args.fourier_command == "filter" else
-                                    [(k, m) for k in ("high", "low") for m in ("both", "mlp", "attn")])
+    configs = [("none", "none"), (args.kind, args.modules)] if args.fourier_command == "filter" else TABLE_CONFIGS
     with tqdm(total=100, disable=args.json, desc="filters + controls", unit="%") as bar:
-        table = filter_table(lm, numbers, pairs, template=template, tau=args.tau, configs=configs,
-                             progress=lambda fraction, label: bar.update(round(100 * fraction) - bar.n),
-                             positions=args.positions, batch_size=batch_size, scale=scale,
-                             control_seeds=args.control_seeds)
-    rows = [_row_payload(row) for row in table.rows]
-    payload = {"model": table.model, "template": table.template, "numbers": table.numbers, "tau": table.tau,
-               "d_model": table.d_model, "prompts": table.prompts, "split": args.split, "positions": table.positions,
-               "seconds": table.seconds, "control_seeds": table.control_seeds,
-               "warnings": table.warnings}
-    if args.fourier_command == "filter":
-        payload.update(rows[1])
-        payload["baseline"] = {key: rows[0][key] for key in ("loss", "accuracy", "within_2", "within_10")}
-    else:
-        payload["rows"] = rows
-        sentence = reading(table)
-        if sentence:
-            payload["reading"] = sentence
-    if args.fourier_command == "filter" and table.rows[1].control is not None:
-        from interpscope.fourier.controls import describe
-
-        payload["reading"] = describe(f"The {'low' if args.kind == 'low' else 'high'}-pass on {args.modules}",
-                                      table.rows[1].control, table.rows[1].rank) + "."
+        table = run_filters(lm, configs, tau=args.tau, prompts=args.prompts, numbers=args.numbers, split=args.split,
+                            positions=args.positions, template=args.template, control_seeds=args.control_seeds,
+                            batch_size=batch_size, scale=scale,
+                            progress=lambda fraction, label: bar.update(round(100 * fraction) - bar.n))
     if args.json:
-        emit_json(to_plain(payload))
+        emit_json(table)
         return 0
+    document = table.to_dict()
     for warning in table.warnings:
         print("warning:", warning)
-    for row in rows:
+    for row in document["rows"]:
         control = (f"  control {row['control_accuracy_mean']:.2%} +- {row['control_accuracy_sd']:.2%}  specificity "
                    + (f"{row['specificity']:.2f}" if "specificity" in row else "undefined")
                    if "control_accuracy_mean" in row else "")
         print(f"{row['kind']:>5} {row['modules']:>5}  removes {row['removed']:<17} rank {row['rank']:>4}  loss "
               f"{row['loss']:8.4f}  acc {row['accuracy']:.2%}  +-2 {row['within_2']:.2%}  +-10 {row['within_10']:.2%}"
               f"{control}  errors {row['error_counts']}")
-    if "reading" in payload:
-        print(payload["reading"])
+    if "reading" in document:
+        print(document["reading"])
     return 0

@@ -1,6 +1,39 @@
 """Fourier features of numbers (Zhou et al., NeurIPS 2024): spectra, Fourier-space logit lens, frequency filters.
 
-Modules: basis (orthonormal basis, periods, outliers), numbers (number tokens), spectrum (embedding and
-hidden-state spectra), data (addition task and split), addition (accuracy), lens (module logit lens in Fourier
-space, top components), filters (null-space projections and the ablation table), vocab (adder tokenizer).
+    spec = interpscope.fourier.spectrum(lm)                      # magnitude per frequency, outliers, baseline
+    one = interpscope.fourier.filter(lm, "low", "both", tau=52)   # accuracy without and with one filter
+    full = interpscope.fourier.table(lm)                          # the whole filter table with its controls
+
+Each returns a result with `.to_dict()` (the same document as the CLI's --json and the page's JSON export),
+`.to_frame()`, `.figure()` and inline HTML in Jupyter. Names load on first use (PEP 562), so importing this package
+imports no model code.
+
+Modules: basis (orthonormal basis, periods, outliers), numbers (number tokens), spectra (embedding and hidden-state
+spectra), data (addition task and split), addition (accuracy), lens (module logit lens in Fourier space, top
+components), filters (null-space projections and the ablation table), probe (numbers and prompts a model supports,
+the filter runs), documents (the results as documents), vocab (adder tokenizer), api (the functions above).
 """
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_LAZY = dict.fromkeys(("spectrum", "filter", "table"), "interpscope.fourier.api")
+
+__all__ = ["filter", "spectrum", "table"]
+
+if TYPE_CHECKING:
+    from interpscope.fourier.api import filter, spectrum, table
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

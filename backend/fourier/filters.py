@@ -31,6 +31,7 @@ from interpscope.fourier.controls import (
     null_space_projector,
 )
 from interpscope.fourier.data import render
+from interpscope.fourier.documents import FilterTableDocument
 from interpscope.fourier.lens import check_tau, default_tau
 from interpscope.fourier.numbers import NumberTokens, number_unembedding
 from interpscope.fourier.probe import PromptPairs
@@ -95,7 +96,7 @@ class FilterRow:
 
 
 @dataclass
-class FilterTable:
+class FilterTable(FilterTableDocument):
     model: str
     template: str
     numbers: int
@@ -103,11 +104,12 @@ class FilterTable:
     d_model: int
     prompts: int
     positions: str
-    rows: list[FilterRow]
+    rows: list[FilterRow] = field()  # field(): no default, though Result (a base) has a rows() method
     seconds: float
     warnings: list[str] = field(default_factory=list)
     requested_prompts: int | None = None
     control_seeds: list[int] = field(default_factory=list)
+    split: str | None = None  # the split the prompts came from, when the pairs were a PromptPairs
 
 
 def error_counts(errors: np.ndarray) -> dict:
@@ -209,9 +211,9 @@ def filter_table(lm, numbers: NumberTokens, pairs: np.ndarray | PromptPairs, tem
 
     control_seeds: how many seeds (0..n-1), or which, for the same-rank random-subspace control of every filter
     row (0 or [] leaves the controls out)."""
-    requested, note = None, None
+    requested, note, split = None, None, None
     if isinstance(pairs, PromptPairs):
-        requested, note, pairs = pairs.requested, pairs.note, pairs.pairs
+        requested, note, split, pairs = pairs.requested, pairs.note, pairs.split, pairs.pairs
     if positions not in POSITIONS:
         raise InterpscopeError(f"Unknown positions {positions!r}: choose last or all.")
     start_time = time.perf_counter()
@@ -284,7 +286,7 @@ def filter_table(lm, numbers: NumberTokens, pairs: np.ndarray | PromptPairs, tem
             errors=errors, error_counts=error_counts(errors), control=control))
     return FilterTable(model=lm.name, template=template, numbers=n_numbers, tau=tau, d_model=lm.adapter.d_model,
                        prompts=len(pairs), positions=positions, rows=rows, seconds=time.perf_counter() - start_time,
-                       warnings=warnings, requested_prompts=requested, control_seeds=seeds)
+                       warnings=warnings, requested_prompts=requested, control_seeds=seeds, split=split)
 
 
 LABELS = {"high": "removing low frequencies", "low": "removing high frequencies"}

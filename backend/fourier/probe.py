@@ -69,3 +69,26 @@ def prompt_pairs(n_numbers: int, n_prompts: int, split: str = "test", seed: int 
     than asked for instead of silently running fewer (serves the Fourier page's Filters and probe tabs)."""
     return PromptPairs(pairs=probe_pairs(n_numbers, n_prompts, split=split, seed=seed), requested=int(n_prompts),
                        split=split, n_numbers=int(n_numbers))
+
+
+# the full filter table: no filter, then high- and low-pass on attention + MLP, the MLPs, attention
+TABLE_CONFIGS = [("none", "none")] + [(kind, modules) for kind in ("high", "low")
+                                      for modules in ("both", "mlp", "attn")]
+
+
+def run_filters(lm, configs: list[tuple[str, str]] | None = None, *, tau: int | None = None, prompts: int = 500,
+                numbers: int | None = None, split: str = "test", positions: str = "last", template: str = "{a}+{b}=",
+                control_seeds: int | None = None, batch_size: int = 512, scale=None, progress=None):
+    """The filter table for `configs` (default: the full table; one filter is [("none", "none"), (kind, modules)])
+    over `prompts` a+b prompts of `split`: serves `interpscope fourier filter|table` and interpscope.fourier.filter /
+    .table. Returns a FilterTable (interpscope.fourier.filters)."""
+    from interpscope.fourier.controls import DEFAULT_CONTROL_SEEDS
+    from interpscope.fourier.data import check_template
+    from interpscope.fourier.filters import filter_table
+
+    number_set = single_token_setup(lm, numbers)
+    pairs = prompt_pairs(number_set.n_numbers, prompts, split=split)
+    return filter_table(lm, number_set, pairs, template=check_template(template), tau=tau,
+                        configs=list(configs or TABLE_CONFIGS), progress=progress, positions=positions,
+                        batch_size=batch_size, scale=scale,
+                        control_seeds=DEFAULT_CONTROL_SEEDS if control_seeds is None else control_seeds)

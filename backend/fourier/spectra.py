@@ -24,11 +24,12 @@ from interpscope.fourier.baseline import (
     shuffled_control,
 )
 from interpscope.fourier.basis import Outlier, fourier_basis, frequency_magnitude
+from interpscope.fourier.documents import SpectrumDocument
 from interpscope.fourier.numbers import number_embeddings, number_tokens, number_unembedding, splits_digits
 
 
 @dataclass
-class Spectrum:
+class Spectrum(SpectrumDocument):
     """Magnitude per frequency k = 1..N/2 (period N/k) of one set of number representations."""
 
     model: str
