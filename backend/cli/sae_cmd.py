@@ -169,13 +169,10 @@ def _eval(args: argparse.Namespace) -> int:
         text_ids = stream[: n * args.context].view(n, args.context)
     result = evaluate_sae(loaded, sae, hook_name=args.hook, n_tokens=args.tokens, context_size=args.context,
                           source=args.corpus, split=args.split, ids=text_ids, batch_size=batch_size, scale=scale)
-    summary = result.summary()
     if args.json:
-        summary["log10_density_histogram"] = {"counts": result.log10_density_counts,
-                                               "edges": result.log10_density_edges}
-        emit_json(summary, args.out)
+        emit_json(result, args.out)
     else:
-        for key, value in summary.items():
+        for key, value in result.summary().items():
             print(f"{key:>20}: {value:.4f}" if isinstance(value, float) else f"{key:>20}: {value}")
         print(result.loss_sentence())
     return 0

@@ -1,14 +1,55 @@
 """Sparse autoencoders: a registry of architectures, the common folder format, activation caches, training,
-evaluation."""
-from interpscope.sae.architectures import (
-                                       SAEConfig,
-                                       SparseAutoencoder,
-                                       architecture_class,
-                                       build_sae,
-                                       canonical_architecture,
-                                       registered,
-)
-from interpscope.sae.folder import check_compatible, load_sae, save_sae
+evaluation, and the public API over them.
+
+    sae = interpscope.sae.load("path/to/sae")            # an SAELens-format folder, or a shipped name (saes())
+    view = interpscope.sae.features(lm, sae, text)        # features on a text (the prompt view)
+    card = interpscope.sae.feature("store-name", 2407)    # a feature card from a feature store (stores())
+    run = interpscope.sae.steer(lm, sae, 2407, text, strength=20.0)
+    graph = interpscope.sae.circuit(lm, upstream, downstream, feature, text)
+    figures = interpscope.sae.evaluate(lm, sae)
+
+Each returns a result with `.to_dict()` (the same document as the CLI's --json and the page's JSON export),
+`.to_frame()`, `.figure()` and inline HTML in Jupyter. Names load on first use (PEP 562), so importing this package
+imports no model code.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_LAZY = {
+    **dict.fromkeys(("load", "features", "feature", "steer", "circuit", "evaluate", "stores", "store", "saes"),
+                    "interpscope.sae.api"),
+    **dict.fromkeys(("SAEConfig", "SparseAutoencoder", "architecture_class", "build_sae", "canonical_architecture",
+                     "registered"), "interpscope.sae.architectures"),
+    **dict.fromkeys(("check_compatible", "load_sae", "save_sae"), "interpscope.sae.folder"),
+}
 
 __all__ = ["SAEConfig", "SparseAutoencoder", "architecture_class", "build_sae", "canonical_architecture",
-           "check_compatible", "load_sae", "registered", "save_sae"]
+           "check_compatible", "circuit", "evaluate", "feature", "features", "load", "load_sae", "registered", "saes",
+           "save_sae", "steer", "store", "stores"]
+
+if TYPE_CHECKING:
+    from interpscope.sae.api import circuit, evaluate, feature, features, load, saes, steer, store, stores
+    from interpscope.sae.architectures import (
+        SAEConfig,
+        SparseAutoencoder,
+        architecture_class,
+        build_sae,
+        canonical_architecture,
+        registered,
+    )
+    from interpscope.sae.folder import check_compatible, load_sae, save_sae
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -28,6 +28,7 @@ from interpscope.capture import hooks, model_lock, resume_after
 from interpscope.config import InterpscopeError
 from interpscope.corpus import token_chunks
 from interpscope.sae.architectures import SparseAutoencoder
+from interpscope.sae.documents import EvaluationDocument
 from interpscope.sae.folder import check_compatible
 from interpscope.scale.pool import Scale, Shard, batch_shards, map_shards
 from interpscope.sinks import sink_rows
@@ -36,7 +37,7 @@ DENSE_THRESHOLD = 0.1
 
 
 @dataclass
-class SAEEvaluation:
+class SAEEvaluation(EvaluationDocument):
     """Evaluation figures of one SAE on n_tokens tokens (density is per feature)."""
 
     architecture: str

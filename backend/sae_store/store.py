@@ -15,6 +15,7 @@ import numpy as np
 
 from interpscope.config import InterpscopeError
 from interpscope.paths import confined_folder, server_mode
+from interpscope.sae_store.documents import FeatureCardDocument
 from interpscope.sae_store.layout import (
     ARRAYS,
     MANIFEST,
@@ -104,7 +105,7 @@ class Interval:
 
 
 @dataclass
-class FeatureCard:
+class FeatureCard(FeatureCardDocument):
     """Everything the feature page shows for one feature (typed parts, ready for JSON through to_plain)."""
 
     id: int
