@@ -11,9 +11,9 @@ from interpscope.config import InterpscopeError
 from interpscope.limits import check_amounts
 from interpscope.relevance.file_attribution import MAX_ROWS, explain_file
 from interpscope.relevance.heldout import DEFAULT_IG_STEPS, SETS, choose, load_set, run_heldout
-from interpscope.relevance.methods import MethodOptions
 from interpscope.uploads import parse_table
 from pages._common import Param, model_key, progress, shared
+from pages._method_options import method_options
 
 PAGE = "relevance-file"
 SOURCES = ["upload", "heldout"]
@@ -27,24 +27,6 @@ def file_params() -> list[Param]:
     return [Param(f"{PAGE}-source", "fsource", "upload", choices=SOURCES, scope="nav"),
             Param(f"{PAGE}-set-n", "fn", 24, int, low=1, high=1000, scope="nav"),
             Param(f"{PAGE}-set-confident", "fconfident", False, bool, scope="nav")]
-
-
-def method_options(key: str, method: str) -> MethodOptions:
-    """IG steps and baseline, occlusion window and baseline: inputs shown for the methods that use them."""
-    steps, baseline, window = 32, "zero", 1
-    if method in ("ig", "occlusion"):
-        cols = st.columns(2)
-        baseline = cols[0].selectbox("Baseline", ["zero", "pad", "mean"], key=f"{key}-baseline",
-                                     format_func={"zero": "zero embeddings", "pad": "the pad token",
-                                                  "mean": "the mean embedding"}.get)
-        if method == "ig":
-            st.session_state.setdefault(f"{key}-ig-steps", 32)  # the page's URL may have set it
-            steps = int(cols[1].number_input("IG steps", 1, 512, key=f"{key}-ig-steps"))
-        else:
-            st.session_state.setdefault(f"{key}-window", 1)
-            window = int(cols[1].number_input("Occlusion window (tokens)", 1, 64, key=f"{key}-window"))
-    check_amounts(ig_steps=steps, occlusion_window=window)  # a shared server's ceilings (backend/limits.py)
-    return MethodOptions(ig_steps=steps, baseline=baseline, occlusion_window=window)
 
 
 def file_section(lm, labels: dict[str, str]) -> None:

@@ -11,6 +11,7 @@ from interpscope.components.mamba_charts import distance_figure, fix_error_figur
 from interpscope.corpus import sample_prompts
 from interpscope.relevance.api import make_target
 from interpscope.relevance.mamba.analysis import conservation_by_disabled_fix, distance_profile
+from interpscope.relevance.methods import get_method
 from pages._common import current_model, model_key, progress, show_errors
 
 
@@ -36,7 +37,7 @@ def mamba_view(lm, text: str, token: str | None, contrast: tuple | None, labels:
                "normalised per prompt by its sum of |R| and averaged by distance from the predicted position.")
     columns = st.columns([1, 1, 2])
     n_prompts = columns[0].slider("Prompts", 2, 50, 10, key="mamba-distance-n")
-    choices = [m for m in labels if m in ("mambalrp", "gradxinput", "ig")]
+    choices = [m for m in labels if not get_method(m).per_token_passes]  # one pass per token: slow on many prompts
     method = columns[1].selectbox("Method", choices, format_func=labels.get, key="mamba-distance-method")
     store = st.session_state.setdefault("mamba-distance-results", {})
     wanted = (model_key(), n_prompts, method)

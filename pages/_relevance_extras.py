@@ -12,7 +12,7 @@ from interpscope.components.ig_figures import convergence_sentence, convergence_
 from interpscope.inputs import default_prepend_bos, sink_token_id, tokenizer_adds_bos
 from interpscope.relevance.api import RelevanceResult, ig_convergence
 from interpscope.relevance.baselines import CONVERGENCE_STEPS
-from interpscope.relevance.methods import MethodOptions
+from interpscope.relevance.methods import MethodOptions, get_method
 from interpscope.sinks import SINK_FACTOR
 from pages._common import Param, follow, model_key, progress, shared, show_errors
 
@@ -61,10 +61,12 @@ def sink_caption(result: RelevanceResult, bos_id: int | None = None) -> None:
 
 def ig_convergence_view(lm, run: dict, result: RelevanceResult, page: str) -> None:
     """Integrated Gradients' completeness gap at 8..128 steps and the target along the path, on an explicit Run."""
-    if "ig" not in (run["method"], run.get("second")):
+    completeness = [options for name, options in ((run["method"], run["options"]),
+                                                  (run.get("second"), run.get("second_options")))
+                    if name and get_method(name).law == "completeness"]  # the method with a completeness gap (IG)
+    if not completeness:
         return
-    options = run["options"] if run["method"] == "ig" else run.get("second_options")
-    options = options or MethodOptions()
+    options = completeness[0] or MethodOptions()
     st.subheader("Integrated Gradients: does the gap shrink with more steps?")
     steps = "/".join(str(s) for s in CONVERGENCE_STEPS)
     st.caption(f"IG at {steps} steps from the same baseline ({options.baseline}) on this input, and the target "

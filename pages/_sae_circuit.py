@@ -8,6 +8,7 @@ import streamlit as st
 
 from interpscope.components.circuit_figures import circuit_figure, circuit_readout_figure
 from interpscope.components.export import export_menu
+from interpscope.relevance.methods import get_method, method_labels, rule_methods
 from interpscope.sae.circuits import FeatureCircuit, feature_circuit
 from interpscope.sae_store import FeatureStore, list_stores
 from pages._common import committed, is_shared, shared, show_errors, timing
@@ -53,8 +54,10 @@ def show_circuit(store: FeatureStore, lm, text: str, open_in_store: Callable[[st
         st.session_state["sae-circuit-upstream"] = next(iter(candidates))
     upstream_name = cols[0].selectbox("Upstream SAE (spliced in)", list(candidates), key="sae-circuit-upstream")
     target = cols[1].radio("Explain", TARGETS, key="sae-circuit-target")
-    method = cols[2].radio("Rules", ["attnlrp", "cplrp"], key="sae-circuit-method",
-                           format_func={"attnlrp": "AttnLRP", "cplrp": "CP-LRP"}.get)
+    rules = method_labels(rule_methods(lm.adapter))  # the LRP rule sets this model can run, from the registry
+    if rules and st.session_state.get("sae-circuit-method") not in rules:
+        st.session_state["sae-circuit-method"] = next(iter(rules))
+    method = cols[2].radio("Rules", list(rules), key="sae-circuit-method", format_func=rules.get)
     feature, position = None, -1
     if target == TARGETS[0]:
         pair = st.columns(2)
@@ -93,10 +96,11 @@ def show_circuit(store: FeatureStore, lm, text: str, open_in_store: Callable[[st
     export_menu(fig, circuit, key="sae-circuit", filename=f"circuit-{store.name}")
     st.plotly_chart(circuit_readout_figure(parts, circuit.value, "value"), key="sae-circuit-readout")
     share = c.upstream_features / circuit.value if circuit.value else 0.0
+    dropped = f", the softmaxes drop {c.softmax:.3g}" if get_method(run["method"]).through_softmax else ""
     st.caption(f"The upstream SAE's features carry {c.upstream_features:.3g} of the value ({share:.0%}); its error "
                f"term {c.error_node:.3g}; its biases {c.sae_biases:.3g} (the target feature's own encoder biases "
                f"{c.target_sae_biases:.3g}). Below the splice the input tokens get "
-               f"{c.input_tokens:.3g}{f', the softmaxes drop {c.softmax:.3g}' if run['method'] == 'attnlrp' else ''}"
+               f"{c.input_tokens:.3g}{dropped}"
                f". Relative error {c.relative_error:.1e}. Click a feature to open it in {upstream.name}.")
     for point in getattr(getattr(event, "selection", None), "points", None) or []:
         feature_id = point.get("customdata")

@@ -19,6 +19,7 @@ from interpscope.limits import check_amounts
 from interpscope.models import load_model
 from interpscope.paths import display_path, user_path
 from interpscope.relevance import methods_for
+from interpscope.relevance.methods import rule_methods
 from interpscope.sae import load_sae
 from interpscope.sae.folder import sae_model_name
 from interpscope.sae.sinks import SINK_FACTOR
@@ -159,7 +160,7 @@ def show_attribution(store: FeatureStore, lm, text: str) -> None:
         st.session_state["sae-attr-position"] = best
     position = st.selectbox("Position", positions, key="sae-attr-position",
                             format_func=lambda i: f"{i}: {view.tokens[i]!r} (activation {column[i]:.3g})")
-    lrp = [m for m in methods_for(lm.adapter) if m.kind == "lrp"]
+    lrp = rule_methods(lm.adapter)  # the LRP rule sets this model can run, from the registry
     names = [m.name for m in lrp]
     if names and st.session_state.get("sae-attr-method") not in names:
         st.session_state["sae-attr-method"] = names[0]
@@ -174,14 +175,17 @@ def show_attribution(store: FeatureStore, lm, text: str) -> None:
         return
     text, feature, position, method = run["text"], run["feature"], run["position"], run["method"]
     left, right = st.columns(2)
+    # beside the rules, the registry's rule-free gradient (Gradient x Input) as a reference
+    plain = next((m.name for m in methods_for(lm.adapter) if m.kind == "gradient"), None)
     with st.spinner("Attributing…"):
         if method:
             with left:
                 _attribution_block(_attribution(str(store.folder), (lm.name,) + _device_dtype(), text, feature,
                                                 int(position), method), sinks, "lrp")
-        with right if method else left:
-            _attribution_block(_attribution(str(store.folder), (lm.name,) + _device_dtype(), text, feature,
-                                            int(position), "gradxinput"), sinks, "gxi")
+        if plain is not None:
+            with right if method else left:
+                _attribution_block(_attribution(str(store.folder), (lm.name,) + _device_dtype(), text, feature,
+                                                int(position), plain), sinks, "gxi")
 
 
 def show_steering(store: FeatureStore, lm, text: str) -> None:

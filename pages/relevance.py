@@ -21,7 +21,7 @@ from interpscope.relevance.api import (
     top_neurons,
 )
 from interpscope.relevance.heldout import compare_faithfulness
-from interpscope.relevance.methods import MethodOptions, methods_for
+from interpscope.relevance.methods import MethodOptions, get_method, methods_for
 from pages._common import (
     Param,
     committed,
@@ -36,7 +36,8 @@ from pages._common import (
     url_inputs,
     write_url,
 )
-from pages._file_view import file_params, file_section, method_options
+from pages._file_view import file_params, file_section
+from pages._method_options import method_options, option_params
 from pages._relevance_extras import bos_param, bos_toggle, ig_convergence_view, sink_caption
 
 PAGE = "relevance"
@@ -55,13 +56,6 @@ def params(method_names: list[str]) -> list[Param]:
             Param("relevance-second", "second", method_names[min(1, len(method_names) - 1)], choices=method_names),
             Param("relevance-latent", "latent", False, bool), bos_param(),
             *option_params("relevance", ""), *option_params("relevance-second", "second_"), *file_params()]
-
-
-def option_params(key: str, prefix: str) -> list[Param]:
-    """A method's IG / occlusion options (method_options' widgets) in the URL, for the first or second method."""
-    return [Param(f"{key}-baseline", f"{prefix}baseline", "zero", choices=["zero", "pad", "mean"]),
-            Param(f"{key}-ig-steps", f"{prefix}steps", 32, int, low=1, high=512),
-            Param(f"{key}-window", f"{prefix}window", 1, int, low=1, high=64)]
 
 
 def _top(text: str) -> list[str]:
@@ -187,8 +181,9 @@ def batch_view(lm, labels: dict) -> None:
             if len(texts) > 200:
                 st.warning(f"The file has {len(texts)} examples; the batch runs the first 200 of them.")
                 texts = texts[:200]
-        chosen = st.multiselect("Methods", list(labels), default=[m for m in labels if m != "occlusion"][:3],
-                                format_func=labels.get, key="relevance-batch-methods")
+        quick = [m for m in labels if not get_method(m).per_token_passes]  # one pass per token: slow on many texts
+        chosen = st.multiselect("Methods", list(labels), default=quick[:3], format_func=labels.get,
+                                key="relevance-batch-methods")
         if st.button("Run batch", key="relevance-batch-run", disabled=not texts or not chosen):
             with progress("Texts", "relevance-batch") as report, show_errors():
                 check_amounts(batch_prompts=len(texts))
@@ -239,7 +234,7 @@ def main() -> None:
                                    format_func=labels.get, key="relevance-second") if compare else None
     options = method_options("relevance", method)
     second_options = None
-    if second in ("ig", "occlusion"):
+    if second is not None and get_method(second).options:
         st.caption(f"Options of the second method ({labels[second]}):")
         second_options = method_options("relevance-second", second)
     submitted = st.button("Run", type="primary", key="relevance-run")

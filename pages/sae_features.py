@@ -18,6 +18,7 @@ from interpscope.components.feature_card import show_feature_card
 from interpscope.components.sae_figures import density_figure
 from interpscope.config import REPO_ROOT, InterpscopeError
 from interpscope.paths import display_path
+from interpscope.relevance.methods import rule_methods
 from interpscope.sae_store import FeatureStore, list_stores
 from interpscope.sae_store.explanation_quality import chance_score, explanation_summary, quality
 from interpscope.sae_store.search import no_match_reason, search
@@ -78,6 +79,7 @@ def url_params(stores: dict[str, str]) -> list[Param]:
 
     first = next(iter(stores), "")
     feature_id = dict(kind=int, low=0, high=10 ** 8)
+    rules = [m.name for m in rule_methods()]  # methods with LRP rules (the views narrow them to the store's model)
     return [Param("sae_store", "store", first, choices=list(stores), scope="nav"),
             Param("sae_view", "view", "Overview", choices=VIEWS, scope="nav"),
             Param("sae_feature", "feature", 0, scope="nav", **feature_id),
@@ -85,7 +87,7 @@ def url_params(stores: dict[str, str]) -> list[Param]:
             Param("sae-prompt-top", "top", 20, int, low=5, high=50),
             Param("sae-attr-feature", "attr_feature", None, **feature_id),
             Param("sae-attr-position", "position", None, int, low=0, high=10 ** 6),
-            Param("sae-attr-method", "method", "attnlrp", choices=["attnlrp", "cplrp"]),
+            Param("sae-attr-method", "method", rules[0] if rules else None, choices=rules),
             Param("sae-steer-feature", "steer_feature", None, **feature_id),
             Param("sae-steer-mode", "mode", "add", choices=["add", "ablate"]),
             Param("sae-steer-strength", "strength", None, float, low=-1e6, high=1e6),
@@ -94,7 +96,7 @@ def url_params(stores: dict[str, str]) -> list[Param]:
             Param("sae-circuit-target", "target", TARGETS[0], choices=TARGETS),
             Param("sae-circuit-feature", "circuit_feature", None, **feature_id),
             Param("sae-circuit-pos", "circuit_position", -1, int, low=-1, high=4096),
-            Param("sae-circuit-method", "rules", "attnlrp", choices=["attnlrp", "cplrp"]),
+            Param("sae-circuit-method", "rules", rules[0] if rules else None, choices=rules),
             Param("sae-weak-explanations", "weak", False, bool, scope="nav"),
             Param("sae-all-models", "all_models", False, bool, scope="nav")]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from interpscope.cli.argtypes import non_negative_int, positive_int
+from interpscope.cli.argtypes import non_negative_int
 from interpscope.cli.common import (
     add_model_args,
     check_out_file,
@@ -13,6 +13,7 @@ from interpscope.cli.common import (
     load_from_args,
     read_input_bytes,
 )
+from interpscope.cli.method_options import add_method_options, options_from_args
 from interpscope.config import InterpscopeError
 
 
@@ -41,13 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     explain.add_argument("--prepend-bos", action=argparse.BooleanOptionalAction, default=None,
                          help="put the model's BOS token before the text so the first word is explained like any "
                               "other (default: on where the tokenizer adds no BOS itself, e.g. SmolLM2)")
-    options = explain.add_argument_group("baseline settings (ig, occlusion)")
-    options.add_argument("--ig-steps", type=positive_int, default=32, help="Integrated Gradients steps (default 32)")
-    options.add_argument("--baseline", choices=["zero", "pad", "mean"], default="zero",
-                         help="what IG starts from and occlusion swaps in: zero embeddings, the pad token's, or the "
-                              "mean embedding (default zero)")
-    options.add_argument("--occlusion-window", type=positive_int, default=1,
-                         help="tokens occluded at once (sliding window; default 1)")
+    add_method_options(explain)  # each registered method's own options (--ig-steps, --baseline, ...)
     whole = explain.add_argument_group("a whole file (--file F --all-rows --out DIR)")
     whole.add_argument("--all-rows", action="store_true",
                        help="explain every row of --file (resumable; writes rows, aggregates, a tidy CSV and figures)")
@@ -62,10 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _options(args: argparse.Namespace):
-    from interpscope.relevance.methods import MethodOptions
-
-    return MethodOptions(ig_steps=args.ig_steps, baseline=args.baseline,
-                         occlusion_window=args.occlusion_window).checked()
+    return options_from_args(args)
 
 
 def _text_from_args(args: argparse.Namespace) -> str:

@@ -17,7 +17,11 @@ def register(sae_sub) -> None:
     circuit.add_argument("--feature", type=non_negative_int, help="downstream feature id")
     circuit.add_argument("--position", type=int, default=-1, help="token position of the feature (default: last)")
     circuit.add_argument("--text", required=True, help="the prompt")
-    circuit.add_argument("--method", choices=["attnlrp", "cplrp"], default="attnlrp")
+    from interpscope.relevance.methods import rule_methods
+
+    with_rules = [m.name for m in rule_methods()]  # LRP rule sets; the model's adapter narrows them when it runs
+    circuit.add_argument("--method", choices=with_rules, default=with_rules[0] if with_rules else None,
+                         help=f"the LRP rules to propagate with (default {with_rules[0] if with_rules else 'none'})")
     circuit.add_argument("--features", type=positive_int, default=8, help="upstream feature nodes (default 8)")
     circuit.add_argument("--json", metavar="OUT", help="write JSON to OUT ('-' for stdout)")
     circuit.set_defaults(func=run_circuit)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -140,7 +140,7 @@ def run_method(model_or_lm, input_ids: torch.Tensor, method: str, target: Target
     spec = get_method(method, adapter)
     options = (options or MethodOptions()).checked()
     if options.pad_token_id is None and not isinstance(model_or_lm, nn.Module):
-        options = replace(options, pad_token_id=getattr(model_or_lm.tokenizer, "pad_token_id", None))
+        options = options.replace(pad_token_id=getattr(model_or_lm.tokenizer, "pad_token_id", None))
     extra = {} if progress is None else {"progress": progress}
     with model_lock(model_or_lm):
         start = time.perf_counter()

@@ -9,9 +9,20 @@ from interpscope.progress import Progress
 from interpscope.relevance import baselines
 from interpscope.relevance.engine import Attribution, Completeness, attribute, forward_logits
 from interpscope.relevance.mamba.rule import mambalrp_rules
-from interpscope.relevance.methods import Method, MethodOptions, register_method
+from interpscope.relevance.methods import Method, MethodOptions, OptionSpec, register_method
 from interpscope.relevance.rules import attnlrp_rules, cplrp_rules
 from interpscope.relevance.targets import Target
+
+# the options of the baselines (Integrated Gradients, occlusion); flags, URL names and widget keys as they always were
+_SHORT = {"zero": "zero embeddings", "pad": "the pad token", "mean": "the mean embedding"}
+BASELINE = OptionSpec("baseline", str, "zero", "Baseline",
+                      "what IG starts from and occlusion swaps in: zero embeddings, the pad token's, or the mean "
+                      "embedding", choices=tuple((kind, _SHORT[kind]) for kind in baselines.BASELINES), noun="baseline")
+IG_STEPS = OptionSpec("ig_steps", int, 32, "IG steps", "Integrated Gradients steps", low=1, high=512,
+                      url="steps", ceiling="ig_steps")
+OCCLUSION_WINDOW = OptionSpec("occlusion_window", int, 1, "Occlusion window (tokens)",
+                              "tokens occluded at once, a sliding window", low=1, high=64, noun="The occlusion window",
+                              unit="tokens", url="window", key="window", ceiling="occlusion_window")
 
 
 def _with_rules(rules):
@@ -100,8 +111,8 @@ register_method(Method("ig", "Integrated Gradients", "perturbation",
                        "captum Integrated Gradients on the token embeddings from a baseline (zero, pad token or "
                        "mean embedding; default zero, 32 steps); relevance sums to f(x) - f(baseline) up to the "
                        "integral's gap (completeness).",
-                       frozenset(), _integrated_gradients, law="completeness"))
+                       frozenset(), _integrated_gradients, law="completeness", options=(BASELINE, IG_STEPS)))
 register_method(Method("occlusion", "Occlusion", "perturbation",
                        "captum occlusion: each token (or a sliding window of tokens) replaced by the baseline in turn; "
                        "the drop in the target.",
-                       frozenset(), _occlusion))
+                       frozenset(), _occlusion, options=(BASELINE, OCCLUSION_WINDOW), per_token_passes=True))

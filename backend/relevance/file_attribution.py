@@ -167,7 +167,7 @@ def explain_file(lm, table: UploadTable, data: bytes, method: str, *, options: M
     options = (options or MethodOptions()).checked()
     spec_method = get_method(method, lm.adapter)
     spec = FileSpec(file_sha256=file_sha256(data), n_rows=len(table.examples), model=lm.name, method=spec_method.name,
-                    options=asdict(options), token=token)
+                    options=options.to_dict(), token=token)
     out = Path(folder) if folder else default_folder(spec)
     owned = OutputFolder.claim(out, force=force, command="explain --all-rows")
     saved = json.loads((out / SPEC_FILE).read_text(encoding="utf-8")) if (out / SPEC_FILE).is_file() else None

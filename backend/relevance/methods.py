@@ -1,18 +1,21 @@
 """The attribution methods the explorer offers: a registry, and one way to run any of them.
 
 A method is one `Method` registered here: what it needs from a model (capabilities the adapter declares, never a
-family name), how it computes an Attribution, and which law its readout checks. Pages and the command line list
-methods from this registry and run them through `Method.compute`; adding a method is one module that calls
-`register_method` and is imported by backend/relevance/builtin.py (or by the caller's own code).
+family name), how it computes an Attribution, which law its readout checks, and the options it takes (OptionSpecs,
+interpscope.relevance.options: the pages' widgets, the links' parameters and the command line's flags are built
+from them). Pages and the command line list methods from this registry, by their properties, never by name, and run
+them through `Method.compute`; adding a method is one module that calls `register_method` and is imported by
+backend/relevance/builtin.py (or by the caller's own code).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from interpscope.adapters import ModelAdapter
 from interpscope.config import InterpscopeError
+from interpscope.relevance.options import MethodOptions, OptionSpec, use_registry
 
 if TYPE_CHECKING:
     from interpscope.relevance.engine import Attribution
@@ -20,33 +23,8 @@ if TYPE_CHECKING:
 
 MethodKind = Literal["lrp", "gradient", "perturbation"]
 Law = Literal["conservation", "completeness", "none"]
-MAX_IG_STEPS = 512
-MAX_OCCLUSION_WINDOW = 64
-
-
-@dataclass(frozen=True)
-class MethodOptions:
-    """Settings of the baselines: Integrated Gradients' steps and baseline (zero, pad, mean: see
-    interpscope.relevance.baselines.BASELINES), occlusion's window (tokens replaced at once) and baseline.
-    pad_token_id is filled from the tokenizer by the caller."""
-
-    ig_steps: int = 32
-    baseline: str = "zero"
-    occlusion_window: int = 1
-    pad_token_id: int | None = None
-
-    def checked(self) -> MethodOptions:
-        from interpscope.relevance.baselines import BASELINES
-
-        if not isinstance(self.ig_steps, int) or not 1 <= self.ig_steps <= MAX_IG_STEPS:
-            raise InterpscopeError(f"IG steps must be an integer from 1 to {MAX_IG_STEPS} (got {self.ig_steps!r}).")
-        if self.baseline not in BASELINES:
-            raise InterpscopeError(f"Unknown baseline {self.baseline!r}: choose one of {', '.join(BASELINES)}.")
-        if not isinstance(self.occlusion_window, int) or not 1 <= self.occlusion_window <= MAX_OCCLUSION_WINDOW:
-            raise InterpscopeError(f"The occlusion window must be 1..{MAX_OCCLUSION_WINDOW} tokens "
-                                   f"(got {self.occlusion_window!r}).")
-        return self
-
+__all__ = ["METHODS", "Method", "MethodOptions", "OptionSpec", "get_method", "method_labels", "method_names",
+           "methods_for", "methods_taking", "option_specs", "register_method", "rule_methods"]
 
 Compute = Callable[..., "Attribution"]  # (adapter, ids, target, latent, options[, progress=]) -> Attribution
 
@@ -64,7 +42,9 @@ class Method:
     relevance through the attention softmaxes, so the readout shows what they drop (AttnLRP; CP-LRP detaches q/k).
     exact_forward: its forward pass gives the model's own logits bit for bit (hooks that change only gradients),
     so the predicted token and the next-token logits can be read off that same pass; False for rules that
-    recompute a module another way.
+    recompute a module another way. options: the settings it takes (OptionSpecs; its compute reads their values from
+    the MethodOptions it is given); pages, links and the command line offer them. per_token_passes: it runs one
+    forward pass per input token (occlusion), so it is slow on long texts and left out of the many-text defaults.
     """
 
     name: str
@@ -77,6 +57,8 @@ class Method:
     law: Law = "none"
     through_softmax: bool = False  # relevance flows through attention softmaxes, which drop a share (AttnLRP)
     exact_forward: bool = True
+    options: tuple[OptionSpec, ...] = ()
+    per_token_passes: bool = False
 
     @property
     def conserves(self) -> bool:
@@ -99,9 +81,44 @@ METHODS: dict[str, Method] = {}
 
 
 def register_method(method: Method) -> Method:
-    """Add (or replace) a method in the registry; returns it."""
+    """Add (or replace) a method in the registry; returns it. An option it shares by name with another method must
+    be the same spec (one widget, one flag and one URL parameter serve both)."""
+    for spec in method.options:
+        for other in METHODS.values():
+            shared = next((o for o in other.options if o.name == spec.name), None)
+            if other.name != method.name and shared is not None and shared != spec:
+                raise ValueError(f"Method {method.name!r} declares option {spec.name!r} unlike {other.name!r} does: "
+                                 "a shared option must be the same OptionSpec.")
     METHODS[method.name] = method
     return method
+
+
+def option_specs(methods: Iterable[Method] | None = None) -> dict[str, OptionSpec]:
+    """The options of these methods (default: every registered one), each once, by name, in registration order."""
+    specs: dict[str, OptionSpec] = {}
+    for method in METHODS.values() if methods is None else methods:
+        for spec in method.options:
+            specs.setdefault(spec.name, spec)
+    return specs
+
+
+use_registry(option_specs)  # MethodOptions reads defaults and checks values against the registered specs
+
+
+def methods_taking(option: str) -> list[Method]:
+    """The registered methods that take option `option`."""
+    return [m for m in METHODS.values() if any(spec.name == option for spec in m.options)]
+
+
+def rule_methods(adapter: ModelAdapter | None = None) -> list[Method]:
+    """The methods with an LRP rule set (what SAE feature attribution and feature circuits propagate with), in
+    registration order; only those `adapter`'s model can run when given."""
+    return [m for m in METHODS.values() if m.rules is not None and (adapter is None or m.serves(adapter))]
+
+
+def method_labels(methods: Iterable[Method]) -> dict[str, str]:
+    """name -> label, for a widget's format_func."""
+    return {m.name: m.label for m in methods}
 
 
 def methods_for(adapter: ModelAdapter) -> list[Method]:
