@@ -77,7 +77,13 @@ class _Package(types.ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 
+# The API's namespaces are subpackages: `interpscope.sae.load(...)` works after a bare `import interpscope`.
+_NAMESPACES = ("sae", "neurons", "fourier")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _NAMESPACES:
+        return importlib.import_module(f"{__name__}.{name}")  # the import binds it on the package
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'interpscope' has no attribute {name!r}")
@@ -88,4 +94,4 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     """The public API (what `__all__` lists), not the module's own machinery."""
-    return sorted(__all__)
+    return sorted([*__all__, *_NAMESPACES])
