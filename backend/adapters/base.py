@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -80,6 +80,14 @@ class HookSpec:
     kind: HookKind
 
 
+def weight_of(module: nn.Module) -> torch.Tensor:
+    """A linear-like module's weight (torch types attribute reads as Tensor | Module)."""
+    weight = module.weight
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"{type(module).__name__}.weight is not a tensor")
+    return weight
+
+
 class ModelAdapter:
     """Base adapter. Subclasses fill in the family-specific module lookups."""
 
@@ -93,8 +101,20 @@ class ModelAdapter:
     lrp_exact: bool = True  # False when the family computes something no LRP rule covers (e.g. clamped q/k/v)
 
     def __init__(self, model: nn.Module):
-        self.model = model
+        # A Hugging Face causal LM. Adapters walk its submodules by attribute name (model.model.layers), which torch
+        # types as `Tensor | Module`; the family adapter is what knows the layout, so the walk is typed Any.
+        self.model: Any = model
         self.config = model.config
+
+    def _block(self, layer: int) -> Any:
+        """Block `layer`, typed Any like the model: its submodules are reached by the family's names."""
+        return self.blocks()[layer]
+
+    def _attn(self, layer: int) -> Any:
+        return self.attention(layer)
+
+    def _mlp(self, layer: int) -> Any:
+        return self.mlp(layer)
 
     # --- sizes ---------------------------------------------------------------------------------------
     @property
@@ -107,7 +127,7 @@ class ModelAdapter:
 
     @property
     def vocab_size(self) -> int:
-        return int(self.unembedding().weight.shape[0])
+        return int(weight_of(self.unembedding()).shape[0])
 
     @property
     def n_heads(self) -> int:
@@ -264,7 +284,7 @@ class ModelAdapter:
 
     def W_U(self) -> torch.Tensor:
         """Unembedding as [d_model, vocab]."""
-        return self.unembedding().weight.T
+        return weight_of(self.unembedding()).T
 
     def b_U(self) -> torch.Tensor | None:
         return getattr(self.unembedding(), "bias", None)

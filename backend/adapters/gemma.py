@@ -17,14 +17,14 @@ class GemmaAdapter(LlamaAdapter):
     model_types = ("gemma", "gemma3_text")
 
     def _sandwich(self, layer: int) -> bool:
-        return hasattr(self.blocks()[layer], "pre_feedforward_layernorm")
+        return hasattr(self._block(layer), "pre_feedforward_layernorm")
 
     def mlp_norm(self, layer: int) -> nn.Module:
-        block = self.blocks()[layer]
+        block = self._block(layer)
         return block.pre_feedforward_layernorm if self._sandwich(layer) else block.post_attention_layernorm
 
     def attention_output_norm(self, layer: int) -> nn.Module | None:
-        return self.blocks()[layer].post_attention_layernorm if self._sandwich(layer) else None
+        return self._block(layer).post_attention_layernorm if self._sandwich(layer) else None
 
     def mlp_output_norm(self, layer: int) -> nn.Module | None:
-        return self.blocks()[layer].post_feedforward_layernorm if self._sandwich(layer) else None
+        return self._block(layer).post_feedforward_layernorm if self._sandwich(layer) else None

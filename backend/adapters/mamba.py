@@ -1,6 +1,8 @@
 """Mamba (HF MambaForCausalLM): RMSNorm blocks around a selective state-space mixer; no attention, no MLP."""
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 
 from interpscope.adapters.base import RMSNORM, ModelAdapter
@@ -13,7 +15,7 @@ class MambaAdapter(ModelAdapter):
     has_mlp = False
     model_types = ("mamba",)
 
-    def _core(self) -> nn.Module:
+    def _core(self) -> Any:
         return self.model.backbone
 
     def embedding(self) -> nn.Embedding:
@@ -23,10 +25,10 @@ class MambaAdapter(ModelAdapter):
         return self._core().layers
 
     def mixer(self, layer: int) -> nn.Module:
-        return self.blocks()[layer].mixer
+        return self._block(layer).mixer
 
     def attention_norm(self, layer: int) -> nn.Module:
-        return self.blocks()[layer].norm
+        return self._block(layer).norm
 
     def final_norm(self) -> nn.Module:
         return self._core().norm_f

@@ -15,5 +15,5 @@ class OlmoAdapter(LlamaAdapter):
     model_types = ("olmo",)
 
     @property
-    def lrp_exact(self) -> bool:  # type: ignore[override]
+    def lrp_exact(self) -> bool:
         return getattr(self.config, "clip_qkv", None) is None

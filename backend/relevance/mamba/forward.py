@@ -14,10 +14,14 @@ Forward values stay those of the plain model (the rewrites are "same value, othe
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from transformers.models.mamba.modeling_mamba import MambaMixer, MambaRMSNorm
 
 FIX_NAMES = ("norm", "silu", "ssm", "gate")
 SILU_STABILISER = 1e-9
@@ -61,7 +65,7 @@ def same_value(value: torch.Tensor, surrogate: torch.Tensor) -> torch.Tensor:
     return value.detach() + (surrogate - surrogate.detach())
 
 
-def rmsnorm(norm: nn.Module, x: torch.Tensor, detach_normaliser: bool) -> torch.Tensor:
+def rmsnorm(norm: MambaRMSNorm, x: torch.Tensor, detach_normaliser: bool) -> torch.Tensor:
     """HF MambaRMSNorm in the input's dtype; optionally with the normaliser detached (identity rule)."""
     eps = float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6)))
     source = x.detach() if detach_normaliser else x
@@ -85,7 +89,7 @@ def gate_product(y: torch.Tensor, g: torch.Tensor, half_rule: bool) -> torch.Ten
     return 0.5 * out + (0.5 * out).detach()
 
 
-def causal_depthwise_conv(mixer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def causal_depthwise_conv(mixer: MambaMixer, x: torch.Tensor) -> torch.Tensor:
     """The mixer's conv1d over time on x [B, D, T], causal (left padding), with its bias if any."""
     conv = mixer.conv1d
     out = F.conv1d(x, conv.weight, conv.bias, padding=conv.kernel_size[0] - 1, groups=x.shape[1])
@@ -127,7 +131,7 @@ def selective_scan_chunked(x: torch.Tensor, delta: torch.Tensor, A: torch.Tensor
     return torch.cat(outputs, dim=1)
 
 
-def mixer_forward(mixer: nn.Module, hidden: torch.Tensor, fixes: Fixes = NO_FIXES,
+def mixer_forward(mixer: MambaMixer, hidden: torch.Tensor, fixes: Fixes = NO_FIXES,
                   chunked_scan: bool = False) -> torch.Tensor:
     """One HF MambaMixer on hidden [B, T, d_model] -> [B, T, d_model], from the module's own parameters."""
     d_inner = mixer.intermediate_size
