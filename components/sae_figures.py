@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -51,13 +51,15 @@ def logits_figure(top: Sequence, bottom: Sequence, title: str) -> go.Figure:
 
 
 def prompt_heatmap_figure(tokens: Sequence[str], features: Sequence[int], values: np.ndarray, title: str,
-                          sinks: Sequence[int] = (0,)) -> go.Figure:
+                          sinks: Sequence[int] = (), reasons: Mapping[int, str] | None = None) -> go.Figure:
     """Tokens (x) x top features (y) heatmap of activations, colorbar = activation.
 
-    Sink columns (position 0 and massive activations) are blanked: an SAE is undefined there and their values can be
-    orders of magnitude larger; the colour scale ends at the largest activation elsewhere, and the x-axis names
-    the sinks."""
-    labels = [f"{i}: {t!r}" + (" (attention sink)" if i in sinks else "") for i, t in enumerate(tokens)]
+    Excluded columns (`sinks`: measured massive activations, a prepended BOS) are blanked: an SAE is undefined there
+    and their values can be orders of magnitude larger; the colour scale ends at the largest activation elsewhere,
+    and the x-axis and the hover name each one with its reason (`reasons`: position -> why)."""
+    reasons = reasons or {}
+    why = {i: reasons.get(i, "excluded") for i in sinks}
+    labels = [f"{i}: {t!r}" + (f" ({why[i]})" if i in why else "") for i, t in enumerate(tokens)]
     values = np.asarray(values, float).copy()
     values[[i for i in sinks if i < values.shape[0]]] = np.nan
     finite = values[np.isfinite(values)]
@@ -70,8 +72,9 @@ def prompt_heatmap_figure(tokens: Sequence[str], features: Sequence[int], values
     step = max(1, len(tokens) // 40)
     fig.update_xaxes(tickvals=list(range(0, len(tokens), step)),
                      ticktext=[tokens[i].replace("\n", "↵")[:10] for i in range(0, len(tokens), step)],
-                     tickangle=-60, title="token (blank columns: attention sinks, " + ", ".join(
-                         str(i) for i in sinks) + ")" if sinks else "token")
+                     tickangle=-60, title="token (blank, not ranked: " + "; ".join(
+                         f"{i} {tokens[i]!r}, {why[i]}" for i in sorted(why) if i < len(tokens)) + ")"
+                     if why else "token")
     fig.update_yaxes(title="feature", autorange="reversed", type="category")
     fig.update_layout(title=title, height=max(320, 60 + 22 * len(features)), margin=dict(l=70, r=20, t=50, b=90))
     return fig

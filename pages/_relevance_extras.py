@@ -29,10 +29,12 @@ def bos_default(lm) -> bool:
     return default_prepend_bos(lm.tokenizer, "attention" in lm.adapter.capabilities())
 
 
-def bos_toggle(lm, container, key: str = BOS_KEY) -> bool:
-    """The prepend-BOS toggle (disabled where the tokenizer adds its BOS itself or has none); its value."""
+def bos_toggle(lm, container, key: str = BOS_KEY, owner=None) -> bool:
+    """The prepend-BOS toggle (disabled where the tokenizer adds its BOS itself or has none); its value. Its default
+    follows `owner` (the sidebar's model_key() unless given: the SAE views run their store's model)."""
     token_id = sink_token_id(lm.tokenizer)
-    follow(key, model_key(), lambda: bos_default(lm))  # each model starts at its own default; a link's value stays
+    owner = model_key() if owner is None else owner
+    follow(key, owner, lambda: bos_default(lm))  # each model starts at its own default; a link's value stays
     adds = tokenizer_adds_bos(lm.tokenizer)
     name = lm.tokenizer.convert_ids_to_tokens(token_id) if token_id is not None else None
     where = ("so the model's attention sink lands on it and the first word is explained like any other"

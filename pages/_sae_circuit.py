@@ -30,20 +30,21 @@ def upstream_stores(store: FeatureStore, lm) -> dict[str, FeatureStore]:
 
 
 def _circuit_key(lm, upstream: FeatureStore, downstream: FeatureStore | None, text: str, feature: int | None,
-                 position: int, method: str) -> tuple:
+                 position: int, method: str, bos: bool | None = None) -> tuple:
     return (lm.name, str(lm.device), str(lm.dtype), upstream.name, downstream.name if downstream else None, text,
-            feature, position, method)
+            feature, position, method, bos)
 
 
 def _circuit(lm, upstream: FeatureStore, downstream: FeatureStore | None, text: str, feature: int | None,
-             position: int, method: str) -> FeatureCircuit:
-    key = _circuit_key(lm, upstream, downstream, text, feature, position, method)
+             position: int, method: str, bos: bool | None = None) -> FeatureCircuit:
+    key = _circuit_key(lm, upstream, downstream, text, feature, position, method, bos)
     return shared("circuit", key, lambda: feature_circuit(
         lm, upstream.load_sae(), downstream.load_sae() if downstream else None, text, feature=feature,
-        position=position, method=method))
+        position=position, method=method, prepend_bos=bos))
 
 
-def show_circuit(store: FeatureStore, lm, text: str, open_in_store: Callable[[str, int], None]) -> None:
+def show_circuit(store: FeatureStore, lm, text: str, open_in_store: Callable[[str, int], None],
+                 bos: bool | None = None) -> None:
     candidates = upstream_stores(store, lm)
     if not candidates:
         st.info(f"No feature store of an SAE on {store.spec['model_name']} at a hook before "
@@ -68,14 +69,15 @@ def show_circuit(store: FeatureStore, lm, text: str, open_in_store: Callable[[st
         position = int(pair[1].number_input("Token position (-1 = last)", -1, 4096, key="sae-circuit-pos"))
     submitted = st.button("Run", type="primary", key="sae-circuit-run")
     run = committed("sae-circuit", {"store": store.name, "upstream": upstream_name, "text": text, "target": target,
-                                    "feature": feature, "position": position, "method": method}, submitted)
+                                    "feature": feature, "position": position, "method": method, "bos": bos},
+                    submitted)
     if run is None or run["store"] != store.name:
         st.info("Press **Run** (a backward pass through the spliced model, then one per top feature for its token "
                 "edges).")
         return
     upstream = candidates[run["upstream"]]
     args = (lm, upstream, store if run["feature"] is not None else None, run["text"], run["feature"], run["position"],
-            run["method"])
+            run["method"], run.get("bos"))
     cached = is_shared("circuit", _circuit_key(*args))
     with show_errors(), st.spinner("Propagating relevance through the spliced model…"):
         circuit = _circuit(*args)
@@ -118,7 +120,7 @@ def _not_active(store: FeatureStore, lm, run: dict) -> None:
     """The chosen feature is 0 at the chosen token: say so and name the features that do fire there."""
     from pages._sae_live import _device_dtype, _prompt
 
-    view = _prompt(str(store.folder), (lm.name,) + _device_dtype(), run["text"], 20)
+    view = _prompt(str(store.folder), (lm.name,) + _device_dtype(), run["text"], 20, run.get("bos"))
     position = run["position"] if run["position"] >= 0 else len(view.tokens) + run["position"]
     firing = view.active_at(position, limit=5) if 0 < position < len(view.tokens) else []
     names = ", ".join(f"#{row['feature']} ({row['activation']:.3g})" for row in firing)

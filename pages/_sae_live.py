@@ -22,16 +22,18 @@ from interpscope.relevance import methods_for
 from interpscope.relevance.methods import rule_methods
 from interpscope.sae import load_sae
 from interpscope.sae.folder import sae_model_name
-from interpscope.sae.sinks import SINK_FACTOR
 from interpscope.sae_store import FeatureStore, build_store
 from interpscope.sae_store.prompt import FeatureAttribution, PromptFeatures, feature_attribution, prompt_features
 from interpscope.sae_store.steering import MAX_NEW_TOKENS, STRENGTH_MULTIPLE, SteeringResult, default_strength, steer
+from interpscope.sinks import SINK_FACTOR
 from pages._common import committed, follow, progress, text_source
+from pages._relevance_extras import bos_toggle
 
 VIEWS_LIVE = ["Prompt", "Attribution", "Steering", "Circuit"]
 DEFAULT_PROMPT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
                   "must be in want of a wife.")
 MAX_TOKEN_PILLS = 160
+BOS_KEY = "sae-prompt-bos"
 
 
 def _device_dtype() -> tuple[str, str]:
@@ -60,23 +62,24 @@ def model_for(store: FeatureStore, quiet: bool = False):
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def _prompt(store_path: str, model_key: tuple, text: str, n_top: int) -> PromptFeatures:
+def _prompt(store_path: str, model_key: tuple, text: str, n_top: int, bos: bool | None = None) -> PromptFeatures:
     store = FeatureStore(store_path)
-    return prompt_features(_lm(store, model_key), _sae(store_path), text, n_top)
+    return prompt_features(_lm(store, model_key), _sae(store_path), text, n_top, prepend_bos=bos)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _attribution(store_path: str, model_key: tuple, text: str, feature: int, position: int,
-                 method: str) -> FeatureAttribution:
+                 method: str, bos: bool | None = None) -> FeatureAttribution:
     store = FeatureStore(store_path)
-    return feature_attribution(_lm(store, model_key), _sae(store_path), text, feature, position, method)
+    return feature_attribution(_lm(store, model_key), _sae(store_path), text, feature, position, method,
+                               prepend_bos=bos)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def _steer(store_path: str, model_key: tuple, text: str, feature: int, mode: str, strength: float,
-           n_new: int) -> SteeringResult:
+           n_new: int, bos: bool | None = None) -> SteeringResult:
     store = FeatureStore(store_path)
-    return steer(_lm(store, model_key), _sae(store_path), text, feature, mode, strength, n_new)
+    return steer(_lm(store, model_key), _sae(store_path), text, feature, mode, strength, n_new, prepend_bos=bos)
 
 
 def _feature_input(store: FeatureStore, key: str) -> int:
@@ -88,30 +91,48 @@ def _feature_input(store: FeatureStore, key: str) -> int:
                                key=key))
 
 
-def show_prompt(store: FeatureStore, lm, text: str, open_feature: Callable[[int], None]) -> None:
+def exclusion_caption(result: PromptFeatures) -> str:
+    """What the prompt view leaves out and why, from the view's own measurements (never a fixed sentence)."""
+    if not result.sinks:
+        return (f"No {result.sink_word} measured on this text (no row over {SINK_FACTOR:g}x the median norm of the "
+                "others at the SAE's hook): every token is read and ranked.")
+    named = "; ".join(f"{row['position']} {row['token']!r} ({row['reason']})" for row in result.sinks[:8])
+    more = f" and {len(result.sinks) - 8} more" if len(result.sinks) > 8 else ""
+    text = f"Left out of the ranking and blanked in the heatmap: {named}{more}."
+    first = next((row for row in result.sinks if row["position"] == 0 and not row["prepended"]), None)
+    if first is not None and not result.bos_prepended:
+        text += (f" The first word {first['token']!r} is measured as the {result.sink_word}: turn on Prepend BOS to "
+                 "give the sink a token of its own and read the first word like any other.")
+    elif result.bos_prepended and 1 < len(result.tokens) and 1 not in result.reasons():
+        text += f" The first word {result.tokens[1]!r} is read like any other."
+    return text
+
+
+def show_prompt(store: FeatureStore, lm, text: str, open_feature: Callable[[int], None], bos: bool | None) -> None:
     n_top = st.slider("Features in the heatmap", 5, 50, key="sae-prompt-top")  # default and URL: the page's Param
-    result = _prompt(str(store.folder), (lm.name,) + _device_dtype(), text, n_top)
-    sinks = [0] + list(result.sink_positions)
-    later = ", ".join(f"{i}: {result.tokens[i]!r}" for i in result.sink_positions[:8])
-    st.caption(f"Position 0 ({result.tokens[0]!r}) is the attention sink: the SAE was not trained there, so it is "
-               "neither ranked nor shown" + (f"; so are later massive activations (norm > {SINK_FACTOR:g}x the "
-                                             f"prompt's median) at {later}." if later else "."))
+    result = _prompt(str(store.folder), (lm.name,) + _device_dtype(), text, n_top, bos)
+    sinks = result.excluded_positions
+    st.caption(exclusion_caption(result))
     if not result.top_features:
-        st.info("No feature fires on this text outside the attention sinks.")
+        st.info(f"No feature fires on this text outside the excluded positions ({result.sink_word}s, a prepended "
+                "BOS).")
         return
     title = f"Top {len(result.top_features)} features on the prompt ({store.name})"
-    fig = prompt_heatmap_figure(result.tokens, result.top_features, result.top_values, title, sinks)
+    fig = prompt_heatmap_figure(result.tokens, result.top_features, result.top_values, title, sinks, result.reasons())
     st.plotly_chart(fig, width="stretch", key="sae-prompt-heatmap")
-    export_menu(fig, result.heatmap_data(), key="sae-prompt", filename=f"{store.name}-prompt")
+    export_menu(fig, result, key="sae-prompt",
+                filename=f"{store.name}-prompt")
     st.subheader("Features active at a token")
     positions = [i for i in range(len(result.tokens)) if i not in sinks]
     if not positions:
-        st.info("Every token of this text is an attention sink.")
+        st.info(f"Every token of this text is excluded ({result.sink_word} or prepended BOS).")
         return
     default = positions[-1]  # the last token: what the model predicts from
     label = lambda i: f"{i}: {result.tokens[i]!r}"  # noqa: E731
-    # keyed by the text: a new text starts at its own last token, not at a position picked on the old one
-    text_key = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    # keyed by the text and its positions (a prepended BOS moves every word by one): a new reading starts at its own
+    # last token, never at a position picked on the old one (which would now be another word)
+    reading = text + f"\x00bos={result.bos_prepended}"
+    text_key = hashlib.sha1(reading.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     if len(positions) <= MAX_TOKEN_PILLS:
         chosen = st.pills("Click a token", positions, default=default, format_func=lambda i: result.tokens[i] or "∅",
                           key=f"sae-prompt-token-{text_key}")
@@ -135,25 +156,28 @@ def show_prompt(store: FeatureStore, lm, text: str, open_feature: Callable[[int]
     export_menu(None, active, key="sae-active", filename=f"{store.name}-token-{chosen}-features")
 
 
-def _attribution_block(result: FeatureAttribution, sinks: list[int], key: str) -> None:
+def _attribution_block(result: FeatureAttribution, sinks: list[int], reasons: dict[int, str], key: str) -> None:
     st.markdown(f"**{result.method}** · feature {result.feature} at token {result.position} "
                 f"({result.tokens[result.position]!r})")
-    token_heatmap(result.tokens, result.relevance, sinks)
+    token_heatmap(result.tokens, result.relevance, sinks, reasons)
     st.caption(f"activation {result.activation:.4g} = relevance reaching the hook {result.at_hook:.4g} + SAE biases "
                f"{result.sae_bias_share:.4g}; sum over input tokens {result.input_sum:.4g}")
     title = f"{result.method}: relevance for feature {result.feature} at token {result.position}"
-    export_menu(heatmap_figure(result.tokens, result.relevance, title, sinks), result, key=key,
+    export_menu(heatmap_figure(result.tokens, result.relevance, title, sinks, reasons=reasons), result, key=key,
                 filename=f"feature-{result.feature}-attribution-{key}")
 
 
-def show_attribution(store: FeatureStore, lm, text: str) -> None:
+def show_attribution(store: FeatureStore, lm, text: str, bos: bool | None) -> None:
     feature = _feature_input(store, "sae-attr-feature")
-    view = _prompt(str(store.folder), (lm.name,) + _device_dtype(), text, 20)
+    view = _prompt(str(store.folder), (lm.name,) + _device_dtype(), text, 20, bos)
     column = view.activations[:, feature]
-    if not np.any(column[1:] > 0):
-        st.info(f"Feature {feature} does not fire on this text (beyond position 0); pick another feature or text.")
+    sinks = view.excluded_positions
+    readable = np.array([i not in sinks for i in range(len(view.tokens))])
+    if not np.any(column[readable] > 0):
+        st.info(f"Feature {feature} does not fire on this text (outside the excluded positions); pick another "
+                "feature or text.")
     positions = list(range(len(view.tokens)))
-    best = int(np.argmax(column[1:]) + 1) if len(column) > 1 else 0
+    best = int(np.argmax(np.where(readable, column, -np.inf))) if readable.any() else 0
     # a new feature or text starts at its strongest token; a link's position stays
     follow("sae-attr-position", (feature, text), lambda: best)
     if st.session_state["sae-attr-position"] not in positions:
@@ -166,14 +190,17 @@ def show_attribution(store: FeatureStore, lm, text: str) -> None:
         st.session_state["sae-attr-method"] = names[0]
     method = st.radio("Method", names, format_func=lambda n: {m.name: m.label for m in lrp}[n], horizontal=True,
                       key="sae-attr-method") if names else None
-    sinks = [0] + list(view.sink_positions)
     submitted = st.button("Run", type="primary", key="sae-attr-run")
     run = committed("sae-attr", {"store": store.name, "text": text, "feature": feature, "position": int(position),
-                                 "method": method}, submitted)
+                                 "method": method, "bos": bos}, submitted)
     if run is None or run["store"] != store.name:
         st.info("Press **Run** (one backward pass per method).")
         return
     text, feature, position, method = run["text"], run["feature"], run["position"], run["method"]
+    if run.get("bos") != bos:  # the positions of the last Run's text, as it was read then
+        view = _prompt(str(store.folder), (lm.name,) + _device_dtype(), text, 20, run.get("bos"))
+        sinks = view.excluded_positions
+    reasons = view.reasons()
     left, right = st.columns(2)
     # beside the rules, the registry's rule-free gradient (Gradient x Input) as a reference
     plain = next((m.name for m in methods_for(lm.adapter) if m.kind == "gradient"), None)
@@ -181,14 +208,14 @@ def show_attribution(store: FeatureStore, lm, text: str) -> None:
         if method:
             with left:
                 _attribution_block(_attribution(str(store.folder), (lm.name,) + _device_dtype(), text, feature,
-                                                int(position), method), sinks, "lrp")
+                                                int(position), method, run.get("bos")), sinks, reasons, "lrp")
         if plain is not None:
             with right if method else left:
                 _attribution_block(_attribution(str(store.folder), (lm.name,) + _device_dtype(), text, feature,
-                                                int(position), plain), sinks, "gxi")
+                                                int(position), plain, run.get("bos")), sinks, reasons, "gxi")
 
 
-def show_steering(store: FeatureStore, lm, text: str) -> None:
+def show_steering(store: FeatureStore, lm, text: str, bos: bool | None) -> None:
     feature = _feature_input(store, "sae-steer-feature")
     max_act = float(store.max_activation[feature]) or 1.0
     cols = st.columns(3)
@@ -203,13 +230,13 @@ def show_steering(store: FeatureStore, lm, text: str) -> None:
     n_new = cols[2].slider("Tokens to generate", 0, MAX_NEW_TOKENS, key="sae-steer-new")
     submitted = st.button("Run", type="primary", key="sae-steer-run")
     run = committed("sae-steer", {"store": store.name, "text": text, "feature": feature, "mode": mode,
-                                  "strength": float(strength), "n_new": n_new}, submitted)
+                                  "strength": float(strength), "n_new": n_new, "bos": bos}, submitted)
     if run is None or run["store"] != store.name:
         st.info("Press **Run** to generate the clean and the edited continuation.")
         return
     with st.spinner("Running the clean and the edited model…"):
         result = _steer(str(store.folder), (lm.name,) + _device_dtype(), run["text"], run["feature"], run["mode"],
-                        run["strength"], run["n_new"])
+                        run["strength"], run["n_new"], run.get("bos"))
     feature, mode, text = run["feature"], run["mode"], run["text"]
     verb = f"+ {result.strength:.3g} × direction" if mode == "add" else "removed"
     st.metric("KL(clean ‖ edited), next token", f"{result.kl:.4f}")
@@ -259,16 +286,17 @@ def live_view(view: str, store: FeatureStore, open_feature: Callable[[int], None
     lm = model_for(store)
     if lm is None:
         return
+    bos = bos_toggle(lm, st, key=BOS_KEY, owner=lm.name)  # one text, one set of positions for every live view
     if view == "Prompt":
-        show_prompt(store, lm, text, open_feature)
+        show_prompt(store, lm, text, open_feature, bos)
     elif view == "Attribution":
-        show_attribution(store, lm, text)
+        show_attribution(store, lm, text, bos)
     elif view == "Circuit":
         from pages._sae_circuit import show_circuit
 
-        show_circuit(store, lm, text, open_in_store)
+        show_circuit(store, lm, text, open_in_store, bos)
     else:
-        show_steering(store, lm, text)
+        show_steering(store, lm, text, bos)
 
 
 def shipped_saes() -> list[Path]:

@@ -17,13 +17,14 @@ from interpscope.components.export import export_menu
 from interpscope.components.feature_card import show_feature_card
 from interpscope.components.sae_figures import density_figure
 from interpscope.config import REPO_ROOT, InterpscopeError
-from interpscope.paths import display_path
+from interpscope.paths import display_path, from_display
 from interpscope.relevance.methods import rule_methods
 from interpscope.sae_store import FeatureStore, list_stores
 from interpscope.sae_store.explanation_quality import chance_score, explanation_summary, quality
 from interpscope.sae_store.search import no_match_reason, search
 from pages._common import Param, model_key, model_params, show_errors, url_inputs, url_is_new, write_url
-from pages._sae_live import DEFAULT_PROMPT, VIEWS_LIVE, build_section, live_view
+from pages._relevance_extras import bos_param
+from pages._sae_live import BOS_KEY, DEFAULT_PROMPT, VIEWS_LIVE, build_section, live_view
 
 VIEWS = ["Overview", "Feature", *VIEWS_LIVE]
 SEARCH_KINDS = {"Label or explanation": "label", "Feature id": "id", "Token in top logits": "logit",
@@ -85,6 +86,7 @@ def url_params(stores: dict[str, str]) -> list[Param]:
             Param("sae_feature", "feature", 0, scope="nav", **feature_id),
             Param("sae-prompt-text", "text", DEFAULT_PROMPT),
             Param("sae-prompt-top", "top", 20, int, low=5, high=50),
+            bos_param(BOS_KEY),
             Param("sae-attr-feature", "attr_feature", None, **feature_id),
             Param("sae-attr-position", "position", None, int, low=0, high=10 ** 6),
             Param("sae-attr-method", "method", rules[0] if rules else None, choices=rules),
@@ -114,7 +116,7 @@ def stores_for_model(every: dict[str, str], model: str) -> dict[str, str]:
         if name == model:
             return True
         try:
-            return Path(name).expanduser().resolve() == Path(model).expanduser().resolve()
+            return Path(from_display(name)).expanduser().resolve() == Path(from_display(model)).expanduser().resolve()
         except (OSError, RuntimeError, ValueError):
             return False
     return {name: path for name, path in every.items() if same(open_store(path).spec["model_name"])}

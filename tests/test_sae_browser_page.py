@@ -177,12 +177,12 @@ def token_pills(at):
 def test_a_new_prompt_starts_at_its_own_last_token(env):
     store, _, _ = env
     at = open_browser(store, "Prompt")
-    token_pills(at).set_value(3).run()
-    assert token_pills(at).value == 3
+    token_pills(at).set_value(4).run()  # ' truth': a pill's label is its token, and ' a' is there twice
+    assert token_pills(at).value == 4
     text = "One two three four five six seven eight nine ten"
     at.text_area(key="sae-prompt-text").input(text).run()
     assert not at.exception
-    assert token_pills(at).value == tiny_lm().encode(text).shape[1] - 1  # not position 2 carried over
+    assert token_pills(at).value == tiny_lm().encode(text).shape[1]  # (after the prepended BOS) not 2 carried over
 
 
 def test_prompt_view_click_token_then_feature(env):
@@ -192,21 +192,50 @@ def test_prompt_view_click_token_then_feature(env):
     assert spec["data"][0]["type"] == "heatmap" and spec["layout"]["yaxis"]["type"] == "category"
     from pages._sae_live import DEFAULT_PROMPT
 
-    last = tiny_lm().encode(DEFAULT_PROMPT).shape[1] - 1
-    assert token_pills(at).value == last  # the last token, never the sink at position 0
-    assert "position 0" in " ".join(c.value for c in at.caption).lower()
+    last = tiny_lm().encode(DEFAULT_PROMPT).shape[1]  # the prepended BOS is position 0
+    assert token_pills(at).value == last  # the last token, never the BOS at position 0
+    assert at.toggle(key="sae-prompt-bos").value is True  # GPT-2's tokenizer adds no BOS of its own
+    captions = " ".join(c.value for c in at.caption)
+    assert "0 '<|endoftext|>' (prepended BOS" in captions and "is read like any other" in captions, captions
+    assert token_pills(at).options[0] == "It" and "<|endoftext|>" not in token_pills(at).options  # first word in
+    assert "prepended BOS" in spec["layout"]["xaxis"]["title"]["text"]
     z = spec["data"][0]["z"]
     column_0 = [row[0] for row in z] if isinstance(z, list) else None
-    assert column_0 is None or all(v is None for v in column_0)  # the sink column is blank, off the colour scale
-    token_pills(at).set_value(3).run()
+    assert column_0 is None or all(v is None for v in column_0)  # the BOS column is blank, off the colour scale
+    token_pills(at).set_value(4).run()
     buttons = [b for b in at.button if b.key and b.key.startswith("sae-active-")]
-    assert buttons, "token 3 should have active features"
-    assert token_pills(at).value == 3
+    assert buttons, "token 4 should have active features"
+    assert token_pills(at).value == 4
     feature = int(buttons[0].key.rsplit("-", 1)[1])
     buttons[0].click().run()
     assert not at.exception
     assert at.session_state["sae_view"] == "Feature" and at.session_state["sae_feature"] == feature
     assert at.query_params["feature"] == str(feature)
+
+
+def test_prepend_bos_is_in_the_url_and_off_reads_the_first_word_at_position_0(env):
+    """bos=0 in a link turns the toggle off: nothing is prepended, no sink is measured on the tiny model, so no
+    position is excluded (none by rule) and the first word is pill 0; the Attribution view then runs on the same
+    positions, and the link keeps bos=0."""
+    store, _, _ = env
+    at = AppTest.from_file(str(ROOT / PAGE), default_timeout=180)
+    at.query_params.update({"store": store.name, "view": "Prompt", "text": "The cat sat on the mat", "bos": "0"})
+    at.run()
+    assert not at.exception, at.exception
+    n_words = tiny_lm().encode("The cat sat on the mat").shape[1]
+    assert at.toggle(key="sae-prompt-bos").value is False
+    assert token_pills(at).options[0] == "The" and len(token_pills(at).options) == n_words
+    assert token_pills(at).value == n_words - 1
+    assert any("No attention sink measured" in c.value for c in at.caption), [c.value for c in at.caption]
+    assert at.query_params["bos"] == "0"
+    at.toggle(key="sae-prompt-bos").set_value(True).run()
+    assert token_pills(at).options[0] == "The" and len(token_pills(at).options) == n_words  # the BOS is no pill
+    assert token_pills(at).value == n_words and at.query_params["bos"] == "1"
+    at.segmented_control(key="sae_view").set_value("Attribution").run()
+    at.selectbox(key="sae-attr-position").set_value(1).run()
+    at.button(key="sae-attr-run").click().run()
+    assert not at.exception, at.exception
+    assert any("at token 1 ('The')" in m.value for m in at.markdown), [m.value for m in at.markdown]
 
 
 @pytest.mark.parametrize("view", ["Prompt", "Attribution", "Steering"])

@@ -59,6 +59,16 @@ def test_prompt_json_names_top_features_active_features_and_sinks(setting, capsy
                                [f["activation"] for f in expected], rtol=1e-5)
     assert all(len(row["features"]) <= 3 for row in out["per_token"])
     assert out["per_token"][0]["excluded"] is True
+    # the tokenizer adds no BOS: it is prepended, excluded and named; the first word is read like any other
+    assert out["bos_prepended"] is True and out["sinks"][0]["prepended"] is True
+    assert out["per_token"][0]["excluded_reason"].startswith("prepended BOS")
+    assert out["per_token"][1]["excluded"] is False and "excluded_reason" not in out["per_token"][1]
+    plain = _json(capsys, ["sae", "prompt", "--sae", str(sae_dir), "--model", str(model_dir), "--text", TEXT,
+                           "--top", "5", "--per-token", "3", "--json", "--no-prepend-bos"])
+    alone = prompt_features(lm, load_sae(sae_dir), TEXT, n_top=5, prepend_bos=False)
+    assert plain["bos_prepended"] is False and plain["tokens"] == alone.tokens == out["tokens"][1:]
+    assert plain["excluded_positions"] == alone.excluded_positions == []  # nothing measured, nothing by rule
+    assert [row["feature"] for row in plain["top_features"]] == alone.top_features
 
 
 def test_errors_are_one_line_with_status_2(setting, capsys):

@@ -97,7 +97,13 @@ def test_store_and_prompt_view_never_rank_a_sink(sink_lm, tmp_path):
         assert len(loc) and not (ids.numpy()[loc[:, 0], loc[:, 1]] == token).any(), name
 
     text = "It is a truth universally acknowledged, that the single man in possession of the fortune"
-    result = prompt_features(lm, sae, text)
+    result = prompt_features(lm, sae, text, prepend_bos=False)
     where = [i for i, t in enumerate(lm.encode(text)[0].tolist()) if t == token and i > 0]
     assert result.sink_positions == where and len(where) == 2
+    assert result.excluded_positions == where  # measured, never assumed: the first word is not excluded by rule
     assert not result.activations[where].any()
+    assert all(result.reasons()[i].startswith("measured attention sink, ") for i in where)
+    shifted = prompt_features(lm, sae, text)  # the default prepends the BOS: every position moves by one
+    assert shifted.sink_positions == [i + 1 for i in where]
+    assert shifted.excluded_positions == [0] + [i + 1 for i in where]
+    assert shifted.reasons()[0].startswith("prepended BOS")

@@ -39,12 +39,13 @@ def store(lm, sae_folder, tmp_path_factory):
 
 def test_prompt_features_match_direct_encoding(lm, sae_folder):
     sae = load_sae(sae_folder)
-    view = prompt_features(lm, sae, TEXT, n_top=5)
+    view = prompt_features(lm, sae, TEXT, n_top=5, prepend_bos=False)
     ids = lm.encode(TEXT)
     direct = sae.encode(capture(lm.adapter, ids, [HOOK]).activations[HOOK].float()).detach().numpy()
+    assert view.sink_positions == [] and view.excluded_positions == [] and not view.bos_prepended
     np.testing.assert_allclose(view.activations, direct, rtol=1e-5, atol=1e-7)
     assert view.tokens == lm.token_strings(ids[0])
-    peak = direct[1:].max(0)
+    peak = direct.max(0)  # nothing measured as a sink, nothing prepended: the first word is ranked too
     assert view.top_features == list(np.argsort(-peak, kind="stable")[:5])
     np.testing.assert_array_equal(view.top_values, view.activations[:, view.top_features])
     active = view.active_at(3)
@@ -60,10 +61,10 @@ def test_prompt_features_match_direct_encoding(lm, sae_folder):
 
 def test_gradient_x_input_attribution_equals_autograd(lm, sae_folder):
     sae = load_sae(sae_folder)
-    view = prompt_features(lm, sae, TEXT)
+    view = prompt_features(lm, sae, TEXT, prepend_bos=False)
     feature = view.top_features[0]
     position = int(np.argmax(view.top_values[:, 0]))
-    result = feature_attribution(lm, sae, TEXT, feature, position, method="gradxinput")
+    result = feature_attribution(lm, sae, TEXT, feature, position, method="gradxinput", prepend_bos=False)
     ids = lm.encode(TEXT)
     embeds = lm.adapter.embedding()(ids).detach().requires_grad_(True)
     with torch.enable_grad():
@@ -94,16 +95,16 @@ def test_cplrp_attribution_conserves_relevance_from_hook_to_inputs(tmp_path):
 
 def test_steering_and_ablation(lm, sae_folder):
     sae = load_sae(sae_folder)
-    view = prompt_features(lm, sae, TEXT)
+    view = prompt_features(lm, sae, TEXT, prepend_bos=False)
     feature = view.top_features[0]
-    zero = steer(lm, sae, TEXT, feature, "add", strength=0.0, n_new=4)
+    zero = steer(lm, sae, TEXT, feature, "add", strength=0.0, n_new=4, prepend_bos=False)
     assert zero.kl == 0.0 and zero.clean_continuation == zero.edited_continuation
     assert zero.clean_top == zero.edited_top and np.all(zero.logprob_change == 0)
-    pushed = steer(lm, sae, TEXT, feature, "add", strength=50.0, n_new=4)
+    pushed = steer(lm, sae, TEXT, feature, "add", strength=50.0, n_new=4, prepend_bos=False)
     assert pushed.kl > 1e-3
     np.testing.assert_allclose(pushed.feature_on_prompt, view.activations[:, feature], rtol=1e-5)
     assert [t["prob"] for t in pushed.clean_top] == sorted((t["prob"] for t in pushed.clean_top), reverse=True)
-    ablated = steer(lm, sae, TEXT, feature, "ablate", n_new=4)
+    ablated = steer(lm, sae, TEXT, feature, "ablate", n_new=4, prepend_bos=False)
     ids = lm.encode(TEXT)
     direction = sae.W_dec[feature].detach()
 
@@ -124,11 +125,41 @@ def test_steering_and_ablation(lm, sae_folder):
     np.testing.assert_allclose(ablated.logprob_change, (manual[rows, following] - clean[rows, following]).numpy(),
                                atol=1e-6)
     silent = int(np.flatnonzero(view.activations[1:].max(0) == 0)[0])
-    assert steer(lm, sae, TEXT, silent, "ablate", n_new=0).kl == 0.0
+    assert steer(lm, sae, TEXT, silent, "ablate", n_new=0, prepend_bos=False).kl == 0.0
     with pytest.raises(InterpscopeError):
         steer(lm, sae, TEXT, feature, "double")
     with pytest.raises(InterpscopeError):
         steer(lm, sae, TEXT, sae.cfg.d_sae, "add")
+
+
+def test_prompt_view_prepends_the_bos_reads_the_first_word_and_every_live_view_shares_its_positions(lm, sae_folder):
+    """GPT-2's tokenizer adds no BOS: by default the prompt view puts <|endoftext|> first, excludes it and names why,
+    and reads the first word at position 1 like any other; attribution and steering given the same option see the
+    same tokens at the same positions (the prompt view's position p is their position p), with or without it."""
+    sae = load_sae(sae_folder)
+    bos = lm.tokenizer.bos_token_id
+    with_bos = prompt_features(lm, sae, TEXT)
+    without = prompt_features(lm, sae, TEXT, prepend_bos=False)
+    assert with_bos.bos_prepended and with_bos.token_ids == [bos] + without.token_ids
+    assert with_bos.sinks[0]["position"] == 0 and with_bos.sinks[0]["prepended"]
+    assert with_bos.sinks[0]["reason"].startswith("prepended BOS")
+    assert with_bos.excluded_positions == sorted({0, *with_bos.sink_positions})
+    ids = torch.cat([torch.tensor([[bos]]), lm.encode(TEXT)], dim=1)
+    direct = sae.encode(capture(lm.adapter, ids, [HOOK]).activations[HOOK].float()).detach().numpy()
+    np.testing.assert_allclose(with_bos.activations, direct, rtol=1e-5, atol=1e-7)
+    assert 1 not in with_bos.excluded_positions  # the first word is read and ranked
+    readable = np.delete(direct, with_bos.excluded_positions, axis=0)
+    assert with_bos.top_features[0] == int(np.argmax(readable.max(0)))
+    for view, option in ((with_bos, None), (without, False)):
+        feature = view.top_features[0]
+        position = int(np.argmax(view.activations[:, feature]))
+        attribution = feature_attribution(lm, sae, TEXT, feature, position, "gradxinput", prepend_bos=option)
+        assert attribution.tokens == view.tokens and attribution.position == position
+        assert attribution.activation == pytest.approx(view.activations[position, feature], rel=1e-5)
+        steered = steer(lm, sae, TEXT, feature, "add", strength=0.0, n_new=0, prepend_bos=option)
+        assert steered.tokens == view.tokens
+        np.testing.assert_allclose(steered.feature_on_prompt, view.activations[:, feature], rtol=1e-5, atol=1e-7)
+    assert with_bos.tokens[1:] == without.tokens  # the same words, one position later
 
 
 def test_search_by_id_logit_and_context(lm, store):

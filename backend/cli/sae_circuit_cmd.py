@@ -24,6 +24,9 @@ def register(sae_sub) -> None:
                          help=f"the LRP rules to propagate with (default {with_rules[0] if with_rules else 'none'})")
     circuit.add_argument("--features", type=positive_int, default=8, help="upstream feature nodes (default 8)")
     circuit.add_argument("--json", metavar="OUT", help="write JSON to OUT ('-' for stdout)")
+    circuit.add_argument("--prepend-bos", action=argparse.BooleanOptionalAction, default=None,
+                         help="put the model's BOS token first, as `sae prompt` does, so positions match its output "
+                              "(default: on where the tokenizer adds no BOS itself and the model has attention)")
     circuit.set_defaults(func=run_circuit)
 
 
@@ -43,12 +46,9 @@ def run_circuit(args: argparse.Namespace) -> int:
         args.model = upstream.cfg.model_name or "smollm2-135m"
     lm = load_from_args(args)
     result = feature_circuit(lm, upstream, downstream, args.text, feature=args.feature, position=args.position,
-                             method=args.method, n_features=args.features)
+                             method=args.method, n_features=args.features, prepend_bos=args.prepend_bos)
     if args.json:
-        emit_json({"model": result.model, "method": result.method, "target": result.target, "value": result.value,
-                   "upstream_hook": result.upstream_hook, "tokens": result.tokens,
-                   "top_features": result.top_features(args.features), "conservation": result.conservation,
-                   "nodes": result.nodes, "edges": result.edges, "seconds": result.seconds}, args.json)
+        emit_json(result, args.json)
     if args.json != "-":
         c = result.conservation
         print(f"{result.method} circuit to {result.target} on {result.model}: value {result.value:.4f}, "

@@ -38,7 +38,8 @@ def _steer(args: argparse.Namespace) -> int:
 
     text = _text(args)
     sae, lm = _sae_and_model(args)
-    result = steer(lm, sae, text, args.feature, mode=args.mode, strength=args.strength, n_new=args.tokens)
+    result = steer(lm, sae, text, args.feature, mode=args.mode, strength=args.strength, n_new=args.tokens,
+                   prepend_bos=args.prepend_bos)
     if args.json:
         emit_json(result, args.out)
         return 0
@@ -56,19 +57,13 @@ def _prompt(args: argparse.Namespace) -> int:
 
     text = _text(args)
     sae, lm = _sae_and_model(args)
-    view = prompt_features(lm, sae, text, n_top=args.top)
-    peak = view.top_values.max(axis=0) if view.top_values.size else []
-    payload = {"model": lm.name, "hook": sae.cfg.hook_name, "tokens": view.tokens,
-               "excluded_positions": view.excluded_positions, "sink_positions": view.sink_positions,
-               "top_features": [{"feature": f, "max_activation": float(v)} for f, v in zip(view.top_features, peak)],
-               "per_token": [{"position": p, "token": t, "excluded": p in view.excluded_positions,
-                              "features": view.active_at(p, args.per_token) if args.per_token else []}
-                             for p, t in enumerate(view.tokens)]}
+    view = prompt_features(lm, sae, text, n_top=args.top, prepend_bos=args.prepend_bos, per_token=args.per_token)
     if args.json:
-        emit_json(payload, args.out)
+        emit_json(view, args.out)
         return 0
-    print(f"{len(view.tokens)} tokens; left out of the ranking: positions {payload['excluded_positions']}")
-    for row in payload["top_features"]:
+    named = "; ".join(f"{row['position']} {row['token']!r} ({row['reason']})" for row in view.sinks) or "none"
+    print(f"{len(view.tokens)} tokens; left out of the ranking: {named}")
+    for row in view.to_dict()["top_features"]:
         print(f"  feature {row['feature']:>6}  max {row['max_activation']:.4g}")
     return 0
 
@@ -81,6 +76,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--text-file", default=None, help="read the prompt from this file instead")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--out", default=None, help="write the JSON here instead of stdout")
+    parser.add_argument("--prepend-bos", action=argparse.BooleanOptionalAction, default=None,
+                        help="put the model's BOS token before the text so the first word is read like any other "
+                             "(default: on where the tokenizer adds no BOS itself and the model has attention)")
 
 
 def register(sae_sub) -> None:
@@ -88,12 +86,15 @@ def register(sae_sub) -> None:
     _common(steer)
     steer.add_argument("--feature", type=non_negative_int, required=True, help="feature id")
     steer.add_argument("--mode", choices=["add", "ablate"], default="add")
-    steer.add_argument("--strength", type=finite_float, default=10.0, help="multiple of the decoder row added (add mode)")
-    steer.add_argument("--tokens", type=int_between(0, 32), default=10, help="tokens to generate for each continuation (0..32)")
+    steer.add_argument("--strength", type=finite_float, default=10.0,
+                       help="multiple of the decoder row added (add mode)")
+    steer.add_argument("--tokens", type=int_between(0, 32), default=10,
+                       help="tokens to generate for each continuation (0..32)")
     steer.set_defaults(func=_steer)
 
     prompt = sae_sub.add_parser("prompt", help="features on a text: top features, active features per token, sinks")
     _common(prompt)
     prompt.add_argument("--top", type=positive_int, default=20, help="how many top features (default 20)")
-    prompt.add_argument("--per-token", type=non_negative_int, default=10, help="active features listed per token (default 10)")
+    prompt.add_argument("--per-token", type=non_negative_int, default=10,
+                        help="active features listed per token (default 10)")
     prompt.set_defaults(func=_prompt)

@@ -27,6 +27,7 @@ from interpscope.config import InterpscopeError
 from interpscope.graph import GraphEdge, GraphNode
 from interpscope.relevance.engine import attribute
 from interpscope.relevance.methods import get_method
+from interpscope.sae.documents import CircuitDocument
 from interpscope.sae.folder import check_compatible
 from interpscope.sae.placement import on_device
 from interpscope.sae.sinks import sink_rows
@@ -48,7 +49,7 @@ class CircuitConservation:
 
 
 @dataclass
-class FeatureCircuit:
+class FeatureCircuit(CircuitDocument):
     model: str
     method: str
     tokens: list[str]
@@ -135,9 +136,11 @@ class _LazyExtra(dict):
 
 def feature_circuit(loaded, upstream, downstream=None, text: str = "", *, feature: int | None = None,
                     position: int = -1, method: str = "attnlrp", n_features: int = 8,
-                    n_token_edges: int = 4) -> FeatureCircuit:
+                    n_token_edges: int = 4, prepend_bos: bool | None = None) -> FeatureCircuit:
     """The circuit from input tokens through `upstream`'s features to downstream feature `feature` at
-    `position` (or, with downstream None, to the next-token logit predicted after `text`)."""
+    `position` (or, with downstream None, to the next-token logit predicted after `text`); positions as the SAE
+    prompt view's (interpscope.relevance.api.input_ids_for with the same prepend_bos: by default the prepended BOS
+    is position 0 and the first word 1)."""
     start = time.perf_counter()
     spec = get_method(method, loaded.adapter)
     if spec.kind != "lrp" or spec.rules is None:
@@ -145,7 +148,9 @@ def feature_circuit(loaded, upstream, downstream=None, text: str = "", *, featur
     up_hook = check_compatible(upstream, loaded.adapter, None, loaded.name)
     upstream = on_device(upstream, loaded.device)
     downstream = None if downstream is None else on_device(downstream, loaded.device)
-    ids = loaded.encode(text)
+    from interpscope.relevance.api import input_ids_for
+
+    ids, _ = input_ids_for(loaded, text, prepend_bos)
     n_tokens = ids.shape[1]
     position = n_tokens + position if position < 0 else position
     if not 0 < position < n_tokens:

@@ -1,8 +1,13 @@
 """Live views on a person's own text: which features fire on which tokens, and which tokens drive one feature.
 
 Prompt view: every feature's activation on every token [T, d_sae]; the heatmap shows the `n_top` features with the
-largest activation anywhere in the prompt. Position 0 (the attention sink) is computed but never used to rank, and
-other tokens with a massive activation (interpscope.sae.sinks; the SAE never saw such inputs) read as no feature.
+largest activation anywhere in the prompt. Which positions are left out is MEASURED, never assumed, through the one
+helper (interpscope.sinks.measure on the SAE's own hook activation: a row more than SINK_FACTOR x the median norm of
+the other rows; the SAE never saw such inputs, so they read as no feature), plus a BOS the caller prepended. The text's
+positions are made in one place, interpscope.relevance.api.input_ids_for (the model's BOS first where the tokenizer
+adds none and the model has attention, unless prepend_bos says otherwise), and every live view (prompt view,
+attribution, steering, circuits) takes its positions from it, so a position picked in one view means the same token in
+the others.
 
 Attribution: relevance of each input token for one feature's activation f_i(x_p) at position p, through the
 relevance engine (AttnLRP / CP-LRP rules, or plain Gradient x Input). The explained scalar is read at the SAE's
@@ -11,7 +16,7 @@ f_i - that sum (the encoder is affine + ReLU, so the split is exact).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -19,13 +24,16 @@ import torch
 from interpscope.capture import model_lock
 from interpscope.config import InterpscopeError
 from interpscope.relevance import attribute, get_method, methods_for
+from interpscope.relevance.api import input_ids_for
 from interpscope.sae import SparseAutoencoder, check_compatible
 from interpscope.sae.placement import on_device
-from interpscope.sae_store.encode import encode_with_sinks
+from interpscope.sae_store.documents import PromptFeaturesDocument
+from interpscope.sae_store.encode import hook_activations
+from interpscope.sinks import SinkReport, measure, words
 
 
 @dataclass
-class PromptFeatures:
+class PromptFeatures(PromptFeaturesDocument):
     """Feature activations on a prompt: all of them, and the top features' columns for the heatmap."""
 
     tokens: list[str]
@@ -34,11 +42,21 @@ class PromptFeatures:
     top_features: list[int]
     top_values: np.ndarray
     sink_positions: list[int]
+    sinks: list[dict] = field(default_factory=list)
+    bos_prepended: bool = False
+    sink_word: str = "attention sink"
+    model: str | None = None
+    hook: str | None = None
+    per_token_limit: int = 10  # active features listed per token in the document
 
     @property
     def excluded_positions(self) -> list[int]:
-        """Positions never ranked: 0 (the attention sink) and the massive-activation rows (interpscope.sinks)."""
-        return [0] + [p for p in self.sink_positions if p != 0]
+        """Positions never ranked: the measured sinks (interpscope.sinks.measure) and a prepended BOS."""
+        return [row["position"] for row in self.sinks]
+
+    def reasons(self) -> dict[int, str]:
+        """position -> why it is excluded ('prepended BOS', 'measured attention sink, 142x the median norm')."""
+        return {row["position"]: row["reason"] for row in self.sinks}
 
     def active_at(self, position: int, limit: int = 50) -> list[dict]:
         """Features active at one token, largest first: [{feature, activation}]."""
@@ -54,18 +72,32 @@ class PromptFeatures:
         return {"tokens": self.tokens, "features": self.top_features, "activations": self.top_values}
 
 
-def prompt_features(loaded, sae: SparseAutoencoder, text: str, n_top: int = 20) -> PromptFeatures:
-    """Encode a text at the SAE's hook; pick the n_top features with the largest activation (positions >= 1)."""
-    ids = loaded.encode(text)
-    features, sinks = encode_with_sinks(loaded, sae, ids)
-    acts = features[0].numpy()
-    ranked = acts[1:] if acts.shape[0] > 1 else np.zeros((0, acts.shape[1]), np.float32)
+@torch.no_grad()
+def prompt_features(loaded, sae: SparseAutoencoder, text: str, n_top: int = 20,
+                    prepend_bos: bool | None = None, per_token: int = 10) -> PromptFeatures:
+    """Encode a text at the SAE's hook; pick the n_top features with the largest activation over the positions
+    that are neither a measured sink nor a prepended BOS (those are named, with their reason, in `sinks`)."""
+    ids, prepended = input_ids_for(loaded, text, prepend_bos)
+    hook = check_compatible(sae, loaded.adapter, None, loaded.name)
+    with model_lock(loaded):
+        x = hook_activations(loaded, hook, ids)
+    x = x.to(device=sae.W_enc.device, dtype=sae.W_enc.dtype)
+    report: SinkReport = measure(x[0], prepended=0 if prepended else None, point=hook)
+    acts = sae.encode(x)[0].float().cpu().numpy()
+    acts[sorted(report.measured)] = 0.0  # a massive row is outside what the SAE was trained on: no feature
+    excluded = np.zeros(acts.shape[0], dtype=bool)
+    excluded[report.positions] = True
+    ranked = acts[~excluded]
     peak = ranked.max(axis=0) if ranked.size else np.zeros(acts.shape[1], np.float32)
     alive = np.flatnonzero(peak > 0)
     top = alive[np.argsort(-peak[alive], kind="stable")][:n_top]
-    return PromptFeatures(tokens=loaded.token_strings(ids[0]), token_ids=ids[0].tolist(), activations=acts,
+    tokens = loaded.token_strings(ids[0])
+    sink_word = words(loaded.adapter.capabilities())["sink"]
+    return PromptFeatures(tokens=tokens, token_ids=ids[0].tolist(), activations=acts,
                           top_features=[int(i) for i in top], top_values=acts[:, top],
-                          sink_positions=[int(i) + 1 for i in torch.nonzero(sinks[0]).flatten()])
+                          sink_positions=sorted(report.measured), sinks=report.rows(tokens, sink_word),
+                          bos_prepended=prepended, sink_word=sink_word, model=loaded.name, hook=hook,
+                          per_token_limit=per_token)
 
 
 def attribution_methods(adapter) -> list:
@@ -103,8 +135,9 @@ class FeatureAttribution:
 
 
 def feature_attribution(loaded, sae: SparseAutoencoder, text: str, feature: int, position: int,
-                        method: str = "attnlrp") -> FeatureAttribution:
-    """Which input tokens drive f_feature at `position` (-1 = last token)."""
+                        method: str = "attnlrp", prepend_bos: bool | None = None) -> FeatureAttribution:
+    """Which input tokens drive f_feature at `position` (-1 = last token), positions as the prompt view's
+    (input_ids_for with the same prepend_bos)."""
     spec = get_method(method, loaded.adapter)
     if not spec.one_backward_pass:
         usable = ", ".join(m.name for m in attribution_methods(loaded.adapter))
@@ -112,7 +145,7 @@ def feature_attribution(loaded, sae: SparseAutoencoder, text: str, feature: int,
     hook = check_compatible(sae, loaded.adapter, None, loaded.name)
     if not 0 <= feature < sae.cfg.d_sae:
         raise InterpscopeError(f"Feature id must be 0..{sae.cfg.d_sae - 1} (got {feature}).")
-    ids = loaded.encode(text)
+    ids, _ = input_ids_for(loaded, text, prepend_bos)
     n_tokens = ids.shape[1]
     position = n_tokens + position if position < 0 else position
     if not 0 <= position < n_tokens:

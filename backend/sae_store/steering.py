@@ -3,11 +3,13 @@
 - add: x <- x + strength * W_dec[i] at the hook, at every position from 1 on (also while generating);
 - ablate: x <- x - f_i(x) W_dec[i], i.e. the feature's own contribution to the SAE's reconstruction is removed
   and the SAE's error term is kept.
-Position 0 (the attention sink) is never edited. Reported: the next-token distribution after the prompt (top
-tokens, KL(clean || edited)), the change of log p(actual next token) at every position (the per-token ablation
-effect), and a greedy continuation of each run. Clean and edited runs are the two rows of one batch, generated
-with the KV cache (interpscope.generation): the edit acts on the edited row only, at every position from 1 on,
-newly generated positions included.
+Position 0 is never edited: the prompt's positions come from interpscope.relevance.api.input_ids_for, as in the
+prompt view, so by default position 0 is the prepended BOS (the attention sink) and the first word is edited like any
+other; with prepend_bos=False position 0 is the first word, which then carries the sink. Reported: the next-token
+distribution after the prompt (top tokens, KL(clean || edited)), the change of log p(actual next token) at every
+position (the per-token ablation effect), and a greedy continuation of each run. Clean and edited runs are the two
+rows of one batch, generated with the KV cache (interpscope.generation): the edit acts on the edited row only, at every
+position from 1 on, newly generated positions included.
 """
 from __future__ import annotations
 
@@ -21,8 +23,10 @@ import torch.nn.functional as F
 from interpscope.capture import hooks, model_lock
 from interpscope.config import InterpscopeError
 from interpscope.generation import RowEdit, greedy_generate
+from interpscope.relevance.api import input_ids_for
 from interpscope.sae import SparseAutoencoder, check_compatible
 from interpscope.sae.placement import on_device
+from interpscope.sae_store.documents import SteeringDocument
 
 MODES = ("add", "ablate")
 MAX_NEW_TOKENS = 32
@@ -40,12 +44,12 @@ def default_strength(max_activation: float) -> float:
 
 
 @dataclass
-class SteeringResult:
+class SteeringResult(SteeringDocument):
     """Clean vs edited run of one prompt."""
 
     feature: int
     mode: str
-    strength: float
+    strength: float | None  # None in ablate mode: no strength applies
     tokens: list[str]
     clean_top: list[dict]
     edited_top: list[dict]
@@ -77,7 +81,8 @@ def _top(probs: torch.Tensor, tokenizer, k: int = 10) -> list[dict]:
 
 @torch.no_grad()
 def steer(loaded, sae: SparseAutoencoder, text: str, feature: int, mode: str = "add", strength: float = 10.0,
-          n_new: int = 10, progress: Callable[[int, int], None] | None = None) -> SteeringResult:
+          n_new: int = 10, progress: Callable[[int, int], None] | None = None,
+          prepend_bos: bool | None = None) -> SteeringResult:
     """Run the prompt clean and with the feature added/removed; compare next-token distributions and continuations
     (serves the SAE feature page's Steering view and `interpscope sae steer`); progress(done, n_new) per token."""
     if mode not in MODES:
@@ -90,7 +95,7 @@ def steer(loaded, sae: SparseAutoencoder, text: str, feature: int, mode: str = "
         raise InterpscopeError(f"The steering strength must be a finite number (got {strength}).")
     hook = check_compatible(sae, loaded.adapter, None, loaded.name)
     sae = on_device(sae, loaded.device)
-    ids = loaded.encode(text, max_tokens=loaded.token_cap - n_new)
+    ids, _ = input_ids_for(loaded, text, prepend_bos, max_tokens=loaded.token_cap - n_new)
     captured: dict[str, torch.Tensor] = {}
 
     def record(tensor: torch.Tensor) -> None:
@@ -109,7 +114,7 @@ def steer(loaded, sae: SparseAutoencoder, text: str, feature: int, mode: str = "
     rows = torch.arange(following.numel(), device=clean_logp.device)
     change = (edited_logp[rows, following] - clean_logp[rows, following]).cpu().numpy()
     tokenizer = loaded.tokenizer
-    return SteeringResult(feature=feature, mode=mode, strength=float(strength) if mode == "add" else 0.0,
+    return SteeringResult(feature=feature, mode=mode, strength=float(strength) if mode == "add" else None,
                           tokens=loaded.token_strings(ids[0]), clean_top=_top(clean_logp[-1].exp(), tokenizer),
                           edited_top=_top(edited_logp[-1].exp(), tokenizer), kl=max(kl, 0.0),
                           logprob_change=change, clean_continuation=tokenizer.decode(clean_new),
