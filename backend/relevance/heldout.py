@@ -29,7 +29,7 @@ from interpscope.progress import Progress
 from interpscope.relevance import heldout_stats as stats
 from interpscope.relevance.baselines import BASELINES, baseline_embeds
 from interpscope.relevance.faithfulness import DEFAULT_STEPS, curves_for_maps
-from interpscope.relevance.methods import METHODS, MethodOptions, get_method, methods_for
+from interpscope.relevance.methods import METHODS, MethodOptions, get_method, methods_for, methods_taking
 from interpscope.relevance.sinks import sink_positions
 from interpscope.relevance.targets import Target
 from interpscope.results import Result
@@ -37,8 +37,13 @@ from interpscope.results import Result
 PROMPTS_DIR = ASSETS_DIR / "prompts"
 SETS = {"heldout": "heldout-v1.jsonl"}
 FIELDS = ("id", "category", "text", "expected")
-MATCHED = ("ig", "occlusion")  # methods whose map depends on the baseline: computed from the deletion's baseline
 DEFAULT_IG_STEPS = 8
+
+
+def matched_methods() -> list[str]:
+    """The methods whose map depends on the baseline (those taking the baseline option): each is computed from the
+    deletion's baseline."""
+    return [m.name for m in methods_taking("baseline")]
 
 
 def set_path(name: str) -> Path:
@@ -98,7 +103,7 @@ class HeldoutSettings:
     bootstrap: int = stats.BOOTSTRAP
     target: str = "the expected next token's logit"
     removal: str = "a removed token's input embedding is replaced by the baseline's"
-    matched_baselines: list[str] = field(default_factory=lambda: list(MATCHED))
+    matched_baselines: list[str] = field(default_factory=matched_methods)
 
 
 @dataclass
@@ -164,8 +169,9 @@ def prompt_row(lm, prompt: dict, settings: HeldoutSettings, index: int) -> dict:
     row = {k: prompt[k] for k in ("id", "category", "text", "expected") if k in prompt}
     row["tokens"] = lm.token_strings(ids[0])
     shares = {}
+    matched = matched_methods()
     for method in settings.methods:
-        for baseline in (settings.baselines if method in MATCHED else [None]):
+        for baseline in (settings.baselines if method in matched else [None]):
             options = MethodOptions(ig_steps=settings.ig_steps, baseline=baseline or "zero")
             attribution, _ = run_method(lm, ids, method, target, options=options)
             maps[(method, baseline)] = np.asarray(attribution.relevance, dtype=np.float64)
@@ -178,7 +184,7 @@ def prompt_row(lm, prompt: dict, settings: HeldoutSettings, index: int) -> dict:
     rng = np.random.default_rng([settings.seed, zlib.crc32(str(prompt.get('id', index)).encode())])
     maps[(stats.RANDOM, None)] = rng.permutation(n_tokens).astype(np.float64)
     names = [*settings.methods, stats.RANDOM]
-    key = {(m, b): (m, b if m in MATCHED else None) for m in names for b in settings.baselines}
+    key = {(m, b): (m, b if m in matched else None) for m in names for b in settings.baselines}
     with model_lock(lm):
         sinks = sink_positions(lm.adapter, ids)  # measured massive-activation rows (SmolLM2 adds no BOS)
         kept = sorted({0, *sinks})
@@ -196,10 +202,10 @@ def prompt_row(lm, prompt: dict, settings: HeldoutSettings, index: int) -> dict:
     if fixed:
         row["abpc_sinks_fixed"] = {first: {m: fixed[(key[(m, first)], first)].abpc for m in names}}
     row["softmax_share"] = shares.get("attnlrp")
-    row["position0_share"] = {m: float(abs(maps[(m, None if m not in MATCHED else first)][0]) /
-                                       (np.abs(maps[(m, None if m not in MATCHED else first)]).sum() or 1.0))
+    row["position0_share"] = {m: float(abs(maps[(m, None if m not in matched else first)][0]) /
+                                       (np.abs(maps[(m, None if m not in matched else first)]).sum() or 1.0))
                               for m in settings.methods}
-    row["relevance"] = {m: maps[(m, None if m not in MATCHED else first)].tolist() for m in settings.methods}
+    row["relevance"] = {m: maps[(m, None if m not in matched else first)].tolist() for m in settings.methods}
     return row
 
 
