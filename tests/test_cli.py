@@ -21,9 +21,11 @@ def run_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
 def test_models_json():
     result = run_cli("models", "--json")
     assert result.returncode == 0, result.stderr
-    models = json.loads(result.stdout)
-    assert {"name": "smollm2-135m", "family": "llama", "source": "bundled"} in models
-    assert all(set(m) == {"name", "family", "source"} for m in models)
+    document = json.loads(result.stdout)
+    assert document["schema"] == "interpscope.models" and document["schema_version"] == 1
+    models = document["models"]
+    assert any(m.items() >= {"name": "smollm2-135m", "family": "llama", "source": "bundled"}.items() for m in models)
+    assert all({"name", "family", "source"} <= set(m) <= {"name", "family", "source", "description"} for m in models)
 
 
 def test_predict_json(bundled_lm):
@@ -35,7 +37,8 @@ def test_predict_json(bundled_lm):
     assert data["predictions"][0]["token"] == " Paris"
     probs = [p["prob"] for p in data["predictions"]]
     assert len(probs) == 5 and probs == sorted(probs, reverse=True)
-    assert all(isinstance(p["id"], int) for p in data["predictions"])
+    assert all(isinstance(p["id"], int) and isinstance(p["logit"], float) for p in data["predictions"])
+    assert data["schema"] == "interpscope.prediction" and data["text"] == "The capital of France is"
 
 
 def test_predict_from_file(tmp_path, bundled_lm):

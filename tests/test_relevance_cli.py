@@ -33,14 +33,15 @@ def test_explain_json_fields(capsys, tmp_path, bundled_lm, method):
     assert set(data["target"]) >= {"token", "token_id", "position", "label", "kind"}
     assert data["target"]["position"] == len(data["tokens"]) - 1 and data["target"]["kind"] == "logit"
     assert isinstance(data["logit"], float) and data["seconds"] > 0
-    conservation = data["conservation"]
+    assert data["schema"] == "interpscope.relevance" and data["schema_version"] == 1
+    conservation = data.get("conservation")
     if method in ("attnlrp", "cplrp"):
         assert {"input_sum", "bias_sum", "softmax_sum", "relative_error"} <= set(conservation)
         assert conservation["relative_error"] < 1e-3
         assert abs(conservation["input_sum"] + conservation["bias_sum"] + conservation["softmax_sum"]
                    - data["logit"]) < 1e-3 * abs(data["logit"])
     else:
-        assert conservation is None
+        assert conservation is None  # a method without a conservation law: the key is absent
     if method == "ig":  # completeness: relevance sums to f(x) - f(baseline), up to the integral's gap
         completeness = data["completeness"]
         assert abs(sum(data["relevance"]) - completeness["relevance_sum"]) < 1e-6

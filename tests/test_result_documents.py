@@ -49,6 +49,10 @@ def exports(monkeypatch) -> dict:
         return original(fig, data, key, filename)
 
     monkeypatch.setattr(export, "export_menu", recording)
+    for name, module in list(sys.modules.items()):  # page helpers imported earlier hold their own reference
+        if (name == "pages" or name.startswith(("pages.", "interpscope.components."))) and \
+                getattr(module, "export_menu", None) is not None:
+            monkeypatch.setattr(module, "export_menu", recording)
     return recorded
 
 
