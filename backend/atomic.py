@@ -125,7 +125,7 @@ def _alive(pid: int) -> bool:
 def remove_stale_temps(folder: str | Path) -> list[Path]:
     """Delete the temporary files a killed run left in `folder` and its sub-folders (only names this module makes,
     only of processes no longer running); returns what was removed."""
-    removed = []
+    removed: list[Path] = []
     root = Path(folder)
     if not root.is_dir():
         return removed

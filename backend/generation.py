@@ -18,7 +18,6 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 
@@ -96,9 +95,14 @@ def _stack_caches(caches: list) -> object | None:
     return caches[0]
 
 
-@lru_cache(maxsize=64)
-def _parameters(model_class: type) -> frozenset[str]:
-    return frozenset(inspect.signature(model_class.forward).parameters)
+_PARAMETERS: dict[type[torch.nn.Module], frozenset[str]] = {}
+
+
+def _parameters(model_class: type[torch.nn.Module]) -> frozenset[str]:
+    """The forward's parameter names, per model class (a dict: torch's Module type is not Hashable to mypy)."""
+    if model_class not in _PARAMETERS:
+        _PARAMETERS[model_class] = frozenset(inspect.signature(model_class.forward).parameters)
+    return _PARAMETERS[model_class]
 
 
 def _keeps_logits(model: torch.nn.Module) -> bool:
@@ -149,11 +153,14 @@ def greedy_generate(adapter, input_ids: torch.Tensor, n_new: int, edits: Sequenc
     current = _Pass(list(range(n_rows)))
     with hooks(adapter, [(edit.hook, _positioned(edit, current)) for edit in edits]):
         groups = [[row] for row in range(n_rows)] if prefill_rows_apart and n_rows > 1 else [list(range(n_rows))]
-        logits_parts, last_parts, caches = [], [], []
+        logits_parts: list[torch.Tensor] = []
+        last_parts: list[torch.Tensor] = []
+        caches: list = []
         for group in groups:
             current.rows = group
             out = _logits(model, input_ids[group], not prompt_logits, use_cache=use_cache)
-            logits_parts.append(out.logits if prompt_logits else None)
+            if prompt_logits:
+                logits_parts.append(out.logits)
             last_parts.append(out.logits[:, -1])
             caches.append(getattr(out, cache_name, None) if use_cache else None)
             del out

@@ -95,10 +95,10 @@ def mean_relevance_bars(labels: Sequence[str], means: Sequence[float], counts: S
     rows = list(zip(labels, means, counts, strict=True))
     if by_value:
         rows.sort(key=lambda row: -row[1])
-    labels, means, counts = ([r[i] for r in rows] for i in range(3))
-    fig = go.Figure(go.Bar(x=_unique([_label(t) for t in labels]) if x_title.startswith("token") else list(labels),
-                           y=list(means), customdata=list(counts),
-                           marker_color=[PALETTE[0] if m >= 0 else PALETTE[1] for m in means],
+    shown_labels, shown_means, shown_counts = [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
+    fig = go.Figure(go.Bar(x=_unique([_label(t) for t in shown_labels]) if x_title.startswith("token")
+                           else shown_labels, y=shown_means, customdata=shown_counts,
+                           marker_color=[PALETTE[0] if m >= 0 else PALETTE[1] for m in shown_means],
                            hovertemplate="%{x}: mean %{y:.4g} over %{customdata} tokens<extra></extra>"))
     fig.update_layout(title=title, template="plotly_white", height=380, xaxis_title=x_title,
                       yaxis_title="mean relevance", margin=dict(l=60, r=20, t=60, b=110), xaxis=dict(tickangle=-45))

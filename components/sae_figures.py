@@ -13,12 +13,13 @@ ORANGE = (230, 120, 20)
 ACTIVATION_SCALE = [[0.0, "rgb(255,255,255)"], [1.0, f"rgb{ORANGE}"]]
 
 
-def histogram_figure(edges: Sequence[float], counts: Sequence[int], title: str, x_title: str,
-                     y_log: bool = False, color: str = "rgb(230,120,20)") -> go.Figure:
+def histogram_figure(edges: Sequence[float] | np.ndarray, counts: Sequence[int] | np.ndarray, title: str,
+                     x_title: str, y_log: bool = False, color: str = "rgb(230,120,20)") -> go.Figure:
     """Bar histogram from {edges, counts}."""
-    edges = np.asarray(edges, float)
-    centres = (edges[:-1] + edges[1:]) / 2 if edges.size > 1 else edges
-    bar = go.Bar(x=centres.tolist(), y=list(counts), width=np.diff(edges).tolist() if edges.size > 1 else None,
+    edge_array = np.asarray(edges, float)
+    centres = (edge_array[:-1] + edge_array[1:]) / 2 if edge_array.size > 1 else edge_array
+    bar = go.Bar(x=centres.tolist(), y=list(counts),
+                 width=np.diff(edge_array).tolist() if edge_array.size > 1 else None,
                  marker=dict(color=color), hovertemplate="%{x:.4g}: %{y}<extra></extra>")
     return go.Figure(data=[bar], layout=dict(
         title=dict(text=title), xaxis=dict(title=dict(text=x_title)),

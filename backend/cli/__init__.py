@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 from interpscope.config import InterpscopeError, check_data_dir
 from interpscope.inputs import env_token_cap
@@ -24,13 +25,13 @@ COMMAND_MODULES = [
 class Parser(argparse.ArgumentParser):
     """argparse with the house error format: one line `interpscope: error: ...` and exit status 2."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("interpscope").strip()
         where = f"{command}: " if command else ""
         fail(f"{where}{message} (usage: `{self.prog} --help`)")
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     """Print one error line (newlines in the message folded) and exit with status 2."""
     print(f"interpscope: error: {' '.join(str(message).split())}", file=sys.stderr)
     sys.exit(2)

@@ -10,7 +10,7 @@ from typing import Any
 from interpscope.cli.argtypes import finite_float, int_at_least
 
 
-def _type(spec) -> Callable[[str], Any] | None:
+def _type(spec) -> Callable[[str], Any]:
     """Parse a flag's text as the spec's kind; a whole number with a lower bound is refused below it while the
     arguments are parsed, the rest of the range by MethodOptions.checked (the same message as the pages')."""
     if spec.choices is not None or spec.kind is str:

@@ -187,7 +187,7 @@ class FilterJob:
         config, texts, answers = shard.payload
         key, modules = self.configs[config]
         edits: dict = {}
-        where = None
+        where: dict | None = None
         if key != "none":
             matrix = torch.as_tensor(self.matrices[key], device=lm.device)
             where = {} if self.positions == "last" else None
@@ -307,17 +307,18 @@ def reading(table: FilterTable) -> str | None:
                 "points). ")
     if base < 0.2:
         return sentence + "The model barely adds these prompts even unfiltered, so the bands' roles cannot be read."
-    if rows[("high", "both")].control is None or rows[("low", "both")].control is None:
+    controls = {kind: rows[(kind, "both")].control for kind in ("high", "low")}
+    if controls["high"] is None or controls["low"] is None:
         return sentence + _regime_without_controls(base, lost_low, lost_high) + (
             " No same-rank random control was run, so this does not show the damage is specific to the frequencies.")
     clauses = [describe(f"{LABELS[kind].capitalize()} from attention + MLP", rows[(kind, "both")].control,
                         rows[(kind, "both")].rank) for kind in ("high", "low")]
     sentence = (f"{clauses[0]}; {clauses[1][0].lower()}{clauses[1][1:]} (clean accuracy {base:.1%}; the paper's "
                 "fine-tuned GPT-2-XL lost 93.8 and 72.7 points). ")
-    specific = {key: row for key, row in rows.items() if row.control is not None
+    specific = {key: row.control for key, row in rows.items() if row.control is not None
                 and row.control.verdict == "more damaging than"}
-    saturated = sorted({rows[(kind, "both")].rank for kind in ("high", "low")
-                        if rows[(kind, "both")].control.accuracy_mean < 0.2 * base})
+    saturated = sorted({rows[(kind, "both")].rank for kind, control in controls.items()
+                        if control is not None and control.accuracy_mean < 0.2 * base})
     if saturated:
         sentence += (f"At rank {' and '.join(str(r) for r in saturated)} the random control alone leaves under a fifth "
                      "of the clean accuracy, so such rows cannot tell Fourier directions from any number directions. ")
@@ -327,8 +328,8 @@ def reading(table: FilterTable) -> str | None:
                            "table does not show that the answer lives in these frequency bands: it shows how many "
                            "number directions the model can lose.")
     named = ", ".join(f"{LABELS[kind]} from {MODULE_WORDS[modules]} (specificity "
-                      f"{'undefined' if row.control.specificity is None else f'{row.control.specificity:.2f}'})"
-                      for (kind, modules), row in specific.items())
+                      f"{'undefined' if control.specificity is None else f'{control.specificity:.2f}'})"
+                      for (kind, modules), control in specific.items())
     bands = {kind for kind, _ in specific}
     if bands == {"high", "low"}:
         regime = ("both bands matter beyond their rank, low frequencies for magnitude and high ones for the last "

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -29,7 +29,7 @@ MANIFEST = "manifest.json"
 SHIPPED_DIR = ASSETS_DIR / "fourier_stores"
 Result = TypeVar("Result")
 
-_MEMO: dict[tuple[str, str], object] = {}
+_MEMO: dict[tuple[str, str], Any] = {}  # each key's result type is its compute()'s
 _MEMO_LOCK = threading.Lock()
 MEMO_ENTRIES = 64
 
@@ -40,7 +40,8 @@ def pairs_digest(pairs: np.ndarray) -> str:
 
 def encode(result) -> tuple[dict[str, np.ndarray], dict]:
     """A flat result dataclass as (arrays, JSON fields); lists of dataclasses become lists of dicts."""
-    arrays, plain = {}, {"type": type(result).__name__}
+    arrays: dict[str, np.ndarray] = {}
+    plain: dict[str, Any] = {"type": type(result).__name__}
     for field in dataclasses.fields(result):
         value = getattr(result, field.name)
         if isinstance(value, np.ndarray):
@@ -118,7 +119,7 @@ def _write(path: Path, writer: Callable) -> None:
 
 
 def _savez(handle, arrays: dict[str, np.ndarray]) -> None:
-    np.savez_compressed(handle, **arrays)
+    np.savez_compressed(handle, **arrays)  # type: ignore[arg-type]  # numpy's stub: as if a key were allow_pickle
 
 
 def _json_number(value):

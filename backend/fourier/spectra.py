@@ -256,18 +256,22 @@ def _periods_text(periods) -> str:
     return ", ".join(f"{p:.3g}" for p in periods)
 
 
+def _layers_baseline_sentence(spectra: LayerSpectra) -> str:
+    if spectra.baseline_share is None:
+        return "This spectrum was stored without its tokenisation baseline; rebuild the Fourier store."
+    first, last = spectra.baseline_share[0], spectra.baseline_share[-1]
+    above = spectra.outlier_periods[-1] if spectra.outlier_periods else []
+    return (f"Tokenisation baseline: a pure function of n mod 10 has power only at periods "
+            f"{_periods_text(spectra.baseline_periods)}, and it explains {first:.1%} of the power at the "
+            f"embeddings ({spectra.layer_names[0]}) and {last:.1%} at the last layer. Outliers are taken "
+            "above it: " + (f"the last layer's are at periods {_periods_text(above)}." if above else
+                           "the last layer has none."))
+
+
 def baseline_sentence(spectrum: Spectrum | LayerSpectra) -> str:
     """What the baseline explains and which outliers stand above it, from the spectrum's own numbers."""
     if isinstance(spectrum, LayerSpectra):
-        if spectrum.baseline_share is None:
-            return "This spectrum was stored without its tokenisation baseline; rebuild the Fourier store."
-        first, last = spectrum.baseline_share[0], spectrum.baseline_share[-1]
-        above = spectrum.outlier_periods[-1]
-        return (f"Tokenisation baseline: a pure function of n mod 10 has power only at periods "
-                f"{_periods_text(spectrum.baseline_periods)}, and it explains {first:.1%} of the power at the "
-                f"embeddings ({spectrum.layer_names[0]}) and {last:.1%} at the last layer. Outliers are taken "
-                "above it: " + (f"the last layer's are at periods {_periods_text(above)}." if above else
-                               "the last layer has none."))
+        return _layers_baseline_sentence(spectrum)
     if spectrum.baseline is None:
         return "This spectrum was stored without a baseline; its outliers are robust z-scores only."
     names = _periods_text([o.period for o in spectrum.outliers])

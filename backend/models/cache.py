@@ -19,11 +19,15 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from interpscope.capture import lock_held
 from interpscope.config import InterpscopeError
+
+if TYPE_CHECKING:
+    from interpscope.models.loading import LoadedModel
 
 MEMORY_ENV = "INTERPSCOPE_MODEL_MEMORY_MB"
 DEFAULT_FRACTION = 0.4
@@ -100,13 +104,13 @@ class ModelCache:
     """Loaded models by key, least recently used first; see the module docstring."""
 
     def __init__(self) -> None:
-        self._models: OrderedDict[Key, object] = OrderedDict()
+        self._models: OrderedDict[Key, LoadedModel] = OrderedDict()
         self._lock = threading.Lock()
         self._loading: dict[Key, threading.Lock] = {}
         self._users: Counter = Counter()
         self.evicted: list[Key] = []
 
-    def get_or_load(self, key: Key, load: Callable[[], object], estimate: int | None = None) -> object:
+    def get_or_load(self, key: Key, load: Callable[[], LoadedModel], estimate: int | None = None) -> LoadedModel:
         """The cached copy for `key`, or `load()` it once (concurrent callers of one key wait for one load)."""
         with self._lock:
             if key in self._models:
@@ -126,8 +130,8 @@ class ModelCache:
             self._make_room(0, keep=key)
             return loaded
 
-    def _in_use(self, key: Key, loaded) -> bool:
-        return self._users[key] > 0 or lock_held(loaded.model)
+    def _in_use(self, key: Key, lm: LoadedModel) -> bool:
+        return self._users[key] > 0 or lock_held(lm.model)
 
     def _make_room(self, incoming: int, keep: Key) -> None:
         budget = memory_budget()
@@ -145,14 +149,14 @@ class ModelCache:
         if dropped:
             _release_memory()
 
-    def key_of(self, loaded) -> Key | None:
+    def key_of(self, lm: LoadedModel) -> Key | None:
         with self._lock:
-            return next((k for k, m in self._models.items() if m is loaded), None)
+            return next((k for k, m in self._models.items() if m is lm), None)
 
     @contextmanager
-    def using(self, loaded) -> Iterator[None]:
+    def using(self, lm: LoadedModel) -> Iterator[None]:
         """Mark a model as in use (never evicted) for the `with` block."""
-        key = self.key_of(loaded)
+        key = self.key_of(lm)
         with self._lock:
             self._users[key] += 1
         try:

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -26,6 +27,9 @@ from interpscope.models.registry import BUNDLED
 from interpscope.paths import confined, confined_folder, display_path, from_display, looks_like_path, server_mode
 from interpscope.results import Result
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 
 @dataclass
 class LoadedModel:
@@ -33,7 +37,7 @@ class LoadedModel:
 
     name: str
     model: torch.nn.Module
-    tokenizer: object
+    tokenizer: PreTrainedTokenizerBase
     adapter: ModelAdapter
     device: torch.device
     dtype: torch.dtype
@@ -67,7 +71,7 @@ class LoadedModel:
     def token_strings(self, ids) -> list[str]:
         """Readable text of each token id (byte-level BPE markers decoded)."""
         flat = ids.reshape(-1).tolist() if hasattr(ids, "reshape") else list(ids)
-        return [self.tokenizer.decode([int(i)]) for i in flat]
+        return [str(self.tokenizer.decode([int(i)])) for i in flat]  # one id list decodes to one str
 
     def n_parameters(self) -> int:
         seen: set[int] = set()
@@ -249,7 +253,7 @@ def _hf_cache_models() -> list[dict]:
     """Causal LMs of a supported family already in the local Hugging Face hub cache."""
     hf_home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
     hub = Path(os.environ.get("HF_HUB_CACHE") or hf_home / "hub")
-    found = []
+    found: list[dict] = []
     if not hub.is_dir():
         return found
     for repo in sorted(hub.glob("models--*")):

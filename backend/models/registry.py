@@ -71,6 +71,11 @@ def bundled_name_for(model_name: str) -> str | None:
 MODELS_DIR = ASSETS_DIR / "models"
 
 
+def _fixed(folder: Path) -> Callable[[], Path]:
+    """A BundledModel folder function for a folder known up front."""
+    return lambda: folder
+
+
 def _discover_asset_models() -> None:
     """Register every assets/models/<name>/ folder that has an interpscope.json
     ({"name", "family", "description", "rebuild"}) beside its config.json and safetensors."""
@@ -86,7 +91,7 @@ def _discover_asset_models() -> None:
             continue
         folder = meta_path.parent
         register(BundledModel(name=meta["name"], family=meta["family"], description=meta.get("description", ""),
-                              folder=lambda folder=folder: folder))
+                              folder=_fixed(folder)))
 
 
 _discover_asset_models()

@@ -159,7 +159,7 @@ def token_effects(lm, neurons: list[Neuron], tokens: torch.Tensor, means: dict[i
             parts["clean_entropy"].append(entropy0.flatten())
             if log_q is not None:
                 parts["clean_kl_unigram"].append(kl0.flatten())
-            rows = {key: [] for key in keys[3:] if key != "clean_kl_unigram"}
+            rows: dict[str, list[torch.Tensor]] = {key: [] for key in keys[3:] if key != "clean_kl_unigram"}
             acts_rows = []
             for neuron in neurons:
                 acts = layer_acts[neuron.layer][..., neuron.index]
@@ -217,7 +217,8 @@ def token_effects(lm, neurons: list[Neuron], tokens: torch.Tensor, means: dict[i
             return None
         return torch.cat(parts[key], dim=-1).double().cpu().numpy()
 
-    return TokenEffects(neurons=list(neurons), **{key: joined(key) for key in keys})
+    arrays = {key: array for key in keys if (array := joined(key)) is not None}  # the optional ones may be absent
+    return TokenEffects(neurons=list(neurons), **arrays)
 
 
 @dataclass
@@ -291,10 +292,11 @@ def summarise(effects: TokenEffects, means: dict[int, np.ndarray], random_set: s
             entropy_total_abs=float(np.abs(effects.entropy_total[i]).mean()),
             entropy_direct_abs=float(np.abs(effects.entropy_direct[i]).mean()),
             norm_share=share, norm_share_note=note, rho=rho, norm=norm)
-        if effects.loss_frozen_unigram is not None:
-            row.loss_frozen_unigram = float(effects.loss_frozen_unigram[i].mean())
-            row.loss_frozen_unigram_abs = float(np.abs(effects.loss_frozen_unigram[i]).mean())
-            row.loss_direct_frozen_unigram_abs = float(np.abs(effects.loss_direct_frozen_unigram[i]).mean())
+        frozen, direct_frozen = effects.loss_frozen_unigram, effects.loss_direct_frozen_unigram
+        if frozen is not None and direct_frozen is not None and effects.kl_unigram_ablated is not None:
+            row.loss_frozen_unigram = float(frozen[i].mean())
+            row.loss_frozen_unigram_abs = float(np.abs(frozen[i]).mean())
+            row.loss_direct_frozen_unigram_abs = float(np.abs(direct_frozen[i]).mean())
             row.kl_unigram_ablated = float(effects.kl_unigram_ablated[i].mean())
         rows.append(row)
     return rows

@@ -93,7 +93,8 @@ def weight_detail(lm, layer: int, index: int, k: int | None = None, top_tokens: 
     return NeuronDetail(layer=neuron.layer, index=neuron.index, k=k, rho=float(cosines[-k:].norm()), norm=norm,
                         singular_values=basis.S.cpu().numpy(), cosines=cosines.cpu().numpy(),
                         promoted=promoted, suppressed=suppressed,
-                        post_scale=None if adapter.mlp_output_norm(neuron.layer) is None else float(post_scale))
+                        post_scale=None if adapter.mlp_output_norm(neuron.layer) is None or post_scale is None
+                        else float(post_scale))
 
 
 def context_windows(values: np.ndarray, excluded: np.ndarray, k: int, left: int = CONTEXT_LEFT,

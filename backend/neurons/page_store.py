@@ -65,7 +65,8 @@ def _write_json(path: Path, value: dict) -> None:
 
 
 def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    atomic.write_with(path, lambda handle: np.savez_compressed(handle, **arrays))
+    # numpy's stub types **kwds as if a name could be allow_pickle: bool
+    atomic.write_with(path, lambda handle: np.savez_compressed(handle, **arrays))  # type: ignore[arg-type]
 
 
 def layer_arrays(lm, layer: int, acts: np.ndarray, excluded: np.ndarray, tokens: np.ndarray, spec: StoreSpec,
@@ -138,7 +139,8 @@ def build_neuron_store(lm, out: str | Path, layers: list[int] | None = None, spe
     manifest = _owned(folder)
     atomic.remove_stale_temps(folder)  # what a killed build left mid-write
     key = model_key(lm)
-    wanted = sorted({check_layer(lm.adapter, layer) for layer in (layers or [None])})
+    requested: list[int | None] = list(layers) if layers else [None]  # None: the final layer
+    wanted = sorted({check_layer(lm.adapter, layer) for layer in requested})
     if manifest is not None and (manifest.get("model_key") != key or manifest.get("spec") != spec.__dict__):
         raise InterpscopeError(f"{folder} holds a store of another model or other settings; choose another folder.")
     folder.mkdir(parents=True, exist_ok=True)

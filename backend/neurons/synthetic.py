@@ -25,9 +25,13 @@ def tiny_model(family: str = "gpt2", vocab_size: int = 200, d_model: int = 32, n
         GPTNeoXForCausalLM,
         LlamaConfig,
         LlamaForCausalLM,
+        PretrainedConfig,
+        PreTrainedModel,
     )
 
     torch.manual_seed(seed)
+    config: PretrainedConfig
+    model: PreTrainedModel
     if family == "gpt2":
         config = GPT2Config(vocab_size=vocab_size, n_embd=d_model, n_layer=n_layers, n_head=n_heads,
                             n_inner=d_mlp, n_positions=256)
@@ -52,7 +56,7 @@ def tiny_model(family: str = "gpt2", vocab_size: int = 200, d_model: int = 32, n
         model = Gemma3ForCausalLM(config)
     else:
         raise ValueError(f"unknown family {family!r}")
-    model = model.to(dtype).eval()
+    model = model.to(dtype).eval()  # type: ignore[arg-type]  # transformers types its wrapped .to as unbound
     adapter = get_adapter(model)
     with torch.no_grad():
         adapter.W_E().normal_(0.0, embedding_std)

@@ -163,4 +163,5 @@ def neuron_stats(adapter: ModelAdapter, layer: int | None = None, k: int | None 
         stats = stats_for_vectors(basis, folded_W_out(adapter, layer, post_scale=post_scale), k, unigram)
     return NeuronStats(layer=layer, k=k, norm=stats["norm"], logit_var=stats["logit_var"], rho=stats["rho"],
                        unigram_cosine=stats.get("unigram_cosine"),
-                       post_scale=None if adapter.mlp_output_norm(layer) is None else float(post_scale))
+                       post_scale=None if adapter.mlp_output_norm(layer) is None or post_scale is None
+                       else float(post_scale))

@@ -178,6 +178,8 @@ def explain(lm, text: str | None = None, method: str = "attnlrp", *, token: str 
     sink_positions, each with its reason and measured ratio in `sinks`.
     """
     if input_ids is None:
+        if text is None:
+            raise InterpscopeError("explain needs a text or input_ids.")
         ids, prepended = input_ids_for(lm, text, prepend_bos)
     else:
         ids, prepended = input_ids, False
@@ -195,6 +197,8 @@ def explain(lm, text: str | None = None, method: str = "attnlrp", *, token: str 
         attribution, seconds = run_method(lm, ids, method, pending, latent=latent, options=options,
                                           progress=progress)
     target = attribution.target or target
+    if target is None:
+        raise InterpscopeError(f"{method} resolved no target for this text.")
     row = cached
     if row is None and spec.exact_forward and attribution.output_logits is not None and target.position == position:
         row = attribution.output_logits

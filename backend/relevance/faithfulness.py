@@ -102,10 +102,10 @@ def curves_for_maps(adapter: ModelAdapter, input_ids: torch.Tensor, target: Targ
     fractions = np.array(counts, dtype=np.float64) / n_rank
     out = {}
     for pair, (morf_jobs, lerf_jobs) in plans.items():
-        morf = np.array([values[j] for j in morf_jobs])
-        lerf = np.array([values[j] for j in lerf_jobs])
-        morf_auc, lerf_auc = _area(fractions, morf), _area(fractions, lerf)
-        out[pair] = PerturbationCurves(fractions=fractions, morf=morf, lerf=lerf, abpc=lerf_auc - morf_auc,
+        morf_curve = np.array([values[j] for j in morf_jobs])
+        lerf_curve = np.array([values[j] for j in lerf_jobs])
+        morf_auc, lerf_auc = _area(fractions, morf_curve), _area(fractions, lerf_curve)
+        out[pair] = PerturbationCurves(fractions=fractions, morf=morf_curve, lerf=lerf_curve, abpc=lerf_auc - morf_auc,
                                        morf_auc=morf_auc, lerf_auc=lerf_auc)
     return out
 

@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -137,7 +138,8 @@ def aggregate(rows: list[dict], top: int = 50, max_distance: int = 64) -> FileAg
             per_token[token].append(value)
             if n - 1 - i < max_distance:
                 per_distance[n - 1 - i].append(value)
-    tokens = [{"token": t, "mean_relevance": float(np.mean(v)), "count": len(v)} for t, v in per_token.items()]
+    tokens: list[dict[str, Any]] = [{"token": t, "mean_relevance": float(np.mean(v)), "count": len(v)}
+                                    for t, v in per_token.items()]
     tokens.sort(key=lambda r: (r["count"] < 2, -abs(r["mean_relevance"])))
     distance = [{"distance": d, "mean_relevance": float(np.mean(per_distance[d])), "count": len(per_distance[d])}
                 for d in sorted(per_distance)]

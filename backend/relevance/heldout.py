@@ -74,7 +74,8 @@ def choose(rows: Sequence[dict], limit: int | None = None, confident: bool = Fal
     by: dict[str, list[dict]] = {}
     for row in kept:
         by.setdefault(row["category"], []).append(row)
-    out, depth = [], 0
+    out: list[dict] = []
+    depth = 0
     while len(out) < limit:
         for group in by.values():
             if depth < len(group) and len(out) < limit:

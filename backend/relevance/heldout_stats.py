@@ -10,7 +10,7 @@ RANDOM = "random"
 BOOTSTRAP = 2000
 
 
-def bootstrap_mean(values: Sequence[float], n_boot: int = BOOTSTRAP, seed: int = 0,
+def bootstrap_mean(values: Sequence[float] | np.ndarray, n_boot: int = BOOTSTRAP, seed: int = 0,
                    level: float = 0.95) -> tuple[float, float, float]:
     """(mean, low, high): the mean and its percentile bootstrap interval, resampling the values (prompts) with
     replacement `n_boot` times from a generator seeded with `seed`."""
@@ -24,7 +24,7 @@ def bootstrap_mean(values: Sequence[float], n_boot: int = BOOTSTRAP, seed: int =
     return float(data.mean()), float(low), float(high)
 
 
-def ranks(values: Sequence[float]) -> np.ndarray:
+def ranks(values: Sequence[float] | np.ndarray) -> np.ndarray:
     """Ranks 1..n with ties averaged."""
     data = np.asarray(values, dtype=np.float64)
     order = np.argsort(data, kind="stable")
@@ -36,7 +36,7 @@ def ranks(values: Sequence[float]) -> np.ndarray:
     return out
 
 
-def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+def spearman(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float | None:
     """Spearman's rank correlation (None when either side is constant)."""
     rx, ry = ranks(x), ranks(y)
     if rx.std() == 0 or ry.std() == 0:
@@ -44,7 +44,7 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
-def spearman_interval(x: Sequence[float], y: Sequence[float], n_boot: int = BOOTSTRAP,
+def spearman_interval(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray, n_boot: int = BOOTSTRAP,
                       seed: int = 0) -> dict | None:
     """Spearman's rho with a percentile bootstrap interval over the pairs (None for fewer than 4 pairs)."""
     a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
@@ -53,8 +53,7 @@ def spearman_interval(x: Sequence[float], y: Sequence[float], n_boot: int = BOOT
         return None
     rng = np.random.default_rng(seed)
     draws = [spearman(a[i], b[i]) for i in rng.integers(0, a.size, size=(n_boot, a.size))]
-    draws = [d for d in draws if d is not None]
-    low, high = np.percentile(draws, [2.5, 97.5])
+    low, high = np.percentile([d for d in draws if d is not None], [2.5, 97.5])
     return {"rho": rho, "ci_low": float(low), "ci_high": float(high), "n": int(a.size)}
 
 
@@ -62,9 +61,9 @@ def abpc_table(abpc: Mapping[str, Mapping[str, Sequence[float]]], labels: Mappin
                n_boot: int = BOOTSTRAP) -> list[dict]:
     """One row per (baseline, method): mean ABPC with its 95% interval, the number of prompts and the method's
     rank under that baseline (1 = highest mean; the random control is ranked too, so a method below it reads so)."""
-    rows = []
+    rows: list[dict] = []
     for baseline, by_method in abpc.items():
-        group = []
+        group: list[dict] = []
         for method, values in by_method.items():
             mean, low, high = bootstrap_mean(values, n_boot, seed)
             group.append({"baseline": baseline, "method": method, "label": labels.get(method, method),
@@ -82,7 +81,7 @@ def paired_differences(abpc: Mapping[str, Sequence[float]], reference: str, seed
     if reference not in abpc:
         return {}
     mine = np.asarray(abpc[reference], dtype=np.float64)
-    out = {}
+    out: dict[str, dict] = {}
     for method, values in abpc.items():
         if method == reference:
             continue

@@ -75,7 +75,7 @@ def check_specs(specs: list[SAESpec]) -> None:
             raise InterpscopeError(f"SAE width must be a positive integer (got {spec.width!r}).")
         if cls.knob.is_count and not spec.k:
             raise InterpscopeError(f"A {cls.label} SAE needs --k.")
-        if cls.knob.is_count and (spec.k < 1 or spec.k > spec.width):
+        if cls.knob.is_count and spec.k is not None and (spec.k < 1 or spec.k > spec.width):
             raise InterpscopeError(f"--k must be from 1 to the width {spec.width} (got {spec.k}).")
         if spec.sparsity is not None and not (math.isfinite(spec.sparsity) and spec.sparsity >= 0):
             raise InterpscopeError(f"The sparsity coefficient must be 0 or more (got {spec.sparsity}).")
@@ -169,12 +169,12 @@ def check_resume(out_dir: str | Path, settings: dict, force: bool = False) -> bo
     True: nothing to resume, or a checkpoint made with the same settings. False: its settings differ and force
     says start afresh. Otherwise an error naming each differing setting with its old and new value.
     """
-    out_dir = check_output_folder(out_dir, force)
-    checkpoint = out_dir / "checkpoints" / "latest.json"
+    folder = check_output_folder(out_dir, force)
+    checkpoint = folder / "checkpoints" / "latest.json"
     if not checkpoint.is_file():
         return True
     try:
-        meta = json.loads((out_dir / "train_meta.json").read_text(encoding="utf-8"))
+        meta = json.loads((folder / "train_meta.json").read_text(encoding="utf-8"))
         runs = json.loads(checkpoint.read_text(encoding="utf-8"))["runs"]
     except (OSError, ValueError, KeyError, TypeError):
         meta, runs = {}, None

@@ -69,7 +69,7 @@ class TrainRun:
     sae: SparseAutoencoder
     sparsity: float = 1.0
     history: list[dict] = field(default_factory=list)
-    last_fired: torch.Tensor | None = None
+    last_fired: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))  # set per feature
     state: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
     resampled: int = 0
 

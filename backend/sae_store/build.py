@@ -199,12 +199,12 @@ def run_chunks(loaded, sae, spec: StoreSpec, tokens: torch.Tensor, work: OutputF
 
 
 def _load_chunks(partial: Path, n_chunks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    parts = {"tok": [], "feat": [], "val": []}
+    parts: dict[str, list[np.ndarray]] = {"tok": [], "feat": [], "val": []}
     for index in range(n_chunks):
         with np.load(_chunk_path(partial, index)) as chunk:
             for name in parts:
                 parts[name].append(chunk[name])
-    return tuple(np.concatenate(parts[name]) for name in ("tok", "feat", "val"))
+    return np.concatenate(parts["tok"]), np.concatenate(parts["feat"]), np.concatenate(parts["val"])
 
 
 def vocabulary(tokenizer, size: int) -> list[str]:

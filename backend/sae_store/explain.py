@@ -96,6 +96,14 @@ def writer_prompt(store, feature: int) -> str | None:
     return f"{PROMPT_HEAD}\n{lines}\n{PROMPT_TAIL}"
 
 
+def live_prompt(store, feature: int) -> str:
+    """writer_prompt of a feature that fired (the only ones pending() hands out)."""
+    prompt = writer_prompt(store, feature)
+    if prompt is None:
+        raise InterpscopeError(f"Feature {feature} never fired: it has no contexts to explain.")
+    return prompt
+
+
 def held_out_positives(store, feature: int) -> list[str]:
     loc = np.asarray(store.arrays["top_loc"][feature])
     return [_context_text(store, int(s), int(p), False) for s, p in loc[SHOWN:] if s >= 0]
@@ -192,7 +200,7 @@ def explain_store(store, writer: Callable[[list[str]], list[str]], pool: tuple[l
             if should_stop is not None and should_stop():
                 break
             chunk = todo[start:start + batch_size]
-            answers = writer([writer_prompt(store, f) for f in chunk])
+            answers = writer([live_prompt(store, f) for f in chunk])
             append_entries(handle, [scored_entry(store, f, a, pool, writer_name)
                                     for f, a in zip(chunk, answers, strict=True)], done)
             if progress:

@@ -327,7 +327,8 @@ class FeatureStore:
             histogram=_histogram(0.0, max_act, a["hist_counts"][i]),
             top_logits=logits("logit_top_ids", "logit_top_vals"),
             bottom_logits=logits("logit_bottom_ids", "logit_bottom_vals"),
-            logit_histogram=_histogram(*np.asarray(a["logit_range"][i], np.float64), a["logit_hist_counts"][i]),
+            logit_histogram=_histogram(float(a["logit_range"][i][0]), float(a["logit_range"][i][1]),
+                                       a["logit_hist_counts"][i]),
             neighbours=[Neighbour(int(n), round(float(c), 5))
                         for n, c in zip(a["neighbour_ids"][i], a["neighbour_cos"][i], strict=True)],
             n_tokens=self.n_counted, label=self.labels[i], explanation=self.explanations.get(i),

@@ -57,7 +57,7 @@ def weight_stats(sae: SparseAutoencoder, adapter, n_logits: int = 10, n_neighbou
     n_logits = min(n_logits, W_U.shape[1])
     n_neighbours = min(n_neighbours, d_sae - 1)
     unit = W_dec / W_dec.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    out = {name: [] for name in WeightStats.__dataclass_fields__}
+    out: dict[str, list] = {name: [] for name in WeightStats.__dataclass_fields__}
     for start in range(0, d_sae, block):
         rows = slice(start, min(start + block, d_sae))
         logits = W_dec[rows] @ W_U

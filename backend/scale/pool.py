@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 from interpscope.config import InterpscopeError
 from interpscope.scale.cluster import connected, plan_workers
@@ -73,7 +73,7 @@ class Scale:
         return self.workers > 1 or bool(self.address)
 
 
-def on_ray(scale: Scale | None) -> bool:
+def on_ray(scale: Scale | None) -> TypeGuard[Scale]:
     return scale is not None and scale.on_ray
 
 
@@ -141,7 +141,8 @@ class ShardWorker:
 
         torch.set_num_threads(max(1, int(threads)))
         self.lm = model.load()
-        self.job, self.job_id = None, None
+        self.job: Job | None = None
+        self.job_id: str | None = None
 
     def ready(self) -> int:
         return os.getpid()
@@ -154,6 +155,7 @@ class ShardWorker:
             self.job, self.job_id = ray.get(job_box[0]), job_box[0].hex()
             if hasattr(self.job, "setup"):
                 self.job.setup(self.lm)
+        assert self.job is not None  # fetched above on this job's first shard
         result = self.job.run(self.lm, shard)
         return os.getpid(), time.perf_counter() - started, result
 

@@ -29,7 +29,9 @@ class ShardFiles:
 
     def save(self, first: int, stop: int, arrays: dict[str, np.ndarray]) -> Path:
         self.folder.mkdir(parents=True, exist_ok=True)
-        return atomic.write_with(self.path(first, stop), lambda handle: np.savez(handle, **arrays))
+        # numpy's stub types **kwds as if a name could be allow_pickle: bool
+        return atomic.write_with(self.path(first, stop),
+                                 lambda handle: np.savez(handle, **arrays))  # type: ignore[arg-type]
 
     def load_all(self) -> list[dict[str, np.ndarray]]:
         """Every finished shard's arrays, in the order of the ranges they cover."""

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 if TYPE_CHECKING:
     from transformers.models.mamba.modeling_mamba import MambaMixer, MambaRMSNorm
