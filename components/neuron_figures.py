@@ -1,7 +1,7 @@
 """Plotly figures of the Entropy neurons page, built from plain arrays and result dataclasses (no models)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -180,9 +180,10 @@ def induction_figure(activation: np.ndarray, labels: Sequence[str], is_random: S
 
 
 def text_figure(tokens: Sequence[str], activation: np.ndarray, neurons: Sequence[str], entropy: np.ndarray,
-                excluded: Sequence[int] = ()) -> go.Figure:
-    """Activations per token (sink positions left out of the lines and the axis range, named below) and the
-    model's entropy."""
+                excluded: Sequence[int] = (), reasons: Mapping[int, str] | None = None) -> go.Figure:
+    """Activations per token (excluded positions, measured sinks or a prepended BOS, left out of the lines and the
+    axis range, each named above the plot with its reason from `reasons`: position -> why) and the model's
+    entropy."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     x = np.arange(len(tokens))
     shown = np.asarray(activation, dtype=float).copy()
@@ -199,8 +200,9 @@ def text_figure(tokens: Sequence[str], activation: np.ndarray, neurons: Sequence
     fig.update_layout(title="Your text: neuron activations and the model's entropy at each token", template=TEMPLATE,
                       height=460, legend=dict(orientation="h", y=-0.45))
     if len(excluded):
-        named = ", ".join(f"{i} {tokens[i]!r} ({', '.join(f'{row[i]:.3g}' for row in activation)})"
-                          for i in excluded if i < len(tokens))
-        fig.add_annotation(text=f"attention sinks left out of the lines and the scale: {named}", xref="paper",
+        why = reasons or {}
+        named = "; ".join(f"{i} {tokens[i]!r} ({why.get(i, 'excluded')}; activation "
+                          f"{', '.join(f'{row[i]:.3g}' for row in activation)})" for i in excluded if i < len(tokens))
+        fig.add_annotation(text=f"Left out of the lines and the scale: {named}", xref="paper",
                            yref="paper", x=0, y=1.06, showarrow=False, xanchor="left", font=dict(size=11))
     return fig

@@ -30,8 +30,10 @@ from pages._common import (
     url_inputs,
     write_url,
 )
+from pages._relevance_extras import bos_param, bos_toggle
 
 PAGE = "neurons"
+BOS_KEY = "en-text-bos"
 VIEWS = ["Candidates", "Neuron detail", "Causal ablation", "Token-frequency neurons", "Induction", "Your text"]
 DEFAULT_TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must "
                 "be in want of a wife.")
@@ -45,6 +47,7 @@ def params(adapter) -> list[Param]:
             Param("en-neurons", "neurons", ""), Param("en-abl-tokens", "abl_tokens", 2048, int, low=128, high=20000),
             Param("en-abl-random", "random", 8, int, low=0, high=32),
             Param("en-text-text", "text", DEFAULT_TEXT),
+            bos_param(BOS_KEY),
             Param("en-tf-tokens", "tf_tokens", 1024, int, low=128, high=20000),
             Param("en-ind-seqs", "sequences", 4, int, low=1, high=64),
             Param("en-ind-half", "half", 40, int, low=4, high=256),
@@ -264,13 +267,18 @@ def text_view(lm, chosen: list[str]) -> None:
     text = text_source("en-text", label="Text", default=DEFAULT_TEXT)
     if text is None:
         return
+    prepend = bos_toggle(lm, st, key=BOS_KEY)
     with show_errors():
-        seen = shared("neuron-text", (model_key(), text, tuple(chosen)), lambda: text_activations(lm, text, chosen))
+        seen = shared("neuron-text", (model_key(), text, tuple(chosen), prepend),
+                      lambda: text_activations(lm, text, chosen, prepend_bos=prepend))
     excluded = seen.excluded_positions or []
-    fig = figs.text_figure(seen.tokens, seen.activation, seen.neurons, seen.entropy, excluded)
+    reasons = seen.reasons()
+    fig = figs.text_figure(seen.tokens, seen.activation, seen.neurons, seen.entropy, excluded, reasons)
     st.plotly_chart(fig, key="en-text-fig")
+    if not reasons:
+        st.caption("Nothing is left out: no row is measured as a massive activation and no BOS was prepended.")
     table = pd.DataFrame({"token": seen.tokens, **{f"act {n}": seen.activation[i] for i, n in enumerate(seen.neurons)},
-                          "sink": [i in excluded for i in range(len(seen.tokens))], "entropy": seen.entropy,
+                          "excluded": [reasons.get(i, "") for i in range(len(seen.tokens))], "entropy": seen.entropy,
                           "top prediction": seen.top_prediction, "p(top)": seen.top_probability})
     export_menu(fig, table, key="en-text-fig", filename="your-text")
     st.dataframe(table, hide_index=True, key="en-text-table")

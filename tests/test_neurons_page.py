@@ -162,9 +162,20 @@ def test_your_text_view(page):
     table = [df.value for df in page.dataframe if "top prediction" in df.value.columns][0]
     line = values(spec["data"][0]["y"])
     assert len(line) == len(table) > 3
-    # position 0 is off the line and its scale, and named
-    assert (line[0] is None or np.isnan(line[0])) and bool(table["sink"].iloc[0])
-    assert "attention sinks left out" in spec["layout"]["annotations"][0]["text"]
+    # the prepended BOS (GPT-2's tokenizer adds none: on by default) is off the line and its scale, and named why
+    assert page.toggle(key="en-text-bos").value is True and page.query_params["bos"] == "1"
+    assert table["token"].iloc[0] == "<|endoftext|>" and table["token"].iloc[1] == "Mr"
+    assert (line[0] is None or np.isnan(line[0])) and table["excluded"].iloc[0].startswith("prepended BOS")
+    assert "Left out of the lines and the scale: 0 '<|endoftext|>' (prepended BOS" in spec["layout"][
+        "annotations"][0]["text"]
+    page.toggle(key="en-text-bos").set_value(False).run()  # off: the text as typed, the first word at position 0
+    assert not page.exception, page.exception
+    plain = [df.value for df in page.dataframe if "top prediction" in df.value.columns][0]
+    assert page.query_params["bos"] == "0" and list(plain["token"]) == list(table["token"].iloc[1:])
+    measured = [why for why in plain["excluded"] if why]
+    assert all(why.startswith("measured attention sink, ") for why in measured)  # measured, never by rule
+    assert not plain["excluded"].iloc[0] or plain["excluded"].iloc[0].startswith("measured")
+    page.toggle(key="en-text-bos").set_value(True).run()
     page.text_area(key="en-text-text").input("   ").run()
     assert any("empty" in w.value for w in page.warning)
 

@@ -23,7 +23,15 @@ from interpscope.neurons.metrics import entropy_of
 from interpscope.neurons.postnorm import layer_post_scale, typical_scale
 from interpscope.neurons.store import ActivationStore
 from interpscope.neurons.weights import check_k, unembed_basis
-from interpscope.sinks import colour_scale, detection_point, excluded_mask, excluded_positions, top_positions
+from interpscope.sinks import (
+    SinkReport,
+    colour_scale,
+    detection_point,
+    excluded_positions,
+    measure,
+    top_positions,
+    words,
+)
 
 CONTEXT_LEFT, CONTEXT_RIGHT = 12, 4
 
@@ -158,6 +166,11 @@ class TextActivations:
     top_probability: np.ndarray
     excluded_positions: list[int] | None = None
     scale: np.ndarray | None = None
+    sinks: list[dict] | None = None  # one row per excluded position: token, reason, measured ratio (SinkReport.rows)
+
+    def reasons(self) -> dict[int, str]:
+        """position -> why it is excluded ('prepended BOS', 'measured attention sink, 130x the median norm')."""
+        return {row["position"]: row["reason"] for row in self.sinks or []}
 
 
 def text_activations(lm, text: str, neurons, prepend_bos: bool | None = None) -> TextActivations:
@@ -177,15 +190,19 @@ def text_activations(lm, text: str, neurons, prepend_bos: bool | None = None) ->
     top_probability, top_ids = probs.max(-1)
     activation = np.stack([run.activations[f"blocks.{n.layer}.mlp.hook_post"][:, n.index].float().numpy()
                            for n in chosen])
-    masks = {point: excluded_mask(run.activations[point], window_start=False).numpy()
-             for point in set(points.values())}
+    measured: dict[int, float] = {}  # each position measured as a sink at any detection point: its largest ratio
+    for point in sorted(set(points.values())):
+        resid = run.activations[point].reshape(-1, run.activations[point].shape[-1])
+        for position, ratio in measure(resid, point=point).measured.items():
+            measured[position] = max(ratio, measured.get(position, 0.0))
+    report = SinkReport(measured=measured, prepended=0 if prepended else None,
+                        point=", ".join(sorted(set(points.values()))))
     excluded = np.zeros(ids.shape[1], dtype=bool)
-    excluded[0] = prepended
-    for mask in masks.values():
-        excluded |= mask
+    excluded[report.positions] = True
     scale = np.array([colour_scale(row, excluded) for row in activation])
-    return TextActivations(model=lm.name, tokens=lm.token_strings(ids[0]), neurons=[n.label for n in chosen],
+    tokens = lm.token_strings(ids[0])
+    return TextActivations(model=lm.name, tokens=tokens, neurons=[n.label for n in chosen],
                            activation=activation, entropy=entropy_of(logits).numpy(),
                            top_prediction=[_token_text(lm.tokenizer, i) for i in top_ids.tolist()],
                            top_probability=top_probability.numpy(), excluded_positions=excluded_positions(excluded),
-                           scale=scale)
+                           scale=scale, sinks=report.rows(tokens, words(lm.adapter.capabilities())["sink"]))
