@@ -9,7 +9,7 @@ from interpscope.components.export import export_menu
 from interpscope.components.token_heatmap import heatmap_figure, token_heatmap
 from interpscope.config import InterpscopeError
 from interpscope.limits import check_amounts
-from interpscope.relevance.file_attribution import MAX_ROWS, explain_file
+from interpscope.relevance.file_attribution import MAX_ROWS, excluded_reasons, explain_file
 from interpscope.relevance.heldout import DEFAULT_IG_STEPS, SETS, choose, load_set, run_heldout
 from interpscope.uploads import parse_table
 from pages._common import Param, model_key, progress, shared
@@ -93,9 +93,10 @@ def show_run(run, label: str) -> None:
         row = run.rows[index]
         st.markdown(f"Row {row['row']}" + (f" · label {row['label']!r}" if row.get("label") is not None else "") +
                     f" · target {row['target']} · value {row['value']:.4g}")
-        token_heatmap(row["tokens"], row["relevance"], row["sinks"])
-        export_menu(heatmap_figure(row["tokens"], row["relevance"], f"Row {row['row']}: {label}", row["sinks"]),
-                    row, key=f"{PAGE}-row", filename=f"file-row-{row['row']}")
+        reasons = excluded_reasons(row)
+        token_heatmap(row["tokens"], row["relevance"], row["sinks"], reasons)
+        export_menu(heatmap_figure(row["tokens"], row["relevance"], f"Row {row['row']}: {label}", row["sinks"],
+                                   reasons=reasons), row, key=f"{PAGE}-row", filename=f"file-row-{row['row']}")
 
 
 def heldout_section(lm, labels: dict[str, str]) -> None:

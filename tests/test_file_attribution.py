@@ -8,7 +8,7 @@ import pytest
 
 from interpscope.config import InterpscopeError
 from interpscope.relevance.api import explain
-from interpscope.relevance.file_attribution import explain_file
+from interpscope.relevance.file_attribution import OLD_ROW_REASON, excluded_reasons, explain_file
 from interpscope.uploads import parse_table
 from tests.sae_store_tiny import tiny_lm
 
@@ -29,8 +29,16 @@ def test_rows_equal_single_explanations_and_aggregates_match_a_hand_computation(
         single = explain(lm, table.examples[row["row"]], "gradxinput")
         np.testing.assert_allclose(row["relevance"], single.relevance, rtol=1e-6, atol=1e-9)
         assert row["label"] == table.labels[row["row"]] and row["sinks"] == single.sink_positions
+        assert row["excluded"] == single.sinks and excluded_reasons(row) == single.sink_reasons()
     tidy = run.tidy()
     assert len(tidy) == sum(len(r["tokens"]) for r in run.rows)
+    # every excluded position says why, as the relevance page does (GPT-2 adds no BOS: the default prepends it)
+    for entry in tidy:
+        assert bool(entry["excluded_reason"]) == entry["sink"]
+        if entry["position"] == 0:
+            assert entry["token"] == "<|endoftext|>" and entry["excluded_reason"].startswith("prepended BOS")
+    older = {"sinks": [0, 3], "excluded": [{"position": 0, "reason": "prepended BOS"}]}  # a row from an older run
+    assert excluded_reasons(older) == {0: "prepended BOS", 3: OLD_ROW_REASON}
     everything = run.aggregates(top=1000)
     for entry in everything.by_token:  # mean per token type over non-sink positions, by hand
         values = [v for r in run.rows for i, (t, v) in enumerate(zip(r["tokens"], r["relevance"], strict=True))
@@ -89,6 +97,11 @@ def test_cli_all_rows_writes_rows_aggregates_table_and_figures(tmp_path):
     table = pd.read_csv(out / "relevance.csv")
     assert list(table.columns[:5]) == ["row", "position", "token", "relevance", "target"]
     assert sorted(table["row"].unique()) == [0, 1, 2, 3]
+    firsts = table[table["position"] == 0]
+    assert firsts["excluded_reason"].str.startswith("prepended BOS").all()  # the reason, not just "excluded"
+    assert (table["excluded_reason"].fillna("") != "").eq(table["sink"]).all()
+    logged = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert all(row["excluded"][0]["reason"].startswith("prepended BOS") for row in logged)
     assert (out / "by_token.png").read_bytes()[:4] == b"\x89PNG"
     again = subprocess.run(command[:-4] + ["--method", "gradxinput"], cwd=ROOT, capture_output=True, text=True,
                            timeout=300)
@@ -116,3 +129,7 @@ def test_the_relevance_page_explains_a_whole_uploaded_file(tmp_path, monkeypatch
     assert any("Mean relevance per token type" in t for t in titles)
     assert any("Mean relevance by distance" in t for t in titles)
     assert len(list((tmp_path / "data" / "file_attribution").iterdir())) == 1  # saved, so a rerun resumes
+    import html
+
+    row_map = html.unescape(next(m.value for m in at.markdown if 'class="relevance-token"' in m.value))
+    assert "position 0 '<|endoftext|>' (prepended BOS" in row_map  # the browsed row names why, as the page does

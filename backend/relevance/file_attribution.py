@@ -8,7 +8,9 @@ is recorded with its error and counted, never skipped silently.
 
 Aggregates (attention sinks left out, like everywhere): mean relevance per token type (with counts), mean
 relevance by distance from the predicted position (0 = the last token), and both per label when the file has a
-label column. The tidy table has one row per (row, position): row, position, token, relevance, target, label, sink.
+label column. The tidy table has one row per (row, position): row, position, token, relevance, target, label, sink
+and, for an excluded position, why (excluded_reason: 'prepended BOS', 'measured attention sink, 132x the median
+norm'), as the relevance page names it; each row of rows.jsonl keeps those reasons under "excluded".
 """
 from __future__ import annotations
 
@@ -34,6 +36,14 @@ from interpscope.uploads import UploadTable
 SPEC_FILE = "spec.json"
 ROWS_FILE = "rows.jsonl"
 MAX_ROWS = 5000
+OLD_ROW_REASON = "excluded (its reason was not recorded: a row written by an older version; run again with --force)"
+
+
+def excluded_reasons(row: dict) -> dict[int, str]:
+    """position -> why it is excluded, for one explained row of a file: 'prepended BOS', 'measured attention sink,
+    132x the median norm' (what the relevance page says), from the row's "excluded" entries."""
+    reasons = {int(e["position"]): str(e["reason"]) for e in row.get("excluded") or []}
+    return {int(p): reasons.get(int(p), OLD_ROW_REASON) for p in row.get("sinks", [])}
 
 
 @dataclass
@@ -100,11 +110,16 @@ class FileRun(Result):
     seconds: float = 0.0
 
     def tidy(self) -> list[dict]:
-        """One row per (file row, token position), naming the method (and model) that explained it."""
-        return [{"row": r["row"], "position": i, "token": token, "relevance": value, "target": r["target"],
-                 "label": r.get("label"), "sink": i in r["sinks"], "method": self.spec.method,
-                 "model": self.spec.model}
-                for r in self.rows for i, (token, value) in enumerate(zip(r["tokens"], r["relevance"], strict=True))]
+        """One row per (file row, token position), naming the method (and model) that explained it, and why a
+        position is excluded (empty where it is not)."""
+        out = []
+        for r in self.rows:
+            reasons = excluded_reasons(r)
+            out += [{"row": r["row"], "position": i, "token": token, "relevance": value, "target": r["target"],
+                     "label": r.get("label"), "sink": i in r["sinks"], "excluded_reason": reasons.get(i, ""),
+                     "method": self.spec.method, "model": self.spec.model}
+                    for i, (token, value) in enumerate(zip(r["tokens"], r["relevance"], strict=True))]
+        return out
 
     def aggregates(self, top: int = 50, max_distance: int = 64) -> FileAggregates:
         by_label = {}
@@ -192,7 +207,7 @@ def explain_file(lm, table: UploadTable, data: bytes, method: str, *, options: M
                 result = explain(lm, table.examples[index], spec.method, token=token, options=options)
                 entry = {"row": index, "tokens": result.tokens, "relevance": [float(v) for v in result.relevance],
                          "target": result.target.label, "value": result.logit, "sinks": result.sink_positions,
-                         "label": label, "seconds": result.seconds}
+                         "excluded": result.sinks, "label": label, "seconds": result.seconds}
             except InterpscopeError as err:
                 entry = {"row": index, "error": str(err), "label": label}
             append(entry)
