@@ -21,8 +21,8 @@ import numpy as np  # noqa: E402
 
 from interpscope.models import load_model  # noqa: E402
 from interpscope.neurons.ablation import ablate  # noqa: E402
-from interpscope.neurons.ranking import candidates  # noqa: E402
 from interpscope.neurons.induction import induction_study  # noqa: E402
+from interpscope.neurons.ranking import candidates  # noqa: E402
 from interpscope.neurons.store import activation_stores  # noqa: E402
 from interpscope.neurons.unigram import token_counts  # noqa: E402
 

@@ -3,4 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# Code health first (pinned in the test extra): lint and import order over the repo, types over backend/ and
+# components/ ([tool.mypy] in pyproject.toml); either one's finding fails the run before any test starts.
+.venv/bin/ruff check .
+.venv/bin/mypy
 exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "$@"

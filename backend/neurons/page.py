@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from interpscope.neurons.ranking import candidates
 from interpscope.neurons.cards import NeuronDetail, neuron_detail, weight_detail
 from interpscope.neurons.page_store import find_neuron_store
+from interpscope.neurons.ranking import candidates
 from interpscope.neurons.store import DEFAULT_SEQ_LEN, DEFAULT_STORE_TOKENS, activation_stores, store_exists
 from interpscope.neurons.weights import NeuronStats, check_k, check_layer
 
