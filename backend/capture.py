@@ -22,12 +22,15 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import nn
 
 from interpscope.adapters import ModelAdapter
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 EditFn = Callable[[torch.Tensor], "torch.Tensor | None"]
 HookRole = Literal["read", "edit", "rule"]
@@ -231,12 +234,12 @@ def foreign_hooks(model: nn.Module) -> list[str]:
 _LOCKS: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
 
 
-def _module_of(model_or_lm) -> nn.Module:
+def _module_of(model_or_lm: nn.Module | LoadedModel | ModelAdapter) -> nn.Module:
     """The nn.Module of a LoadedModel, an adapter or a bare model (HF models have a `.model` submodule too)."""
     return model_or_lm if isinstance(model_or_lm, nn.Module) else model_or_lm.model
 
 
-def model_lock(model_or_lm) -> threading.RLock:
+def model_lock(model_or_lm: nn.Module | LoadedModel | ModelAdapter) -> threading.RLock:
     """The re-entrant lock of one model instance (LoadedModel, adapter or bare module all reach the same one)."""
     model = _module_of(model_or_lm)
     with _STATE_LOCK:
@@ -246,7 +249,7 @@ def model_lock(model_or_lm) -> threading.RLock:
         return lock
 
 
-def lock_held(model_or_lm) -> bool:
+def lock_held(model_or_lm: nn.Module | LoadedModel | ModelAdapter) -> bool:
     """Whether some thread holds the model's lock right now (used by the model cache to skip busy models)."""
     lock = model_lock(model_or_lm)
     if lock.acquire(blocking=False):

@@ -13,12 +13,16 @@ import time
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from interpscope.capture import assert_unedited, editing
 from interpscope.results import Result
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 CACHE_ROWS = 64
 
@@ -132,7 +136,7 @@ def top_predictions(logits_row: torch.Tensor, tokenizer, top: int) -> tuple[list
             for p, i in zip(values, indices, strict=True)], entropy
 
 
-def predict_next(lm, text: str, top: int = 10, fresh: bool = False) -> Prediction:
+def predict_next(lm: LoadedModel, text: str, top: int = 10, fresh: bool = False) -> Prediction:
     """Top-`top` next-token probabilities after `text`, highest first (serves the Home page's prediction and the
     relevance page's top-10 list).
 

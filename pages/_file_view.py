@@ -3,6 +3,8 @@ an ETA, Stop, resumable), aggregated, browsable row by row, exported as a tidy t
 held-out prompt set, every method on every prompt, with the ABPC table (bootstrap 95% intervals, random control)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import streamlit as st
 
 from interpscope.components.export import export_menu
@@ -14,6 +16,9 @@ from interpscope.relevance.heldout import DEFAULT_IG_STEPS, SETS, choose, load_s
 from interpscope.uploads import parse_table
 from pages._common import Param, model_key, progress, shared
 from pages._method_options import method_options
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 PAGE = "relevance-file"
 SOURCES = ["upload", "heldout"]
@@ -29,7 +34,7 @@ def file_params() -> list[Param]:
             Param(f"{PAGE}-set-confident", "fconfident", False, bool, scope="nav")]
 
 
-def file_section(lm, labels: dict[str, str]) -> None:
+def file_section(lm: LoadedModel, labels: dict[str, str]) -> None:
     with st.expander("Explain a whole file (every row, aggregated), or the shipped held-out set"):
         source = st.radio("Input", SOURCES, format_func=SOURCE_LABELS.get, horizontal=True, key=f"{PAGE}-source")
         if source == "heldout":
@@ -99,7 +104,7 @@ def show_run(run, label: str) -> None:
                                    reasons=reasons), row, key=f"{PAGE}-row", filename=f"file-row-{row['row']}")
 
 
-def heldout_section(lm, labels: dict[str, str]) -> None:
+def heldout_section(lm: LoadedModel, labels: dict[str, str]) -> None:
     """Every method on the shipped held-out prompts: the ABPC table with intervals, the diagnosis, per-row maps."""
     rows = load_set("heldout")
     cols = st.columns(2)

@@ -4,6 +4,8 @@ Shown by pages/relevance.py under the main map when the chosen model is a Mamba 
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import streamlit as st
 
 from interpscope.components.export import export_menu
@@ -13,6 +15,9 @@ from interpscope.relevance.api import make_target
 from interpscope.relevance.mamba.analysis import conservation_by_disabled_fix, distance_profile
 from interpscope.relevance.methods import get_method
 from pages._common import current_model, model_key, progress, show_errors
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -30,7 +35,7 @@ def _distance(key: tuple, n_prompts: int, method: str, progress) -> dict:
             "counts": profile.counts, "n_prompts": profile.n_prompts, "method": method}
 
 
-def mamba_view(lm, text: str, token: str | None, contrast: tuple | None, labels: dict[str, str]) -> None:
+def mamba_view(lm: LoadedModel, text: str, token: str | None, contrast: tuple | None, labels: dict[str, str]) -> None:
     """Relevance vs distance over bundled prompts, and conservation error per disabled fix for this input."""
     st.subheader("Mamba: how far back the model looks")
     st.caption("Each prompt (Austen, test split) is explained for its predicted next token; relevance is "

@@ -5,6 +5,8 @@ Used by pages/relevance.py.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import streamlit as st
 
 from interpscope.components.export import export_menu
@@ -16,6 +18,9 @@ from interpscope.relevance.methods import MethodOptions, get_method
 from interpscope.sinks import SINK_FACTOR
 from pages._common import Param, follow, model_key, progress, shared, show_errors
 
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
+
 BOS_KEY = "relevance-bos"
 
 
@@ -24,12 +29,12 @@ def bos_param(key: str = BOS_KEY) -> Param:
     return Param(key, "bos", None, bool)
 
 
-def bos_default(lm) -> bool:
+def bos_default(lm: LoadedModel) -> bool:
     """On where the tokenizer adds no BOS and the model has attention (interpscope.inputs.default_prepend_bos)."""
     return default_prepend_bos(lm.tokenizer, "attention" in lm.adapter.capabilities())
 
 
-def bos_toggle(lm, container, key: str = BOS_KEY, owner=None) -> bool:
+def bos_toggle(lm: LoadedModel, container, key: str = BOS_KEY, owner=None) -> bool:
     """The prepend-BOS toggle (disabled where the tokenizer adds its BOS itself or has none); its value. Its default
     follows `owner` (the sidebar's model_key() unless given: the SAE views run their store's model)."""
     token_id = sink_token_id(lm.tokenizer)
@@ -61,7 +66,7 @@ def sink_caption(result: RelevanceResult, bos_id: int | None = None) -> None:
                    "Prepend BOS to give the sink a token of its own and explain the first word like any other.")
 
 
-def ig_convergence_view(lm, run: dict, result: RelevanceResult, page: str) -> None:
+def ig_convergence_view(lm: LoadedModel, run: dict, result: RelevanceResult, page: str) -> None:
     """Integrated Gradients' completeness gap at 8..128 steps and the target along the path, on an explicit Run."""
     completeness = [options for name, options in ((run["method"], run["options"]),
                                                   (run.get("second"), run.get("second_options")))

@@ -3,6 +3,7 @@ store, or the next-token logit, draws on, by LRP through the model with the upst
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
@@ -13,10 +14,13 @@ from interpscope.sae.circuits import FeatureCircuit, feature_circuit
 from interpscope.sae_store import FeatureStore, list_stores
 from pages._common import committed, is_shared, shared, show_errors, timing
 
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
+
 TARGETS = ["This store's feature at a token", "The next-token logit"]
 
 
-def upstream_stores(store: FeatureStore, lm) -> dict[str, FeatureStore]:
+def upstream_stores(store: FeatureStore, lm: LoadedModel) -> dict[str, FeatureStore]:
     """Stores of SAEs on the same model that read an earlier hook point."""
     points = lm.adapter.hook_points()
     here = points.index(store.spec["hook_name"]) if store.spec["hook_name"] in points else len(points)
@@ -29,13 +33,14 @@ def upstream_stores(store: FeatureStore, lm) -> dict[str, FeatureStore]:
     return found
 
 
-def _circuit_key(lm, upstream: FeatureStore, downstream: FeatureStore | None, text: str, feature: int | None,
+def _circuit_key(lm: LoadedModel, upstream: FeatureStore, downstream: FeatureStore | None, text: str,
+                 feature: int | None,
                  position: int, method: str, bos: bool | None = None) -> tuple:
     return (lm.name, str(lm.device), str(lm.dtype), upstream.name, downstream.name if downstream else None, text,
             feature, position, method, bos)
 
 
-def _circuit(lm, upstream: FeatureStore, downstream: FeatureStore | None, text: str, feature: int | None,
+def _circuit(lm: LoadedModel, upstream: FeatureStore, downstream: FeatureStore | None, text: str, feature: int | None,
              position: int, method: str, bos: bool | None = None) -> FeatureCircuit:
     key = _circuit_key(lm, upstream, downstream, text, feature, position, method, bos)
     return shared("circuit", key, lambda: feature_circuit(
@@ -43,7 +48,7 @@ def _circuit(lm, upstream: FeatureStore, downstream: FeatureStore | None, text: 
         position=position, method=method, prepend_bos=bos))
 
 
-def show_circuit(store: FeatureStore, lm, text: str, open_in_store: Callable[[str, int], None],
+def show_circuit(store: FeatureStore, lm: LoadedModel, text: str, open_in_store: Callable[[str, int], None],
                  bos: bool | None = None) -> None:
     candidates = upstream_stores(store, lm)
     if not candidates:
@@ -116,7 +121,7 @@ def show_circuit(store: FeatureStore, lm, text: str, open_in_store: Callable[[st
                            args=(upstream.name, top["feature"]), width="stretch")
 
 
-def _not_active(store: FeatureStore, lm, run: dict) -> None:
+def _not_active(store: FeatureStore, lm: LoadedModel, run: dict) -> None:
     """The chosen feature is 0 at the chosen token: say so and name the features that do fire there."""
     from pages._sae_live import _device_dtype, _prompt
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import streamlit as st
@@ -28,6 +29,9 @@ from interpscope.sae_store.steering import MAX_NEW_TOKENS, STRENGTH_MULTIPLE, St
 from interpscope.sinks import SINK_FACTOR
 from pages._common import committed, follow, progress, text_source
 from pages._relevance_extras import bos_toggle
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 VIEWS_LIVE = ["Prompt", "Attribution", "Steering", "Circuit"]
 DEFAULT_PROMPT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
@@ -108,7 +112,8 @@ def exclusion_caption(result: PromptFeatures) -> str:
     return text
 
 
-def show_prompt(store: FeatureStore, lm, text: str, open_feature: Callable[[int], None], bos: bool | None) -> None:
+def show_prompt(store: FeatureStore, lm: LoadedModel, text: str, open_feature: Callable[[int], None],
+                bos: bool | None) -> None:
     n_top = st.slider("Features in the heatmap", 5, 50, key="sae-prompt-top")  # default and URL: the page's Param
     result = _prompt(str(store.folder), (lm.name,) + _device_dtype(), text, n_top, bos)
     sinks = result.excluded_positions
@@ -167,7 +172,7 @@ def _attribution_block(result: FeatureAttribution, sinks: list[int], reasons: di
                 filename=f"feature-{result.feature}-attribution-{key}")
 
 
-def show_attribution(store: FeatureStore, lm, text: str, bos: bool | None) -> None:
+def show_attribution(store: FeatureStore, lm: LoadedModel, text: str, bos: bool | None) -> None:
     feature = _feature_input(store, "sae-attr-feature")
     view = _prompt(str(store.folder), (lm.name,) + _device_dtype(), text, 20, bos)
     column = view.activations[:, feature]
@@ -215,7 +220,7 @@ def show_attribution(store: FeatureStore, lm, text: str, bos: bool | None) -> No
                                                 int(position), plain, run.get("bos")), sinks, reasons, "gxi")
 
 
-def show_steering(store: FeatureStore, lm, text: str, bos: bool | None) -> None:
+def show_steering(store: FeatureStore, lm: LoadedModel, text: str, bos: bool | None) -> None:
     feature = _feature_input(store, "sae-steer-feature")
     max_act = float(store.max_activation[feature]) or 1.0
     cols = st.columns(3)

@@ -2,6 +2,8 @@
 prove what they do by mean ablation, and watch them on induction and on your own text."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -31,6 +33,9 @@ from pages._common import (
     write_url,
 )
 from pages._relevance_extras import bos_param, bos_toggle
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 PAGE = "neurons"
 BOS_KEY = "en-text-bos"
@@ -72,7 +77,7 @@ def _write_note(post_scale: float | None) -> str:
             "sample, sinks left out).")
 
 
-def candidates_view(lm, page, chosen: list[str]) -> None:
+def candidates_view(lm: LoadedModel, page, chosen: list[str]) -> None:
     stats, layer = page.stats, page.layer
     in_layer = [int(n.split(".")[1]) for n in chosen if int(n.split(".")[0]) == layer]
     fig = figs.candidates_scatter(stats.norm, stats.logit_var, stats.rho, layer, stats.k, in_layer, lm.name)
@@ -91,7 +96,7 @@ def candidates_view(lm, page, chosen: list[str]) -> None:
     export_menu(None, table, key="en-table", filename=f"entropy-candidates-table-layer{layer}")
 
 
-def detail_view(lm, chosen: list[str], k: int, store_tokens: int) -> None:
+def detail_view(lm: LoadedModel, chosen: list[str], k: int, store_tokens: int) -> None:
     pick = st.selectbox("Neuron", chosen, key="en-detail-neuron")
     layer, index = (int(v) for v in pick.split("."))
     card_key = (model_key(), layer, index, k, store_tokens)
@@ -131,13 +136,13 @@ def detail_view(lm, chosen: list[str], k: int, store_tokens: int) -> None:
     export_menu(None, contexts, key="en-contexts", filename=f"contexts-{pick}")
 
 
-def _ablation(lm, neurons: tuple, tokens: int, n_random: int, k: int, store_tokens: int, report):
+def _ablation(lm: LoadedModel, neurons: tuple, tokens: int, n_random: int, k: int, store_tokens: int, report):
     return shared("neuron-ablation", (model_key(), neurons, tokens, n_random, k, store_tokens),
                   lambda: ablation_mod.ablate(lm, list(neurons), n_tokens=tokens, n_random=n_random, k=k,
                                               mean_tokens=store_tokens, progress=report))
 
 
-def ablation_view(lm, chosen: list[str], k: int, store_tokens: int) -> None:
+def ablation_view(lm: LoadedModel, chosen: list[str], k: int, store_tokens: int) -> None:
     cols = st.columns(2)
     n_tokens = int(cols[0].number_input("Held-out tokens", 128, 20_000, step=128, key="en-abl-tokens"))
     n_random = int(cols[1].number_input("Random neurons per layer", 0, 32, key="en-abl-random"))
@@ -197,7 +202,7 @@ def ablation_view(lm, chosen: list[str], k: int, store_tokens: int) -> None:
                 key="en-abl-token-fig", filename=f"activation-vs-entropy-{which}")
 
 
-def frequency_view(lm, page, k: int, store_tokens: int) -> None:
+def frequency_view(lm: LoadedModel, page, k: int, store_tokens: int) -> None:
     stats, layer = page.stats, page.layer
     cosines = stats.unigram_cosine
     fig = figs.unigram_histogram(cosines, layer)
@@ -227,7 +232,7 @@ def frequency_view(lm, page, k: int, store_tokens: int) -> None:
     export_menu(fig, rows, key="en-tf-fig", filename="frozen-unigram-ablation")
 
 
-def induction_view(lm, chosen: list[str], store_tokens: int) -> None:
+def induction_view(lm: LoadedModel, chosen: list[str], store_tokens: int) -> None:
     cols = st.columns(3)
     n_seqs = int(cols[0].number_input("Sequences", 1, 64, key="en-ind-seqs"))
     half_len = int(cols[1].number_input("Tokens before repeating", 4, 256, key="en-ind-half"))
@@ -263,7 +268,7 @@ def induction_view(lm, chosen: list[str], store_tokens: int) -> None:
     export_menu(None, summary, key="en-ind-table", filename="induction-summary")
 
 
-def text_view(lm, chosen: list[str]) -> None:
+def text_view(lm: LoadedModel, chosen: list[str]) -> None:
     text = text_source("en-text", label="Text", default=DEFAULT_TEXT)
     if text is None:
         return

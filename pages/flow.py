@@ -1,6 +1,8 @@
 """Information flow (transformers): how the prediction forms layer by layer, and which heads and MLPs carry it."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import streamlit as st
 
 from interpscope.components.export import export_menu
@@ -22,6 +24,9 @@ from pages._common import (
     write_url,
 )
 from pages._relevance_extras import bos_param, bos_toggle
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 PAGE = "flow"
 DEFAULT_TEXT = "When Mary and John went to the store, John gave a drink to"
@@ -45,7 +50,7 @@ def selected_node(event) -> str | None:
     return None
 
 
-def node_detail(lm, flow: InformationFlow, text: str, node_id: str) -> None:
+def node_detail(lm: LoadedModel, flow: InformationFlow, text: str, node_id: str) -> None:
     """What a clicked node leads to: a head's attention pattern, an MLP's most relevant neurons and SAE features."""
     node = next((n for n in flow.graph(0.0)[0] if n.id == node_id), None)
     if node is None:

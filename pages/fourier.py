@@ -2,6 +2,8 @@
 probe with a Fourier-space logit lens, and low/high-pass filters on attention and MLP outputs."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pandas as pd
 import streamlit as st
 
@@ -30,6 +32,9 @@ from pages._common import (
     write_url,
 )
 
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
+
 PAGE = "fourier"
 VIEWS = ["Spectrum", "Addition probe", "Filters"]
 PAPER = (
@@ -47,7 +52,7 @@ PAPER = (
     "an outlier.")
 
 
-def params(lm, digits: bool, n_default: int) -> list[Param]:
+def params(lm: LoadedModel, digits: bool, n_default: int) -> list[Param]:
     return [Param("fourier-view", "view", VIEWS[0], choices=VIEWS, scope="nav"),
             Param("fourier-n", "numbers", n_default, int, low=10, high=2000 if digits else n_default),
             Param("fourier-matrix", "matrix", "embedding", choices=["embedding", "unembedding"]),
@@ -68,7 +73,7 @@ def params(lm, digits: bool, n_default: int) -> list[Param]:
 SPLITS = ["test", "valid", "train", "all"]
 
 
-def spectrum_view(lm, digits: bool) -> None:
+def spectrum_view(lm: LoadedModel, digits: bool) -> None:
     n_numbers = check_numbers(int(st.number_input("Numbers N (analyse 0..N-1)", 10, key="fourier-n")))
     check_amounts(numbers=n_numbers)
     if digits:
@@ -130,7 +135,7 @@ def probe_inputs(digits: bool, n_default: int) -> dict:
     return {"template": template, "prompts": n_prompts, "split": split, "tau": tau}
 
 
-def probe_view(lm, digits: bool, n_default: int) -> None:
+def probe_view(lm: LoadedModel, digits: bool, n_default: int) -> None:
     inputs = probe_inputs(digits, n_default)
     run = committed("fourier-probe", inputs, st.button("Run the probe", type="primary", key="fourier-probe-run"))
     if run is None:
@@ -168,7 +173,7 @@ def probe_view(lm, digits: bool, n_default: int) -> None:
     export_menu(None, answers, "fourier-answers", "fourier-addition-answers")
 
 
-def lens_figures(lm, result, lens, template: str, n_numbers: int) -> None:
+def lens_figures(lm: LoadedModel, result, lens, template: str, n_numbers: int) -> None:
     fig = figs.lens_accuracy_figure(lens.lens_accuracy, lens.lens_within_2, lens.lens_within_10)
     st.plotly_chart(fig, width="stretch", key="fourier-lens-acc")
     export_menu(fig, {"exact": lens.lens_accuracy, "within_2": lens.lens_within_2,
@@ -212,7 +217,7 @@ def lens_figures(lm, result, lens, template: str, n_numbers: int) -> None:
     export_menu(fig, components, "fourier-top5", f"fourier-top5-prompt{index}")
 
 
-def filter_view(lm, digits: bool, n_default: int) -> None:
+def filter_view(lm: LoadedModel, digits: bool, n_default: int) -> None:
     if digits:
         st.info("Filters project module outputs onto the null space of B·F·W_U_num, which needs a token per number. "
                 "Pick **adder** (or a GPT-2 model) in the sidebar.")

@@ -1,6 +1,8 @@
 """Relevance maps: which input tokens made the model predict what it did (AttnLRP, CP-LRP and baselines)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import streamlit as st
 
 from interpscope.components.export import export_menu
@@ -41,6 +43,9 @@ from pages._method_options import method_options, option_params
 from pages._relevance_extras import bos_param, bos_toggle, ig_convergence_view, sink_caption
 
 PAGE = "relevance"
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
+
 DEFAULT_TEXT = "Mr. Darcy looked at Elizabeth, and Elizabeth looked back at"
 TARGETS = ["Predicted next token", "A token I pick", "A rather than B", "A continuation"]
 
@@ -107,7 +112,7 @@ def target_inputs(top: list[str]) -> tuple[str, str | None, tuple | None]:
     return kind, token, contrast
 
 
-def continuation_view(lm, text: str, n_new: int, method: str, labels: dict, backward: list[str]) -> None:
+def continuation_view(lm: LoadedModel, text: str, n_new: int, method: str, labels: dict, backward: list[str]) -> None:
     chosen = method if method in backward else backward[0]
     if chosen != method:
         st.info(f"Continuations use one backward pass per token; {labels[method]} needs more, so "
@@ -140,7 +145,7 @@ def latent_view(result: RelevanceResult) -> None:
             export_menu(fig, [row for _, row in rows], key=kind, filename=f"relevance-top-{kind}")
 
 
-def faithfulness_view(lm, run: dict, labels: dict) -> None:
+def faithfulness_view(lm: LoadedModel, run: dict, labels: dict) -> None:
     st.subheader("Faithfulness")
     st.caption("Remove tokens (embedding set to zero) most relevant first (MoRF) or least relevant first (LeRF) and "
                "track the target. ABPC = AUC(LeRF) - AUC(MoRF): higher means the map found what matters.")
@@ -162,7 +167,7 @@ def faithfulness_view(lm, run: dict, labels: dict) -> None:
                  hide_index=True)
 
 
-def batch_view(lm, labels: dict) -> None:
+def batch_view(lm: LoadedModel, labels: dict) -> None:
     with st.expander("Batch faithfulness over many texts"):
         source = st.radio("Texts", ["Bundled sample prompts (Austen, test split)", "Upload a file"],
                           key="relevance-batch-source", horizontal=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import streamlit as st
@@ -20,12 +21,15 @@ from interpscope.sae.evaluation import evaluate_sae
 from interpscope.sae.pipeline import SAESpec, train_saes
 from pages._common import Param, committed, current_model, progress, show_errors, url_inputs, write_url
 
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
+
 ARCHITECTURES = {cls.short_name: cls for cls in registered()}
 TRAINABLE = re.compile(r"^blocks\.\d+\.(hook_resid_pre|hook_resid_post|hook_mlp_out|hook_attn_out|hook_mixer_out)$")
 PAGE = "sae-training"
 
 
-def params(lm) -> list[Param]:
+def params(lm: LoadedModel) -> list[Param]:
     hooks = [h for h in lm.adapter.hook_points() if TRAINABLE.match(h)]
     middle = f"blocks.{lm.adapter.n_layers // 2}.hook_resid_post"
     return [Param("sae_train_hook", "hook", middle if middle in hooks else hooks[0], choices=hooks),
@@ -60,7 +64,7 @@ def default_run_name(model_name: str, hook: str) -> str:
     return f"{model.lstrip('.')[:30] or 'model'}-{hook}"[:64]
 
 
-def settings(lm) -> dict | None:
+def settings(lm: LoadedModel) -> dict | None:
     hooks = [h for h in lm.adapter.hook_points() if TRAINABLE.match(h)]
     c1, c2, c3 = st.columns(3)
     hook = c1.selectbox("Hook point", hooks, key="sae_train_hook")
@@ -112,7 +116,7 @@ def settings(lm) -> dict | None:
                 corpus=source, run_name=run_name, eval_tokens=eval_tokens)
 
 
-def run_training(lm, cfg: dict) -> None:
+def run_training(lm: LoadedModel, cfg: dict) -> None:
     out = trained_dir() / cfg["run_name"]
     live = st.empty()
     histories: dict[str, list[dict]] = {}

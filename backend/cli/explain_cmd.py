@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from interpscope.cli.argtypes import non_negative_int
 from interpscope.cli.common import (
@@ -15,6 +16,9 @@ from interpscope.cli.common import (
 )
 from interpscope.cli.method_options import add_method_options, options_from_args
 from interpscope.config import InterpscopeError
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -189,7 +193,7 @@ def run_all_rows(args: argparse.Namespace) -> int:
     return 0
 
 
-def _default_method(lm) -> str:
+def _default_method(lm: LoadedModel) -> str:
     from interpscope.relevance.methods import methods_for
 
     return methods_for(lm.adapter)[0].name

@@ -8,6 +8,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from interpscope.cli.argtypes import eval_tokens_int, non_negative_int, positive_int, window_int
 from interpscope.cli.common import (
@@ -20,6 +21,9 @@ from interpscope.cli.common import (
 )
 from interpscope.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
 from interpscope.config import InterpscopeError
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 
 def _check_store_target(args: argparse.Namespace) -> None:
@@ -46,7 +50,7 @@ def _model_for_sae(args: argparse.Namespace):
     return load_model_for_sae(args, sae, load_from_args)
 
 
-def _batch_size(args: argparse.Namespace, loaded) -> int:
+def _batch_size(args: argparse.Namespace, lm: LoadedModel) -> int:
     """--batch-size: a number, or auto: the batch of an unfinished build of this store (its chunks are batches,
     so a resume keeps them), else one from the free memory."""
     import json
@@ -62,7 +66,7 @@ def _batch_size(args: argparse.Namespace, loaded) -> int:
             return int(saved["spec"]["batch_size"])
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    return resolve_batch_size(args.batch_size, loaded, context=args.context, default=8)
+    return resolve_batch_size(args.batch_size, lm, context=args.context, default=8)
 
 
 def folder_size(folder: Path) -> int:

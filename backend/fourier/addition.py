@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -16,6 +17,9 @@ from interpscope.capture import model_lock
 from interpscope.config import InterpscopeError
 from interpscope.fourier.data import render
 from interpscope.fourier.numbers import NumberTokens
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 
 @dataclass
@@ -59,7 +63,7 @@ def token_to_number(numbers: NumberTokens) -> dict[int, int]:
     return {int(token): value for value, token in enumerate(numbers.ids)}
 
 
-def single_token_predictions(lm, numbers: NumberTokens, texts: list[str], batch: int = 512) -> np.ndarray:
+def single_token_predictions(lm: LoadedModel, numbers: NumberTokens, texts: list[str], batch: int = 512) -> np.ndarray:
     """The argmax next token after each prompt, as a number (-1 when the top token is not a number)."""
     lookup = token_to_number(numbers)
     predictions = []
@@ -81,7 +85,7 @@ def parse_number(text: str) -> int:
     return int(match.group(1)) if match else -1
 
 
-def generated_predictions(lm, texts: list[str], max_new_tokens: int = 4, batch: int = 64) -> np.ndarray:
+def generated_predictions(lm: LoadedModel, texts: list[str], max_new_tokens: int = 4, batch: int = 64) -> np.ndarray:
     """Greedy-generate a few tokens after each prompt (left-padded batches) and parse the leading integer."""
     tokenizer = lm.tokenizer
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -102,7 +106,7 @@ def generated_predictions(lm, texts: list[str], max_new_tokens: int = 4, batch: 
     return np.array(predictions, dtype=np.int64)
 
 
-def run_addition(lm, pairs: np.ndarray, template: str = "{a}+{b}=", numbers: NumberTokens | None = None,
+def run_addition(lm: LoadedModel, pairs: np.ndarray, template: str = "{a}+{b}=", numbers: NumberTokens | None = None,
                  prefix: str = "", use_store: bool = True) -> AdditionResult:
     """Score the model on the given operand pairs; numbers=None means the digit-by-digit (generation) path, whose
     results are kept per process and model and ship precomputed for the page's default prompts (serves the
@@ -119,7 +123,8 @@ def run_addition(lm, pairs: np.ndarray, template: str = "{a}+{b}=", numbers: Num
     return _run_addition(lm, pairs, template, numbers, prefix)
 
 
-def _run_addition(lm, pairs: np.ndarray, template: str, numbers: NumberTokens | None, prefix: str) -> AdditionResult:
+def _run_addition(lm: LoadedModel, pairs: np.ndarray, template: str, numbers: NumberTokens | None,
+                  prefix: str) -> AdditionResult:
     texts = [prefix + text for text in render(template, pairs)]
     answers = pairs.sum(axis=1)
     if numbers is not None:

@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from interpscope.fourier.filters import FilterTable
     from interpscope.fourier.spectra import Spectrum
+    from interpscope.models.loaded import LoadedModel
 
 
-def spectrum(lm, numbers: int | None = None, layer: int | None = None, matrix: str = "embedding") -> Spectrum:
+def spectrum(lm: LoadedModel, numbers: int | None = None, layer: int | None = None,
+             matrix: str = "embedding") -> Spectrum:
     """Fourier magnitude per frequency of the numbers 0..numbers-1 (default: every single-token number up to 520,
     or 100 for digit tokenisers): of the token embedding (`matrix="unembedding"`: W_U) when numbers are single
     tokens and no layer is asked, else of the hidden state after block `layer` (-1: the embeddings output; default:
@@ -22,7 +24,8 @@ def spectrum(lm, numbers: int | None = None, layer: int | None = None, matrix: s
     return auto_spectrum(lm, check_numbers(numbers or default_numbers(lm)), layer=layer, matrix=matrix)
 
 
-def filter(lm, kind: str, modules: str, *, tau: int | None = None, prompts: int = 500, numbers: int | None = None,
+def filter(lm: LoadedModel, kind: str, modules: str, *, tau: int | None = None, prompts: int = 500,
+           numbers: int | None = None,
            split: str = "test", positions: str = "last", template: str = "{a}+{b}=", control_seeds: int | None = None,
            batch_size: int = 512) -> FilterTable:
     """Addition accuracy with no filter and with one frequency filter in every layer: `kind` "low" (low-pass:
@@ -36,7 +39,8 @@ def filter(lm, kind: str, modules: str, *, tau: int | None = None, prompts: int 
                        batch_size=batch_size)
 
 
-def table(lm, *, tau: int | None = None, prompts: int = 500, numbers: int | None = None, split: str = "test",
+def table(lm: LoadedModel, *, tau: int | None = None, prompts: int = 500, numbers: int | None = None,
+          split: str = "test",
           positions: str = "last", template: str = "{a}+{b}=", control_seeds: int | None = None,
           batch_size: int = 512) -> FilterTable:
     """The full filter table (no filter; high- and low-pass on attention + MLP, the MLPs, attention), each filter

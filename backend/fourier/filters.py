@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -36,6 +37,9 @@ from interpscope.fourier.lens import check_tau, default_tau
 from interpscope.fourier.numbers import NumberTokens, number_unembedding
 from interpscope.fourier.probe import PromptPairs
 from interpscope.scale.pool import Scale, Shard, map_shards
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 KINDS = {"low": "low-pass (removes high frequencies, k >= tau)",
          "high": "high-pass (removes low frequencies, 1 <= k < tau)"}
@@ -70,7 +74,7 @@ def null_projection(unembed_num: np.ndarray, basis: FourierBasis, rows: np.ndarr
     return Projection(matrix=matrix, rank=rank, d_model=unembed_num.shape[0], removed_rows=len(rows))
 
 
-def filter_projection(lm, numbers: NumberTokens, kind: str, tau: int) -> Projection:
+def filter_projection(lm: LoadedModel, numbers: NumberTokens, kind: str, tau: int) -> Projection:
     basis = fourier_basis(numbers.n_numbers)
     rows = basis.rows(removed_frequencies(kind, tau, numbers.n_numbers))
     unembed = number_unembedding(lm.adapter, numbers).double().cpu().numpy()
@@ -125,7 +129,7 @@ def error_counts(errors: np.ndarray) -> dict:
             "not_a_number": int(len(wrong) - len(numeric))}
 
 
-def evaluate_batch(lm, numbers: NumberTokens, texts: list[str], answers: np.ndarray, edits: dict,
+def evaluate_batch(lm: LoadedModel, numbers: NumberTokens, texts: list[str], answers: np.ndarray, edits: dict,
                    where: dict | None = None) -> tuple[float, np.ndarray]:
     """Summed loss (cross-entropy of the answer token) and predictions of one batch of prompts with the given hook
     edits active. where: if given, where["last"] is set to the batch's last-token indices before its forward pass,
@@ -144,7 +148,8 @@ def evaluate_batch(lm, numbers: NumberTokens, texts: list[str], answers: np.ndar
     return loss, np.array(predictions, dtype=np.int64)
 
 
-def evaluate(lm, numbers: NumberTokens, texts: list[str], answers: np.ndarray, edits: dict, batch: int = 512,
+def evaluate(lm: LoadedModel, numbers: NumberTokens, texts: list[str], answers: np.ndarray, edits: dict,
+             batch: int = 512,
              where: dict | None = None):
     """Loss (mean cross-entropy of the answer token) and predictions with the given hook edits active, batch by
     batch (see evaluate_batch)."""
@@ -183,7 +188,7 @@ class FilterJob:
     matrices: dict[str, np.ndarray]
     positions: str
 
-    def run(self, lm, shard: Shard) -> tuple[float, np.ndarray]:
+    def run(self, lm: LoadedModel, shard: Shard) -> tuple[float, np.ndarray]:
         config, texts, answers = shard.payload
         key, modules = self.configs[config]
         edits: dict = {}
@@ -196,7 +201,7 @@ class FilterJob:
         return evaluate_batch(lm, self.numbers, texts, answers, edits, where=where if edits else None)
 
 
-def filter_table(lm, numbers: NumberTokens, pairs: np.ndarray | PromptPairs, template: str = "{a}+{b}=",
+def filter_table(lm: LoadedModel, numbers: NumberTokens, pairs: np.ndarray | PromptPairs, template: str = "{a}+{b}=",
                  tau: int | None = None, configs: list[tuple[str, str]] | None = None, progress=None,
                  positions: str = "last", batch_size: int = 512, scale: Scale | None = None,
                  control_seeds: int | list[int] = DEFAULT_CONTROL_SEEDS) -> FilterTable:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -18,6 +19,9 @@ from interpscope.fourier.addition import pad_right, score
 from interpscope.fourier.basis import fourier_basis, frequency_magnitude
 from interpscope.fourier.data import render
 from interpscope.fourier.numbers import NumberTokens, number_unembedding
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 
 @dataclass
@@ -72,7 +76,8 @@ def _at_last(result: Capture, shape: torch.Size, rows: torch.Tensor, last: torch
     return tensor[rows, last.to(tensor.device)]
 
 
-def module_lens(lm, numbers: NumberTokens, pairs: np.ndarray, template: str = "{a}+{b}=", tau: int | None = None,
+def module_lens(lm: LoadedModel, numbers: NumberTokens, pairs: np.ndarray, template: str = "{a}+{b}=",
+                tau: int | None = None,
                 batch: int = 256) -> ModuleLens:
     """Run the prompts once, read every layer's attention/MLP output and residual stream at the last token."""
     adapter = lm.adapter

@@ -16,13 +16,16 @@ import threading
 from collections.abc import Callable
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from interpscope import atomic
 from interpscope.config import ASSETS_DIR, InterpscopeError, data_dir
 from interpscope.models.identity import model_key
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 KIND = "interpscope-fourier-store"
 MANIFEST = "manifest.json"
@@ -75,7 +78,7 @@ def _manifest(folder: str) -> dict:
         return {}
 
 
-def stored(lm, key: str) -> tuple[dict[str, np.ndarray], dict] | None:
+def stored(lm: LoadedModel, key: str) -> tuple[dict[str, np.ndarray], dict] | None:
     """(arrays, fields) of `key` from a store of this model, or None."""
     wanted = model_key(lm)
     for folder in _stores():
@@ -87,7 +90,7 @@ def stored(lm, key: str) -> tuple[dict[str, np.ndarray], dict] | None:
     return None
 
 
-def recall(lm, key: str, compute: Callable[[], Result], cls: type, items: dict[str, type] | None = None,
+def recall(lm: LoadedModel, key: str, compute: Callable[[], Result], cls: type, items: dict[str, type] | None = None,
            use_store: bool = True) -> Result:
     """The result named `key` for this model: from this process's memory, a store, or `compute()` (kept)."""
     from interpscope.capture import editing
@@ -130,7 +133,7 @@ def _json_number(value):
     raise TypeError(f"cannot store {type(value).__name__} in a Fourier store manifest")
 
 
-def save_entries(lm, out: str | Path, results: dict[str, object]) -> Path:
+def save_entries(lm: LoadedModel, out: str | Path, results: dict[str, object]) -> Path:
     """Write results (key -> result dataclass) into the store folder `out` (created, or already this model's
     store; anything else is refused untouched)."""
     folder = Path(out).expanduser()
@@ -155,7 +158,7 @@ def save_entries(lm, out: str | Path, results: dict[str, object]) -> Path:
     return folder
 
 
-def build_fourier_store(lm, out: str | Path) -> Path:
+def build_fourier_store(lm: LoadedModel, out: str | Path) -> Path:
     """Compute what the Fourier page shows on first open with its defaults and save it (see the module doc)."""
     from interpscope.fourier.addition import run_addition, small_sum_pairs
     from interpscope.fourier.numbers import splits_digits

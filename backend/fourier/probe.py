@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -9,12 +10,15 @@ from interpscope.config import InterpscopeError
 from interpscope.fourier.data import sample_pairs, split_pairs
 from interpscope.fourier.numbers import NumberTokens, number_tokens, single_token_numbers, splits_digits
 
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
+
 MAX_NUMBERS = 520
 DIGIT_DEFAULT_NUMBERS = 100
 DIGIT_PROBE_PROMPTS = 40  # the Fourier page's default probe size for models that split digits
 
 
-def default_numbers(lm) -> int:
+def default_numbers(lm: LoadedModel) -> int:
     """How many numbers to analyse: every single-token number (at most 520), or 100 for digit tokenizers."""
     if splits_digits(lm.tokenizer):
         return DIGIT_DEFAULT_NUMBERS
@@ -27,7 +31,7 @@ def check_numbers(n_numbers: int) -> int:
     return int(n_numbers)
 
 
-def single_token_setup(lm, n_numbers: int | None) -> NumberTokens:
+def single_token_setup(lm: LoadedModel, n_numbers: int | None) -> NumberTokens:
     """Number tokens for the module lens and the filters, which need one token per number."""
     if splits_digits(lm.tokenizer):
         raise InterpscopeError(
@@ -76,7 +80,8 @@ TABLE_CONFIGS = [("none", "none")] + [(kind, modules) for kind in ("high", "low"
                                       for modules in ("both", "mlp", "attn")]
 
 
-def run_filters(lm, configs: list[tuple[str, str]] | None = None, *, tau: int | None = None, prompts: int = 500,
+def run_filters(lm: LoadedModel, configs: list[tuple[str, str]] | None = None, *, tau: int | None = None,
+                prompts: int = 500,
                 numbers: int | None = None, split: str = "test", positions: str = "last", template: str = "{a}+{b}=",
                 control_seeds: int | None = None, batch_size: int = 512, scale=None, progress=None):
     """The filter table for `configs` (default: the full table; one filter is [("none", "none"), (kind, modules)])

@@ -9,6 +9,7 @@ an outlier is a frequency above that baseline.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -26,6 +27,9 @@ from interpscope.fourier.baseline import (
 from interpscope.fourier.basis import Outlier, fourier_basis, frequency_magnitude
 from interpscope.fourier.documents import SpectrumDocument
 from interpscope.fourier.numbers import number_embeddings, number_tokens, number_unembedding, splits_digits
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 
 @dataclass
@@ -90,7 +94,7 @@ def matrix_spectrum(values: np.ndarray, *, model: str = "", source: str = "embed
                     matrix=matrix, baseline=SHUFFLED_BASELINE, baseline_magnitude=control)
 
 
-def embedding_spectrum(lm, n_numbers: int, matrix: str = "embedding", use_store: bool = True) -> Spectrum:
+def embedding_spectrum(lm: LoadedModel, n_numbers: int, matrix: str = "embedding", use_store: bool = True) -> Spectrum:
     """Spectrum of W_E (matrix='embedding') or W_U (matrix='unembedding') restricted to numbers 0..N-1 (serves
     the Fourier page's spectrum tab for single-token numbers; computed once per process and model)."""
     from interpscope.fourier import precomputed
@@ -103,7 +107,7 @@ def embedding_spectrum(lm, n_numbers: int, matrix: str = "embedding", use_store:
                               use_store=use_store)
 
 
-def _embedding_spectrum(lm, n_numbers: int, matrix: str) -> Spectrum:
+def _embedding_spectrum(lm: LoadedModel, n_numbers: int, matrix: str) -> Spectrum:
     tokens = number_tokens(lm.tokenizer, n_numbers)
     if matrix == "embedding":
         values = number_embeddings(lm.adapter, tokens)
@@ -122,7 +126,7 @@ def default_number_template(tokenizer) -> str:
     return "{n}" if len(with_special) > len(without) else "Number: {n}"
 
 
-def number_hidden_states(lm, n_numbers: int, batch: int = 64, template: str | None = None) -> np.ndarray:
+def number_hidden_states(lm: LoadedModel, n_numbers: int, batch: int = 64, template: str | None = None) -> np.ndarray:
     """Hidden state at each number's last token, per layer: [layers + 1, N, d_model] (float64).
 
     Row 0 is the input of block 0 (embeddings), row l + 1 the residual stream after block l (before any final
@@ -153,7 +157,7 @@ def number_hidden_states(lm, n_numbers: int, batch: int = 64, template: str | No
     return np.concatenate(states, axis=1)
 
 
-def hidden_spectra(lm, n_numbers: int, top: int = 5, template: str | None = None,
+def hidden_spectra(lm: LoadedModel, n_numbers: int, top: int = 5, template: str | None = None,
                    use_store: bool = True) -> LayerSpectra:
     """Per-layer spectra of the hidden states at each number's last token, with each layer's top periods (serves
     the Fourier page's spectrum tab for models that split digits). Computed once per process and model; the
@@ -169,7 +173,7 @@ def hidden_spectra(lm, n_numbers: int, top: int = 5, template: str | None = None
                               use_store=use_store)
 
 
-def _hidden_spectra(lm, n_numbers: int, top: int, template: str) -> LayerSpectra:
+def _hidden_spectra(lm: LoadedModel, n_numbers: int, top: int, template: str) -> LayerSpectra:
     states = number_hidden_states(lm, n_numbers, template=template)
     basis = fourier_basis(n_numbers)
     rows, top_periods, shares, outliers = [], [], [], []
@@ -187,7 +191,7 @@ def _hidden_spectra(lm, n_numbers: int, top: int, template: str) -> LayerSpectra
                         baseline_periods=by_construction_periods(n_numbers), outlier_periods=outliers)
 
 
-def auto_spectrum(lm, n_numbers: int, layer: int | None = None, matrix: str = "embedding") -> Spectrum:
+def auto_spectrum(lm: LoadedModel, n_numbers: int, layer: int | None = None, matrix: str = "embedding") -> Spectrum:
     """The embedding spectrum when numbers are single tokens and no layer is asked; else the hidden-state one.
 
     layer: -1 = embeddings output, 0..L-1 = after that block.

@@ -27,7 +27,7 @@ from interpscope.capture import lock_held
 from interpscope.config import InterpscopeError
 
 if TYPE_CHECKING:
-    from interpscope.models.loading import LoadedModel
+    from interpscope.models.loaded import LoadedModel
 
 MEMORY_ENV = "INTERPSCOPE_MODEL_MEMORY_MB"
 DEFAULT_FRACTION = 0.4

@@ -4,9 +4,13 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 
-def model_key(lm) -> str:
+def model_key(lm: LoadedModel) -> str:
     """A readable, content-based key for a loaded model: its name plus a hash of a few weights and the dtype."""
     adapter = lm.adapter
     digest = hashlib.sha1(str(lm.dtype).encode())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -24,6 +25,9 @@ from interpscope.neurons.documents import AblationDocument
 from interpscope.neurons.folding import final_norm, mlp_pre_output, output_norm, output_norm_change, unembed_bias
 from interpscope.neurons.metrics import freeze_unigram, loss_and_entropy, loss_entropy_kl, loss_of, norm_mediated_share
 from interpscope.neurons.store import Progress
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,7 @@ def _mean_edit(index: int, value: float):
     return edit
 
 
-def token_effects(lm, neurons: list[Neuron], tokens: torch.Tensor, means: dict[int, np.ndarray],
+def token_effects(lm: LoadedModel, neurons: list[Neuron], tokens: torch.Tensor, means: dict[int, np.ndarray],
                   unigram_counts: np.ndarray | None = None, batch_size: int = 4, fast_final_layer: bool = True,
                   progress: Progress | None = None) -> TokenEffects:
     """Mean-ablate each neuron separately on token windows [N, T]; total and direct effects per position."""
@@ -302,7 +306,7 @@ def summarise(effects: TokenEffects, means: dict[int, np.ndarray], random_set: s
     return rows
 
 
-def ablate(lm, neurons, n_tokens: int = 2048, seq_len: int = 128, n_random: int = 8, seed: int = 0,
+def ablate(lm: LoadedModel, neurons, n_tokens: int = 2048, seq_len: int = 128, n_random: int = 8, seed: int = 0,
            k: int | None = None, source=None, mean_tokens: int | None = None, with_unigram: bool = True,
            batch_size: int = 4, progress: Progress | None = None) -> AblationResult:
     """Mean-ablate each neuron (and n_random random neurons of the same layers) over n_tokens held-out corpus

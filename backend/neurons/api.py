@@ -7,12 +7,14 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
     from interpscope.neurons.ablation import AblationResult
     from interpscope.neurons.cards import NeuronDetail
     from interpscope.neurons.weights import NeuronStats
 
 
-def candidates(lm, layer: int | None = None, k: int | None = None, top: int | None = None, unigram: bool = True,
+def candidates(lm: LoadedModel, layer: int | None = None, k: int | None = None, top: int | None = None,
+               unigram: bool = True,
                corpus=None) -> NeuronStats:
     """Every MLP neuron of `layer` (default: the last) with its write norm, LogitVar, null-space fraction rho over
     the bottom `k` singular directions of W_U, and unigram cosine (`unigram=False` skips the corpus count), sorted by
@@ -23,7 +25,7 @@ def candidates(lm, layer: int | None = None, k: int | None = None, top: int | No
     return dataclasses.replace(rank(lm, layer=layer, k=k, with_unigram=unigram, source=corpus), top=top)
 
 
-def detail(lm, neuron: str | tuple[int, int], k: int | None = None, compute: bool = False) -> NeuronDetail:
+def detail(lm: LoadedModel, neuron: str | tuple[int, int], k: int | None = None, compute: bool = False) -> NeuronDetail:
     """One neuron's card ("LAYER.INDEX" or (layer, index)): its write against W_U's singular directions, the tokens it
     promotes and suppresses, and, from the model's neuron store or cached activations (or after running the corpus
     with `compute=True`), its activation histogram and top contexts. The Neuron detail tab, `interpscope neurons
@@ -36,7 +38,8 @@ def detail(lm, neuron: str | tuple[int, int], k: int | None = None, compute: boo
     return neuron_card(lm, parsed.layer, parsed.index, k=k, compute=compute)
 
 
-def ablate(lm, neurons, tokens: int = 2048, random: int = 8, seed: int = 0, k: int | None = None, seq_len: int = 128,
+def ablate(lm: LoadedModel, neurons, tokens: int = 2048, random: int = 8, seed: int = 0, k: int | None = None,
+           seq_len: int = 128,
            corpus=None, mean_tokens: int | None = None, progress=None) -> AblationResult:
     """Mean-ablate `neurons` ("L.I" strings) and `random` random neurons of the same layers over `tokens` held-out
     corpus tokens: total vs direct effect on loss and entropy (the Causal ablation tab, `interpscope neurons ablate`).

@@ -11,6 +11,7 @@ histogram or mean and never set a colour scale; every view says which positions 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -32,6 +33,9 @@ from interpscope.sinks import (
     top_positions,
     words,
 )
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 CONTEXT_LEFT, CONTEXT_RIGHT = 12, 4
 
@@ -77,7 +81,7 @@ def _token_text(tokenizer, token_id: int) -> str:
     return tokenizer.decode([int(token_id)]) if tokenizer is not None else str(token_id)
 
 
-def weight_detail(lm, layer: int, index: int, k: int | None = None, top_tokens: int = 15,
+def weight_detail(lm: LoadedModel, layer: int, index: int, k: int | None = None, top_tokens: int = 15,
                   post_scale: float | None = None) -> NeuronDetail:
     """What the weights say about one neuron: rho, norm, the W_U spectrum with its cosines, promoted and
     suppressed tokens, all on what the neuron writes into the residual (through the MLP's output norm at its
@@ -124,7 +128,7 @@ def kept_histogram(values: np.ndarray, excluded: np.ndarray, bins: int = 60) -> 
     return np.histogram(kept, bins=bins)
 
 
-def neuron_detail(lm, layer: int, index: int, k: int | None = None, store: ActivationStore | None = None,
+def neuron_detail(lm: LoadedModel, layer: int, index: int, k: int | None = None, store: ActivationStore | None = None,
                   top_tokens: int = 15, top_contexts: int = 10, window: int = CONTEXT_LEFT,
                   bins: int = 60) -> NeuronDetail:
     """Weight-side detail of one neuron, plus corpus-side detail when its layer's activation store is given
@@ -173,7 +177,7 @@ class TextActivations:
         return {row["position"]: row["reason"] for row in self.sinks or []}
 
 
-def text_activations(lm, text: str, neurons, prepend_bos: bool | None = None) -> TextActivations:
+def text_activations(lm: LoadedModel, text: str, neurons, prepend_bos: bool | None = None) -> TextActivations:
     """Run the model on `text` and read the chosen neurons, the entropy and the top prediction per token.
     prepend_bos: put the model's BOS first (None: where the tokenizer adds none), so the first word is read like
     any other; the excluded positions are the measured sinks and that BOS."""

@@ -6,6 +6,7 @@ on entropy and loss of mean-ablating each chosen neuron, first half vs second ha
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -15,6 +16,9 @@ from interpscope.config import InterpscopeError
 from interpscope.neurons.ablation import Neuron, parse_neurons, random_neurons, token_effects
 from interpscope.neurons.metrics import loss_and_entropy
 from interpscope.neurons.store import Progress
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 
 @dataclass
@@ -65,7 +69,8 @@ def repeated_sequences(tokenizer, vocab_size: int, n_sequences: int, half_len: i
     return torch.from_numpy(np.concatenate([start, halves, halves], axis=1)).long()
 
 
-def induction_study(lm, neurons, n_sequences: int = 8, half_len: int = 50, n_random: int = 8, seed: int = 0,
+def induction_study(lm: LoadedModel, neurons, n_sequences: int = 8, half_len: int = 50, n_random: int = 8,
+                    seed: int = 0,
                     means: dict[int, np.ndarray] | None = None, counts: np.ndarray | None = None,
                     ablate: bool = True, progress: Progress | None = None) -> InductionResult:
     """Run the repeated-random-tokens study for the chosen neurons against n_random random neurons."""

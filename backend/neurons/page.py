@@ -4,12 +4,16 @@ page_store; loading takes milliseconds) and computed otherwise."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from interpscope.neurons.cards import NeuronDetail, neuron_detail, weight_detail
 from interpscope.neurons.page_store import find_neuron_store
 from interpscope.neurons.ranking import candidates
 from interpscope.neurons.store import DEFAULT_SEQ_LEN, DEFAULT_STORE_TOKENS, activation_stores, store_exists
 from interpscope.neurons.weights import NeuronStats, check_k, check_layer
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 
 @dataclass
@@ -25,7 +29,7 @@ class NeuronPage:
     store_layers: list[int] = field(default_factory=list)
 
 
-def neuron_page(lm, layer: int | None = None, k: int | None = None) -> NeuronPage:
+def neuron_page(lm: LoadedModel, layer: int | None = None, k: int | None = None) -> NeuronPage:
     """Serves the Entropy neurons page on open (the Candidates tab and the default neuron choice)."""
     layer = check_layer(lm.adapter, layer)
     k = check_k(k, lm.adapter.d_model)
@@ -40,7 +44,7 @@ def neuron_page(lm, layer: int | None = None, k: int | None = None) -> NeuronPag
                       store_layers=[] if store is None else store.layers)
 
 
-def neuron_card(lm, layer: int, index: int, k: int | None = None, n_tokens: int | None = None,
+def neuron_card(lm: LoadedModel, layer: int, index: int, k: int | None = None, n_tokens: int | None = None,
                 compute: bool = False, progress=None) -> NeuronDetail:
     """Serves the page's Neuron detail tab and `interpscope neurons detail`: the neuron's card from the store
     when its layer is there (for `n_tokens` corpus tokens when given, as the page's slider asks; any store sample

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,6 +40,9 @@ from interpscope.neurons.unigram import save_npy_atomic, source_key, token_count
 from interpscope.neurons.weights import NeuronStats, check_layer, default_k, neuron_stats
 from interpscope.paths import folder_allowed
 from interpscope.scale.pool import Scale
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 KIND = "interpscope-neuron-store"
 MANIFEST = "manifest.json"
@@ -69,7 +73,8 @@ def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     atomic.write_with(path, lambda handle: np.savez_compressed(handle, **arrays))  # type: ignore[arg-type]
 
 
-def layer_arrays(lm, layer: int, acts: np.ndarray, excluded: np.ndarray, tokens: np.ndarray, spec: StoreSpec,
+def layer_arrays(lm: LoadedModel, layer: int, acts: np.ndarray, excluded: np.ndarray, tokens: np.ndarray,
+                 spec: StoreSpec,
                  unigram) -> dict[str, np.ndarray]:
     """One layer's arrays from its corpus activations [N, T, d_mlp], excluded mask [N, T] and token ids [N, T]."""
     post_scale = typical_scale(lm.adapter, layer, acts, excluded)
@@ -116,7 +121,7 @@ def _owned(folder: Path) -> dict | None:
     return manifest
 
 
-def _stale(lm, folder: Path, layer: int) -> bool:
+def _stale(lm: LoadedModel, folder: Path, layer: int) -> bool:
     """A layer file written before neuron writes went through the MLP's output norm (rebuilt, not kept)."""
     if lm.adapter.mlp_output_norm(layer) is None:
         return False
@@ -127,7 +132,7 @@ def _stale(lm, folder: Path, layer: int) -> bool:
         return "post_norm_scale" not in data.files
 
 
-def build_neuron_store(lm, out: str | Path, layers: list[int] | None = None, spec: StoreSpec = StoreSpec(),
+def build_neuron_store(lm: LoadedModel, out: str | Path, layers: list[int] | None = None, spec: StoreSpec = StoreSpec(),
                        batch_size: int = 8, progress: StoreProgress | None = None,
                        scale: Scale | None = None) -> Path:
     """Build (or finish) the store of `layers` (default: the final layer) in `out`; layers already there with the
@@ -220,7 +225,8 @@ class NeuronStore:
         return (self.spec.n_tokens, self.spec.seq_len, self.spec.source) == (n_tokens, seq_len,
                                                                            source_key(source, split))
 
-    def detail(self, lm, layer: int, index: int, k: int | None = None, top_contexts: int = 10) -> NeuronDetail:
+    def detail(self, lm: LoadedModel, layer: int, index: int, k: int | None = None,
+               top_contexts: int = 10) -> NeuronDetail:
         """The neuron detail card: weights computed live (cheap), corpus side from the store."""
         data = self.layer(layer)
         detail = weight_detail(lm, layer, index, k=k, post_scale=self.post_scale(layer))
@@ -249,7 +255,7 @@ def _candidate_folders() -> list[Path]:
             if child.is_dir() and folder_allowed(child)]  # a shared server skips stores leading outside its roots
 
 
-def find_neuron_store(lm) -> NeuronStore | None:
+def find_neuron_store(lm: LoadedModel) -> NeuronStore | None:
     """The store built for this very model (same content key), shipped in assets/ or built into the data dir."""
     key = model_key(lm)
     for folder in _candidate_folders():
@@ -279,7 +285,8 @@ def shipped_unigram_counts(tokenizer, source, split: str) -> np.ndarray | None:
     return None
 
 
-def corpus_means(lm, layers: list[int], n_tokens: int = DEFAULT_STORE_TOKENS, seq_len: int = DEFAULT_SEQ_LEN,
+def corpus_means(lm: LoadedModel, layers: list[int], n_tokens: int = DEFAULT_STORE_TOKENS,
+                 seq_len: int = DEFAULT_SEQ_LEN,
                  source=None, split: str = "train", progress=None) -> dict[int, np.ndarray]:
     """Mean activation per neuron of each layer over the corpus sample (position 0 and sinks left out), from this
     model's entropy-neuron store when it holds those layers for that sample, else from the activation store

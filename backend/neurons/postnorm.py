@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import threading
 import weakref
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from interpscope.neurons.folding import mlp_pre_output, output_norm
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 _SCALES: weakref.WeakKeyDictionary[torch.nn.Module, dict] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
@@ -49,7 +53,7 @@ def _version(adapter, layer: int) -> tuple:
     return (W_out.data_ptr(), W_out._version, None if gamma is None else (gamma.data_ptr(), gamma._version))
 
 
-def layer_post_scale(lm, layer: int) -> float | None:
+def layer_post_scale(lm: LoadedModel, layer: int) -> float | None:
     """The typical scale of layer's MLP output norm on this model (None without one): from its entropy-neuron
     store when it holds the layer, else from the corpus activation store of the default sample."""
     adapter = lm.adapter

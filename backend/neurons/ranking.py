@@ -3,13 +3,17 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import TYPE_CHECKING
 
 from interpscope.neurons.postnorm import layer_post_scale
 from interpscope.neurons.unigram import token_counts, unigram_direction
 from interpscope.neurons.weights import NeuronStats, check_layer, neuron_stats
 
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
-def candidates(lm, layer: int | None = None, k: int | None = None, with_unigram: bool = True,
+
+def candidates(lm: LoadedModel, layer: int | None = None, k: int | None = None, with_unigram: bool = True,
                source=None) -> NeuronStats:
     """Norm, LogitVar, rho (bottom-k null-space fraction) and unigram cosine of every neuron of `layer`
     (default: the final layer), through the MLP's output norm where there is one. Token counts for the unigram
@@ -23,7 +27,7 @@ def candidates(lm, layer: int | None = None, k: int | None = None, with_unigram:
     return dataclasses.replace(stats, model=lm.name)
 
 
-def timed_candidates(lm, **kwargs) -> tuple[NeuronStats, float]:
+def timed_candidates(lm: LoadedModel, **kwargs) -> tuple[NeuronStats, float]:
     """candidates() and the seconds it took (for the benchmark and the page's status line)."""
     start = time.perf_counter()
     stats = candidates(lm, **kwargs)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -26,6 +27,9 @@ from interpscope.neurons.weights import check_layer
 from interpscope.scale.pool import Scale, Shard, batch_shards, map_shards
 from interpscope.scale.shards import ShardFiles, covered
 from interpscope.sinks import detection_point, excluded_mask
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 Progress = Callable[[float, str], None]
 DEFAULT_STORE_TOKENS = 8192
@@ -56,12 +60,12 @@ class ActivationStore:
 
 
 
-def _sample_dir(lm, n_tokens: int, seq_len: int, source, split: str) -> Path:
+def _sample_dir(lm: LoadedModel, n_tokens: int, seq_len: int, source, split: str) -> Path:
     sample = f"{source_key(source, split)}-{seq_len}x{n_tokens}-{LAYOUT}"
     return data_dir() / "neurons" / "acts" / model_key(lm) / sample
 
 
-def run_layers(lm, token_batches: torch.Tensor, layers: list[int], batch_size: int = 8,
+def run_layers(lm: LoadedModel, token_batches: torch.Tensor, layers: list[int], batch_size: int = 8,
                progress: Progress | None = None) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
     """Neuron activations [N, T, d_mlp] (float32) of `layers` on token windows [N, T], and each layer's excluded
     positions [N, T] (bool; interpscope.sinks at the layer's detection point), stopping each forward pass after the last
@@ -108,13 +112,13 @@ class NeuronJob:
     layers: list[int]
     batch_size: int
 
-    def run(self, lm, shard: Shard) -> dict[str, np.ndarray]:
+    def run(self, lm: LoadedModel, shard: Shard) -> dict[str, np.ndarray]:
         acts, excluded = run_layers(lm, shard.payload, self.layers, batch_size=self.batch_size)
         return {**{f"acts{layer}": a for layer, a in acts.items()},
                 **{f"excluded{layer}": e for layer, e in excluded.items()}}
 
 
-def corpus_activations(lm, tokens: torch.Tensor, layers: list[int], shard_dir: Path, batch_size: int = 8,
+def corpus_activations(lm: LoadedModel, tokens: torch.Tensor, layers: list[int], shard_dir: Path, batch_size: int = 8,
                        progress: Progress | None = None,
                        scale: Scale | None = None) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
     """run_layers over token windows [N, T] as shards of whole batches, here or on Ray workers (`scale`). Each
@@ -148,7 +152,8 @@ def kept_mean(activations: np.ndarray, excluded: np.ndarray) -> np.ndarray:
     return flat[~np.asarray(excluded, dtype=bool).reshape(-1)].astype(np.float64).mean(0)
 
 
-def activation_stores(lm, layers: list[int], n_tokens: int = DEFAULT_STORE_TOKENS, seq_len: int = DEFAULT_SEQ_LEN,
+def activation_stores(lm: LoadedModel, layers: list[int], n_tokens: int = DEFAULT_STORE_TOKENS,
+                      seq_len: int = DEFAULT_SEQ_LEN,
                       source=None, split: str = "train", progress: Progress | None = None,
                       scale: Scale | None = None) -> dict[int, ActivationStore]:
     """One ActivationStore per layer, read from the cache or computed in a single pass for the missing ones (as
@@ -175,13 +180,14 @@ def activation_stores(lm, layers: list[int], n_tokens: int = DEFAULT_STORE_TOKEN
             for layer in layers}
 
 
-def store_exists(lm, layer: int, n_tokens: int = DEFAULT_STORE_TOKENS, seq_len: int = DEFAULT_SEQ_LEN,
+def store_exists(lm: LoadedModel, layer: int, n_tokens: int = DEFAULT_STORE_TOKENS, seq_len: int = DEFAULT_SEQ_LEN,
                  source=None, split: str = "train") -> bool:
     """Whether the activation store of this layer and corpus sample is already on disk."""
     return (_sample_dir(lm, n_tokens, seq_len, source, split) / f"layer{layer}.npy").is_file()
 
 
-def mean_activations(lm, layers: list[int], n_tokens: int = DEFAULT_STORE_TOKENS, seq_len: int = DEFAULT_SEQ_LEN,
+def mean_activations(lm: LoadedModel, layers: list[int], n_tokens: int = DEFAULT_STORE_TOKENS,
+                     seq_len: int = DEFAULT_SEQ_LEN,
                      source=None, split: str = "train", progress: Progress | None = None) -> dict[int, np.ndarray]:
     """Mean activation of every neuron of each layer over the corpus sample [d_mlp] (cached)."""
     stores = activation_stores(lm, layers, n_tokens, seq_len, source, split, progress)

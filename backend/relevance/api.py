@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -28,6 +29,9 @@ from interpscope.relevance.targets import PendingTarget, Target, chosen_target, 
 from interpscope.results import Result
 from interpscope.sinks import words
 
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
+
 MAX_NEW_TOKENS = 64
 MODEL_KIND = ("attention", "position_embedding", "state_space")
 
@@ -37,7 +41,7 @@ def model_kind(adapter: ModelAdapter) -> list[str]:
     return sorted(set(MODEL_KIND) & set(adapter.capabilities()))
 
 
-def input_ids_for(lm, text: str, prepend_bos: bool | None = None,
+def input_ids_for(lm: LoadedModel, text: str, prepend_bos: bool | None = None,
                   max_tokens: int | None = None) -> tuple[torch.Tensor, bool]:
     """(ids [1, T], prepended): the text's tokens, with the model's BOS put first when `prepend_bos` (None: where
     the tokenizer adds none, interpscope.inputs.default_prepend_bos), so the first word is explained like any other."""
@@ -113,13 +117,14 @@ class RelevanceResult(Result):
                 for i, (token, token_id, value) in enumerate(zip(self.tokens, self.token_ids, values, strict=True))]
 
 
-def _adapter(model_or_lm) -> ModelAdapter:
+def _adapter(model_or_lm: nn.Module | LoadedModel) -> ModelAdapter:
     if isinstance(model_or_lm, nn.Module):  # a bare model (HF models have a `.model` submodule of their own)
         return get_adapter(model_or_lm)
     return model_or_lm.adapter
 
 
-def next_token_logits(model_or_lm, input_ids: torch.Tensor, position: int | None = None) -> torch.Tensor:
+def next_token_logits(model_or_lm: nn.Module | LoadedModel, input_ids: torch.Tensor,
+                      position: int | None = None) -> torch.Tensor:
     """Logits [vocab] predicting the token after `position` (default: the last input token); the last position's
     logits come from the per-process cache shared with predict_next (interpscope.predict)."""
     adapter = _adapter(model_or_lm)
@@ -131,8 +136,8 @@ def next_token_logits(model_or_lm, input_ids: torch.Tensor, position: int | None
         return forward_logits(adapter.model, adapter.embedding()(input_ids), [position])[0, 0]
 
 
-def run_method(model_or_lm, input_ids: torch.Tensor, method: str, target: Target | PendingTarget,
-               latent: bool = False, options: MethodOptions | None = None,
+def run_method(model_or_lm: nn.Module | LoadedModel, input_ids: torch.Tensor, method: str,
+               target: Target | PendingTarget, latent: bool = False, options: MethodOptions | None = None,
                progress: Progress | None = None) -> tuple[Attribution, float]:
     """(attribution, seconds of the attribution itself) for one method on input_ids [1, T]; progress(done, total)
     per internal batch (Integrated Gradients) or once at the end (one-pass methods)."""
@@ -149,7 +154,7 @@ def run_method(model_or_lm, input_ids: torch.Tensor, method: str, target: Target
     return result, seconds
 
 
-def make_target(lm, input_ids: torch.Tensor, token: str | int | None = None,
+def make_target(lm: LoadedModel, input_ids: torch.Tensor, token: str | int | None = None,
                 contrast: tuple[str | int, str | int] | None = None, vs_rest: bool = False) -> Target:
     """The target at the last position: predicted token unless a token or a contrast (A, B) is given."""
     position = int(input_ids.shape[1]) - 1
@@ -159,7 +164,7 @@ def make_target(lm, input_ids: torch.Tensor, token: str | int | None = None,
     return resolve_target(lm.tokenizer, next_token_logits(lm, input_ids, position), position, vs_rest=vs_rest)
 
 
-def explain(lm, text: str | None = None, method: str = "attnlrp", *, token: str | int | None = None,
+def explain(lm: LoadedModel, text: str | None = None, method: str = "attnlrp", *, token: str | int | None = None,
             contrast: tuple[str | int, str | int] | None = None, vs_rest: bool = False, latent: bool = False,
             input_ids: torch.Tensor | None = None, target: Target | None = None, top: int = 10,
             options: MethodOptions | None = None, progress: Progress | None = None,
@@ -220,7 +225,7 @@ def explain(lm, text: str | None = None, method: str = "attnlrp", *, token: str 
                            sinks=report.rows(tokens, words(kind)["sink"]), bos_prepended=prepended, model_kind=kind)
 
 
-def faithfulness(lm, result: RelevanceResult, steps: int = DEFAULT_STEPS) -> PerturbationCurves:
+def faithfulness(lm: LoadedModel, result: RelevanceResult, steps: int = DEFAULT_STEPS) -> PerturbationCurves:
     """MoRF / LeRF curves and ABPC of a relevance map on its own input."""
     ids = torch.tensor([result.token_ids], device=lm.device)
     with model_lock(lm):
@@ -257,7 +262,7 @@ class FaithfulnessSummary(Result):
                         f"Mean ABPC over {self.n_texts} texts")
 
 
-def faithfulness_batch(lm, texts: Sequence[str], methods: Sequence[str], steps: int = DEFAULT_STEPS,
+def faithfulness_batch(lm: LoadedModel, texts: Sequence[str], methods: Sequence[str], steps: int = DEFAULT_STEPS,
                        progress: Callable[[int, int], None] | None = None) -> FaithfulnessSummary:
     """ABPC of every method on every text; `progress(done, total)` is called after each text."""
     scores: dict[str, list[float]] = {m: [] for m in methods}
@@ -277,7 +282,7 @@ def faithfulness_batch(lm, texts: Sequence[str], methods: Sequence[str], steps: 
                                n_texts=len(texts), seconds=seconds)
 
 
-def explain_continuation(lm, text: str, n_new: int, method: str = "attnlrp",
+def explain_continuation(lm: LoadedModel, text: str, n_new: int, method: str = "attnlrp",
                          progress: Progress | None = None) -> tuple[ContinuationRelevance, list[str]]:
     """Generate `n_new` tokens and the output x input relevance matrix; also the sequence's token strings
     (serves the relevance page's 'A continuation'); progress(done, n_new) per explained token."""
@@ -314,7 +319,7 @@ def top_neurons(latent: LatentRelevance, k: int = 10) -> list[dict]:
             for layer, n in zip(layers, neurons, strict=True)]
 
 
-def ig_convergence(lm, text: str, *, token: str | int | None = None, contrast: tuple | None = None,
+def ig_convergence(lm: LoadedModel, text: str, *, token: str | int | None = None, contrast: tuple | None = None,
                    options: MethodOptions | None = None, prepend_bos: bool | None = None,
                    steps: Sequence[int] = CONVERGENCE_STEPS,
                    progress: Progress | None = None) -> IGConvergence:

@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from interpscope.relevance.methods import METHODS, MethodOptions, get_method
 from interpscope.results import Result
 from interpscope.resume import appending, check_same_settings, read_log
 from interpscope.uploads import UploadTable
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 SPEC_FILE = "spec.json"
 ROWS_FILE = "rows.jsonl"
@@ -170,7 +173,7 @@ def default_folder(spec: FileSpec) -> Path:
     return data_dir() / "file_attribution" / key
 
 
-def explain_file(lm, table: UploadTable, data: bytes, method: str, *, options: MethodOptions | None = None,
+def explain_file(lm: LoadedModel, table: UploadTable, data: bytes, method: str, *, options: MethodOptions | None = None,
                  token: str | None = None, folder: str | Path | None = None, force: bool = False,
                  progress: Callable[[int, int], None] | None = None,
                  should_stop: Callable[[], bool] | None = None) -> FileRun:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -31,6 +31,9 @@ from interpscope.relevance.engine import LatentRelevance, attribute
 from interpscope.relevance.methods import get_method
 from interpscope.relevance.targets import Target
 from interpscope.results import Result, to_plain
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 DEFAULT_THRESHOLD = 0.05
 
@@ -243,7 +246,7 @@ def flow_graph(latent: LatentRelevance, input_relevance: np.ndarray, tokens: lis
     return nodes, edges
 
 
-def information_flow(lm, text: str, *, token: str | int | None = None, contrast: tuple | None = None,
+def information_flow(lm: LoadedModel, text: str, *, token: str | int | None = None, contrast: tuple | None = None,
                      method: str = "attnlrp", prepend_bos: bool | None = None) -> InformationFlow:
     """The logit lens, per-layer contributions and AttnLRP latent relevance for the next-token target after `text`
     (the graph at any threshold comes from InformationFlow.graph). prepend_bos: put the model's BOS first (None:
@@ -279,7 +282,7 @@ def information_flow(lm, text: str, *, token: str | int | None = None, contrast:
         top_neurons=top_neurons(attribution.latent, 20), seconds=time.perf_counter() - start)
 
 
-def attention_pattern(lm, text: str, layer: int, head: int) -> tuple[list[str], np.ndarray]:
+def attention_pattern(lm: LoadedModel, text: str, layer: int, head: int) -> tuple[list[str], np.ndarray]:
     """One head's attention probabilities [T_query, T_key] on `text` (for the graph's click-through)."""
     adapter = lm.adapter
     if not 0 <= layer < adapter.n_layers or not 0 <= head < adapter.n_heads:

@@ -19,6 +19,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -33,6 +34,9 @@ from interpscope.relevance.methods import METHODS, MethodOptions, get_method, me
 from interpscope.relevance.sinks import sink_positions
 from interpscope.relevance.targets import Target
 from interpscope.results import Result
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 PROMPTS_DIR = ASSETS_DIR / "prompts"
 SETS = {"heldout": "heldout-v1.jsonl"}
@@ -146,12 +150,12 @@ class HeldoutResult(Result):
                                     f"Mean ABPC, {title} (95% bootstrap interval)")
 
 
-def _references(lm, embeds: torch.Tensor, baselines: Sequence[str]) -> dict[str, torch.Tensor]:
+def _references(lm: LoadedModel, embeds: torch.Tensor, baselines: Sequence[str]) -> dict[str, torch.Tensor]:
     pad = getattr(lm.tokenizer, "pad_token_id", None)
     return {b: baseline_embeds(lm.adapter, embeds, b, pad) for b in baselines}
 
 
-def prompt_row(lm, prompt: dict, settings: HeldoutSettings, index: int) -> dict:
+def prompt_row(lm: LoadedModel, prompt: dict, settings: HeldoutSettings, index: int) -> dict:
     """Every method's map and curves for one prompt (explained for its expected token)."""
     from interpscope.relevance.api import run_method
 
@@ -263,7 +267,7 @@ def summarize(rows: Sequence[dict], settings: HeldoutSettings, labels: dict) -> 
     return table, fixed_table, minus, diagnosis, sentence
 
 
-def default_settings(lm, methods: Sequence[str] | None = None, baselines: Sequence[str] | None = None,
+def default_settings(lm: LoadedModel, methods: Sequence[str] | None = None, baselines: Sequence[str] | None = None,
                      **values) -> HeldoutSettings:
     """Checked settings: every method the model serves and every deletion baseline (pad only where the tokenizer
     has a pad token) unless given."""
@@ -288,7 +292,7 @@ def labels_for(settings: HeldoutSettings) -> dict[str, str]:
     return {m: METHODS[m].label for m in settings.methods} | {stats.RANDOM: "Random order (chance)"}
 
 
-def run_heldout(lm, prompts: Sequence[dict], methods: Sequence[str] | None = None,
+def run_heldout(lm: LoadedModel, prompts: Sequence[dict], methods: Sequence[str] | None = None,
                 baselines: Sequence[str] | None = None, ig_steps: int = DEFAULT_IG_STEPS,
                 curve_steps: int = DEFAULT_STEPS, seed: int = 0, bootstrap: int = stats.BOOTSTRAP,
                 set_name: str = "heldout", progress: Progress | None = None, done: Sequence[dict] = (),
@@ -391,7 +395,7 @@ class FaithfulnessComparison(Result):
         return _curves_figure(self.curves, "Perturbation curves on this input")
 
 
-def compare_faithfulness(lm, results: Sequence, baseline: str = "zero", steps: int = DEFAULT_STEPS,
+def compare_faithfulness(lm: LoadedModel, results: Sequence, baseline: str = "zero", steps: int = DEFAULT_STEPS,
                          seed: int = 0, random_orders: int = 16) -> FaithfulnessComparison:
     """text_faithfulness of several maps of one input and target (RelevanceResults of explain()), side by side."""
     if not results:
@@ -405,7 +409,7 @@ def compare_faithfulness(lm, results: Sequence, baseline: str = "zero", steps: i
                                   baseline=baseline, curves=curves)
 
 
-def text_faithfulness(lm, result, baseline: str = "zero", steps: int = DEFAULT_STEPS, seed: int = 0,
+def text_faithfulness(lm: LoadedModel, result, baseline: str = "zero", steps: int = DEFAULT_STEPS, seed: int = 0,
                       random_orders: int = 16) -> TextFaithfulness:
     """Faithfulness of one RelevanceResult (interpscope.relevance.api.explain) on its own input (a BOS that explain
     prepended stays in place: only the text's tokens are removed)."""

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import nn
 
 from interpscope.adapters import ModelAdapter
 from interpscope.capture import model_lock, scoped
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 
 class Rule(Protocol):
@@ -265,7 +268,7 @@ def applied(adapter: ModelAdapter, rules: Sequence[Rule]) -> Iterator[None]:
 
 
 @contextmanager
-def apply_rules(model_or_lm, rules: Sequence[Rule] | Callable[[ModelAdapter], Sequence[Rule]]
+def apply_rules(model_or_lm: nn.Module | LoadedModel, rules: Sequence[Rule] | Callable[[ModelAdapter], Sequence[Rule]]
                 ) -> Iterator[ModelAdapter]:
     """Hold the model's lock and apply `rules` (a list, or a function of the adapter) for the `with` block."""
     from interpscope.adapters import get_adapter

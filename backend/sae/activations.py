@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -29,6 +30,9 @@ from interpscope.scale.pool import Scale, Shard, batch_shards, map_shards
 from interpscope.scale.shards import covered, merge_intervals
 from interpscope.scale.transfer import to_device, to_host
 from interpscope.sinks import sink_rows
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 Progress = Callable[[int, int], None]
 NP_DTYPES = {"float16": np.float16, "float32": np.float32}
@@ -96,14 +100,14 @@ class CacheJob:
     dtype: str
     batch_size: int
 
-    def run(self, loaded, shard: Shard) -> np.ndarray:
-        return window_rows(loaded, self.hook_name, shard.payload, self.batch_size, self.dtype)
+    def run(self, lm: LoadedModel, shard: Shard) -> np.ndarray:
+        return window_rows(lm, self.hook_name, shard.payload, self.batch_size, self.dtype)
 
 
-def window_rows(loaded, hook_name: str, windows: torch.Tensor, batch_size: int, dtype: str) -> np.ndarray:
+def window_rows(lm: LoadedModel, hook_name: str, windows: torch.Tensor, batch_size: int, dtype: str) -> np.ndarray:
     """Activations at hook_name of token windows [N, T], positions 1.. of each, as rows [N * (T - 1), d] of dtype;
     the windows run batch_size at a time (the batches, hence the bits, of a single-process build)."""
-    adapter = loaded.adapter
+    adapter = lm.adapter
     stop_early = adapter.resolve(hook_name).kind == "post" and hook_name.startswith("blocks.")
     captured: dict[str, torch.Tensor] = {}
 
@@ -114,12 +118,12 @@ def window_rows(loaded, hook_name: str, windows: torch.Tensor, batch_size: int, 
         return None
 
     copies = []
-    with model_lock(loaded), torch.no_grad():
+    with model_lock(lm), torch.no_grad():
         for first in range(0, windows.shape[0], batch_size):
-            batch = windows[first:first + batch_size].to(loaded.device)
+            batch = windows[first:first + batch_size].to(lm.device)
             try:
                 with hooks(adapter, {hook_name: grab}):
-                    loaded.model(input_ids=batch, use_cache=False)
+                    lm.model(input_ids=batch, use_cache=False)
             except StopForward:
                 pass
             acts = captured.pop("x")[:, 1:, :].reshape(-1, adapter.d_model)
@@ -139,7 +143,7 @@ def _windows_done(progress_file: Path, spec: CacheSpec, n_rows: int, rows_per_ch
     return [[0, prefix]] if prefix else []
 
 
-def build_activation_cache(loaded, hook_name: str, n_tokens: int, *, source: str | None = None,
+def build_activation_cache(lm: LoadedModel, hook_name: str, n_tokens: int, *, source: str | None = None,
                            split: str = "train", context_size: int = 128, batch_size: int = 8,
                            dtype: str = "float16", progress: Progress | None = None,
                            folder: Path | None = None, scale: Scale | None = None) -> ActivationCache:
@@ -152,16 +156,16 @@ def build_activation_cache(loaded, hook_name: str, n_tokens: int, *, source: str
     """
     if dtype not in NP_DTYPES:
         raise InterpscopeError(f"Activation cache dtype must be float16 or float32, not {dtype!r}.")
-    adapter = loaded.adapter
+    adapter = lm.adapter
     adapter.resolve(hook_name)  # validates the name for this model
     d_in = adapter.d_model
-    spec = CacheSpec(model_name=loaded.name, hook_name=hook_name, d_in=d_in, n_tokens=int(n_tokens),
+    spec = CacheSpec(model_name=lm.name, hook_name=hook_name, d_in=d_in, n_tokens=int(n_tokens),
                      source=str(source or "austen"), split=split, context_size=int(context_size), dtype=dtype)
     folder = Path(folder) if folder else cache_folder(spec)
     if (folder / "meta.json").is_file():
         return ActivationCache(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    chunks = token_chunks(loaded.tokenizer, context_size, n_tokens, source=source, split=split)
+    chunks = token_chunks(lm.tokenizer, context_size, n_tokens, source=source, split=split)
     rows_per_chunk = context_size - 1
     n_rows = chunks.shape[0] * rows_per_chunk
     partial = folder / "acts.partial"
@@ -187,7 +191,7 @@ def build_activation_cache(loaded, hook_name: str, n_tokens: int, *, source: str
             if progress:
                 progress(sum(b - a for a, b in done) * rows_per_chunk, n_rows)
 
-        map_shards(CacheJob(hook_name, dtype, batch_size), shards, write, lm=loaded, scale=scale)
+        map_shards(CacheJob(hook_name, dtype, batch_size), shards, write, lm=lm, scale=scale)
 
     fill()
     os.replace(partial, folder / "acts.bin")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
     from interpscope.sae.architectures import SparseAutoencoder
     from interpscope.sae.circuits import FeatureCircuit
     from interpscope.sae.evaluation import SAEEvaluation
@@ -41,7 +42,7 @@ def _sae(sae) -> SparseAutoencoder:
     return load(sae) if isinstance(sae, (str, Path)) else sae
 
 
-def features(lm, sae, text: str, top: int = 20, per_token: int = 10,
+def features(lm: LoadedModel, sae, text: str, top: int = 20, per_token: int = 10,
              prepend_bos: bool | None = None) -> PromptFeatures:
     """The features on a text (the SAE page's prompt view, `interpscope sae prompt`): every feature's activation on
     every token, the `top` features with the largest activation outside the attention sinks, and per token its
@@ -79,7 +80,8 @@ def feature(store_or_name, feature_id: int) -> FeatureCard:
     return store(store_or_name).card(feature_id)
 
 
-def steer(lm, sae, feature: int, text: str, mode: str = "add", strength: float | None = None, tokens: int = 32,
+def steer(lm: LoadedModel, sae, feature: int, text: str, mode: str = "add", strength: float | None = None,
+          tokens: int = 32,
           prepend_bos: bool | None = None) -> SteeringResult:
     """Add (`mode="add"`, `strength` x the feature's decoder row) or remove (`mode="ablate"`) one feature while the
     model reads `text` and writes `tokens` more (the Steering view, `interpscope sae steer`). strength None: the
@@ -104,7 +106,8 @@ def steer(lm, sae, feature: int, text: str, mode: str = "add", strength: float |
                          n_new=tokens, prepend_bos=prepend_bos)
 
 
-def circuit(lm, upstream, downstream, feature: int | None, text: str, position: int = -1, method: str = "attnlrp",
+def circuit(lm: LoadedModel, upstream, downstream, feature: int | None, text: str, position: int = -1,
+            method: str = "attnlrp",
             n_features: int = 8, prepend_bos: bool | None = None) -> FeatureCircuit:
     """Which upstream SAE features (and input tokens) the downstream SAE's `feature` at `position` (or, with
     downstream and feature None, the next-token logit) draws on: AttnLRP or CP-LRP through the model with the upstream
@@ -116,7 +119,8 @@ def circuit(lm, upstream, downstream, feature: int | None, text: str, position: 
                            prepend_bos=prepend_bos)
 
 
-def evaluate(lm, sae, tokens: int = 4096, context: int = 128, corpus=None, split: str = "test") -> SAEEvaluation:
+def evaluate(lm: LoadedModel, sae, tokens: int = 4096, context: int = 128, corpus=None,
+             split: str = "test") -> SAEEvaluation:
     """L0, FVU, loss recovered, CE increase, shrinkage, KL and feature density of an SAE on `tokens` corpus tokens
     (the SAE overview page, `interpscope sae eval`). Schema interpscope.sae.evaluation."""
     from interpscope.sae.evaluation import evaluate_sae

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -31,6 +32,9 @@ from interpscope.sae.documents import CircuitDocument
 from interpscope.sae.folder import check_compatible
 from interpscope.sae.placement import on_device
 from interpscope.sae.sinks import sink_rows
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 
 @dataclass
@@ -104,15 +108,15 @@ def _splice(upstream, found: dict):
     return edit
 
 
-def _run(loaded, upstream, up_hook: str, ids: torch.Tensor, explained: _Explained, rules, read=None,
+def _run(lm: LoadedModel, upstream, up_hook: str, ids: torch.Tensor, explained: _Explained, rules, read=None,
          found: dict | None = None):
     found = {} if found is None else found
     edits = [(up_hook, _splice(upstream, found))]
     if read is not None:
         edits.append(read)
-    with hooks(loaded.adapter, edits):
+    with hooks(lm.adapter, edits):
         extra = _LazyExtra(found)
-        result = attribute(loaded.adapter, ids, explained, rules, extra=extra)
+        result = attribute(lm.adapter, ids, explained, rules, extra=extra)
     return result, found
 
 
@@ -134,7 +138,7 @@ class _LazyExtra(dict):
         return True
 
 
-def feature_circuit(loaded, upstream, downstream=None, text: str = "", *, feature: int | None = None,
+def feature_circuit(lm: LoadedModel, upstream, downstream=None, text: str = "", *, feature: int | None = None,
                     position: int = -1, method: str = "attnlrp", n_features: int = 8,
                     n_token_edges: int = 4, prepend_bos: bool | None = None) -> FeatureCircuit:
     """The circuit from input tokens through `upstream`'s features to downstream feature `feature` at
@@ -142,25 +146,25 @@ def feature_circuit(loaded, upstream, downstream=None, text: str = "", *, featur
     prompt view's (interpscope.relevance.api.input_ids_for with the same prepend_bos: by default the prepended BOS
     is position 0 and the first word 1)."""
     start = time.perf_counter()
-    spec = get_method(method, loaded.adapter)
+    spec = get_method(method, lm.adapter)
     if spec.kind != "lrp" or spec.rules is None:
         raise InterpscopeError(f"Feature circuits propagate with LRP rules (AttnLRP or CP-LRP), not {spec.label}.")
-    up_hook = check_compatible(upstream, loaded.adapter, None, loaded.name)
-    upstream = on_device(upstream, loaded.device)
-    downstream = None if downstream is None else on_device(downstream, loaded.device)
+    up_hook = check_compatible(upstream, lm.adapter, None, lm.name)
+    upstream = on_device(upstream, lm.device)
+    downstream = None if downstream is None else on_device(downstream, lm.device)
     from interpscope.relevance.api import input_ids_for
 
-    ids, _ = input_ids_for(loaded, text, prepend_bos)
+    ids, _ = input_ids_for(lm, text, prepend_bos)
     n_tokens = ids.shape[1]
     position = n_tokens + position if position < 0 else position
     if not 0 < position < n_tokens:
         raise InterpscopeError(f"Position must be 1..{n_tokens - 1} for this text (position 0 is the attention sink).")
-    rules = spec.rules(loaded.adapter)
+    rules = spec.rules(lm.adapter)
     read = None
     found: dict = {}
     if downstream is not None:
-        down_hook = check_compatible(downstream, loaded.adapter, None, loaded.name)
-        if loaded.adapter.hook_points().index(down_hook) <= loaded.adapter.hook_points().index(up_hook):
+        down_hook = check_compatible(downstream, lm.adapter, None, lm.name)
+        if lm.adapter.hook_points().index(down_hook) <= lm.adapter.hook_points().index(up_hook):
             raise InterpscopeError(f"The downstream SAE ({down_hook}) must read after the upstream one ({up_hook}).")
         if feature is None or not 0 <= feature < downstream.cfg.d_sae:
             raise InterpscopeError(f"Pick a downstream feature 0..{downstream.cfg.d_sae - 1}.")
@@ -175,15 +179,15 @@ def feature_circuit(loaded, upstream, downstream=None, text: str = "", *, featur
     else:
         from interpscope.relevance.api import make_target
 
-        logit_target = make_target(loaded, ids)
+        logit_target = make_target(lm, ids)
         explained = _Explained(logit_target.position, logit_target)
         label = f"next-token logit {logit_target.label}"
-    with model_lock(loaded):
-        result, found = _run(loaded, upstream, up_hook, ids, explained, rules, read, found)
+    with model_lock(lm):
+        result, found = _run(lm, upstream, up_hook, ids, explained, rules, read, found)
         features = result.points["features"]
         x_hat_relevance = float(result.points["x_hat"].sum())
         feature_sum, error_sum = float(features.sum()), float(result.points["error"].sum())
-        circuit = FeatureCircuit(model=loaded.name, method=spec.label, tokens=loaded.token_strings(ids[0]),
+        circuit = FeatureCircuit(model=lm.name, method=spec.label, tokens=lm.token_strings(ids[0]),
                                  target=label, value=result.logit, upstream_hook=up_hook,
                                  feature_relevance=features)
         c = result.conservation
@@ -201,7 +205,7 @@ def feature_circuit(loaded, upstream, downstream=None, text: str = "", *, featur
             relative_error=abs(explained_sum - result.logit) / (abs(result.logit) or 1.0))
         _graph(circuit, result.relevance, features, error_sum, n_features)
         for top in circuit.top_features(n_token_edges):
-            _token_edges(loaded, upstream, up_hook, ids, rules, top, circuit)
+            _token_edges(lm, upstream, up_hook, ids, rules, top, circuit)
     circuit.seconds = time.perf_counter() - start
     return circuit
 
@@ -222,7 +226,8 @@ def _graph(circuit: FeatureCircuit, input_relevance: np.ndarray, features: np.nd
     circuit.edges.sort(key=lambda e: -abs(e.relevance))
 
 
-def _token_edges(loaded, upstream, up_hook: str, ids: torch.Tensor, rules, top: dict, circuit: FeatureCircuit) -> None:
+def _token_edges(lm: LoadedModel, upstream, up_hook: str, ids: torch.Tensor, rules, top: dict,
+                 circuit: FeatureCircuit) -> None:
     """token -> upstream feature edges: one backward pass from the feature's activation at its best position."""
     explained = _Explained(top["position"])
     feature, position = top["feature"], top["position"]
@@ -230,8 +235,8 @@ def _token_edges(loaded, upstream, up_hook: str, ids: torch.Tensor, rules, top: 
     def read(x: torch.Tensor) -> None:
         explained.captured = upstream.encode(x[0, position].to(upstream.W_enc.dtype)[None])[0, feature]
 
-    with hooks(loaded.adapter, [(up_hook, read)], role="read"):
-        result = attribute(loaded.adapter, ids, explained, rules, conservation=False)
+    with hooks(lm.adapter, [(up_hook, read)], role="read"):
+        result = attribute(lm.adapter, ids, explained, rules, conservation=False)
     for i, value in enumerate(result.relevance):
         if abs(value) > 0:
             circuit.edges.append(GraphEdge(f"t{i}", f"f{feature}", float(value)))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -32,6 +33,9 @@ from interpscope.sae.documents import EvaluationDocument
 from interpscope.sae.folder import check_compatible
 from interpscope.scale.pool import Scale, Shard, batch_shards, map_shards
 from interpscope.sinks import sink_rows
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 DENSE_THRESHOLD = 0.1
 
@@ -121,12 +125,12 @@ def resume_block(adapter, hook: str) -> int | None:
     return None
 
 
-def evaluate_sae(loaded, sae: SparseAutoencoder, *, hook_name: str | None = None, n_tokens: int = 4096,
+def evaluate_sae(lm: LoadedModel, sae: SparseAutoencoder, *, hook_name: str | None = None, n_tokens: int = 4096,
                  context_size: int = 128, batch_size: int = 4, source: str | None = None, split: str = "test",
                  ids: torch.Tensor | None = None, dense_threshold: float = DENSE_THRESHOLD,
                  progress: Callable[[int, int], None] | None = None, scale: Scale | None = None) -> SAEEvaluation:
     """Evaluate on ~n_tokens tokens of the corpus split (or on `ids` [N, T] given directly)."""
-    return evaluate_saes(loaded, [sae], hook_name=hook_name, n_tokens=n_tokens, context_size=context_size,
+    return evaluate_saes(lm, [sae], hook_name=hook_name, n_tokens=n_tokens, context_size=context_size,
                          batch_size=batch_size, source=source, split=split, ids=ids,
                          dense_threshold=dense_threshold, progress=progress, scale=scale)[0]
 
@@ -150,9 +154,9 @@ class BatchTerms:
 class _Splice:
     """The clean, zero-ablated and spliced passes of one batch on one model and hook."""
 
-    def __init__(self, loaded, hook: str):
-        self.loaded, self.hook = loaded, hook
-        self.resume = resume_block(loaded.adapter, hook)
+    def __init__(self, lm: LoadedModel, hook: str):
+        self.loaded, self.hook = lm, hook
+        self.resume = resume_block(lm.adapter, hook)
         self.state: dict[str, torch.Tensor] = {}
 
     def clean(self, batch: torch.Tensor) -> torch.Tensor:
@@ -235,10 +239,10 @@ class EvalJob:
     batch_size: int
 
     @torch.no_grad()
-    def run(self, loaded, shard: Shard) -> list[BatchTerms]:
-        passes = _Splice(loaded, self.hook)
+    def run(self, lm: LoadedModel, shard: Shard) -> list[BatchTerms]:
+        passes = _Splice(lm, self.hook)
         windows = shard.payload
-        with model_lock(loaded):
+        with model_lock(lm):
             return [batch_terms(passes, self.saes, windows[k:k + self.batch_size])
                     for k in range(0, windows.shape[0], self.batch_size)]
 
@@ -273,7 +277,7 @@ class _Sums:
 
 
 @torch.no_grad()
-def evaluate_saes(loaded, saes: list[SparseAutoencoder], *, hook_name: str | None = None, n_tokens: int = 4096,
+def evaluate_saes(lm: LoadedModel, saes: list[SparseAutoencoder], *, hook_name: str | None = None, n_tokens: int = 4096,
                   context_size: int = 128, batch_size: int = 4, source: str | None = None, split: str = "test",
                   ids: torch.Tensor | None = None, dense_threshold: float = DENSE_THRESHOLD,
                   progress: Callable[[int, int], None] | None = None,
@@ -285,12 +289,12 @@ def evaluate_saes(loaded, saes: list[SparseAutoencoder], *, hook_name: str | Non
     progress(done, total) is called after each batch of windows (each shard on Ray).
     scale: run the batches on Ray workers (interpscope.scale); their terms are added here in batch order, so every
     number equals the single-process one exactly."""
-    hooks_of = {check_compatible(sae, loaded.adapter, hook_name, loaded.name) for sae in saes}
+    hooks_of = {check_compatible(sae, lm.adapter, hook_name, lm.name) for sae in saes}
     if len(hooks_of) != 1:
         raise InterpscopeError(f"evaluate_saes needs SAEs on one hook point; got {sorted(hooks_of)}.")
     hook = hooks_of.pop()
     if ids is None:
-        ids = token_chunks(loaded.tokenizer, context_size, n_tokens, source=source, split=split)
+        ids = token_chunks(lm.tokenizer, context_size, n_tokens, source=source, split=split)
     if ids.dim() != 2 or ids.shape[1] < 3:
         raise InterpscopeError("Evaluation needs token windows of at least 3 tokens.")
     shards = [Shard(i, first, stop, ids[first:stop])
@@ -302,15 +306,15 @@ def evaluate_saes(loaded, saes: list[SparseAutoencoder], *, hook_name: str | Non
         if progress:
             progress(min(sum(s.stop - s.first for s in shards if s.index in results), ids.shape[0]), ids.shape[0])
 
-    map_shards(EvalJob(saes, hook, batch_size), shards, collect, lm=loaded, scale=scale)
+    map_shards(EvalJob(saes, hook, batch_size), shards, collect, lm=lm, scale=scale)
     sums = _Sums(saes)
     for index in range(len(shards)):
         for terms in results[index]:
             sums.add(terms)
-    return _figures(loaded, saes, hook, sums, dense_threshold)
+    return _figures(lm, saes, hook, sums, dense_threshold)
 
 
-def _figures(loaded, saes: list[SparseAutoencoder], hook: str, sums: _Sums,
+def _figures(lm: LoadedModel, saes: list[SparseAutoencoder], hook: str, sums: _Sums,
              dense_threshold: float) -> list[SAEEvaluation]:
     n_rows, n_ce, d_in = sums.n_rows, sums.n_ce, saes[0].cfg.d_in
     total_var = sums.x_sq - float(sums.x_sum.pow(2).sum()) / n_rows
@@ -322,7 +326,7 @@ def _figures(loaded, saes: list[SparseAutoencoder], hook: str, sums: _Sums,
         counts, edges = log10_density_histogram(density)
         ce_sae = v["ce_sae"] / n_ce
         results.append(SAEEvaluation(
-            architecture=sae.cfg.architecture, hook_name=hook, model_name=loaded.name, d_sae=sae.cfg.d_sae,
+            architecture=sae.cfg.architecture, hook_name=hook, model_name=lm.name, d_sae=sae.cfg.d_sae,
             n_tokens=n_rows, l0=v["l0"] / n_rows, fvu=fvu, explained_variance=1 - fvu,
             mse=v["err"] / (n_rows * d_in), cosine=v["cos"] / n_rows,
             shrinkage=v["xhxh"] / v["xhx"] if v["xhx"] else math.nan,

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from interpscope import atomic
 from interpscope.config import InterpscopeError
@@ -21,6 +22,9 @@ from interpscope.sae.folder import CFG_FILE, WEIGHTS_FILE, hook_width, save_sae
 from interpscope.sae.training import TrainConfig, Trainer, TrainRun
 from interpscope.scale.pool import Scale
 from interpscope.sinks import SINK_FACTOR
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 OUTLIER_FACTOR = SINK_FACTOR  # training drops rows whose norm exceeds 10x the RMS norm (sinks past position 0)
 
@@ -191,7 +195,7 @@ def check_resume(out_dir: str | Path, settings: dict, force: bool = False) -> bo
                                where="in the checkpoint", force=force)
 
 
-def train_saes(loaded, hook_name: str, specs: list[SAESpec], out_dir: str | Path, *, tokens: int,
+def train_saes(lm: LoadedModel, hook_name: str, specs: list[SAESpec], out_dir: str | Path, *, tokens: int,
                cache_tokens: int = 200_000, source: str | None = None, split: str = "train",
                context_size: int = 128, batch_size: int = 4096, lr: float = 3e-4, warmup_steps: int = 20,
                decay_fraction: float = 0.2, resample_at: tuple[float, ...] = (0.25, 0.5),
@@ -212,9 +216,9 @@ def train_saes(loaded, hook_name: str, specs: list[SAESpec], out_dir: str | Path
     if hook_name.endswith("mlp.hook_post"):
         raise InterpscopeError("Training on MLP neurons (mlp.hook_post) is not supported here; use "
                                "hook_resid_pre/post, hook_mlp_out or hook_attn_out.")
-    width = hook_width(loaded.adapter, hook_name)
+    width = hook_width(lm.adapter, hook_name)
     check_training_memory(specs, width, batch_size)
-    settings = train_settings(loaded.name, hook_name, specs, tokens=tokens, cache_tokens=cache_tokens,
+    settings = train_settings(lm.name, hook_name, specs, tokens=tokens, cache_tokens=cache_tokens,
                               source=source, split=split, context_size=context_size, batch_size=batch_size, lr=lr,
                               warmup_steps=warmup_steps, decay_fraction=decay_fraction, resample_at=resample_at,
                               dead_window_tokens=dead_window_tokens, seed=seed)
@@ -222,21 +226,21 @@ def train_saes(loaded, hook_name: str, specs: list[SAESpec], out_dir: str | Path
     output = OutputFolder.claim(out_dir, force=force, command="sae train")
     if not resumable:
         output.remove("checkpoints")
-    cache = build_activation_cache(loaded, hook_name, cache_tokens, source=source, split=split,
+    cache = build_activation_cache(lm, hook_name, cache_tokens, source=source, split=split,
                                    context_size=context_size, batch_size=cache_batch_size, dtype="float16",
                                    progress=cache_progress, scale=scale)
     if cache.n_rows < batch_size:
         raise InterpscopeError(f"Only {cache.n_rows} cached activations; need at least one batch of {batch_size}.")
     scale = input_scale(cache)
     buffer = ShuffledBuffer(cache, batch_size, seed=seed, scale=scale, max_norm=OUTLIER_FACTOR * math.sqrt(width))
-    runs = make_runs(specs, width, loaded.name, hook_name, context_size, str(source or "austen"), seed=seed)
+    runs = make_runs(specs, width, lm.name, hook_name, context_size, str(source or "austen"), seed=seed)
     cfg = TrainConfig(total_tokens=int(tokens), batch_size=batch_size, lr=lr, warmup_steps=warmup_steps,
                       decay_fraction=decay_fraction, resample_at=resample_at, dead_window_tokens=dead_window_tokens,
                       checkpoint_every=checkpoint_every, seed=seed, log_every=log_every)
     meta_file = output.path / "train_meta.json"
     atomic.write_json(meta_file, {
         "input_scale": scale, "cache_folder": str(cache.folder), "cache_rows": cache.n_rows, "lr": lr,
-        "batch_size": batch_size, "hook_name": hook_name, "model_name": loaded.name, "settings": settings},
+        "batch_size": batch_size, "hook_name": hook_name, "model_name": lm.name, "settings": settings},
         indent=None)
     output.record(meta_file)
     trainer = Trainer(runs, buffer, cfg, checkpoint_dir=output.path / "checkpoints", output=output)

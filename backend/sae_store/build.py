@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -50,6 +51,9 @@ from interpscope.sae_store.layout import (
 from interpscope.sae_store.weights import weight_stats
 from interpscope.scale.pool import Scale, Shard, batch_shards, map_shards
 from interpscope.sinks import zero_sink_features
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 Progress = Callable[[str, int, int], None]
 PROGRESS_FILE = "progress.json"
@@ -105,29 +109,29 @@ def _same_contents(built: dict, wanted: dict) -> bool:
     return {k: v for k, v in built.items() if k not in ignore} == {k: v for k, v in wanted.items() if k not in ignore}
 
 
-def store_spec(loaded, sae_folder: str | Path, *, corpus: str | None = None, split: str = "train",
+def store_spec(lm: LoadedModel, sae_folder: str | Path, *, corpus: str | None = None, split: str = "train",
                n_tokens: int = 65536, context_size: int = 128, batch_size: int = 8, **options) -> StoreSpec:
     """The spec of a store for this SAE and corpus (checks that the SAE fits the model)."""
     folder = Path(sae_folder).expanduser().resolve()
     sae = load_sae(folder)
-    hook = check_compatible(sae, loaded.adapter, None, loaded.name)
+    hook = check_compatible(sae, lm.adapter, None, lm.name)
     if n_tokens < context_size:
         raise InterpscopeError(f"--tokens ({n_tokens}) must be at least one window of {context_size} tokens.")
     if context_size < 2 or batch_size < 1:
         raise InterpscopeError("context_size must be >= 2 and batch_size >= 1.")
-    return StoreSpec(sae_path=portable_path(folder), sae_digest=sae_digest(folder), model_name=loaded.name,
+    return StoreSpec(sae_path=portable_path(folder), sae_digest=sae_digest(folder), model_name=lm.name,
                      hook_name=hook, d_sae=sae.cfg.d_sae, corpus=str(corpus or "austen"), split=split,
                      n_tokens=int(n_tokens), context_size=int(context_size), batch_size=int(batch_size),
                      **options)
 
 
-def chunk_arrays(loaded, sae, batch: torch.Tensor, first: int, spec: StoreSpec,
+def chunk_arrays(lm: LoadedModel, sae, batch: torch.Tensor, first: int, spec: StoreSpec,
                  cached_rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One chunk (the windows first.. of `batch`): its nonzero feature activations as (token index, feature,
     value), position 0 of every window left out."""
     context = spec.context_size
     if cached_rows is None:
-        acts = encode_ids(loaded, sae, batch, spec.hook_name)
+        acts = encode_ids(lm, sae, batch, spec.hook_name)
     else:
         x = cached_batch(cached_rows, first, batch.shape[0], context).to(sae.W_enc.dtype)
         with torch.no_grad():
@@ -148,13 +152,13 @@ class ChunkJob:
     sae: SparseAutoencoder
     spec: StoreSpec
 
-    def run(self, loaded, shard: Shard) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def run(self, lm: LoadedModel, shard: Shard) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         size = self.spec.batch_size
-        return [chunk_arrays(loaded, self.sae, shard.payload[k:k + size], shard.first + k, self.spec)
+        return [chunk_arrays(lm, self.sae, shard.payload[k:k + size], shard.first + k, self.spec)
                 for k in range(0, shard.stop - shard.first, size)]
 
 
-def run_chunks(loaded, sae, spec: StoreSpec, tokens: torch.Tensor, work: OutputFolder,
+def run_chunks(lm: LoadedModel, sae, spec: StoreSpec, tokens: torch.Tensor, work: OutputFolder,
                progress: Progress | None = None, stop: Callable[[], bool] | None = None,
                cached_rows: np.ndarray | None = None, scale: Scale | None = None) -> int:
     """Pass 1: write every missing chunk; returns the number of chunks. `stop()` true = stop after this chunk.
@@ -191,10 +195,10 @@ def run_chunks(loaded, sae, spec: StoreSpec, tokens: torch.Tensor, work: OutputF
             raise InterpscopeError("Store build stopped; run it again to resume where it stopped.")
 
     if cached_rows is None:
-        map_shards(ChunkJob(sae, spec), shards, save, lm=loaded, scale=scale)
+        map_shards(ChunkJob(sae, spec), shards, save, lm=lm, scale=scale)
     else:
         for shard in shards:
-            save(shard, [chunk_arrays(loaded, sae, shard.payload, shard.first, spec, cached_rows)])
+            save(shard, [chunk_arrays(lm, sae, shard.payload, shard.first, spec, cached_rows)])
     return n_chunks
 
 
@@ -212,7 +216,7 @@ def vocabulary(tokenizer, size: int) -> list[str]:
     return tokenizer.batch_decode([[i] for i in range(size)])
 
 
-def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *, corpus: str | None = None,
+def build_store(lm: LoadedModel, sae_folder: str | Path, out: str | Path | None = None, *, corpus: str | None = None,
                 split: str = "train", n_tokens: int = 65536, context_size: int = 128, batch_size: int = 8,
                 eval_tokens: int = 0, force: bool = False, progress: Progress | None = None,
                 stop: Callable[[], bool] | None = None, use_cache: bool = False, scale: Scale | None = None,
@@ -226,7 +230,7 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
     scale: run pass 1 on Ray workers (interpscope.scale); the store is byte for byte the one a single process builds
     (the overview's few evaluation tokens run here).
     """
-    spec = store_spec(loaded, sae_folder, corpus=corpus, split=split, n_tokens=n_tokens, context_size=context_size,
+    spec = store_spec(lm, sae_folder, corpus=corpus, split=split, n_tokens=n_tokens, context_size=context_size,
                       batch_size=batch_size, **options)
     sae_dir = folder_of(spec.sae_path)
     weights_hash = weights_sha256(sae_dir)
@@ -243,10 +247,10 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
         check_output_folder(out, force)
     partial = partial_folder(out)
     resumable = check_partial(partial, spec, force)
-    tokens = token_chunks(loaded.tokenizer, context_size, n_tokens, source=corpus, split=split)
+    tokens = token_chunks(lm.tokenizer, context_size, n_tokens, source=corpus, split=split)
     cached_rows = None
     if use_cache:
-        cached_rows = find_cache(loaded, spec.hook_name, spec.corpus, split, context_size, tokens.shape[0], tokens[0])
+        cached_rows = find_cache(lm, spec.hook_name, spec.corpus, split, context_size, tokens.shape[0], tokens[0])
         spec.activations = "cache" if cached_rows is not None else "model"
     sae = load_sae(sae_dir)
     work = _prepare_partial(partial, spec, resumable, force)
@@ -259,7 +263,7 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
         seconds[name] = now - clock
         clock = now
 
-    n_chunks = run_chunks(loaded, sae, spec, tokens, work, progress, stop, cached_rows, scale)
+    n_chunks = run_chunks(lm, sae, spec, tokens, work, progress, stop, cached_rows, scale)
     lap("activations")
     tok, feat, val = _load_chunks(partial, n_chunks)
     work.remove("final")
@@ -267,12 +271,12 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
     arrays = feature_stats(spec, tok, feat, val, tokens.shape[0],
                            progress=(lambda d, t: progress("features", d, t)) if progress else None)
     lap("features")
-    weights = weight_stats(sae, loaded.adapter, spec.n_logits, spec.n_neighbours, spec.hist_bins)
+    weights = weight_stats(sae, lm.adapter, spec.n_logits, spec.n_neighbours, spec.hist_bins)
     arrays.update(weights.__dict__)
     arrays["tokens"] = tokens.numpy().astype(np.int32)
     for name, array in arrays.items():
         save_array_atomic(final / f"{name}.npy", array)
-    vocab = vocabulary(loaded.tokenizer, loaded.adapter.vocab_size)
+    vocab = vocabulary(lm.tokenizer, lm.adapter.vocab_size)
     write_json_atomic(final / "vocab.json", vocab)
     write_json_atomic(final / LABELS_FILE, compute_labels(arrays, vocab))
     work.record(*sorted(final.iterdir()))
@@ -281,7 +285,7 @@ def build_store(loaded, sae_folder: str | Path, out: str | Path | None = None, *
     if eval_tokens > 0:
         from interpscope.sae.evaluation import evaluate_sae
 
-        metrics = evaluate_sae(loaded, sae, n_tokens=eval_tokens, context_size=min(context_size, eval_tokens)).summary()
+        metrics = evaluate_sae(lm, sae, n_tokens=eval_tokens, context_size=min(context_size, eval_tokens)).summary()
         lap("evaluation")
     seconds["total"] = sum(seconds.values())
     n_counted = tokens.shape[0] * (context_size - 1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -18,10 +19,13 @@ from interpscope.capture import model_lock
 from interpscope.config import data_dir
 from interpscope.sae_store.encode import hook_activations
 
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
+
 TOLERANCE = 2e-2  # relative, float16 storage of activations whose norm is in the tens
 
 
-def find_cache(loaded, hook_name: str, corpus: str, split: str, context_size: int, n_windows: int,
+def find_cache(lm: LoadedModel, hook_name: str, corpus: str, split: str, context_size: int, n_windows: int,
                first_window: torch.Tensor) -> np.ndarray | None:
     """A read-only [n_rows, d] memmap of a matching cache whose rows cover n_windows windows, or None."""
     root = data_dir() / "activations"
@@ -34,23 +38,23 @@ def find_cache(loaded, hook_name: str, corpus: str, split: str, context_size: in
             spec = meta["spec"]
         except (OSError, ValueError, KeyError):
             continue
-        wanted = {"model_name": loaded.name, "hook_name": hook_name, "source": corpus, "split": split,
+        wanted = {"model_name": lm.name, "hook_name": hook_name, "source": corpus, "split": split,
                   "context_size": context_size}
         if any(spec.get(k) != v for k, v in wanted.items()) or int(meta.get("n_rows", 0)) < needed:
             continue
         dtype = {"float16": np.float16, "float32": np.float32}.get(spec.get("dtype"))
-        if dtype is None or spec.get("d_in") != loaded.adapter.d_model:
+        if dtype is None or spec.get("d_in") != lm.adapter.d_model:
             continue
         rows = np.memmap(Path(meta_file.parent) / "acts.bin", dtype=dtype, mode="r",
                          shape=(int(meta["n_rows"]), int(spec["d_in"])))
-        if _matches(loaded, hook_name, rows, first_window):
+        if _matches(lm, hook_name, rows, first_window):
             return rows
     return None
 
 
-def _matches(loaded, hook_name: str, rows: np.ndarray, window: torch.Tensor) -> bool:
-    with model_lock(loaded):
-        live = hook_activations(loaded, hook_name, window[None])[0, 1:].float().cpu()
+def _matches(lm: LoadedModel, hook_name: str, rows: np.ndarray, window: torch.Tensor) -> bool:
+    with model_lock(lm):
+        live = hook_activations(lm, hook_name, window[None])[0, 1:].float().cpu()
     cached = torch.from_numpy(np.array(rows[: live.shape[0]], dtype=np.float32))
     return bool((cached - live).norm() <= TOLERANCE * live.norm())
 

@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -29,6 +30,9 @@ from interpscope.config import InterpscopeError
 from interpscope.outputs import OutputFolder
 from interpscope.resume import appending, read_log
 from interpscope.sae_store.explanations import EXPLANATIONS_FILE, read_explanations
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 STOP = {"the", "and", "that", "this", "with", "from", "for", "are", "was", "word", "words", "token", "tokens",
         "text", "neuron", "feature", "fires", "detects", "about", "which", "when", "where", "like", "such", "its",
@@ -109,7 +113,7 @@ def held_out_positives(store, feature: int) -> list[str]:
     return [_context_text(store, int(s), int(p), False) for s, p in loc[SHOWN:] if s >= 0]
 
 
-def negative_pool(loaded, sae, store, n_windows: int = 256, seed: int = 0) -> tuple[list[str], np.ndarray]:
+def negative_pool(lm: LoadedModel, sae, store, n_windows: int = 256, seed: int = 0) -> tuple[list[str], np.ndarray]:
     """Windows of the store's corpus and, per window, each feature's max activation on it (positions >= 1)."""
     from interpscope.sae_store.encode import encode_ids
 
@@ -121,7 +125,7 @@ def negative_pool(loaded, sae, store, n_windows: int = 256, seed: int = 0) -> tu
     windows = np.stack([tokens[r, s:s + span] for r, s in zip(rows, starts, strict=True)])
     ids = torch.as_tensor(np.concatenate([np.zeros((len(rows), 1), windows.dtype) + tokens[rows, :1], windows], 1),
                           dtype=torch.long)
-    peak = encode_ids(loaded, sae, ids)[:, 1:].amax(dim=1).numpy()
+    peak = encode_ids(lm, sae, ids)[:, 1:].amax(dim=1).numpy()
     texts = ["".join(store.token_text(int(t)) for t in window).replace("\n", " ") for window in windows]
     return texts, peak
 

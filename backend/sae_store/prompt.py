@@ -17,6 +17,7 @@ f_i - that sum (the encoder is affine + ReLU, so the split is exact).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -30,6 +31,9 @@ from interpscope.sae.placement import on_device
 from interpscope.sae_store.documents import PromptFeaturesDocument
 from interpscope.sae_store.encode import hook_activations
 from interpscope.sinks import SinkReport, measure, words
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 
 @dataclass
@@ -73,14 +77,14 @@ class PromptFeatures(PromptFeaturesDocument):
 
 
 @torch.no_grad()
-def prompt_features(loaded, sae: SparseAutoencoder, text: str, n_top: int = 20,
+def prompt_features(lm: LoadedModel, sae: SparseAutoencoder, text: str, n_top: int = 20,
                     prepend_bos: bool | None = None, per_token: int = 10) -> PromptFeatures:
     """Encode a text at the SAE's hook; pick the n_top features with the largest activation over the positions
     that are neither a measured sink nor a prepended BOS (those are named, with their reason, in `sinks`)."""
-    ids, prepended = input_ids_for(loaded, text, prepend_bos)
-    hook = check_compatible(sae, loaded.adapter, None, loaded.name)
-    with model_lock(loaded):
-        x = hook_activations(loaded, hook, ids)
+    ids, prepended = input_ids_for(lm, text, prepend_bos)
+    hook = check_compatible(sae, lm.adapter, None, lm.name)
+    with model_lock(lm):
+        x = hook_activations(lm, hook, ids)
     x = x.to(device=sae.W_enc.device, dtype=sae.W_enc.dtype)
     report: SinkReport = measure(x[0], prepended=0 if prepended else None, point=hook)
     acts = sae.encode(x)[0].float().cpu().numpy()
@@ -91,12 +95,12 @@ def prompt_features(loaded, sae: SparseAutoencoder, text: str, n_top: int = 20,
     peak = ranked.max(axis=0) if ranked.size else np.zeros(acts.shape[1], np.float32)
     alive = np.flatnonzero(peak > 0)
     top = alive[np.argsort(-peak[alive], kind="stable")][:n_top]
-    tokens = loaded.token_strings(ids[0])
-    sink_word = words(loaded.adapter.capabilities())["sink"]
+    tokens = lm.token_strings(ids[0])
+    sink_word = words(lm.adapter.capabilities())["sink"]
     return PromptFeatures(tokens=tokens, token_ids=ids[0].tolist(), activations=acts,
                           top_features=[int(i) for i in top], top_values=acts[:, top],
                           sink_positions=sorted(report.measured), sinks=report.rows(tokens, sink_word),
-                          bos_prepended=prepended, sink_word=sink_word, model=loaded.name, hook=hook,
+                          bos_prepended=prepended, sink_word=sink_word, model=lm.name, hook=hook,
                           per_token_limit=per_token)
 
 
@@ -134,24 +138,24 @@ class FeatureAttribution:
     input_sum: float
 
 
-def feature_attribution(loaded, sae: SparseAutoencoder, text: str, feature: int, position: int,
+def feature_attribution(lm: LoadedModel, sae: SparseAutoencoder, text: str, feature: int, position: int,
                         method: str = "attnlrp", prepend_bos: bool | None = None) -> FeatureAttribution:
     """Which input tokens drive f_feature at `position` (-1 = last token), positions as the prompt view's
     (input_ids_for with the same prepend_bos)."""
-    spec = get_method(method, loaded.adapter)
+    spec = get_method(method, lm.adapter)
     if not spec.one_backward_pass:
-        usable = ", ".join(m.name for m in attribution_methods(loaded.adapter))
+        usable = ", ".join(m.name for m in attribution_methods(lm.adapter))
         raise InterpscopeError(f"Feature attribution needs one backward pass per feature ({usable}), not {spec.label}.")
-    hook = check_compatible(sae, loaded.adapter, None, loaded.name)
+    hook = check_compatible(sae, lm.adapter, None, lm.name)
     if not 0 <= feature < sae.cfg.d_sae:
         raise InterpscopeError(f"Feature id must be 0..{sae.cfg.d_sae - 1} (got {feature}).")
-    ids, _ = input_ids_for(loaded, text, prepend_bos)
+    ids, _ = input_ids_for(lm, text, prepend_bos)
     n_tokens = ids.shape[1]
     position = n_tokens + position if position < 0 else position
     if not 0 <= position < n_tokens:
         raise InterpscopeError(f"Position must be 0..{n_tokens - 1} for this text (got {position}).")
     target = _FeatureTarget(position)
-    sae = on_device(sae, loaded.device)
+    sae = on_device(sae, lm.device)
 
     def read_feature(tensor: torch.Tensor) -> None:
         x = tensor[0, position].to(sae.W_enc.dtype)
@@ -159,11 +163,11 @@ def feature_attribution(loaded, sae: SparseAutoencoder, text: str, feature: int,
 
     from interpscope.capture import hooks
 
-    rules = spec.rules(loaded.adapter) if spec.rules else []
-    with model_lock(loaded), hooks(loaded.adapter, {hook: read_feature}):
-        result = attribute(loaded.adapter, ids, target, rules, conservation=False, points=[hook])
+    rules = spec.rules(lm.adapter) if spec.rules else []
+    with model_lock(lm), hooks(lm.adapter, {hook: read_feature}):
+        result = attribute(lm.adapter, ids, target, rules, conservation=False, points=[hook])
     at_hook = float(result.points[hook].sum())
     return FeatureAttribution(feature=feature, position=position, method=spec.label,
-                              tokens=loaded.token_strings(ids[0]), relevance=result.relevance,
+                              tokens=lm.token_strings(ids[0]), relevance=result.relevance,
                               activation=result.logit, at_hook=at_hook, sae_bias_share=result.logit - at_hook,
                               input_sum=float(result.relevance.sum()))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -27,6 +28,9 @@ from interpscope.relevance.api import input_ids_for
 from interpscope.sae import SparseAutoencoder, check_compatible
 from interpscope.sae.placement import on_device
 from interpscope.sae_store.documents import SteeringDocument
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 MODES = ("add", "ablate")
 MAX_NEW_TOKENS = 32
@@ -80,7 +84,7 @@ def _top(probs: torch.Tensor, tokenizer, k: int = 10) -> list[dict]:
 
 
 @torch.no_grad()
-def steer(loaded, sae: SparseAutoencoder, text: str, feature: int, mode: str = "add", strength: float = 10.0,
+def steer(lm: LoadedModel, sae: SparseAutoencoder, text: str, feature: int, mode: str = "add", strength: float = 10.0,
           n_new: int = 10, progress: Callable[[int, int], None] | None = None,
           prepend_bos: bool | None = None) -> SteeringResult:
     """Run the prompt clean and with the feature added/removed; compare next-token distributions and continuations
@@ -93,17 +97,17 @@ def steer(loaded, sae: SparseAutoencoder, text: str, feature: int, mode: str = "
         raise InterpscopeError(f"Generate between 0 and {MAX_NEW_TOKENS} tokens (asked for {n_new}).")
     if not np.isfinite(float(strength)):
         raise InterpscopeError(f"The steering strength must be a finite number (got {strength}).")
-    hook = check_compatible(sae, loaded.adapter, None, loaded.name)
-    sae = on_device(sae, loaded.device)
-    ids, _ = input_ids_for(loaded, text, prepend_bos, max_tokens=loaded.token_cap - n_new)
+    hook = check_compatible(sae, lm.adapter, None, lm.name)
+    sae = on_device(sae, lm.device)
+    ids, _ = input_ids_for(lm, text, prepend_bos, max_tokens=lm.token_cap - n_new)
     captured: dict[str, torch.Tensor] = {}
 
     def record(tensor: torch.Tensor) -> None:
         captured.setdefault("x", tensor[:1].detach())
 
     edit = RowEdit(hook, _editor(sae, feature, mode, float(strength)), rows=[1], start=1)
-    with model_lock(loaded), hooks(loaded.adapter, {hook: record}, role="read"):
-        run = greedy_generate(loaded.adapter, ids.repeat(2, 1), n_new, [edit], prompt_logits=True,
+    with model_lock(lm), hooks(lm.adapter, {hook: record}, role="read"):
+        run = greedy_generate(lm.adapter, ids.repeat(2, 1), n_new, [edit], prompt_logits=True,
                              prefill_rows_apart=True, progress=progress)
     clean_logits, edited_logits = run.prompt_logits[0].double(), run.prompt_logits[1].double()
     clean_new, edited_new = run.tokens[0].tolist(), run.tokens[1].tolist()
@@ -113,9 +117,9 @@ def steer(loaded, sae: SparseAutoencoder, text: str, feature: int, mode: str = "
     following = ids[0, 1:].to(clean_logp.device)
     rows = torch.arange(following.numel(), device=clean_logp.device)
     change = (edited_logp[rows, following] - clean_logp[rows, following]).cpu().numpy()
-    tokenizer = loaded.tokenizer
+    tokenizer = lm.tokenizer
     return SteeringResult(feature=feature, mode=mode, strength=float(strength) if mode == "add" else None,
-                          tokens=loaded.token_strings(ids[0]), clean_top=_top(clean_logp[-1].exp(), tokenizer),
+                          tokens=lm.token_strings(ids[0]), clean_top=_top(clean_logp[-1].exp(), tokenizer),
                           edited_top=_top(edited_logp[-1].exp(), tokenizer), kl=max(kl, 0.0),
                           logprob_change=change, clean_continuation=tokenizer.decode(clean_new),
                           edited_continuation=tokenizer.decode(edited_new), feature_on_prompt=f_prompt)

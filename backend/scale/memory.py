@@ -6,7 +6,12 @@ command's usual batch and only lowers it when RAM is short.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 BUDGET = 0.5  # of free memory, for one batch
 GPU_CAP = 512
@@ -44,7 +49,7 @@ def auto_batch_size(device: torch.device, item_bytes: int, cpu_default: int, gpu
     return max(1, min(cap, fits))
 
 
-def resolve_batch_size(value: int | str, lm, *, context: int, default: int, logits: bool = False) -> int:
+def resolve_batch_size(value: int | str, lm: LoadedModel, *, context: int, default: int, logits: bool = False) -> int:
     """A batch-size option: a number as given, or 'auto' from the model's size and the free memory."""
     if value != "auto":
         return int(value)

@@ -16,10 +16,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeGuard
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from interpscope.config import InterpscopeError
 from interpscope.scale.cluster import connected, plan_workers
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 MAX_RESTARTS = 4  # per worker: a worker killed more often than this fails the job
 MAX_RETRIES = 4  # per shard
@@ -99,7 +102,7 @@ def batch_shards(n_items: int, batch_size: int, scale: Scale | None,
 
 
 class Job(Protocol):
-    def run(self, lm, shard: Shard) -> Any: ...
+    def run(self, lm: LoadedModel, shard: Shard) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,7 @@ class ModelRef:
     key: str | None = None
 
     @classmethod
-    def of(cls, lm) -> ModelRef:
+    def of(cls, lm: LoadedModel) -> ModelRef:
         from interpscope.models.identity import model_key
 
         return cls(name=str(lm.name), device=str(lm.device), dtype=str(lm.dtype).removeprefix("torch."),
@@ -160,7 +163,7 @@ class ShardWorker:
         return os.getpid(), time.perf_counter() - started, result
 
 
-def map_shards(job: Job, shards: Sequence[Shard], on_result: Callable[[Shard, Any], None], *, lm,
+def map_shards(job: Job, shards: Sequence[Shard], on_result: Callable[[Shard, Any], None], *, lm: LoadedModel,
                scale: Scale | None = None, model: ModelRef | None = None) -> RunStats:
     """Run job.run(lm, shard) for every shard and pass each result to on_result(shard, result) in the driver.
 

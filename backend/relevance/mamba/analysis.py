@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -15,6 +16,9 @@ from interpscope.relevance.engine import forward_logits
 from interpscope.relevance.mamba.forward import ALL_FIXES, FIX_NAMES, Fixes
 from interpscope.relevance.mamba.rule import MambaLRPRule, _check_family
 from interpscope.relevance.targets import Target
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 
 @dataclass
@@ -35,7 +39,7 @@ class MambaConservation:
     relative_error: float
 
 
-def _adapter(model_or_lm) -> ModelAdapter:
+def _adapter(model_or_lm: nn.Module | LoadedModel) -> ModelAdapter:
     return get_adapter(model_or_lm) if isinstance(model_or_lm, nn.Module) else model_or_lm.adapter
 
 
@@ -47,7 +51,8 @@ def _biases(adapter: ModelAdapter) -> tuple[list[nn.Parameter], list[nn.Paramete
     return conv, other
 
 
-def conservation(model_or_lm, input_ids: torch.Tensor, target: Target, fixes: Fixes = ALL_FIXES) -> MambaConservation:
+def conservation(model_or_lm: nn.Module | LoadedModel, input_ids: torch.Tensor, target: Target,
+                 fixes: Fixes = ALL_FIXES) -> MambaConservation:
     """One forward + backward under MambaLRP(fixes): relevance per token and the full accounting of y."""
     adapter = _adapter(model_or_lm)
     _check_family(adapter)
@@ -89,7 +94,8 @@ class FixAblation:
     target_logit: float
 
 
-def conservation_by_disabled_fix(model_or_lm, input_ids: torch.Tensor, target: Target) -> FixAblation:
+def conservation_by_disabled_fix(model_or_lm: nn.Module | LoadedModel, input_ids: torch.Tensor,
+                                  target: Target) -> FixAblation:
     """Why each rule is needed: the relative conservation error (biases counted) per disabled fix."""
     settings = [("all fixes on", Fixes())] + [(f"{name} off", Fixes().without(name)) for name in FIX_NAMES]
     settings.append(("no fixes (Gradient x Input)", Fixes.none()))
@@ -131,7 +137,7 @@ def relevance_by_distance(relevances: Sequence[np.ndarray], max_distance: int | 
                            counts=counts, n_prompts=len(relevances))
 
 
-def distance_profile(lm, texts: Sequence[str], method: str = "mambalrp", max_distance: int | None = None,
+def distance_profile(lm: LoadedModel, texts: Sequence[str], method: str = "mambalrp", max_distance: int | None = None,
                      progress: Callable[[int, int], None] | None = None) -> DistanceProfile:
     """Explain each text's predicted next token with `method` and aggregate relevance by distance."""
     from interpscope.relevance.api import explain

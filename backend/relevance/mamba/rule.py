@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -18,6 +19,9 @@ from interpscope.adapters import ModelAdapter, get_adapter
 from interpscope.capture import model_lock, override_forward
 from interpscope.config import InterpscopeError
 from interpscope.relevance.mamba.forward import ALL_FIXES, Fixes, mixer_forward, rmsnorm
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
 
 
 def _check_family(adapter: ModelAdapter) -> None:
@@ -82,7 +86,7 @@ def mambalrp_rules(adapter: ModelAdapter, fixes: Fixes = ALL_FIXES) -> list[Mamb
 
 
 @contextmanager
-def mamba_lrp(model_or_lm, fixes: Fixes = ALL_FIXES) -> Iterator[ModelAdapter]:
+def mamba_lrp(model_or_lm: nn.Module | LoadedModel, fixes: Fixes = ALL_FIXES) -> Iterator[ModelAdapter]:
     """Hold the model's lock and apply MambaLRP with `fixes` to that instance for the `with` block."""
     adapter = get_adapter(model_or_lm) if isinstance(model_or_lm, nn.Module) else model_or_lm.adapter
     with model_lock(model_or_lm), MambaLRPRule(fixes).apply(adapter):

@@ -1,0 +1,76 @@
+"""The loaded model: one type for what load_model returns, and what every analysis takes as `lm`.
+
+Its own module (nothing here imports the loader or the cache) so any module can name the type, at run time or
+under TYPE_CHECKING, without an import circle.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from interpscope.adapters import ModelAdapter
+from interpscope.inputs import DEFAULT_TOKEN_CAP, check_text, check_token_count
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+
+@dataclass
+class LoadedModel:
+    """A loaded causal LM with its tokenizer, adapter, and the facts a model card shows."""
+
+    name: str
+    model: torch.nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    adapter: ModelAdapter
+    device: torch.device
+    dtype: torch.dtype
+    source: str
+    load_seconds: float
+
+    @property
+    def family(self) -> str:
+        return self.adapter.family
+
+    @property
+    def context_length(self) -> int | None:
+        for attr in ("max_position_embeddings", "n_positions", "n_ctx"):
+            value = getattr(self.model.config, attr, None)
+            if value:
+                return int(value)
+        return None
+
+    @property
+    def token_cap(self) -> int:
+        context = self.context_length
+        return min(DEFAULT_TOKEN_CAP, context) if context else DEFAULT_TOKEN_CAP
+
+    def encode(self, text: str, max_tokens: int | None = None) -> torch.Tensor:
+        """Token ids [1, T] on the model's device, after checking the text and its length."""
+        check_text(text)
+        ids = self.tokenizer(text, return_tensors="pt").input_ids
+        check_token_count(ids.shape[1], max_tokens or self.token_cap)
+        return ids.to(self.device)
+
+    def token_strings(self, ids) -> list[str]:
+        """Readable text of each token id (byte-level BPE markers decoded)."""
+        flat = ids.reshape(-1).tolist() if hasattr(ids, "reshape") else list(ids)
+        return [str(self.tokenizer.decode([int(i)])) for i in flat]  # one id list decodes to one str
+
+    def n_parameters(self) -> int:
+        seen: set[int] = set()
+        total = 0
+        for param in self.model.parameters():
+            if param.data_ptr() not in seen:
+                seen.add(param.data_ptr())
+                total += param.numel()
+        return total
+
+    def card(self) -> dict:
+        info = {"name": self.name, "source": self.source, "parameters": self.n_parameters()}
+        info.update(self.adapter.describe())
+        info.update({"context": self.context_length, "device": str(self.device),
+                     "dtype": str(self.dtype).replace("torch.", ""), "load_seconds": round(self.load_seconds, 2)})
+        return info
