@@ -16,8 +16,9 @@ from typing import Literal
 import torch
 
 from interpscope.config import ASSETS_DIR, InterpscopeError
-from interpscope.inputs import decode_bytes, parse_examples
+from interpscope.inputs import decode_bytes
 from interpscope.paths import confined, display_path
+from interpscope.uploads import parse_examples
 
 Split = Literal["train", "valid", "test", "all"]
 BUNDLED_DIR = ASSETS_DIR / "corpus" / "austen"

@@ -94,13 +94,6 @@ def check_token_count(n_tokens: int, cap: int) -> None:
             f"(the model's context or INTERPSCOPE_MAX_TOKENS). Shorten the text.")
 
 
-def parse_examples(data: bytes, filename: str, text_column: str | None = None) -> list[str]:
-    """Examples from an upload (see interpscope.uploads.parse_table): one per line, CSV row or JSONL record."""
-    from interpscope.uploads import parse_table
-
-    return parse_table(data, filename, text_column=text_column).examples
-
-
 def sink_token_id(tokenizer) -> int | None:
     """The token a model is trained to see first (its BOS), which then takes the attention sink; None if none."""
     token_id = getattr(tokenizer, "bos_token_id", None)

@@ -79,6 +79,11 @@ def _jsonl(text: str, filename: str) -> UploadTable:
                        "label" if has_labels else None, note)
 
 
+def parse_examples(data: bytes, filename: str, text_column: str | None = None) -> list[str]:
+    """Examples from an upload (see parse_table): one per line, CSV row or JSONL record."""
+    return parse_table(data, filename, text_column=text_column).examples
+
+
 def parse_table(data: bytes, filename: str, text_column: str | None = None,
                 label_column: str | None = None) -> UploadTable:
     """The examples (and labels) of an uploaded .txt/.md/.csv/.jsonl file; clear errors for anything else."""

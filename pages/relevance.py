@@ -11,7 +11,7 @@ from interpscope.components.relevance_readout import show_readout
 from interpscope.components.token_heatmap import token_heatmap
 from interpscope.config import InterpscopeError
 from interpscope.corpus import sample_prompts
-from interpscope.inputs import parse_examples, sink_token_id
+from interpscope.inputs import sink_token_id
 from interpscope.limits import check_amounts
 from interpscope.predict import predict_next
 from interpscope.relevance.api import (
@@ -24,6 +24,7 @@ from interpscope.relevance.api import (
 )
 from interpscope.relevance.heldout import compare_faithfulness
 from interpscope.relevance.methods import MethodOptions, get_method, methods_for
+from interpscope.uploads import parse_examples
 from pages._common import (
     Param,
     committed,

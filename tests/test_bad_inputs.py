@@ -21,8 +21,9 @@ from safetensors.torch import load_file, save_file
 
 from interpscope.cli import main
 from interpscope.config import InterpscopeError
-from interpscope.inputs import MAX_UPLOAD_BYTES, decode_bytes, parse_examples
+from interpscope.inputs import MAX_UPLOAD_BYTES, decode_bytes
 from interpscope.sae import SAEConfig, build_sae, save_sae
+from interpscope.uploads import parse_examples
 from tests.sae_store_tiny import save_tiny_lm
 
 HOOK = "blocks.1.hook_resid_post"

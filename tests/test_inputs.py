@@ -7,7 +7,8 @@ import json
 import pytest
 
 from interpscope.config import InterpscopeError
-from interpscope.inputs import MAX_UPLOAD_BYTES, check_text, check_token_count, decode_bytes, parse_examples
+from interpscope.inputs import MAX_UPLOAD_BYTES, check_text, check_token_count, decode_bytes
+from interpscope.uploads import parse_examples
 
 
 @pytest.mark.parametrize("text", [None, "", "  \n\t"])

@@ -69,7 +69,7 @@ def _text_from_args(args: argparse.Namespace) -> str:
         if args.row is not None:
             raise InterpscopeError("--row goes with --file, not with --text.")
         return args.text
-    from interpscope.inputs import parse_examples
+    from interpscope.uploads import parse_examples
 
     path = Path(args.file)
     data = read_input_bytes(args.file)
