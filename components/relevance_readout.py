@@ -16,7 +16,8 @@ import plotly.graph_objects as go
 from interpscope.sinks import words as kind_words
 
 COLOURS = {"input tokens": "#d6604d", "softmax (dropped by AttnLRP)": "#4393c3", "biases": "#999999",
-           "rest (numerical error)": "#333333", "f(baseline)": "#999999", "integration gap": "#333333"}
+           "rest (numerical error)": "#333333", "f(baseline)": "#999999",
+           "minus the integration gap": "#333333"}
 
 
 @dataclass
@@ -58,8 +59,9 @@ def _convergence_words(k) -> str:
     elif abs(k.gap) <= 0.5 * abs(k.half_gap) and abs(k.gap) / scale < 0.05:
         verdict = "the gap shrinks with more steps, so it is the discretisation of the integral"
     elif abs(k.gap) <= 0.5 * abs(k.half_gap):
-        verdict = (f"the gap shrinks with more steps but is still {abs(k.gap) / scale:.0%} of f(x) - f(baseline); "
-                   "the convergence check shows whether it keeps shrinking")
+        verdict = (f"it halved from {k.half_steps} to {k.steps} steps but is still {abs(k.gap) / scale:.0%} of "
+                   "f(x) - f(baseline), and two step counts do not show that it keeps shrinking: the convergence "
+                   "check does")
     else:
         verdict = ("the gap does not shrink with more steps: the path from the baseline is rough on this model "
                    "(the target jumps along it), so more steps will not close it; see the convergence check")
@@ -95,7 +97,7 @@ def readout(result) -> Readout:
     if result.law == "completeness" and completeness is not None:
         k = completeness
         parts = [("input tokens", k.relevance_sum), ("f(baseline)", k.baseline_value),
-                 ("integration gap", k.value - k.baseline_value - k.relevance_sum)]
+                 ("minus the integration gap", k.value - k.baseline_value - k.relevance_sum)]
         sentence = (f"Integrated Gradients is complete: relevance should sum to f(x) - f(baseline) = {k.value:.3g} - "
                     f"{k.baseline_value:.3g} = {k.value - k.baseline_value:.3g} (baseline: {k.baseline_label}). "
                     f"At {k.steps} steps it sums to {k.relevance_sum:.3g}{excluded_words(result, k.relevance_sum)}: "

@@ -88,8 +88,10 @@ def test_changing_a_widget_does_not_recompute_until_run(app):
     app.selectbox(key="relevance-method").set_value("ig").run()
     run(app)
     (parts,) = readout_parts(app)
-    assert set(parts) == {"input tokens", "f(baseline)", "integration gap", "value"}
-    assert abs(parts["input tokens"] + parts["f(baseline)"] + parts["integration gap"] - parts["value"]) < 1e-6
+    # the bar stacks to the value: its gap part is minus the sentence's gap (sum - (f(x) - f(baseline))), named so
+    assert set(parts) == {"input tokens", "f(baseline)", "minus the integration gap", "value"}
+    stacked = parts["input tokens"] + parts["f(baseline)"] + parts["minus the integration gap"]
+    assert abs(stacked - parts["value"]) < 1e-6
     assert any("Integrated Gradients is complete" in c.value for c in app.caption)
 
 
