@@ -13,6 +13,7 @@ from interpscope.relevance.methods import get_method, method_labels, rule_method
 from interpscope.sae.circuits import FeatureCircuit, feature_circuit
 from interpscope.sae_store import FeatureStore, list_stores
 from pages._common import committed, is_shared, shared, show_errors, timing
+from pages._sae_models import device_dtype, prompt_view
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -123,9 +124,7 @@ def show_circuit(store: FeatureStore, lm: LoadedModel, text: str, open_in_store:
 
 def _not_active(store: FeatureStore, lm: LoadedModel, run: dict) -> None:
     """The chosen feature is 0 at the chosen token: say so and name the features that do fire there."""
-    from pages._sae_live import _device_dtype, _prompt
-
-    view = _prompt(str(store.folder), (lm.name,) + _device_dtype(), run["text"], 20, run.get("bos"))
+    view = prompt_view(str(store.folder), (lm.name,) + device_dtype(), run["text"], 20, run.get("bos"))
     position = run["position"] if run["position"] >= 0 else len(view.tokens) + run["position"]
     firing = view.active_at(position, limit=5) if 0 < position < len(view.tokens) else []
     names = ", ".join(f"#{row['feature']} ({row['activation']:.3g})" for row in firing)

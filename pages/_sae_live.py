@@ -24,11 +24,13 @@ from interpscope.relevance.methods import rule_methods
 from interpscope.sae import load_sae
 from interpscope.sae.folder import sae_model_name
 from interpscope.sae_store import FeatureStore, build_store
-from interpscope.sae_store.prompt import FeatureAttribution, PromptFeatures, feature_attribution, prompt_features
+from interpscope.sae_store.prompt import FeatureAttribution, PromptFeatures, feature_attribution
 from interpscope.sae_store.steering import MAX_NEW_TOKENS, STRENGTH_MULTIPLE, SteeringResult, default_strength, steer
 from interpscope.sinks import SINK_FACTOR
 from pages._common import committed, follow, progress, text_source
 from pages._relevance_extras import bos_toggle
+from pages._sae_circuit import show_circuit
+from pages._sae_models import device_dtype, prompt_view, store_lm, store_sae
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -40,22 +42,9 @@ MAX_TOKEN_PILLS = 160
 BOS_KEY = "sae-prompt-bos"
 
 
-def _device_dtype() -> tuple[str, str]:
-    return st.session_state.get("device", "auto"), st.session_state.get("dtype", "float32")
-
-
-@st.cache_resource(show_spinner=False, max_entries=4)
-def _sae(store_path: str):
-    return FeatureStore(store_path).load_sae()
-
-
-def _lm(store: FeatureStore, model_key: tuple):
-    return load_model(store.spec["model_name"], device=model_key[1], dtype=model_key[2])
-
-
 def model_for(store: FeatureStore, quiet: bool = False):
     """The store's model (loaded once per process), or None after a message."""
-    device, dtype = _device_dtype()
+    device, dtype = device_dtype()
     try:
         with st.spinner(f"Loading {store.spec['model_name']}…"):
             return load_model(store.spec["model_name"], device=device, dtype=dtype)
@@ -65,17 +54,11 @@ def model_for(store: FeatureStore, quiet: bool = False):
         return None
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
-def _prompt(store_path: str, model_key: tuple, text: str, n_top: int, bos: bool | None = None) -> PromptFeatures:
-    store = FeatureStore(store_path)
-    return prompt_features(_lm(store, model_key), _sae(store_path), text, n_top, prepend_bos=bos)
-
-
 @st.cache_data(show_spinner=False, max_entries=64)
 def _attribution(store_path: str, model_key: tuple, text: str, feature: int, position: int,
                  method: str, bos: bool | None = None) -> FeatureAttribution:
     store = FeatureStore(store_path)
-    return feature_attribution(_lm(store, model_key), _sae(store_path), text, feature, position, method,
+    return feature_attribution(store_lm(store, model_key), store_sae(store_path), text, feature, position, method,
                                prepend_bos=bos)
 
 
@@ -83,7 +66,8 @@ def _attribution(store_path: str, model_key: tuple, text: str, feature: int, pos
 def _steer(store_path: str, model_key: tuple, text: str, feature: int, mode: str, strength: float,
            n_new: int, bos: bool | None = None) -> SteeringResult:
     store = FeatureStore(store_path)
-    return steer(_lm(store, model_key), _sae(store_path), text, feature, mode, strength, n_new, prepend_bos=bos)
+    return steer(store_lm(store, model_key), store_sae(store_path), text, feature, mode, strength, n_new,
+                 prepend_bos=bos)
 
 
 def _feature_input(store: FeatureStore, key: str) -> int:
@@ -115,7 +99,7 @@ def exclusion_caption(result: PromptFeatures) -> str:
 def show_prompt(store: FeatureStore, lm: LoadedModel, text: str, open_feature: Callable[[int], None],
                 bos: bool | None) -> None:
     n_top = st.slider("Features in the heatmap", 5, 50, key="sae-prompt-top")  # default and URL: the page's Param
-    result = _prompt(str(store.folder), (lm.name,) + _device_dtype(), text, n_top, bos)
+    result = prompt_view(str(store.folder), (lm.name,) + device_dtype(), text, n_top, bos)
     sinks = result.excluded_positions
     st.caption(exclusion_caption(result))
     if not result.top_features:
@@ -174,7 +158,7 @@ def _attribution_block(result: FeatureAttribution, sinks: list[int], reasons: di
 
 def show_attribution(store: FeatureStore, lm: LoadedModel, text: str, bos: bool | None) -> None:
     feature = _feature_input(store, "sae-attr-feature")
-    view = _prompt(str(store.folder), (lm.name,) + _device_dtype(), text, 20, bos)
+    view = prompt_view(str(store.folder), (lm.name,) + device_dtype(), text, 20, bos)
     column = view.activations[:, feature]
     sinks = view.excluded_positions
     readable = np.array([i not in sinks for i in range(len(view.tokens))])
@@ -203,7 +187,7 @@ def show_attribution(store: FeatureStore, lm: LoadedModel, text: str, bos: bool 
         return
     text, feature, position, method = run["text"], run["feature"], run["position"], run["method"]
     if run.get("bos") != bos:  # the positions of the last Run's text, as it was read then
-        view = _prompt(str(store.folder), (lm.name,) + _device_dtype(), text, 20, run.get("bos"))
+        view = prompt_view(str(store.folder), (lm.name,) + device_dtype(), text, 20, run.get("bos"))
         sinks = view.excluded_positions
     reasons = view.reasons()
     left, right = st.columns(2)
@@ -212,11 +196,11 @@ def show_attribution(store: FeatureStore, lm: LoadedModel, text: str, bos: bool 
     with st.spinner("Attributing…"):
         if method:
             with left:
-                _attribution_block(_attribution(str(store.folder), (lm.name,) + _device_dtype(), text, feature,
+                _attribution_block(_attribution(str(store.folder), (lm.name,) + device_dtype(), text, feature,
                                                 int(position), method, run.get("bos")), sinks, reasons, "lrp")
         if plain is not None:
             with right if method else left:
-                _attribution_block(_attribution(str(store.folder), (lm.name,) + _device_dtype(), text, feature,
+                _attribution_block(_attribution(str(store.folder), (lm.name,) + device_dtype(), text, feature,
                                                 int(position), plain, run.get("bos")), sinks, reasons, "gxi")
 
 
@@ -240,7 +224,7 @@ def show_steering(store: FeatureStore, lm: LoadedModel, text: str, bos: bool | N
         st.info("Press **Run** to generate the clean and the edited continuation.")
         return
     with st.spinner("Running the clean and the edited model…"):
-        result = _steer(str(store.folder), (lm.name,) + _device_dtype(), run["text"], run["feature"], run["mode"],
+        result = _steer(str(store.folder), (lm.name,) + device_dtype(), run["text"], run["feature"], run["mode"],
                         run["strength"], run["n_new"], run.get("bos"))
     feature, mode, text = run["feature"], run["mode"], run["text"]
     verb = f"+ {result.strength:.3g} × direction" if mode == "add" else "removed"
@@ -297,8 +281,6 @@ def live_view(view: str, store: FeatureStore, open_feature: Callable[[int], None
     elif view == "Attribution":
         show_attribution(store, lm, text, bos)
     elif view == "Circuit":
-        from pages._sae_circuit import show_circuit
-
         show_circuit(store, lm, text, open_in_store, bos)
     else:
         show_steering(store, lm, text, bos)
@@ -331,7 +313,7 @@ def build_section() -> None:
     try:
         with progress("Building the store", "sae-build") as report:
             sae = load_sae(folder)
-            device, dtype = _device_dtype()
+            device, dtype = device_dtype()
             lm = load_model(sae_model_name(sae), device=device, dtype=dtype)
             out = build_store(lm, folder, n_tokens=int(tokens), eval_tokens=2048, progress=report, use_cache=True)
     except InterpscopeError as err:

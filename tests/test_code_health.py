@@ -19,11 +19,8 @@ FOLDERS = ("backend", "components", "pages")
 KNOWN_CIRCLES = {
     ("backend.fourier.addition", "backend.fourier.documents", "backend.fourier.filters", "backend.fourier.lens",
      "backend.fourier.precomputed", "backend.fourier.probe", "backend.fourier.spectra"),
-    ("backend.sae", "backend.sae.api", "backend.sae_store.encode", "backend.sae_store.prompt",
-     "backend.sae_store.steering", "backend.sae_store.store"),
     ("backend.neurons.ablation", "backend.neurons.cards", "backend.neurons.page_store", "backend.neurons.postnorm",
      "backend.neurons.store", "backend.neurons.unigram"),
-    ("pages._sae_circuit", "pages._sae_live"),
 }
 
 

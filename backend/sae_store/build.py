@@ -29,7 +29,8 @@ from interpscope.config import InterpscopeError
 from interpscope.corpus import token_chunks
 from interpscope.outputs import OutputFolder, check_output_folder
 from interpscope.resume import check_same_settings
-from interpscope.sae import SparseAutoencoder, check_compatible, load_sae
+from interpscope.sae.arch import SparseAutoencoder
+from interpscope.sae.folder import check_compatible, load_sae
 from interpscope.sae_store.cached import cached_batch, find_cache
 from interpscope.sae_store.encode import encode_ids
 from interpscope.sae_store.features import feature_stats

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from interpscope.capture import StopForward, hooks, model_lock
-from interpscope.sae import SparseAutoencoder, check_compatible
+from interpscope.sae.arch import SparseAutoencoder
+from interpscope.sae.folder import check_compatible
 from interpscope.sinks import zero_sink_features
 
 if TYPE_CHECKING:

@@ -26,7 +26,8 @@ from interpscope.capture import model_lock
 from interpscope.config import InterpscopeError
 from interpscope.relevance import attribute, get_method, methods_for
 from interpscope.relevance.api import input_ids_for
-from interpscope.sae import SparseAutoencoder, check_compatible
+from interpscope.sae.arch import SparseAutoencoder
+from interpscope.sae.folder import check_compatible
 from interpscope.sae.placement import on_device
 from interpscope.sae_store.documents import PromptFeaturesDocument
 from interpscope.sae_store.encode import hook_activations

@@ -25,7 +25,8 @@ from interpscope.capture import hooks, model_lock
 from interpscope.config import InterpscopeError
 from interpscope.generation import RowEdit, greedy_generate
 from interpscope.relevance.api import input_ids_for
-from interpscope.sae import SparseAutoencoder, check_compatible
+from interpscope.sae.arch import SparseAutoencoder
+from interpscope.sae.folder import check_compatible
 from interpscope.sae.placement import on_device
 from interpscope.sae_store.documents import SteeringDocument
 

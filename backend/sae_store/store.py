@@ -192,7 +192,7 @@ class FeatureStore:
 
     def load_sae(self):
         """The SAE this store was built for; an error if its weights changed since (the store would be stale)."""
-        from interpscope.sae import load_sae
+        from interpscope.sae.folder import load_sae
 
         folder = self.sae_folder()
         sae = load_sae(folder)

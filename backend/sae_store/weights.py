@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from interpscope.sae import SparseAutoencoder
+from interpscope.sae.arch import SparseAutoencoder
 
 
 @dataclass

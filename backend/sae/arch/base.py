@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from interpscope.sae import normalisation
+import interpscope.sae.normalisation as normalisation
 from interpscope.sae.sparse_ops import sparse_decode, sparse_linear
 
 
