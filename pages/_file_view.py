@@ -154,4 +154,4 @@ def show_heldout(result) -> None:
     st.markdown(f"`{row['id']}` ({row['category']}) · expected {row['expected']!r} · model "
                 f"{'right' if row.get('model_correct') else 'wrong'} · ABPC " + ", ".join(
                     f"{b} {row['abpc'][b][method]:.3g}" for b in result.settings.baselines))
-    token_heatmap(row["tokens"], row["relevance"][method], row["sinks"])
+    token_heatmap(row["tokens"], row["relevance"][method], row["sinks"], excluded_reasons(row))

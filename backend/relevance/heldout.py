@@ -7,7 +7,8 @@ curves are run under every deletion baseline (zero, pad, mean embedding), IG and
 from the same baseline the deletion uses. A random ordering per prompt (seeded) is the chance level. With the
 position 0 and any measured sink (a massive-activation row, interpscope.sinks) kept in place the curves run again
 under the first baseline. AttnLRP's softmax share (the conservation readout) is kept per prompt, so its link to ABPC
-can be read.
+can be read. Each row keeps its excluded positions ("sinks") and why each is excluded ("excluded": position, token,
+reason, ratio, as the relevance page and whole-file rows name them).
 Results: per-prompt rows and a table of mean ABPC with seeded bootstrap 95% intervals
 (interpscope.relevance.heldout_stats).
 """
@@ -31,7 +32,7 @@ from interpscope.relevance import heldout_stats as stats
 from interpscope.relevance.baselines import BASELINES, baseline_embeds
 from interpscope.relevance.faithfulness import DEFAULT_STEPS, curves_for_maps
 from interpscope.relevance.methods import METHODS, MethodOptions, get_method, methods_for, methods_taking
-from interpscope.relevance.sinks import sink_positions
+from interpscope.relevance.sinks import sink_report
 from interpscope.relevance.targets import Target
 from interpscope.results import Result
 
@@ -157,7 +158,8 @@ def _references(lm: LoadedModel, embeds: torch.Tensor, baselines: Sequence[str])
 
 def prompt_row(lm: LoadedModel, prompt: dict, settings: HeldoutSettings, index: int) -> dict:
     """Every method's map and curves for one prompt (explained for its expected token)."""
-    from interpscope.relevance.api import run_method
+    from interpscope.relevance.api import model_kind, run_method
+    from interpscope.sinks import words
 
     ids = lm.encode(prompt["text"])
     n_tokens = int(ids.shape[1])
@@ -191,7 +193,8 @@ def prompt_row(lm: LoadedModel, prompt: dict, settings: HeldoutSettings, index: 
     names = [*settings.methods, stats.RANDOM]
     key = {(m, b): (m, b if m in matched else None) for m in names for b in settings.baselines}
     with model_lock(lm):
-        sinks = sink_positions(lm.adapter, ids)  # measured massive-activation rows (SmolLM2 adds no BOS)
+        report = sink_report(lm.adapter, ids)  # measured massive-activation rows (SmolLM2 adds no BOS)
+        sinks = report.positions
         kept = sorted({0, *sinks})
         curves = curves_for_maps(lm.adapter, ids, target, maps, references,
                                  [(key[(m, b)], b) for m in names for b in settings.baselines],
@@ -201,6 +204,7 @@ def prompt_row(lm: LoadedModel, prompt: dict, settings: HeldoutSettings, index: 
                                  [(key[(m, first)], first) for m in names], steps=settings.curve_steps,
                                  fixed=kept) if n_tokens > len(kept) else {})
     row["sinks"] = sinks
+    row["excluded"] = report.rows(row["tokens"], words(model_kind(lm.adapter))["sink"])  # why, as explain() says
     row["abpc"] = {b: {m: curves[(key[(m, b)], b)].abpc for m in names} for b in settings.baselines}
     row["morf_auc"] = {b: {m: curves[(key[(m, b)], b)].morf_auc for m in names} for b in settings.baselines}
     row["lerf_auc"] = {b: {m: curves[(key[(m, b)], b)].lerf_auc for m in names} for b in settings.baselines}
