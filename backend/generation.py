@@ -1,8 +1,10 @@
 """Greedy generation with the KV cache, under scoped edits that know which positions they act on.
 
 An edit used while generating is a `RowEdit`: a hook point, the batch rows it acts on, the first absolute position
-it acts on (1 by default: never the attention sink at position 0) and a function that replaces the activations of
-those rows and positions. The generator runs the prompt once (prefill) and then one token per step from the KV cache,
+it acts on (1 by default), the absolute positions it never edits (`skip`: the positions the caller's prompt view
+excludes, a prepended BOS and the measured sinks of interpscope.sinks; SAE steering passes start=0 and those, so the
+first word is edited when it is not a sink) and a function that replaces the activations of those rows and
+positions. The generator runs the prompt once (prefill) and then one token per step from the KV cache,
 projecting only the last position onto the vocabulary. Before each forward pass it records the absolute position of
 the pass's first token, so an edit "from position 1 on" acts on positions 1.. of the prompt in the prefill and on
 every newly generated position, never on position 0: the same activations the uncached recomputation (the whole
@@ -28,13 +30,14 @@ RowFn = Callable[[torch.Tensor], torch.Tensor]
 
 @dataclass(frozen=True)
 class RowEdit:
-    """Replace the activation at `hook` on batch `rows` (None = all) at absolute positions >= `start` by
-    fn(x) (x [n_rows, n_positions, d], same shape back)."""
+    """Replace the activation at `hook` on batch `rows` (None = all) at absolute positions >= `start`, except
+    those in `skip`, by fn(x) (x [n_rows, n_positions, d], same shape back; fn acts on each position alone)."""
 
     hook: str
     fn: RowFn
     rows: Sequence[int] | None = None
     start: int = 1
+    skip: Sequence[int] = ()
 
 
 @dataclass
@@ -57,7 +60,9 @@ class _Pass:
 def _positioned(edit: RowEdit, current: _Pass) -> Callable[[torch.Tensor], torch.Tensor | None]:
     def apply(tensor: torch.Tensor) -> torch.Tensor | None:
         first = max(0, edit.start - current.offset)
-        if first >= tensor.shape[1]:
+        skipped = {p - current.offset for p in edit.skip}
+        positions = [i for i in range(first, tensor.shape[1]) if i not in skipped]
+        if not positions:
             return None
         if edit.rows is None:
             index = list(range(tensor.shape[0]))
@@ -66,11 +71,16 @@ def _positioned(edit: RowEdit, current: _Pass) -> Callable[[torch.Tensor], torch
         if not index:
             return None
         out = tensor.clone()
-        if len(index) == tensor.shape[0]:
-            out[:, first:] = edit.fn(tensor[:, first:])
-        else:
-            rows = torch.as_tensor(index, device=tensor.device)
-            out[rows, first:] = edit.fn(tensor[rows, first:])
+        if len(positions) == tensor.shape[1] - first:  # one contiguous run from `first` on
+            if len(index) == tensor.shape[0]:
+                out[:, first:] = edit.fn(tensor[:, first:])
+            else:
+                rows = torch.as_tensor(index, device=tensor.device)
+                out[rows, first:] = edit.fn(tensor[rows, first:])
+            return out
+        rows = torch.as_tensor(index, device=tensor.device)[:, None]
+        at = torch.as_tensor(positions, device=tensor.device)[None, :]
+        out[rows, at] = edit.fn(tensor[rows, at])
         return out
     return apply
 

@@ -1,6 +1,8 @@
 """Prompt view, feature attribution, steering/ablation and search on tiny models with random SAEs."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 import torch
@@ -107,11 +109,12 @@ def test_steering_and_ablation(lm, sae_folder):
     ablated = steer(lm, sae, TEXT, feature, "ablate", n_new=4, prepend_bos=False)
     ids = lm.encode(TEXT)
     direction = sae.W_dec[feature].detach()
+    edited = [i for i in range(ids.shape[1]) if i not in view.excluded_positions]  # what the prompt view reads
 
     def remove(tensor):
-        f = sae.encode(tensor[:, 1:])[..., feature]
+        f = sae.encode(tensor[:, edited])[..., feature]
         out = tensor.clone()
-        out[:, 1:] -= f[..., None] * direction
+        out[:, edited] -= f[..., None] * direction
         return out
 
     from interpscope.capture import hooks
@@ -124,7 +127,7 @@ def test_steering_and_ablation(lm, sae_folder):
     rows = torch.arange(following.numel())
     np.testing.assert_allclose(ablated.logprob_change, (manual[rows, following] - clean[rows, following]).numpy(),
                                atol=1e-6)
-    silent = int(np.flatnonzero(view.activations[1:].max(0) == 0)[0])
+    silent = int(np.flatnonzero(view.activations[edited].max(0) == 0)[0])
     assert steer(lm, sae, TEXT, silent, "ablate", n_new=0, prepend_bos=False).kl == 0.0
     with pytest.raises(InterpscopeError):
         steer(lm, sae, TEXT, feature, "double")
@@ -160,6 +163,61 @@ def test_prompt_view_prepends_the_bos_reads_the_first_word_and_every_live_view_s
         assert steered.tokens == view.tokens
         np.testing.assert_allclose(steered.feature_on_prompt, view.activations[:, feature], rtol=1e-5, atol=1e-7)
     assert with_bos.tokens[1:] == without.tokens  # the same words, one position later
+
+
+@contextmanager
+def _sink_on_the_first_word(lm, text):
+    """A real measured sink at position 0 of `text` (prepend_bos=False): its first token's embedding x1000."""
+    first = int(lm.encode(text)[0, 0])
+    weight = lm.model.transformer.wte.weight
+    saved = weight[first].detach().clone()
+    with torch.no_grad():
+        weight[first] *= 1000.0
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            weight[first] = saved
+
+
+def _steered_positions(lm, sae, text, prepend_bos=False):
+    """Which prompt positions steering changed at the SAE's hook: the clean and the edited rows' activations right
+    after the hook (block 1's input is block 0's output, so nothing else comes between)."""
+    from interpscope.capture import hooks
+
+    seen = []
+    with hooks(lm.adapter, {"blocks.1.hook_resid_pre": lambda t: seen.append(t.detach().clone())}, role="read"):
+        steer(lm, sae, text, 0, "add", strength=50.0, n_new=0, prepend_bos=prepend_bos)
+    clean, edited = seen[-2][0], seen[-1][0]  # the prompt's rows run one by one: clean first, then edited
+    return [i for i in range(clean.shape[0]) if not torch.equal(clean[i], edited[i])]
+
+
+def test_steering_edits_the_first_word_unless_it_is_a_measured_sink(lm, sae_folder):
+    """Without a prepended BOS, steering leaves out exactly what the prompt view excludes: the first word is edited
+    when the one sink helper does not measure it as a sink, and left alone when it does."""
+    sae = load_sae(sae_folder)
+    n_tokens = lm.encode(TEXT).shape[1]
+    assert prompt_features(lm, sae, TEXT, prepend_bos=False).excluded_positions == []
+    assert _steered_positions(lm, sae, TEXT) == list(range(n_tokens))  # position 0 included
+    with _sink_on_the_first_word(lm, TEXT):
+        view = prompt_features(lm, sae, TEXT, prepend_bos=False)
+        assert view.excluded_positions == [0] and view.sinks[0]["reason"].startswith("measured attention sink")
+        assert _steered_positions(lm, sae, TEXT) == list(range(1, n_tokens))
+    # by default the prepended BOS is position 0 and left out; the first word is edited
+    assert _steered_positions(lm, sae, TEXT, prepend_bos=None) == list(range(1, n_tokens + 1))
+
+
+def test_the_circuit_splices_the_first_word_unless_it_is_a_measured_sink(lm, sae_folder):
+    """The circuit's splice leaves out the same positions: with prepend_bos=False the first word's upstream features
+    get relevance when it is no sink, none when it is measured to be one."""
+    from interpscope.sae.circuits import feature_circuit
+
+    sae = load_sae(sae_folder)
+    circuit = feature_circuit(lm, sae, None, TEXT, n_token_edges=0, prepend_bos=False)
+    assert np.abs(circuit.feature_relevance[0]).sum() > 0
+    with _sink_on_the_first_word(lm, TEXT):
+        sunk = feature_circuit(lm, sae, None, TEXT, n_token_edges=0, prepend_bos=False)
+    assert np.abs(sunk.feature_relevance[0]).sum() == 0 and np.abs(sunk.feature_relevance[1:]).sum() > 0
 
 
 def test_search_by_id_logit_and_context(lm, store):

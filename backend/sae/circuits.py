@@ -8,7 +8,9 @@ position t is f_i(t) x its gradient (the decoder is linear, so this is exact); w
 x_hat . grad - sum_i f_i grad_i. Input tokens get what flows back through the SAE's encoder. Conservation of the
 spliced pass: value = tokens + model biases + softmax share (AttnLRP) + error node + the upstream SAE's biases
 (decoder and encoder) + the downstream SAE's encoder biases (for a feature target), up to a numerical rest.
-Attention sinks (position 0 and massive activations) are never spliced.
+The positions the SAE prompt view excludes are never spliced: a prepended BOS and the rows the one sink helper
+(interpscope.sinks.measure) measures on the splice's own input, never a position by rule (with prepend_bos=False the
+first word is spliced unless it is measured to be a sink).
 
 Edges: upstream feature -> target (its relevance, summed over positions), error -> target, token -> target;
 and token -> feature for the strongest upstream features, each from one more backward pass with that feature's
@@ -31,7 +33,7 @@ from interpscope.relevance.methods import get_method
 from interpscope.sae.documents import CircuitDocument
 from interpscope.sae.folder import check_compatible
 from interpscope.sae.placement import on_device
-from interpscope.sae.sinks import sink_rows
+from interpscope.sinks import measure
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -93,12 +95,14 @@ class _Explained:
         return self.captured
 
 
-def _splice(upstream, found: dict):
-    """The upstream edit: x -> decode(encode(x)) + detached error, sinks untouched; fills `found`."""
+def _splice(upstream, found: dict, hook: str = "", prepended: bool = False):
+    """The upstream edit: x -> decode(encode(x)) + detached error, the prompt view's excluded positions untouched
+    (a BOS prepended at 0 and the sinks measured on x, as interpscope.sae_store.prompt.excluded_at_hook); fills
+    `found`."""
     def edit(x: torch.Tensor) -> torch.Tensor:
         rows = x[0].to(upstream.W_enc.dtype)
-        keep = ~sink_rows(rows[1:])
-        keep = torch.cat([torch.zeros(1, dtype=torch.bool, device=keep.device), keep])
+        keep = torch.ones(rows.shape[0], dtype=torch.bool, device=rows.device)
+        keep[measure(rows, prepended=0 if prepended else None, point=hook).positions] = False
         features = upstream.encode(rows) * keep[:, None].to(rows.dtype)
         x_hat = upstream.decode(features)
         error = (rows - x_hat).detach().requires_grad_(True)
@@ -109,9 +113,9 @@ def _splice(upstream, found: dict):
 
 
 def _run(lm: LoadedModel, upstream, up_hook: str, ids: torch.Tensor, explained: _Explained, rules, read=None,
-         found: dict | None = None):
+         found: dict | None = None, prepended: bool = False):
     found = {} if found is None else found
-    edits = [(up_hook, _splice(upstream, found))]
+    edits = [(up_hook, _splice(upstream, found, up_hook, prepended))]
     if read is not None:
         edits.append(read)
     with hooks(lm.adapter, edits):
@@ -154,7 +158,7 @@ def feature_circuit(lm: LoadedModel, upstream, downstream=None, text: str = "", 
     downstream = None if downstream is None else on_device(downstream, lm.device)
     from interpscope.relevance.api import input_ids_for
 
-    ids, _ = input_ids_for(lm, text, prepend_bos)
+    ids, prepended = input_ids_for(lm, text, prepend_bos)
     n_tokens = ids.shape[1]
     position = n_tokens + position if position < 0 else position
     if not 0 < position < n_tokens:
@@ -183,7 +187,7 @@ def feature_circuit(lm: LoadedModel, upstream, downstream=None, text: str = "", 
         explained = _Explained(logit_target.position, logit_target)
         label = f"next-token logit {logit_target.label}"
     with model_lock(lm):
-        result, found = _run(lm, upstream, up_hook, ids, explained, rules, read, found)
+        result, found = _run(lm, upstream, up_hook, ids, explained, rules, read, found, prepended)
         features = result.points["features"]
         x_hat_relevance = float(result.points["x_hat"].sum())
         feature_sum, error_sum = float(features.sum()), float(result.points["error"].sum())

@@ -78,6 +78,17 @@ class PromptFeatures(PromptFeaturesDocument):
 
 
 @torch.no_grad()
+def excluded_at_hook(lm: LoadedModel, sae: SparseAutoencoder, hook: str, ids: torch.Tensor,
+                     prepended: bool) -> tuple[torch.Tensor, SinkReport]:
+    """The hook activation x [1, T, d] of ids (in the SAE's dtype) and the positions the SAE views exclude there,
+    with why: the one sink helper (interpscope.sinks.measure) on x, plus a prepended BOS at 0. The prompt view,
+    steering and (on its splice's own x) the circuit view leave exactly these positions out. The caller holds
+    model_lock(lm)."""
+    x = hook_activations(lm, hook, ids).to(device=sae.W_enc.device, dtype=sae.W_enc.dtype)
+    return x, measure(x[0], prepended=0 if prepended else None, point=hook)
+
+
+@torch.no_grad()
 def prompt_features(lm: LoadedModel, sae: SparseAutoencoder, text: str, n_top: int = 20,
                     prepend_bos: bool | None = None, per_token: int = 10) -> PromptFeatures:
     """Encode a text at the SAE's hook; pick the n_top features with the largest activation over the positions
@@ -85,9 +96,7 @@ def prompt_features(lm: LoadedModel, sae: SparseAutoencoder, text: str, n_top: i
     ids, prepended = input_ids_for(lm, text, prepend_bos)
     hook = check_compatible(sae, lm.adapter, None, lm.name)
     with model_lock(lm):
-        x = hook_activations(lm, hook, ids)
-    x = x.to(device=sae.W_enc.device, dtype=sae.W_enc.dtype)
-    report: SinkReport = measure(x[0], prepended=0 if prepended else None, point=hook)
+        x, report = excluded_at_hook(lm, sae, hook, ids, prepended)
     acts = sae.encode(x)[0].float().cpu().numpy()
     acts[sorted(report.measured)] = 0.0  # a massive row is outside what the SAE was trained on: no feature
     excluded = np.zeros(acts.shape[0], dtype=bool)

@@ -1,15 +1,18 @@
 """Steering and ablation with one SAE feature, side by side with the clean run.
 
-- add: x <- x + strength * W_dec[i] at the hook, at every position from 1 on (also while generating);
+- add: x <- x + strength * W_dec[i] at the hook, at every position the prompt view does not exclude (also while
+  generating);
 - ablate: x <- x - f_i(x) W_dec[i], i.e. the feature's own contribution to the SAE's reconstruction is removed
   and the SAE's error term is kept.
-Position 0 is never edited: the prompt's positions come from interpscope.relevance.api.input_ids_for, as in the
-prompt view, so by default position 0 is the prepended BOS (the attention sink) and the first word is edited like any
-other; with prepend_bos=False position 0 is the first word, which then carries the sink. Reported: the next-token
-distribution after the prompt (top tokens, KL(clean || edited)), the change of log p(actual next token) at every
-position (the per-token ablation effect), and a greedy continuation of each run. Clean and edited runs are the two
-rows of one batch, generated with the KV cache (interpscope.generation): the edit acts on the edited row only, at every
-position from 1 on, newly generated positions included.
+The prompt's positions come from interpscope.relevance.api.input_ids_for, as in the prompt view, and the positions
+left unedited are exactly the ones the prompt view excludes (`excluded_at_hook`: a prepended BOS and the rows the one
+sink helper, interpscope.sinks.measure, measures on the SAE's hook activation), never a position by rule: by default
+position 0 is the prepended BOS and the first word is edited like any other; with prepend_bos=False the first word is
+edited too unless it is measured to be a sink. Reported: the next-token distribution after the prompt (top tokens,
+KL(clean || edited)), the change of log p(actual next token) at every position (the per-token ablation effect), and a
+greedy continuation of each run. Clean and edited runs are the two rows of one batch, generated with the KV cache
+(interpscope.generation): the edit acts on the edited row only, at every prompt position not excluded and every newly
+generated position.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from interpscope.sae.arch import SparseAutoencoder
 from interpscope.sae.folder import check_compatible
 from interpscope.sae.placement import on_device
 from interpscope.sae_store.documents import SteeringDocument
+from interpscope.sae_store.prompt import excluded_at_hook
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -66,7 +70,7 @@ class SteeringResult(SteeringDocument):
 
 
 def _editor(sae: SparseAutoencoder, feature: int, mode: str, strength: float):
-    """The edit on activations x [n, t, d] at positions from 1 on (interpscope.generation.RowEdit picks them)."""
+    """The edit on activations x [n, t, d] at the positions interpscope.generation.RowEdit picks."""
     direction = sae.W_dec[feature].detach()
 
     def edit(rest: torch.Tensor) -> torch.Tensor:
@@ -100,16 +104,18 @@ def steer(lm: LoadedModel, sae: SparseAutoencoder, text: str, feature: int, mode
         raise InterpscopeError(f"The steering strength must be a finite number (got {strength}).")
     hook = check_compatible(sae, lm.adapter, None, lm.name)
     sae = on_device(sae, lm.device)
-    ids, _ = input_ids_for(lm, text, prepend_bos, max_tokens=lm.token_cap - n_new)
+    ids, prepended = input_ids_for(lm, text, prepend_bos, max_tokens=lm.token_cap - n_new)
     captured: dict[str, torch.Tensor] = {}
 
     def record(tensor: torch.Tensor) -> None:
         captured.setdefault("x", tensor[:1].detach())
 
-    edit = RowEdit(hook, _editor(sae, feature, mode, float(strength)), rows=[1], start=1)
-    with model_lock(lm), hooks(lm.adapter, {hook: record}, role="read"):
-        run = greedy_generate(lm.adapter, ids.repeat(2, 1), n_new, [edit], prompt_logits=True,
-                             prefill_rows_apart=True, progress=progress)
+    with model_lock(lm):
+        _, report = excluded_at_hook(lm, sae, hook, ids, prepended)  # the prompt view's excluded positions
+        edit = RowEdit(hook, _editor(sae, feature, mode, float(strength)), rows=[1], start=0, skip=report.positions)
+        with hooks(lm.adapter, {hook: record}, role="read"):
+            run = greedy_generate(lm.adapter, ids.repeat(2, 1), n_new, [edit], prompt_logits=True,
+                                  prefill_rows_apart=True, progress=progress)
     clean_logits, edited_logits = run.prompt_logits[0].double(), run.prompt_logits[1].double()
     clean_new, edited_new = run.tokens[0].tolist(), run.tokens[1].tolist()
     f_prompt = sae.encode(captured["x"][0].to(sae.W_enc.dtype))[:, feature].float().cpu().numpy()
