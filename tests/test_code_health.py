@@ -17,8 +17,6 @@ FOLDERS = ("backend", "components", "pages")
 # Circles not yet untied (issue 23.5). The list only shrinks: a new circle fails the test, and so does a listed
 # one that is gone (take it off the list).
 KNOWN_CIRCLES = {
-    ("backend.fourier.addition", "backend.fourier.documents", "backend.fourier.filters", "backend.fourier.lens",
-     "backend.fourier.precomputed", "backend.fourier.probe", "backend.fourier.spectra"),
     ("backend.neurons.ablation", "backend.neurons.cards", "backend.neurons.page_store", "backend.neurons.postnorm",
      "backend.neurons.store", "backend.neurons.unigram"),
 }

@@ -11,6 +11,7 @@ from interpscope.fourier.addition import run_addition, small_sum_pairs
 from interpscope.fourier.filters import filter_table
 from interpscope.fourier.probe import DIGIT_PROBE_PROMPTS, prompt_pairs, single_token_setup
 from interpscope.fourier.spectra import _embedding_spectrum, embedding_spectrum, hidden_spectra
+from interpscope.fourier.store_build import build_fourier_store
 from interpscope.models import load_model
 
 
@@ -41,7 +42,7 @@ def test_shipped_adder_spectra_equal_a_fresh_computation_and_are_kept(adder, mon
 
 
 def test_store_round_trip_and_ownership(adder, tmp_path):
-    out = precomputed.build_fourier_store(adder, tmp_path / "store")
+    out = build_fourier_store(adder, tmp_path / "store")
     precomputed.forget()
     keys = sorted(precomputed._manifest(str(out))["entries"])
     assert keys == [precomputed.embedding_key(100, "embedding"), precomputed.embedding_key(100, "unembedding")]

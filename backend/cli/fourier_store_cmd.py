@@ -30,7 +30,8 @@ def _check_store_folder(out: str) -> None:
 
 def _store(args: argparse.Namespace) -> int:
     from interpscope.cli.sae_store_cmd import folder_size
-    from interpscope.fourier.precomputed import MANIFEST, build_fourier_store
+    from interpscope.fourier.precomputed import MANIFEST
+    from interpscope.fourier.store_build import build_fourier_store
 
     _check_store_folder(args.out)
     lm = load_from_args(args)

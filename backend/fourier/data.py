@@ -6,6 +6,8 @@ The templates below are in the paper's style (plain equation plus worded questio
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from interpscope.config import InterpscopeError
@@ -72,3 +74,24 @@ def render(template: str, pairs: np.ndarray) -> list[str]:
     """The prompt text of each pair."""
     check_template(template)
     return [template.format(a=int(a), b=int(b)) for a, b in pairs]
+
+
+@dataclass
+class PromptPairs:
+    """The operand pairs that run for a request of `requested` prompts, and why fewer run when they do (made by
+    interpscope.fourier.probe.prompt_pairs; the filter table keeps the request)."""
+
+    pairs: np.ndarray
+    requested: int
+    split: str
+    n_numbers: int
+
+    @property
+    def note(self) -> str | None:
+        """None when every requested prompt runs; else the reason, ready for the page and the command line."""
+        if len(self.pairs) >= self.requested:
+            return None
+        everything = len(split_pairs(self.n_numbers, "all"))
+        hint = f" (choose split 'all' for up to {everything})" if self.split != "all" else ""
+        return (f"Asked for {self.requested} prompts; the {self.split} split of N = {self.n_numbers} holds only "
+                f"{len(self.pairs)} distinct operand pairs, so all {len(self.pairs)} run{hint}.")

@@ -1,6 +1,7 @@
 """How the Fourier results read as one document: the JSON that `interpscope fourier spectrum|filter|table --json`,
 the Fourier page's JSON export and the Python API's `to_dict()` all give, with their tidy tables and figures.
-Spectrum and FilterTable inherit these; figures come from interpscope.components, imported only when asked for.
+Spectrum and FilterTable inherit these and supply the sentence that reads them (spectra and filters import this module,
+never the other way round); figures come from interpscope.components, imported only when asked for.
 """
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ class SpectrumDocument(Result):
     SCHEMA = "interpscope.fourier.spectrum"
     SCHEMA_VERSION = 1
 
-    def payload(self) -> dict[str, Any]:
-        from interpscope.fourier.spectra import baseline_sentence
+    def baseline_reading(self) -> str:
+        """What the baseline explains and which outliers stand above it (Spectrum: spectra.baseline_sentence)."""
+        raise NotImplementedError
 
-        return {**to_plain(self), "reading": baseline_sentence(self)}
+    def payload(self) -> dict[str, Any]:
+        return {**to_plain(self), "reading": self.baseline_reading()}
 
     def tidy(self) -> list[dict]:
         """One row per frequency k = 1..N/2: period, magnitude, baseline (when there is one), outlier or not."""
@@ -73,11 +76,14 @@ class FilterTableDocument(Result):
         return ["no filter" if r.kind == "none" else f"{'low' if r.kind == 'low' else 'high'}-pass {r.modules}"
                 for r in self.rows]
 
+    def table_reading(self) -> str | None:
+        """The sentence about the whole table, None without the rows it compares (FilterTable: filters.reading)."""
+        raise NotImplementedError
+
     def reading_text(self) -> str | None:
         from interpscope.fourier.controls import describe
-        from interpscope.fourier.filters import reading
 
-        sentence = reading(self)
+        sentence = self.table_reading()
         if sentence is None and len(self.rows) == 2 and self.rows[1].control is not None:
             row = self.rows[1]
             sentence = describe(f"The {'low' if row.kind == 'low' else 'high'}-pass on {row.modules}", row.control,

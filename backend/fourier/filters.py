@@ -31,11 +31,10 @@ from interpscope.fourier.controls import (
     describe,
     null_space_projector,
 )
-from interpscope.fourier.data import render
+from interpscope.fourier.data import PromptPairs, render
 from interpscope.fourier.documents import FilterTableDocument
 from interpscope.fourier.lens import check_tau, default_tau
 from interpscope.fourier.numbers import NumberTokens, number_unembedding
-from interpscope.fourier.probe import PromptPairs
 from interpscope.scale.pool import Scale, Shard, map_shards
 
 if TYPE_CHECKING:
@@ -114,6 +113,9 @@ class FilterTable(FilterTableDocument):
     requested_prompts: int | None = None
     control_seeds: list[int] = field(default_factory=list)
     split: str | None = None  # the split the prompts came from, when the pairs were a PromptPairs
+
+    def table_reading(self) -> str | None:
+        return reading(self)
 
 
 def error_counts(errors: np.ndarray) -> dict:
@@ -206,7 +208,7 @@ def filter_table(lm: LoadedModel, numbers: NumberTokens, pairs: np.ndarray | Pro
                  positions: str = "last", batch_size: int = 512, scale: Scale | None = None,
                  control_seeds: int | list[int] = DEFAULT_CONTROL_SEEDS) -> FilterTable:
     """Loss, accuracy and error histogram with no filter and each (kind, modules) filter in all layers (serves
-    the Fourier page's Filters tab). pairs: operand pairs [P, 2], or a PromptPairs (interpscope.fourier.probe) whose
+    the Fourier page's Filters tab). pairs: operand pairs [P, 2], or a PromptPairs (interpscope.fourier.data) whose
     request is kept: when its split held fewer pairs than asked for, the table says so in `warnings` and
     `requested_prompts` (never silently fewer).
 

@@ -3,9 +3,9 @@
 What the Fourier page computes on first open with its default settings is kept in a store per model: the
 embedding and unembedding spectra of models whose numbers are single tokens, and for models that split numbers
 into digits the hidden-state spectra (default context) and the generated addition probe (default prompts).
-`interpscope fourier store --model M --out DIR` builds one (it writes only into a folder it created or owns);
-assets/fourier_stores/<model>/ ships them. `recall(lm, key, compute)` answers from this process's memory, else
-from a store of the same model (content key), else computes and remembers.
+`interpscope fourier store --model M --out DIR` builds one (interpscope.fourier.store_build; it writes only into a
+folder it created or owns); assets/fourier_stores/<model>/ ships them. `recall(lm, key, compute)` answers from
+this process's memory, else from a store of the same model (content key), else computes and remembers.
 """
 from __future__ import annotations
 
@@ -156,27 +156,6 @@ def save_entries(lm: LoadedModel, out: str | Path, results: dict[str, object]) -
            lambda handle: handle.write(json.dumps(manifest, indent=1, default=_json_number).encode()))
     _manifest.cache_clear()
     return folder
-
-
-def build_fourier_store(lm: LoadedModel, out: str | Path) -> Path:
-    """Compute what the Fourier page shows on first open with its defaults and save it (see the module doc)."""
-    from interpscope.fourier.addition import run_addition, small_sum_pairs
-    from interpscope.fourier.numbers import splits_digits
-    from interpscope.fourier.probe import DIGIT_PROBE_PROMPTS, default_numbers
-    from interpscope.fourier.spectra import default_number_template, embedding_spectrum, hidden_spectra
-
-    n_numbers = default_numbers(lm)
-    results: dict[str, object] = {}
-    if splits_digits(lm.tokenizer):
-        template = default_number_template(lm.tokenizer)
-        results[hidden_key(n_numbers, template)] = hidden_spectra(lm, n_numbers, template=template, use_store=False)
-        pairs = small_sum_pairs(DIGIT_PROBE_PROMPTS)
-        results[probe_key(pairs, "{a}+{b}=", "")] = run_addition(lm, pairs, "{a}+{b}=", use_store=False)
-    else:
-        for matrix in ("embedding", "unembedding"):
-            results[embedding_key(n_numbers, matrix)] = embedding_spectrum(lm, n_numbers, matrix=matrix,
-                                                                           use_store=False)
-    return save_entries(lm, out, results)
 
 
 def hidden_key(n_numbers: int, template: str, top: int = 5) -> str:

@@ -1,13 +1,12 @@
 """Entry points shared by the command line and the page: pick the numbers and prompts a model supports."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from interpscope.config import InterpscopeError
-from interpscope.fourier.data import sample_pairs, split_pairs
+from interpscope.fourier.data import PromptPairs, sample_pairs
 from interpscope.fourier.numbers import NumberTokens, number_tokens, single_token_numbers, splits_digits
 
 if TYPE_CHECKING:
@@ -46,26 +45,6 @@ def probe_pairs(n_numbers: int, n_prompts: int, split: str = "test", seed: int =
     if not 1 <= n_prompts <= 100_000:
         raise InterpscopeError("Ask for between 1 and 100000 prompts.")
     return sample_pairs(n_numbers, n_prompts, split=split, seed=seed)
-
-
-@dataclass
-class PromptPairs:
-    """The operand pairs that run for a request of `requested` prompts, and why fewer run when they do."""
-
-    pairs: np.ndarray
-    requested: int
-    split: str
-    n_numbers: int
-
-    @property
-    def note(self) -> str | None:
-        """None when every requested prompt runs; else the reason, ready for the page and the command line."""
-        if len(self.pairs) >= self.requested:
-            return None
-        everything = len(split_pairs(self.n_numbers, "all"))
-        hint = f" (choose split 'all' for up to {everything})" if self.split != "all" else ""
-        return (f"Asked for {self.requested} prompts; the {self.split} split of N = {self.n_numbers} holds only "
-                f"{len(self.pairs)} distinct operand pairs, so all {len(self.pairs)} run{hint}.")
 
 
 def prompt_pairs(n_numbers: int, n_prompts: int, split: str = "test", seed: int = 0) -> PromptPairs:

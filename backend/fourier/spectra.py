@@ -49,6 +49,9 @@ class Spectrum(SpectrumDocument):
     baseline_share: float | None = None
     baseline_periods: list[float] | None = None
 
+    def baseline_reading(self) -> str:
+        return baseline_sentence(self)
+
 
 @dataclass
 class LayerSpectra:
