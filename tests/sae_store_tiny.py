@@ -64,5 +64,5 @@ def isolated_data(root: Path):
 
     monkeypatch = pytest.MonkeyPatch()
     monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(root / "data"))
-    monkeypatch.setattr(layout, "SHIPPED_STORES_DIR", root / "no-shipped-stores")
+    monkeypatch.setattr(layout.FEATURE_STORES, "shipped", root / "no-shipped-stores")
     return monkeypatch

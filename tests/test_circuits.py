@@ -108,7 +108,7 @@ def _two_stores(tmp_path, monkeypatch):
     from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
 
     monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setattr(layout, "SHIPPED_STORES_DIR", tmp_path / "no-shipped-stores")
+    monkeypatch.setattr(layout.FEATURE_STORES, "shipped", tmp_path / "no-shipped-stores")
     model_dir = save_tiny_lm(tmp_path / "model", seed=2)
     lm = load_model(str(model_dir), device="cpu")
     up = random_sae_folder(lm, tmp_path / "up", hook="blocks.0.hook_resid_post")

@@ -44,7 +44,7 @@ def test_shipped_adder_spectra_equal_a_fresh_computation_and_are_kept(adder, mon
 def test_store_round_trip_and_ownership(adder, tmp_path):
     out = build_fourier_store(adder, tmp_path / "store")
     precomputed.forget()
-    keys = sorted(precomputed._manifest(str(out))["entries"])
+    keys = sorted(precomputed.FOURIER_STORES.read_manifest(out)["entries"])
     assert keys == [precomputed.embedding_key(100, "embedding"), precomputed.embedding_key(100, "unembedding")]
     foreign = tmp_path / "notes"
     foreign.mkdir()

@@ -17,7 +17,7 @@ from interpscope.config import InterpscopeError
 from interpscope.outputs import MARKER, OutputFolder, check_output_file, check_output_folder
 from interpscope.sae import load_sae, save_sae
 from interpscope.sae_store import FeatureStore
-from interpscope.sae_store.layout import SHIPPED_STORES_DIR, WEIGHTS_HASH, default_store_dir, weights_sha256
+from interpscope.sae_store.layout import FEATURE_STORES, WEIGHTS_HASH, default_store_dir, weights_sha256
 from tests.sae_store_tiny import random_sae_folder, save_tiny_lm, tiny_lm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -214,7 +214,7 @@ def test_training_scripts_refuse_a_foreign_out_folder(script, tmp_path):
 
 # --- a store belongs to the SAE weights it was built for ------------------------------------------------------
 def test_shipped_manifests_record_their_sae_weights_hash():
-    for store in sorted(SHIPPED_STORES_DIR.iterdir()):
+    for store in sorted(FEATURE_STORES.shipped.iterdir()):
         manifest = json.loads((store / "manifest.json").read_text())
         assert manifest[WEIGHTS_HASH] == weights_sha256(ROOT / manifest["spec"]["sae_path"]), store.name
 
@@ -228,12 +228,12 @@ def test_a_changed_copy_named_like_a_shipped_sae_is_refused(tmp_path, capsys):
     with torch.no_grad():
         sae.b_enc.add_(0.25)
     save_sae(sae, copy)
-    shipped_hash = json.loads((SHIPPED_STORES_DIR / SHIPPED_SAE.name / "manifest.json").read_text())[WEIGHTS_HASH]
+    shipped_hash = json.loads((FEATURE_STORES.shipped / SHIPPED_SAE.name / "manifest.json").read_text())[WEIGHTS_HASH]
     code, _, err = run(capsys, "sae", "feature", "--sae", copy, "--id", "7", "--json")
     line = one_error_line(err)
     assert code == 2
     assert f"was built for SAE weights {shipped_hash[:8]}, the SAE at {copy} has {weights_sha256(copy)[:8]}" in line
-    assert default_store_dir(copy) != SHIPPED_STORES_DIR / SHIPPED_SAE.name  # a rebuild never lands on it
+    assert default_store_dir(copy) != FEATURE_STORES.shipped / SHIPPED_SAE.name  # a rebuild never lands on it
 
     code, stdout, _ = run(capsys, "sae", "feature", "--sae", SHIPPED_SAE, "--id", "7", "--json")
     assert code == 0 and json.loads(stdout)["id"] == 7

@@ -279,7 +279,7 @@ def test_display_paths_outside_server_mode_keep_outside_paths(monkeypatch, tmp_p
 
 def test_listed_saes_and_neuron_stores_leading_outside_are_skipped_and_refused(server, monkeypatch):
     from interpscope.models import load_model
-    from interpscope.neurons.page_store import _candidate_folders
+    from interpscope.neurons.page_store import NEURON_STORES
     from interpscope.sae.catalog import describe, list_saes
     from interpscope.sae_store.store import read_manifest
     from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
@@ -294,9 +294,9 @@ def test_listed_saes_and_neuron_stores_leading_outside_are_skipped_and_refused(s
     neurons = server / "data" / "neurons" / "stores" / "linked"
     neurons.mkdir(parents=True)
     (neurons / "manifest.json").symlink_to(outside_secret(server))
-    assert "trained: run/linked" in list_saes() and neurons in _candidate_folders()
+    assert "trained: run/linked" in list_saes() and neurons in NEURON_STORES.folders()
     monkeypatch.setenv("INTERPSCOPE_SERVER_MODE", "1")
-    assert "trained: run/linked" not in list_saes() and neurons not in _candidate_folders()
+    assert "trained: run/linked" not in list_saes() and neurons not in NEURON_STORES.folders()
     with pytest.raises(InterpscopeError, match="allowed folders"):
         describe(linked)
     with pytest.raises(InterpscopeError, match="allowed folders"):

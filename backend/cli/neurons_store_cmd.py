@@ -38,9 +38,9 @@ def _store(args: argparse.Namespace) -> int:
     check_out_folder(args.out, "--out", force=True)  # a file or a missing parent; the store's own rule next
     from pathlib import Path
 
-    from interpscope.neurons.page_store import _owned
+    from interpscope.neurons.page_store import NEURON_STORES
 
-    _owned(Path(args.out).expanduser())  # new, empty or an entropy-neuron store
+    NEURON_STORES.owned(Path(args.out).expanduser())  # new, empty or an entropy-neuron store
     scale = scale_from_args(args)
     lm = load_from_args(args)
     from interpscope.scale.memory import resolve_batch_size

@@ -11,25 +11,24 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import threading
 from collections.abc import Callable
-from functools import lru_cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from interpscope import atomic
-from interpscope.config import ASSETS_DIR, InterpscopeError, data_dir
+from interpscope.config import ASSETS_DIR, InterpscopeError
 from interpscope.models.identity import model_key
+from interpscope.stores import StoreKind, save_npz
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
 
-KIND = "interpscope-fourier-store"
-MANIFEST = "manifest.json"
-SHIPPED_DIR = ASSETS_DIR / "fourier_stores"
+FOURIER_STORES = StoreKind(name="Fourier store", shipped=ASSETS_DIR / "fourier_stores", local=("fourier", "stores"),
+                           build_hint="build it with `interpscope fourier store --model M --out DIR`",
+                           tag="interpscope-fourier-store", indent=1)
 Result = TypeVar("Result")
 
 _MEMO: dict[tuple[str, str], Any] = {}  # each key's result type is its compute()'s
@@ -65,26 +64,11 @@ def decode(cls, arrays: dict[str, np.ndarray], plain: dict, items: dict[str, typ
     return cls(**values)
 
 
-def _stores() -> list[Path]:
-    roots = [SHIPPED_DIR, data_dir() / "fourier" / "stores"]
-    return [child for root in roots if root.is_dir() for child in sorted(root.iterdir()) if child.is_dir()]
-
-
-@lru_cache(maxsize=32)
-def _manifest(folder: str) -> dict:
-    try:
-        return json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
 def stored(lm: LoadedModel, key: str) -> tuple[dict[str, np.ndarray], dict] | None:
     """(arrays, fields) of `key` from a store of this model, or None."""
-    wanted = model_key(lm)
-    for folder in _stores():
-        manifest = _manifest(str(folder))
+    for folder, manifest in FOURIER_STORES.matching(model_key=model_key(lm)):
         entry = manifest.get("entries", {}).get(key)
-        if manifest.get("kind") == KIND and manifest.get("model_key") == wanted and entry is not None:
+        if entry is not None:
             with np.load(folder / entry["file"]) as data:
                 return {name: data[name] for name in data.files}, entry["fields"]
     return None
@@ -114,47 +98,24 @@ def forget() -> None:
     """Drop every result kept in memory (tests)."""
     with _MEMO_LOCK:
         _MEMO.clear()
-    _manifest.cache_clear()
-
-
-def _write(path: Path, writer: Callable) -> None:
-    atomic.write_with(path, writer)
-
-
-def _savez(handle, arrays: dict[str, np.ndarray]) -> None:
-    np.savez_compressed(handle, **arrays)  # type: ignore[arg-type]  # numpy's stub: as if a key were allow_pickle
-
-
-def _json_number(value):
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return float(value)
-    raise TypeError(f"cannot store {type(value).__name__} in a Fourier store manifest")
 
 
 def save_entries(lm: LoadedModel, out: str | Path, results: dict[str, object]) -> Path:
     """Write results (key -> result dataclass) into the store folder `out` (created, or already this model's
     store; anything else is refused untouched)."""
     folder = Path(out).expanduser()
-    manifest = {}
-    if folder.exists() and any(folder.iterdir()):
-        manifest = _manifest.__wrapped__(str(folder))
-        if manifest.get("kind") != KIND:
-            raise InterpscopeError(f"{folder} exists and is not a Fourier store; choose a new or empty folder.")
-        if manifest.get("model_key") != model_key(lm):
-            raise InterpscopeError(f"{folder} holds the Fourier store of another model; choose another folder.")
+    manifest = FOURIER_STORES.owned(folder)
+    if manifest is not None and manifest.get("model_key") != model_key(lm):
+        raise InterpscopeError(f"{folder} holds the Fourier store of another model; choose another folder.")
     folder.mkdir(parents=True, exist_ok=True)
     atomic.remove_stale_temps(folder)  # what a killed build left mid-write
-    manifest = manifest or {"kind": KIND, "model": lm.name, "model_key": model_key(lm), "entries": {}}
+    manifest = manifest or FOURIER_STORES.new_manifest(model=lm.name, model_key=model_key(lm), entries={})
     for key, result in results.items():
         arrays, plain = encode(result)
         name = f"entry-{hashlib.sha1(key.encode()).hexdigest()[:12]}.npz"
-        _write(folder / name, partial(_savez, arrays=arrays))
+        save_npz(folder / name, arrays)
         manifest["entries"][key] = {"file": name, "fields": plain}
-    _write(folder / MANIFEST,
-           lambda handle: handle.write(json.dumps(manifest, indent=1, default=_json_number).encode()))
-    _manifest.cache_clear()
+    FOURIER_STORES.write_manifest(folder, manifest)
     return folder
 
 

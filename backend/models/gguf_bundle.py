@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from interpscope import atomic
 from interpscope.config import InterpscopeError, data_dir
 
 
@@ -83,7 +83,7 @@ class GGUFBundle:
                 _convert_gguf(gguf, tmp / "out", self.display_name, progress)
                 if target.exists():
                     shutil.rmtree(target)
-                os.replace(tmp / "out", target)
+                atomic.replace(tmp / "out", target)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
         return target

@@ -13,7 +13,6 @@ assets/neuron_stores/<model>/.
 """
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from interpscope import atomic, corpus
-from interpscope.config import ASSETS_DIR, InterpscopeError, data_dir
+from interpscope.config import ASSETS_DIR, InterpscopeError
 from interpscope.neurons.cards import (
     CONTEXT_LEFT,
     CONTEXT_RIGHT,
@@ -36,17 +35,17 @@ from interpscope.neurons.cards import (
 )
 from interpscope.neurons.postnorm import typical_scale
 from interpscope.neurons.store import DEFAULT_SEQ_LEN, DEFAULT_STORE_TOKENS, corpus_activations, model_key
-from interpscope.neurons.unigram import save_npy_atomic, source_key, token_counts, tokenizer_key, unigram_direction
+from interpscope.neurons.unigram import source_key, token_counts, tokenizer_key, unigram_direction
 from interpscope.neurons.weights import NeuronStats, check_layer, default_k, neuron_stats
-from interpscope.paths import folder_allowed
 from interpscope.scale.pool import Scale
+from interpscope.stores import StoreKind, save_npy, save_npz
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
 
-KIND = "interpscope-neuron-store"
-MANIFEST = "manifest.json"
-SHIPPED_DIR = ASSETS_DIR / "neuron_stores"
+NEURON_STORES = StoreKind(name="entropy-neuron store", shipped=ASSETS_DIR / "neuron_stores",
+                          local=("neurons", "stores"), tag="interpscope-neuron-store", indent=1,
+                          build_hint="build it with `interpscope neurons store --model M --out DIR`")
 TOP_CONTEXTS, BINS = 20, 60
 StoreProgress = Callable[[int, int], None]
 
@@ -62,15 +61,6 @@ class StoreSpec:
     left: int = CONTEXT_LEFT
     right: int = CONTEXT_RIGHT
     bins: int = BINS
-
-
-def _write_json(path: Path, value: dict) -> None:
-    atomic.write_json(path, value, indent=1)
-
-
-def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    # numpy's stub types **kwds as if a name could be allow_pickle: bool
-    atomic.write_with(path, lambda handle: np.savez_compressed(handle, **arrays))  # type: ignore[arg-type]
 
 
 def layer_arrays(lm: LoadedModel, layer: int, acts: np.ndarray, excluded: np.ndarray, tokens: np.ndarray,
@@ -110,17 +100,6 @@ def layer_arrays(lm: LoadedModel, layer: int, acts: np.ndarray, excluded: np.nda
     return arrays
 
 
-def _owned(folder: Path) -> dict | None:
-    """The manifest of a store folder, None for a missing or empty folder; an error for anything else."""
-    if not folder.exists() or not any(folder.iterdir()):
-        return None
-    path = folder / MANIFEST
-    manifest = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    if manifest.get("kind") != KIND:
-        raise InterpscopeError(f"{folder} exists and is not an entropy-neuron store; choose a new or empty folder.")
-    return manifest
-
-
 def _stale(lm: LoadedModel, folder: Path, layer: int) -> bool:
     """A layer file written before neuron writes went through the MLP's output norm (rebuilt, not kept)."""
     if lm.adapter.mlp_output_norm(layer) is None:
@@ -141,7 +120,7 @@ def build_neuron_store(lm: LoadedModel, out: str | Path, layers: list[int] | Non
     so a stopped build resumes mid-layer; the statistics come from the joined activations here, so the files are
     the same either way."""
     folder = Path(out).expanduser()
-    manifest = _owned(folder)
+    manifest = NEURON_STORES.owned(folder)
     atomic.remove_stale_temps(folder)  # what a killed build left mid-write
     key = model_key(lm)
     requested: list[int | None] = list(layers) if layers else [None]  # None: the final layer
@@ -149,14 +128,15 @@ def build_neuron_store(lm: LoadedModel, out: str | Path, layers: list[int] | Non
     if manifest is not None and (manifest.get("model_key") != key or manifest.get("spec") != spec.__dict__):
         raise InterpscopeError(f"{folder} holds a store of another model or other settings; choose another folder.")
     folder.mkdir(parents=True, exist_ok=True)
-    manifest = manifest or {"kind": KIND, "model": lm.name, "model_key": key, "spec": spec.__dict__,
-                            "tokenizer_key": tokenizer_key(lm.tokenizer), "layers": {}, "build_seconds": {}}
-    _write_json(folder / MANIFEST, manifest)
+    manifest = manifest or NEURON_STORES.new_manifest(model=lm.name, model_key=key, spec=spec.__dict__,
+                                                      tokenizer_key=tokenizer_key(lm.tokenizer), layers={},
+                                                      build_seconds={})
+    NEURON_STORES.write_manifest(folder, manifest)
     missing = [layer for layer in wanted if str(layer) not in manifest["layers"] or _stale(lm, folder, layer)]
     source, split = spec.source.rsplit("-", 1)
     counts = token_counts(lm.tokenizer, lm.adapter.vocab_size, source=None if source == "austen" else source,
                           split=split)
-    save_npy_atomic(folder / "unigram_counts.npy", counts)
+    save_npy(folder / "unigram_counts.npy", counts)
     unigram = unigram_direction(counts)
     tokens = corpus.token_chunks(lm.tokenizer, spec.seq_len, spec.n_tokens, split=split,
                                  source=None if source == "austen" else source)
@@ -165,10 +145,10 @@ def build_neuron_store(lm: LoadedModel, out: str | Path, layers: list[int] | Non
         acts, excluded = corpus_activations(lm, tokens, [layer], folder / f"layer{layer}.shards",
                                             batch_size=batch_size, scale=scale)
         arrays = layer_arrays(lm, layer, acts[layer], excluded[layer], tokens.numpy(), spec, unigram)
-        _save_npz(folder / f"layer{layer}.npz", arrays)
+        save_npz(folder / f"layer{layer}.npz", arrays)
         manifest["layers"][str(layer)] = f"layer{layer}.npz"
         manifest["build_seconds"][str(layer)] = round(time.perf_counter() - started, 1)
-        _write_json(folder / MANIFEST, manifest)
+        NEURON_STORES.write_manifest(folder, manifest)
         if progress:
             progress(done + 1, len(missing))
     _load_layer.cache_clear()
@@ -186,12 +166,7 @@ class NeuronStore:
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
-        try:
-            self.manifest = json.loads((self.folder / MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            raise InterpscopeError(f"{folder} is not an entropy-neuron store ({err}).") from None
-        if self.manifest.get("kind") != KIND:
-            raise InterpscopeError(f"{folder} is not an entropy-neuron store.")
+        self.manifest = NEURON_STORES.read_manifest(self.folder)
         self.spec = StoreSpec(**self.manifest["spec"])
 
     @property
@@ -249,38 +224,20 @@ class NeuronStore:
         return detail
 
 
-def _candidate_folders() -> list[Path]:
-    roots = [SHIPPED_DIR, data_dir() / "neurons" / "stores"]
-    return [child for root in roots if root.is_dir() for child in sorted(root.iterdir())
-            if child.is_dir() and folder_allowed(child)]  # a shared server skips stores leading outside its roots
-
-
 def find_neuron_store(lm: LoadedModel) -> NeuronStore | None:
     """The store built for this very model (same content key), shipped in assets/ or built into the data dir."""
-    key = model_key(lm)
-    for folder in _candidate_folders():
-        try:
-            manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if manifest.get("kind") == KIND and manifest.get("model_key") == key:
-            store = NeuronStore(folder)
-            if store.current(lm.adapter):
-                return store
+    for folder, _ in NEURON_STORES.matching(model_key=model_key(lm)):
+        store = NeuronStore(folder)
+        if store.current(lm.adapter):
+            return store
     return None
 
 
 def shipped_unigram_counts(tokenizer, source, split: str) -> np.ndarray | None:
     """Token counts of a corpus split kept in a store built with the same tokenizer, or None."""
     wanted_tokenizer, wanted_source = tokenizer_key(tokenizer), source_key(source, split)
-    for folder in _candidate_folders():
-        try:
-            manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if (manifest.get("kind") == KIND and manifest.get("tokenizer_key") == wanted_tokenizer
-                and manifest.get("spec", {}).get("source") == wanted_source
-                and (folder / "unigram_counts.npy").is_file()):
+    for folder, manifest in NEURON_STORES.matching(tokenizer_key=wanted_tokenizer):
+        if manifest.get("spec", {}).get("source") == wanted_source and (folder / "unigram_counts.npy").is_file():
             return np.load(folder / "unigram_counts.npy")
     return None
 

@@ -22,11 +22,12 @@ from interpscope import corpus
 from interpscope.capture import StopForward, hooks, model_lock
 from interpscope.config import InterpscopeError, data_dir
 from interpscope.models.identity import model_key
-from interpscope.neurons.unigram import save_npy_atomic, source_key
+from interpscope.neurons.unigram import source_key
 from interpscope.neurons.weights import check_layer
 from interpscope.scale.pool import Scale, Shard, batch_shards, map_shards
 from interpscope.scale.shards import ShardFiles, covered
 from interpscope.sinks import detection_point, excluded_mask
+from interpscope.stores import save_npy
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -168,11 +169,12 @@ def activation_stores(lm: LoadedModel, layers: list[int], n_tokens: int = DEFAUL
         tokens = corpus.token_chunks(lm.tokenizer, seq_len, n_tokens, source=source, split=split)
         shard_dir = folder / ("shards-layers-" + "_".join(map(str, missing)))
         computed, excluded = corpus_activations(lm, tokens, missing, shard_dir, progress=progress, scale=scale)
-        save_npy_atomic(token_path, tokens.numpy().astype(np.int32))
+        folder.mkdir(parents=True, exist_ok=True)
+        save_npy(token_path, tokens.numpy().astype(np.int32))
         for layer, acts in computed.items():
-            save_npy_atomic(folder / f"excluded{layer}.npy", excluded[layer])
-            save_npy_atomic(folder / f"mean{layer}.npy", kept_mean(acts, excluded[layer]))
-            save_npy_atomic(folder / f"layer{layer}.npy", acts.astype(np.float16))
+            save_npy(folder / f"excluded{layer}.npy", excluded[layer])
+            save_npy(folder / f"mean{layer}.npy", kept_mean(acts, excluded[layer]))
+            save_npy(folder / f"layer{layer}.npy", acts.astype(np.float16))
     tokens_np = np.load(token_path, mmap_mode="r")
     return {layer: ActivationStore(layer=layer, activations=np.load(folder / f"layer{layer}.npy", mmap_mode="r"),
                                    tokens=tokens_np, mean=np.load(folder / f"mean{layer}.npy"),

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from interpscope import atomic, corpus
+from interpscope import corpus
 from interpscope.config import InterpscopeError, data_dir
+from interpscope.stores import save_npy
 
 _TOKENIZER_KEYS: dict[int, tuple[object, str]] = {}
 
@@ -37,12 +38,6 @@ def source_key(source: str | Path | None, split: str) -> str:
     return f"{hashlib.sha1(f'{path}:{stamp}'.encode()).hexdigest()[:12]}-{split}"
 
 
-def save_npy_atomic(path: Path, array: np.ndarray) -> None:
-    """Write an .npy file so a reader never sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_with(path, lambda handle: np.save(handle, array))
-
-
 def token_counts(tokenizer, vocab_size: int, source: str | Path | None = None, split: str = "train",
                  max_tokens: int | None = None) -> np.ndarray:
     """How often each token id occurs in the corpus [vocab_size] (int64), cached on disk (or read from an
@@ -63,7 +58,8 @@ def token_counts(tokenizer, vocab_size: int, source: str | Path | None = None, s
         if ids.numel() == 0:
             raise InterpscopeError("The corpus produced no tokens to count.")
         counts = np.bincount(ids.numpy(), minlength=1).astype(np.int64)
-        save_npy_atomic(path, counts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_npy(path, counts)
     if counts.shape[0] > vocab_size:
         raise InterpscopeError(f"The tokenizer produced id {counts.shape[0] - 1}, beyond the model's vocabulary "
                                f"of {vocab_size}: the tokenizer does not match the model.")

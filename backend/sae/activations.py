@@ -57,10 +57,6 @@ class CacheSpec:
         return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
-def _write_json_atomic(path: Path, value: dict) -> None:
-    atomic.write_json(path, value)
-
-
 
 class ActivationCache:
     """A complete cache folder: `array` is a read-only memmap [n_rows, d_in]."""
@@ -186,17 +182,17 @@ def build_activation_cache(lm: LoadedModel, hook_name: str, n_tokens: int, *, so
             acts.flush()
             done = merge_intervals(done + [[shard.first, shard.stop]])
             prefix = done[0][1] if done[0][0] == 0 else 0
-            _write_json_atomic(progress_file, {"spec": asdict(spec), "n_rows": n_rows, "windows_done": done,
-                                               "rows_done": prefix * rows_per_chunk})
+            atomic.write_json(progress_file, {"spec": asdict(spec), "n_rows": n_rows, "windows_done": done,
+                                             "rows_done": prefix * rows_per_chunk})
             if progress:
                 progress(sum(b - a for a, b in done) * rows_per_chunk, n_rows)
 
         map_shards(CacheJob(hook_name, dtype, batch_size), shards, write, lm=lm, scale=scale)
 
     fill()
-    os.replace(partial, folder / "acts.bin")
-    _write_json_atomic(folder / "meta.json", {"spec": asdict(spec), "n_rows": n_rows,
-                                             "excluded_positions": [0]})
+    atomic.replace(partial, folder / "acts.bin")
+    atomic.write_json(folder / "meta.json", {"spec": asdict(spec), "n_rows": n_rows,
+                                            "excluded_positions": [0]})
     progress_file.unlink(missing_ok=True)
     return ActivationCache(folder)
 
@@ -284,8 +280,8 @@ def finalize_partial_cache(folder: str | Path) -> ActivationCache:
         raise InterpscopeError(f"{folder}: no rows written yet.")
     row_bytes = spec.d_in * np.dtype(NP_DTYPES[spec.dtype]).itemsize
     os.truncate(folder / "acts.partial", rows * row_bytes)
-    os.replace(folder / "acts.partial", folder / "acts.bin")
-    _write_json_atomic(folder / "meta.json", {"spec": asdict(spec), "n_rows": rows, "excluded_positions": [0],
-                                             "requested_rows": int(saved["n_rows"]), "truncated": True})
+    atomic.replace(folder / "acts.partial", folder / "acts.bin")
+    atomic.write_json(folder / "meta.json", {"spec": asdict(spec), "n_rows": rows, "excluded_positions": [0],
+                                            "requested_rows": int(saved["n_rows"]), "truncated": True})
     progress_file.unlink(missing_ok=True)
     return ActivationCache(folder)

@@ -36,22 +36,21 @@ from interpscope.sae_store.encode import encode_ids
 from interpscope.sae_store.features import feature_stats
 from interpscope.sae_store.labels import LABELS_FILE, compute_labels
 from interpscope.sae_store.layout import (
-    FORMAT_VERSION,
+    FEATURE_STORES,
     MANIFEST,
     STORE_FILES,
     WEIGHTS_HASH,
     StoreSpec,
     default_store_dir,
     folder_of,
-    portable_path,
     sae_digest,
     save_array_atomic,
     weights_sha256,
-    write_json_atomic,
 )
 from interpscope.sae_store.weights import weight_stats
 from interpscope.scale.pool import Scale, Shard, batch_shards, map_shards
 from interpscope.sinks import zero_sink_features
+from interpscope.stores import portable_path
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -99,7 +98,7 @@ def _prepare_partial(partial: Path, spec: StoreSpec, resumable: bool, force: boo
     work = OutputFolder.claim(partial, force=force, command="sae store")
     if not resumable:
         work.clear()
-    write_json_atomic(partial / PROGRESS_FILE, {"spec": spec.to_dict()})
+    atomic.write_json(partial / PROGRESS_FILE, {"spec": spec.to_dict()})
     work.record(PROGRESS_FILE)
     return work
 
@@ -278,8 +277,8 @@ def build_store(lm: LoadedModel, sae_folder: str | Path, out: str | Path | None 
     for name, array in arrays.items():
         save_array_atomic(final / f"{name}.npy", array)
     vocab = vocabulary(lm.tokenizer, lm.adapter.vocab_size)
-    write_json_atomic(final / "vocab.json", vocab)
-    write_json_atomic(final / LABELS_FILE, compute_labels(arrays, vocab))
+    atomic.write_json(final / "vocab.json", vocab)
+    atomic.write_json(final / LABELS_FILE, compute_labels(arrays, vocab))
     work.record(*sorted(final.iterdir()))
     lap("weights_and_files")
     metrics = {}
@@ -290,10 +289,10 @@ def build_store(lm: LoadedModel, sae_folder: str | Path, out: str | Path | None 
         lap("evaluation")
     seconds["total"] = sum(seconds.values())
     n_counted = tokens.shape[0] * (context_size - 1)
-    manifest = {"format_version": FORMAT_VERSION, "spec": spec.to_dict(), WEIGHTS_HASH: weights_hash,
-                "n_seqs": int(tokens.shape[0]), "n_counted_tokens": int(n_counted), "n_nonzero": int(val.size),
-                "sae_cfg": sae.cfg.to_dict(), "metrics": metrics, "build_seconds": seconds,
-                "excluded_positions": [0]}
+    manifest = FEATURE_STORES.new_manifest(**{
+        "spec": spec.to_dict(), WEIGHTS_HASH: weights_hash, "n_seqs": int(tokens.shape[0]),
+        "n_counted_tokens": int(n_counted), "n_nonzero": int(val.size), "sae_cfg": sae.cfg.to_dict(),
+        "metrics": metrics, "build_seconds": seconds, "excluded_positions": [0]})
     _install(final, out, manifest, force)
     work.remove_all()
     return out
@@ -311,5 +310,5 @@ def _install(final: Path, out: Path, manifest: dict, force: bool) -> None:
         if name != MANIFEST and name not in moved and store.owns(out / name):
             store.remove(out / name)
     store.record(*moved)
-    write_json_atomic(out / MANIFEST, manifest)
+    FEATURE_STORES.write_manifest(out, manifest)
     store.record(MANIFEST)

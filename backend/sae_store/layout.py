@@ -13,15 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
-from interpscope import atomic
-from interpscope.config import ASSETS_DIR, REPO_ROOT, data_dir
-from interpscope.paths import confined, server_mode
+from interpscope.config import ASSETS_DIR
 from interpscope.sae.catalog import SHIPPED_DIR as SHIPPED_SAES_DIR
 from interpscope.sae.folder import WEIGHTS_FILE
+from interpscope.stores import MANIFEST, StoreKind, save_npy, stored_folder
 
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
-SHIPPED_STORES_DIR = ASSETS_DIR / "sae_stores"
+FEATURE_STORES = StoreKind(name="feature store", shipped=ASSETS_DIR / "sae_stores", local=("sae_stores",),
+                           build_hint="build it with `interpscope sae store --sae DIR`", format_version=1)
 WEIGHTS_HASH = "sae_weights_sha256"  # manifest key: sha256 of the SAE's weights file, what ties a store to its SAE
 
 # One row per feature unless noted. K = top contexts, I x P = interval samples, W = window half-widths.
@@ -71,18 +69,9 @@ class StoreSpec:
         return asdict(self)
 
 
-def portable_path(folder: Path) -> str:
-    """The SAE folder as stored in a manifest: relative to the repository when inside it (shipped stores move)."""
-    folder = Path(folder).resolve()
-    return str(folder.relative_to(REPO_ROOT)) if folder.is_relative_to(REPO_ROOT) else str(folder)
-
-
 def folder_of(stored: str) -> Path:
-    """The SAE folder a manifest names (relative paths are inside the repository); on a shared server only one
-    inside the allowed folders (a manifest is a file anyone who can write a store can shape)."""
-    path = Path(stored)
-    path = path if path.is_absolute() else REPO_ROOT / path
-    return confined(path, "SAE folder named in the store's manifest") if server_mode() else path
+    """The SAE folder a manifest names (its portable_path); on a shared server only inside the allowed folders."""
+    return stored_folder(stored, "SAE folder named in the store's manifest")
 
 
 def sae_digest(folder: Path) -> str:
@@ -104,31 +93,22 @@ def weights_sha256(folder: str | Path) -> str:
     return digest.hexdigest()
 
 
-def write_json_atomic(path: Path, value) -> None:
-    """Write JSON via a temporary file and rename, so readers never see half a file (interpscope.atomic)."""
-    atomic.write_json(path, value)
-
-
 def save_array_atomic(path: Path, array: np.ndarray) -> None:
-    """np.save via a temporary file and rename (interpscope.atomic)."""
-    atomic.write_with(path, lambda handle: np.save(handle, np.ascontiguousarray(array), allow_pickle=False))
+    """One store array, C-ordered, written atomically."""
+    save_npy(path, np.ascontiguousarray(array))
 
 
 def default_store_dir(sae_folder: str | Path) -> Path:
     """Where a store for this SAE lives by default: the shipped store for a shipped SAE folder (that folder itself,
     not another one with the same name), else a folder in the data dir keyed by the SAE folder's path."""
     folder = Path(sae_folder).expanduser().resolve()
-    shipped = SHIPPED_STORES_DIR / folder.name
+    shipped = FEATURE_STORES.shipped / folder.name
     if folder == (SHIPPED_SAES_DIR / folder.name).resolve() and (shipped / MANIFEST).is_file():
         return shipped
     key = hashlib.sha1(str(folder).encode()).hexdigest()[:10]
-    return data_dir() / "sae_stores" / f"{folder.name}-{key}"
+    return FEATURE_STORES.local_root() / f"{folder.name}-{key}"
 
 
 def list_stores() -> list[Path]:
-    """Complete stores: the shipped ones, then those built into the data directory."""
-    found = []
-    for root in (SHIPPED_STORES_DIR, data_dir() / "sae_stores"):
-        if root.is_dir():
-            found.extend(sorted(p for p in root.iterdir() if (p / MANIFEST).is_file()))
-    return found
+    """Complete feature stores: the shipped ones, then those built into the data directory."""
+    return FEATURE_STORES.listed()

@@ -14,12 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from interpscope.config import InterpscopeError
-from interpscope.paths import confined_folder, server_mode
 from interpscope.sae_store.documents import FeatureCardDocument
 from interpscope.sae_store.layout import (
     ARRAYS,
+    FEATURE_STORES,
     MANIFEST,
-    SHIPPED_STORES_DIR,
     WEIGHTS_HASH,
     default_store_dir,
     folder_of,
@@ -30,16 +29,8 @@ from interpscope.sae_store.layout import (
 
 
 def read_manifest(folder: str | Path) -> dict:
-    if server_mode():  # the store and each of its files inside the allowed folders, symlinks followed
-        confined_folder(folder, "feature store")
-    path = Path(folder) / MANIFEST
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InterpscopeError(f"{folder} is not a complete feature store (no {MANIFEST}); build it with "
-                               "`interpscope sae store --sae DIR`.") from None
-    except ValueError as err:
-        raise InterpscopeError(f"{path} is not valid JSON ({err}).") from None
+    """A feature store's manifest (interpscope.stores: confined on a shared server, an error when incomplete)."""
+    return FEATURE_STORES.read_manifest(folder)
 
 
 def _built_for(manifest: dict, weights_hash: str, legacy_digest: Callable[[], str]) -> bool:
@@ -131,9 +122,7 @@ class FeatureStore:
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder).expanduser()
-        if server_mode():  # the store and each of its files inside the allowed folders, symlinks followed
-            confined_folder(self.folder, "feature store")
-        self.manifest = read_manifest(self.folder)
+        self.manifest = read_manifest(self.folder)  # on a shared server: the store and its files confined first
         self.spec = self.manifest["spec"]
         self.d_sae = int(self.spec["d_sae"])
         self.n_counted = int(self.manifest["n_counted_tokens"])
@@ -157,7 +146,7 @@ class FeatureStore:
                                    f"and {WEIGHTS_FILE}).")
         digest = weights_sha256(folder)
         legacy_digest = lru_cache(maxsize=1)(lambda: sae_digest(folder))
-        by_name = list(dict.fromkeys([default_store_dir(folder), SHIPPED_STORES_DIR / folder.resolve().name]))
+        by_name = list(dict.fromkeys([default_store_dir(folder), FEATURE_STORES.shipped / folder.resolve().name]))
         mismatch = None
         for candidate in dict.fromkeys(by_name + list_stores()):
             if not (candidate / MANIFEST).is_file():
