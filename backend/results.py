@@ -4,9 +4,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+
+from interpscope import atomic
 
 
 def to_plain(value: Any) -> Any:
@@ -87,8 +90,13 @@ class Result:
         # Result.rows, not self.rows: a result may hold a data field named `rows` (IG convergence, held-out runs)
         return pd.DataFrame(to_plain(Result.rows(self)))
 
-    def to_csv(self, path: str | None = None) -> str | None:
-        return self.to_frame().to_csv(path, index=False)
+    def to_csv(self, path: str | Path | None = None) -> str | None:
+        """The tidy table as CSV text, or written (atomically) to `path`."""
+        text = self.to_frame().to_csv(index=False)
+        if path is None:
+            return text
+        atomic.write_text(path, text)
+        return None
 
     def figure(self):  # -> plotly.graph_objects.Figure
         raise NotImplementedError(f"{type(self).__name__} has no figure")
