@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from interpscope.models.loading import LoadedModel, ModelList
@@ -63,28 +63,29 @@ def predict(lm: LoadedModel, text: str, top: int = 10) -> Prediction:
 
 def explain(lm: LoadedModel, text: str, method: str | None = None, *, target: str | int | Target | None = None,
             contrast: tuple[str | int, str | int] | None = None, vs_rest: bool = False, latent: bool = False,
-            ig_steps: int = 32, baseline: str = "zero", occlusion_window: int = 1,
-            prepend_bos: bool | None = None, top: int = 10) -> RelevanceResult:
+            prepend_bos: bool | None = None, top: int = 10, **options: Any) -> RelevanceResult:
     """Relevance of each token of `text` for the next-token target (schema interpscope.relevance; = the relevance
     page's map export and `interpscope explain --json`).
 
     method: any of `methods(lm)` (None: the family's LRP method, attnlrp for transformers, mambalrp for Mamba).
     target: the token to explain (its text, an id or '#id', or a Target); None: the predicted token. contrast:
-    (A, B) explains logit(A) - logit(B). ig_steps / baseline / occlusion_window: the baselines' settings.
+    (A, B) explains logit(A) - logit(B). **options: the method's own options as its registration declares them
+    (e.g. ig_steps=64, baseline="pad" for Integrated Gradients, occlusion_window=3; a registered method's own
+    options likewise); unset ones keep their defaults, unknown or out-of-range ones raise InterpscopeError.
     prepend_bos: put the model's BOS first (None: where the tokenizer adds none)."""
     from interpscope.relevance.api import explain as explain_text
     from interpscope.relevance.methods import MethodOptions
     from interpscope.relevance.targets import Target
 
     method = method or _served(lm)[0]
-    options = MethodOptions(ig_steps=ig_steps, baseline=baseline, occlusion_window=occlusion_window)
+    chosen = MethodOptions(**options).checked()
     if isinstance(target, Target):
         from interpscope.relevance.api import input_ids_for
 
         ids, _ = input_ids_for(lm, text, prepend_bos)
-        return explain_text(lm, text, method, input_ids=ids, target=target, options=options, latent=latent, top=top)
+        return explain_text(lm, text, method, input_ids=ids, target=target, options=chosen, latent=latent, top=top)
     return explain_text(lm, text, method, token=target, contrast=contrast, vs_rest=vs_rest, latent=latent,
-                        options=options, prepend_bos=prepend_bos, top=top)
+                        options=chosen, prepend_bos=prepend_bos, top=top)
 
 
 def faithfulness(lm: LoadedModel, result: RelevanceResult, baseline: str = "zero", steps: int = 10,

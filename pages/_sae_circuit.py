@@ -9,7 +9,7 @@ import streamlit as st
 
 from interpscope.components.circuit_figures import circuit_figure, circuit_readout_figure
 from interpscope.components.export import export_menu
-from interpscope.relevance.methods import get_method, method_labels, rule_methods
+from interpscope.relevance.methods import method_labels, rule_methods
 from interpscope.sae.circuits import FeatureCircuit, feature_circuit
 from interpscope.sae_store import FeatureStore, list_stores
 from pages._common import committed, is_shared, shared, show_errors, timing
@@ -91,10 +91,11 @@ def show_circuit(store: FeatureStore, lm: LoadedModel, text: str, open_in_store:
         _not_active(store, lm, run)
         return
     c = circuit.conservation
+    softmax = c.softmax or 0.0  # absent (None) where the rules send nothing through the softmaxes
     parts = [("input tokens", c.input_tokens), ("SAE error node", c.error_node),
              ("SAE biases", c.sae_biases + c.target_sae_biases),
-             ("softmax (AttnLRP)", c.softmax), ("model biases", c.model_biases),
-             ("rest", c.value - c.input_tokens - c.error_node - c.sae_biases - c.target_sae_biases - c.softmax
+             *([("softmax (AttnLRP)", softmax)] if c.softmax is not None else []), ("model biases", c.model_biases),
+             ("rest", c.value - c.input_tokens - c.error_node - c.sae_biases - c.target_sae_biases - softmax
               - c.model_biases)]
     st.markdown(f"**{circuit.method} circuit to {circuit.target}** · value {circuit.value:.4g} · "
                 f"{timing(circuit.seconds, cached)}")
@@ -104,7 +105,7 @@ def show_circuit(store: FeatureStore, lm: LoadedModel, text: str, open_in_store:
     export_menu(fig, circuit, key="sae-circuit", filename=f"circuit-{store.name}")
     st.plotly_chart(circuit_readout_figure(parts, circuit.value, "value"), key="sae-circuit-readout")
     share = c.upstream_features / circuit.value if circuit.value else 0.0
-    dropped = f", the softmaxes drop {c.softmax:.3g}" if get_method(run["method"]).through_softmax else ""
+    dropped = f", the softmaxes drop {c.softmax:.3g}" if c.softmax is not None else ""
     st.caption(f"The upstream SAE's features carry {c.upstream_features:.3g} of the value ({share:.0%}); its error "
                f"term {c.error_node:.3g}; its biases {c.sae_biases:.3g} (the target feature's own encoder biases "
                f"{c.target_sae_biases:.3g}). Below the splice the input tokens get "

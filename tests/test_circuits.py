@@ -2,6 +2,8 @@
 must show that edge first, and the spliced pass's readout must add up."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -70,7 +72,11 @@ def test_the_planted_copy_edge_comes_first_and_the_readout_adds_up(planted, meth
     assert c.upstream_features == pytest.approx(circuit.value, rel=1e-6)
     assert abs(c.error_node) < 1e-6 * abs(circuit.value)
     assert c.target_sae_biases == pytest.approx(0.0, abs=1e-9)  # the planted downstream feature has no bias
-    total = c.input_tokens + c.model_biases + c.softmax + c.error_node + c.sae_biases + c.target_sae_biases
+    if method == "cplrp":  # CP-LRP sends nothing through the softmaxes: the share does not apply and is absent
+        assert c.softmax is None and "softmax" not in circuit.to_dict()["conservation"]
+    else:
+        assert c.softmax is not None and "softmax" in circuit.to_dict()["conservation"]
+    total = c.input_tokens + c.model_biases + (c.softmax or 0.0) + c.error_node + c.sae_biases + c.target_sae_biases
     assert total == pytest.approx(circuit.value, rel=1e-6) and c.relative_error < 1e-6
 
 
@@ -91,14 +97,33 @@ def test_the_logit_target_and_the_errors(planted):
     lm, upstream, downstream, basis = planted
     circuit = feature_circuit(lm, upstream, None, "abcdefgh", method="cplrp")
     c = circuit.conservation
-    assert c.input_tokens + c.model_biases + c.softmax + c.error_node + c.sae_biases == \
-        pytest.approx(circuit.value, rel=1e-6)
+    assert c.softmax is None
+    assert c.input_tokens + c.model_biases + c.error_node + c.sae_biases == pytest.approx(circuit.value, rel=1e-6)
     with pytest.raises(InterpscopeError, match="after the upstream"):
         feature_circuit(lm, downstream, upstream, "abcdefgh", feature=1)
     with pytest.raises(InterpscopeError, match="LRP rules"):
         feature_circuit(lm, upstream, downstream, "abcdefgh", feature=3, method="gradxinput")
-    with pytest.raises(InterpscopeError, match="attention sink"):
-        feature_circuit(lm, upstream, downstream, "abcdefgh", feature=3, position=0)
+    with pytest.raises(InterpscopeError, match="0..7"):
+        feature_circuit(lm, upstream, downstream, "abcdefgh", feature=3, position=8)
+
+
+def test_the_first_token_is_a_target_unless_it_is_excluded(planted, monkeypatch):
+    """Position 0 is not refused by rule: without a prepended BOS and with no measured sink it is the first word, a
+    target like any other; a measured sink there is refused, with that reason."""
+    lm, upstream, downstream, basis = planted
+    circuit = feature_circuit(lm, upstream, downstream, TEXT, feature=3, position=0, prepend_bos=False)
+    assert circuit.conservation.relative_error < 1e-6
+    import interpscope.sae.circuits as circuits
+    from interpscope.sinks import measure
+
+    def sink_at_zero(rows, prepended=None, point=""):
+        report = measure(rows, prepended=prepended, point=point)
+        assert 0 not in report.positions  # the planted text has no sink of its own
+        return dataclasses.replace(report, measured={**report.measured, 0: 500.0})
+
+    monkeypatch.setattr(circuits, "measure", sink_at_zero)
+    with pytest.raises(InterpscopeError, match="Token 0 is a measured attention sink"):
+        feature_circuit(lm, upstream, downstream, TEXT, feature=3, position=0, prepend_bos=False)
 
 
 def _two_stores(tmp_path, monkeypatch):

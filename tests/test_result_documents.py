@@ -128,6 +128,24 @@ def test_tiny_documents_have_their_schema_table_and_figure():
     assert all(isinstance(f, go.Figure) for f in (flow.figure(), flow.lens_figure(), flow.contributions_figure()))
 
 
+def test_explain_takes_each_methods_own_options():
+    """interpscope.explain passes a method's declared options through (no fixed keyword list), checks them, and
+    refuses an unknown one."""
+    from interpscope.config import InterpscopeError
+    from tests.test_flow import PROMPT, tiny
+    from tests.tiny_models import tiny_llama
+
+    lm = tiny(tiny_llama)
+    coarse = interpscope.explain(lm, PROMPT, "ig", ig_steps=2, baseline="mean")
+    fine = interpscope.explain(lm, PROMPT, "ig", ig_steps=16, baseline="mean")
+    assert coarse.to_dict()["completeness"] != fine.to_dict()["completeness"]
+    assert "mean" in str(coarse.to_dict())
+    with pytest.raises(InterpscopeError, match="IG steps"):
+        interpscope.explain(lm, PROMPT, "ig", ig_steps=0)
+    with pytest.raises(InterpscopeError, match="nknown"):
+        interpscope.explain(lm, PROMPT, "ig", no_such_option=3)
+
+
 def test_a_tiny_mamba_map_has_no_softmax_share():
     from tests.test_flow import PROMPT, tiny
     from tests.tiny_models import tiny_mamba

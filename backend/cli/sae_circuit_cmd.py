@@ -56,7 +56,8 @@ def run_circuit(args: argparse.Namespace) -> int:
         print(f"  upstream features {c.upstream_features:+.4f} · error node {c.error_node:+.4f} · SAE biases "
               f"{c.sae_biases:+.4f} (target SAE {c.target_sae_biases:+.4f}) · input tokens {c.input_tokens:+.4f} · "
               f"model biases {c.model_biases:+.4f} · "
-              f"softmax {c.softmax:+.4f} (relative error {c.relative_error:.1e})")
+              + ("" if c.softmax is None else f"softmax {c.softmax:+.4f} ")
+              + f"(relative error {c.relative_error:.1e})")
         for top in result.top_features(args.features):
             print(f"  #{top['feature']:<6} {top['relevance']:+.4f}  (strongest at token {top['position']})")
     return 0

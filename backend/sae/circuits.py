@@ -50,7 +50,7 @@ class CircuitConservation:
     sae_biases: float
     target_sae_biases: float
     model_biases: float
-    softmax: float
+    softmax: float | None  # what the attention softmaxes drop; None (absent) where the rules send none
     relative_error: float
 
 
@@ -161,8 +161,8 @@ def feature_circuit(lm: LoadedModel, upstream, downstream=None, text: str = "", 
     ids, prepended = input_ids_for(lm, text, prepend_bos)
     n_tokens = ids.shape[1]
     position = n_tokens + position if position < 0 else position
-    if not 0 < position < n_tokens:
-        raise InterpscopeError(f"Position must be 1..{n_tokens - 1} for this text (position 0 is the attention sink).")
+    if not 0 <= position < n_tokens:
+        raise InterpscopeError(f"Position must be 0..{n_tokens - 1} for this text.")
     rules = spec.rules(lm.adapter)
     read = None
     found: dict = {}
@@ -188,6 +188,11 @@ def feature_circuit(lm: LoadedModel, upstream, downstream=None, text: str = "", 
         label = f"next-token logit {logit_target.label}"
     with model_lock(lm):
         result, found = _run(lm, upstream, up_hook, ids, explained, rules, read, found, prepended)
+        keep = found["keep"].cpu().numpy()
+        if read is not None and not keep[position]:
+            reason = "the prepended BOS" if prepended and position == 0 else "a measured attention sink"
+            raise InterpscopeError(f"Token {position} is {reason}: SAE features there are not read (the prompt view "
+                                   f"leaves it out); pick another token.")
         features = result.points["features"]
         x_hat_relevance = float(result.points["x_hat"].sum())
         feature_sum, error_sum = float(features.sum()), float(result.points["error"].sum())
@@ -196,7 +201,6 @@ def feature_circuit(lm: LoadedModel, upstream, downstream=None, text: str = "", 
                                  feature_relevance=features)
         c = result.conservation
         inputs = float(result.relevance.sum())
-        keep = found["keep"].cpu().numpy()
         reaching_x = float(result.points["input"][keep].sum())  # what the encoder passes on to the activation
         sae_biases = x_hat_relevance - reaching_x  # the decoder bias and the encoder's biases/thresholds
         target_biases = (result.logit - float(result.points["target_input"].sum())
@@ -205,7 +209,7 @@ def feature_circuit(lm: LoadedModel, upstream, downstream=None, text: str = "", 
         circuit.conservation = CircuitConservation(
             value=result.logit, input_tokens=inputs, upstream_features=feature_sum, error_node=error_sum,
             sae_biases=sae_biases, target_sae_biases=target_biases, model_biases=c.bias_sum,
-            softmax=c.softmax_sum or 0.0,
+            softmax=c.softmax_sum if spec.through_softmax else None,
             relative_error=abs(explained_sum - result.logit) / (abs(result.logit) or 1.0))
         _graph(circuit, result.relevance, features, error_sum, n_features)
         for top in circuit.top_features(n_token_edges):
