@@ -7,8 +7,13 @@ from pathlib import Path
 import torch
 
 DATA_DIR_ENV = "INTERPSCOPE_DATA_DIR"
-REPO_ROOT = Path(__file__).resolve().parent.parent
-ASSETS_DIR = REPO_ROOT / "assets"
+ASSETS_DIR_ENV = "INTERPSCOPE_ASSETS_DIR"
+# The bundled artefacts (SAEs, stores, trained models) live in the repository's assets/. An installed package (a
+# wheel in site-packages) has none beside it: INTERPSCOPE_ASSETS_DIR points it at a clone's assets/ folder, whose
+# parent then plays the repository's part (the shipped manifests name their SAEs relative to it).
+ASSETS_DIR = (Path(os.environ[ASSETS_DIR_ENV]).expanduser().resolve() if os.environ.get(ASSETS_DIR_ENV)
+              else Path(__file__).resolve().parent.parent / "assets")
+REPO_ROOT = ASSETS_DIR.parent
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,

@@ -80,3 +80,24 @@ def test_import_interpscope_from_any_directory(tmp_path):
     assert Path(package_file) == ROOT / "backend" / "__init__.py"
     assert Path(heatmap_file) == ROOT / "components" / "token_heatmap.py"
     assert no_backend == "True"
+
+
+def test_an_installed_package_reads_a_clones_assets_from_the_environment(tmp_path):
+    """A wheel in site-packages has no assets/ beside it: INTERPSCOPE_ASSETS_DIR points it at a clone's, and the
+    shipped SAEs are then found there by name."""
+    import os
+
+    code = ("import interpscope.config as c, interpscope.sae as sae;"
+            "print(c.ASSETS_DIR); print(c.REPO_ROOT); print(sorted(f.name for f in sae.saes().values())[0])")
+    env = {**os.environ, "INTERPSCOPE_ASSETS_DIR": str(ROOT / "assets"), "INTERPSCOPE_DATA_DIR": str(tmp_path / "data")}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assets, root, first = done.stdout.split()
+    assert Path(assets) == ROOT / "assets" and Path(root) == ROOT and first.startswith("smollm2-135m-")
+    env["INTERPSCOPE_ASSETS_DIR"] = str(tmp_path / "elsewhere" / "assets")
+    done = subprocess.run([sys.executable, "-c", code.replace("print(sorted(f.name for f in sae.saes().values())[0])", "print(len(sae.saes()))")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split("\n")
+    assert lines[0] == str(tmp_path / "elsewhere" / "assets") and "smollm2-135m-blocks" not in done.stdout
