@@ -87,8 +87,8 @@ def test_an_installed_package_reads_a_clones_assets_from_the_environment(tmp_pat
     shipped SAEs are then found there by name."""
     import os
 
-    code = ("import interpscope.config as c, interpscope.sae as sae;"
-            "print(c.ASSETS_DIR); print(c.REPO_ROOT); print(sorted(f.name for f in sae.saes().values())[0])")
+    names = "print(sorted(f.name for f in sae.saes().values())[0])"
+    code = "import interpscope.config as c, interpscope.sae as sae; print(c.ASSETS_DIR); print(c.REPO_ROOT); " + names
     env = {**os.environ, "INTERPSCOPE_ASSETS_DIR": str(ROOT / "assets"), "INTERPSCOPE_DATA_DIR": str(tmp_path / "data")}
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=120)
@@ -96,7 +96,7 @@ def test_an_installed_package_reads_a_clones_assets_from_the_environment(tmp_pat
     assets, root, first = done.stdout.split()
     assert Path(assets) == ROOT / "assets" and Path(root) == ROOT and first.startswith("smollm2-135m-")
     env["INTERPSCOPE_ASSETS_DIR"] = str(tmp_path / "elsewhere" / "assets")
-    done = subprocess.run([sys.executable, "-c", code.replace("print(sorted(f.name for f in sae.saes().values())[0])", "print(len(sae.saes()))")],
+    done = subprocess.run([sys.executable, "-c", code.replace(names, "print(len(sae.saes()))")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.split("\n")
