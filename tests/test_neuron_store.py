@@ -16,8 +16,9 @@ import torch
 from interpscope.config import InterpscopeError
 from interpscope.models.tokenizers import gpt2_tokenizer
 from interpscope.neurons import store as store_module
-from interpscope.neurons.cards import neuron_detail, text_activations
-from interpscope.neurons.page_store import NeuronStore, StoreSpec, build_neuron_store
+from interpscope.neurons.cards import neuron_detail, stored_detail, text_activations
+from interpscope.neurons.page_store import NeuronStore, StoreSpec
+from interpscope.neurons.store_build import build_neuron_store
 from interpscope.neurons.synthetic import loaded, tiny_model
 
 LAYER, SPEC = 1, StoreSpec(n_tokens=512, seq_len=32, top_contexts=8)
@@ -89,7 +90,7 @@ def test_store_round_trips_and_equals_a_fresh_computation(sink_lm, tmp_path, mon
     fresh, _ = _fresh(lm)
     np.testing.assert_array_equal(store.layer(LAYER)["mean"], fresh.mean)
     for index in (0, 7, 63):
-        shipped = store.detail(lm, LAYER, index, k=1, top_contexts=8)
+        shipped = stored_detail(store, lm, LAYER, index, k=1, top_contexts=8)
         computed = neuron_detail(lm, LAYER, index, k=1, store=fresh, top_contexts=8)
         np.testing.assert_array_equal(shipped.histogram_counts, computed.histogram_counts)
         np.testing.assert_allclose(shipped.histogram_edges, computed.histogram_edges, rtol=1e-6)

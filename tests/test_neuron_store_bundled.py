@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from interpscope import corpus
-from interpscope.neurons.cards import neuron_detail, text_activations
+from interpscope.neurons.cards import neuron_detail, stored_detail, text_activations
 from interpscope.neurons.page import neuron_card, neuron_page
 from interpscope.neurons.page_store import find_neuron_store
 from interpscope.neurons.store import ActivationStore, kept_mean, run_layers
@@ -45,7 +45,7 @@ def test_shipped_store_equals_a_fresh_computation(bundled_lm, shipped):
     data = shipped.layer(LAYER)
     np.testing.assert_allclose(data["mean"], fresh.mean, rtol=1e-5, atol=1e-6)
     for index in (830, 0, 1535):
-        stored = shipped.detail(bundled_lm, LAYER, index)
+        stored = stored_detail(shipped, bundled_lm, LAYER, index)
         computed = neuron_detail(bundled_lm, LAYER, index, store=fresh)
         assert [(c.tokens, c.position) for c in stored.contexts] == [(c.tokens, c.position) for c in computed.contexts]
         np.testing.assert_allclose(stored.histogram_counts, computed.histogram_counts, atol=2)

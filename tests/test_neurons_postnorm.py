@@ -125,8 +125,9 @@ def test_store_keeps_the_output_norms_scale_and_a_stale_store_is_rebuilt(tmp_pat
     (written before writes went through the norm) is never served and is rebuilt in place."""
     from interpscope.config import data_dir
     from interpscope.models.tokenizers import gpt2_tokenizer
-    from interpscope.neurons.page_store import StoreSpec, build_neuron_store, find_neuron_store
+    from interpscope.neurons.page_store import StoreSpec, find_neuron_store
     from interpscope.neurons.store import run_layers
+    from interpscope.neurons.store_build import build_neuron_store
 
     monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
     model = tiny_model("gemma3", vocab_size=50257, dtype=torch.float32, seed=4)

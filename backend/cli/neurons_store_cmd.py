@@ -30,7 +30,8 @@ def _store(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from interpscope.cli.sae_store_cmd import folder_size
-    from interpscope.neurons.page_store import StoreSpec, build_neuron_store
+    from interpscope.neurons.page_store import StoreSpec
+    from interpscope.neurons.store_build import build_neuron_store
 
     if args.tokens < args.seq_len:
         raise InterpscopeError(f"--tokens ({args.tokens}) must be at least --seq-len ({args.seq_len}).")

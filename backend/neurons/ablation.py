@@ -18,13 +18,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from interpscope import corpus
 from interpscope.adapters import ModelAdapter
 from interpscope.capture import capture, hooks, model_lock
 from interpscope.config import InterpscopeError
 from interpscope.neurons.documents import AblationDocument
 from interpscope.neurons.folding import final_norm, mlp_pre_output, output_norm, output_norm_change, unembed_bias
 from interpscope.neurons.metrics import freeze_unigram, loss_and_entropy, loss_entropy_kl, loss_of, norm_mediated_share
-from interpscope.neurons.store import Progress
+from interpscope.neurons.page_store import corpus_means
+from interpscope.neurons.postnorm import layer_post_scale
+from interpscope.neurons.store import DEFAULT_STORE_TOKENS, Progress
+from interpscope.neurons.unigram import token_counts, unigram_direction, unigram_log_probs
+from interpscope.neurons.weights import check_k, neuron_stats
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -110,8 +115,6 @@ def token_effects(lm: LoadedModel, neurons: list[Neuron], tokens: torch.Tensor, 
                   unigram_counts: np.ndarray | None = None, batch_size: int = 4, fast_final_layer: bool = True,
                   progress: Progress | None = None) -> TokenEffects:
     """Mean-ablate each neuron separately on token windows [N, T]; total and direct effects per position."""
-    from interpscope.neurons.unigram import unigram_direction, unigram_log_probs
-
     adapter = lm.adapter
     last = adapter.n_layers - 1
     norm = final_norm(adapter)
@@ -313,13 +316,6 @@ def ablate(lm: LoadedModel, neurons, n_tokens: int = 2048, seq_len: int = 128, n
     tokens (split 'valid'); means come from the 'train' split with position 0 and sinks left out (the model's
     entropy-neuron store when it has them, else the cached activation store). Serves the Entropy neurons page's
     Causal ablation and Token-frequency tabs; progress(fraction, text) as the other neuron calls."""
-    from interpscope import corpus
-    from interpscope.neurons.page_store import corpus_means
-    from interpscope.neurons.postnorm import layer_post_scale
-    from interpscope.neurons.store import DEFAULT_STORE_TOKENS
-    from interpscope.neurons.unigram import token_counts
-    from interpscope.neurons.weights import check_k, neuron_stats
-
     started = time.perf_counter()
     adapter = lm.adapter
     chosen = parse_neurons(neurons, adapter)

@@ -21,6 +21,7 @@ from interpscope.neurons.ablation import parse_neurons
 from interpscope.neurons.documents import DetailDocument
 from interpscope.neurons.folding import folded_W_out
 from interpscope.neurons.metrics import entropy_of
+from interpscope.neurons.page_store import CONTEXT_LEFT, CONTEXT_RIGHT, NeuronStore
 from interpscope.neurons.postnorm import layer_post_scale, typical_scale
 from interpscope.neurons.store import ActivationStore
 from interpscope.neurons.weights import check_k, unembed_basis
@@ -37,7 +38,6 @@ from interpscope.sinks import (
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
 
-CONTEXT_LEFT, CONTEXT_RIGHT = 12, 4
 
 
 @dataclass
@@ -151,6 +151,31 @@ def neuron_detail(lm: LoadedModel, layer: int, index: int, k: int | None = None,
         detail.excluded_tokens = int(excluded.sum())
         detail.sink_positions = store.sink_positions()
         detail.source = f"corpus sample of {store.n_tokens} tokens"
+    return detail
+
+
+def stored_detail(store: NeuronStore, lm: LoadedModel, layer: int, index: int, k: int | None = None,
+                  top_contexts: int = 10) -> NeuronDetail:
+    """The neuron detail card from an entropy-neuron store: weights computed live (cheap), corpus side from the
+    store (interpscope.neurons.page_store)."""
+    data = store.layer(layer)
+    detail = weight_detail(lm, layer, index, k=k, post_scale=store.post_scale(layer))
+    detail.histogram_counts = data["hist_counts"][index].astype(np.int64)
+    detail.histogram_edges = data["hist_edges"][index].astype(np.float64)
+    detail.mean_activation = float(data["mean"][index])
+    contexts = []
+    for slot in range(min(top_contexts, store.spec.top_contexts)):
+        ids = data["context_ids"][index, slot]
+        if ids[store.spec.left] < 0:
+            break
+        present = ids >= 0
+        contexts.append(Context(tokens=[lm.tokenizer.decode([int(i)]) for i in ids[present]],
+                                position=int(present[:store.spec.left].sum()),
+                                activation=float(data["context_values"][index, slot])))
+    detail.contexts = contexts
+    detail.excluded_tokens = int(data["excluded_tokens"])
+    detail.sink_positions = [(int(r), int(c)) for r, c in data["sink_positions"]]
+    detail.source = f"precomputed store ({store.spec.n_tokens} corpus tokens)"
     return detail
 
 

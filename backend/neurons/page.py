@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from interpscope.neurons.cards import NeuronDetail, neuron_detail, weight_detail
+from interpscope.neurons.cards import NeuronDetail, neuron_detail, stored_detail, weight_detail
 from interpscope.neurons.page_store import find_neuron_store
 from interpscope.neurons.ranking import candidates
 from interpscope.neurons.store import DEFAULT_SEQ_LEN, DEFAULT_STORE_TOKENS, activation_stores, store_exists
@@ -54,7 +54,7 @@ def neuron_card(lm: LoadedModel, layer: int, index: int, k: int | None = None, n
     store = find_neuron_store(lm)
     if store is not None and layer in store.layers and (
             n_tokens is None or store.matches(n_tokens, DEFAULT_SEQ_LEN, None, "train")):
-        return store.detail(lm, layer, index, k=k)
+        return stored_detail(store, lm, layer, index, k=k)
     n_tokens = n_tokens or DEFAULT_STORE_TOKENS
     if compute or store_exists(lm, layer, n_tokens):
         activations = activation_stores(lm, [layer], n_tokens=n_tokens, progress=progress)[layer]

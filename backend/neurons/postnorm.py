@@ -17,6 +17,8 @@ import numpy as np
 import torch
 
 from interpscope.neurons.folding import mlp_pre_output, output_norm
+from interpscope.neurons.page_store import find_neuron_store
+from interpscope.neurons.store import activation_stores
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -64,9 +66,6 @@ def layer_post_scale(lm: LoadedModel, layer: int) -> float | None:
         cached = _SCALES.setdefault(adapter.model, {}).get(layer)
         if cached is not None and cached[0] == version:
             return cached[1]
-    from interpscope.neurons.page_store import find_neuron_store
-    from interpscope.neurons.store import activation_stores
-
     store = find_neuron_store(lm)
     scale = store.post_scale(layer) if store is not None and layer in store.layers else None
     if scale is None:

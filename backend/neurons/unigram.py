@@ -14,6 +14,7 @@ import torch
 
 from interpscope import corpus
 from interpscope.config import InterpscopeError, data_dir
+from interpscope.neurons.store_kind import NEURON_STORES
 from interpscope.stores import save_npy
 
 _TOKENIZER_KEYS: dict[int, tuple[object, str]] = {}
@@ -38,6 +39,15 @@ def source_key(source: str | Path | None, split: str) -> str:
     return f"{hashlib.sha1(f'{path}:{stamp}'.encode()).hexdigest()[:12]}-{split}"
 
 
+def shipped_unigram_counts(tokenizer, source, split: str) -> np.ndarray | None:
+    """Token counts of a corpus split kept in a store built with the same tokenizer, or None."""
+    wanted_tokenizer, wanted_source = tokenizer_key(tokenizer), source_key(source, split)
+    for folder, manifest in NEURON_STORES.matching(tokenizer_key=wanted_tokenizer):
+        if manifest.get("spec", {}).get("source") == wanted_source and (folder / "unigram_counts.npy").is_file():
+            return np.load(folder / "unigram_counts.npy")
+    return None
+
+
 def token_counts(tokenizer, vocab_size: int, source: str | Path | None = None, split: str = "train",
                  max_tokens: int | None = None) -> np.ndarray:
     """How often each token id occurs in the corpus [vocab_size] (int64), cached on disk (or read from an
@@ -46,8 +56,6 @@ def token_counts(tokenizer, vocab_size: int, source: str | Path | None = None, s
     path = data_dir() / "neurons" / "unigram" / f"{tokenizer_key(tokenizer)}-{source_key(source, split)}{suffix}.npy"
     shipped = None
     if not path.is_file() and not max_tokens:
-        from interpscope.neurons.page_store import shipped_unigram_counts
-
         shipped = shipped_unigram_counts(tokenizer, source, split)
     if path.is_file():
         counts = np.load(path)
