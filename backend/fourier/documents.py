@@ -5,11 +5,14 @@ never the other way round); figures come from interpscope.components, imported o
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from interpscope.results import Result, to_plain
+
+if TYPE_CHECKING:
+    from interpscope.fourier.basis import Outlier
 
 
 class SpectrumDocument(Result):
@@ -19,6 +22,17 @@ class SpectrumDocument(Result):
 
     SCHEMA = "interpscope.fourier.spectrum"
     SCHEMA_VERSION = 1
+
+    # the fields this document reads; Spectrum (a dataclass) defines them
+    model: str
+    source: str
+    numbers: int
+    periods: np.ndarray
+    magnitude: np.ndarray
+    outliers: list[Outlier]
+    layer: int | None
+    matrix: str
+    baseline_magnitude: np.ndarray | None
 
     def baseline_reading(self) -> str:
         """What the baseline explains and which outliers stand above it (Spectrum: spectra.baseline_sentence)."""
@@ -71,6 +85,20 @@ class FilterTableDocument(Result):
 
     SCHEMA = "interpscope.fourier.filter_table"
     SCHEMA_VERSION = 1
+
+    # the fields this document reads; FilterTable (a dataclass) defines them
+    model: str
+    template: str
+    numbers: int
+    tau: int
+    d_model: int
+    prompts: int
+    positions: str
+    seconds: float
+    warnings: list[str]
+    requested_prompts: int | None
+    control_seeds: list[int]
+    split: str | None
 
     def labels(self) -> list[str]:
         return ["no filter" if r.kind == "none" else f"{'low' if r.kind == 'low' else 'high'}-pass {r.modules}"
