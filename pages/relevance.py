@@ -43,10 +43,10 @@ from pages._file_view import file_params, file_section
 from pages._method_options import method_options, option_params
 from pages._relevance_extras import bos_param, bos_toggle, ig_convergence_view, sink_caption
 
-PAGE = "relevance"
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
 
+PAGE = "relevance"
 DEFAULT_TEXT = "Mr. Darcy looked at Elizabeth, and Elizabeth looked back at"
 TARGETS = ["Predicted next token", "A token I pick", "A rather than B", "A continuation"]
 
