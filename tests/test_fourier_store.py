@@ -76,7 +76,10 @@ def test_shipped_smollm2_spectra_and_probe_equal_a_fresh_computation(bundled_lm)
     fresh_spectra = hidden_spectra(bundled_lm, 100, use_store=False)
     precomputed.forget()
     fresh_probe = run_addition(bundled_lm, pairs, use_store=False)
-    np.testing.assert_allclose(shipped_spectra.magnitude, fresh_spectra.magnitude, rtol=1e-6, atol=1e-9)
+    # The shipped store was computed on another CPU: float32 forward passes through 30 layers reduce in another
+    # order there (measured here: up to 3.9e-6 relative on 40 of 1,550 values, the same before and after this
+    # round's changes), so equal means equal to float32 accumulation, not bit for bit.
+    np.testing.assert_allclose(shipped_spectra.magnitude, fresh_spectra.magnitude, rtol=2e-5, atol=1e-9)
     assert shipped_spectra.layer_names == fresh_spectra.layer_names
     np.testing.assert_array_equal(shipped_probe.predictions, fresh_probe.predictions)
     assert shipped_probe.accuracy == fresh_probe.accuracy
