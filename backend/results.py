@@ -58,7 +58,8 @@ class Result:
     Python API all give, headed by the result's `schema` name and `schema_version`. A field whose value is None does
     not apply to this result (a Mamba map has no softmax share) and is absent from the document, never 0 or null.
     Subclasses set SCHEMA and SCHEMA_VERSION (bump the version when a key is renamed or its meaning changes), and
-    may override `payload()` (the document's body), `rows()` (the tidy table) and `figure()` (the page's figure)."""
+    may override `payload()` (the document's body), `tidy()` (the tidy table, which `table_rows()` gives) and `figure()`
+    (the page's figure)."""
 
     SCHEMA: ClassVar[str] = ""
     SCHEMA_VERSION: ClassVar[int] = 1
@@ -78,7 +79,9 @@ class Result:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
-    def rows(self) -> list[dict[str, Any]]:
+    def table_rows(self) -> list[dict[str, Any]]:
+        """The tidy table's rows (the subclass's `tidy()`). Not named `rows`: results hold data fields and methods of
+        that name (IG convergence, held-out runs, filter tables, neuron candidates)."""
         tidy = getattr(self, "tidy", None)
         if tidy is None:
             raise NotImplementedError(f"{type(self).__name__} has no table")
@@ -87,8 +90,7 @@ class Result:
     def to_frame(self):  # -> pandas.DataFrame (pandas imported only when asked)
         import pandas as pd
 
-        # Result.rows, not self.rows: a result may hold a data field named `rows` (IG convergence, held-out runs)
-        return pd.DataFrame(to_plain(Result.rows(self)))
+        return pd.DataFrame(to_plain(self.table_rows()))
 
     def to_csv(self, path: str | Path | None = None) -> str | None:
         """The tidy table as CSV text, or written (atomically) to `path`."""

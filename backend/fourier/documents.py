@@ -13,6 +13,7 @@ from interpscope.results import Result, to_plain
 
 if TYPE_CHECKING:
     from interpscope.fourier.basis import Outlier
+    from interpscope.fourier.filters import FilterRow
 
 
 class SpectrumDocument(Result):
@@ -99,6 +100,7 @@ class FilterTableDocument(Result):
     requested_prompts: int | None
     control_seeds: list[int]
     split: str | None
+    rows: list[FilterRow]
 
     def labels(self) -> list[str]:
         return ["no filter" if r.kind == "none" else f"{'low' if r.kind == 'low' else 'high'}-pass {r.modules}"
@@ -112,8 +114,8 @@ class FilterTableDocument(Result):
         from interpscope.fourier.controls import describe
 
         sentence = self.table_reading()
-        if sentence is None and len(self.rows) == 2 and self.rows[1].control is not None:
-            row = self.rows[1]
+        row = self.rows[1] if len(self.rows) == 2 else None
+        if sentence is None and row is not None and row.control is not None:
             sentence = describe(f"The {'low' if row.kind == 'low' else 'high'}-pass on {row.modules}", row.control,
                                 row.rank) + "."
         return sentence
@@ -135,11 +137,6 @@ class FilterTableDocument(Result):
             for key in ("control_accuracies", "control_seeds"):
                 row.pop(key, None)
         return rows
-
-    def to_frame(self):  # `rows` is the table's data here, so the frame comes from tidy() directly
-        import pandas as pd
-
-        return pd.DataFrame(self.tidy())
 
     def figure(self):
         from interpscope.components.fourier_figures import error_kinds_figure

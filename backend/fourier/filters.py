@@ -107,7 +107,7 @@ class FilterTable(FilterTableDocument):
     d_model: int
     prompts: int
     positions: str
-    rows: list[FilterRow] = field()  # field(): no default, though Result (a base) has a rows() method
+    rows: list[FilterRow]
     seconds: float
     warnings: list[str] = field(default_factory=list)
     requested_prompts: int | None = None
@@ -315,11 +315,12 @@ def reading(table: FilterTable) -> str | None:
     if base < 0.2:
         return sentence + "The model barely adds these prompts even unfiltered, so the bands' roles cannot be read."
     controls = {kind: rows[(kind, "both")].control for kind in ("high", "low")}
-    if controls["high"] is None or controls["low"] is None:
+    high, low = controls["high"], controls["low"]
+    if high is None or low is None:
         return sentence + _regime_without_controls(base, lost_low, lost_high) + (
             " No same-rank random control was run, so this does not show the damage is specific to the frequencies.")
-    clauses = [describe(f"{LABELS[kind].capitalize()} from attention + MLP", rows[(kind, "both")].control,
-                        rows[(kind, "both")].rank) for kind in ("high", "low")]
+    clauses = [describe(f"{LABELS[kind].capitalize()} from attention + MLP", control, rows[(kind, "both")].rank)
+               for kind, control in (("high", high), ("low", low))]
     sentence = (f"{clauses[0]}; {clauses[1][0].lower()}{clauses[1][1:]} (clean accuracy {base:.1%}; the paper's "
                 "fine-tuned GPT-2-XL lost 93.8 and 72.7 points). ")
     specific = {key: row.control for key, row in rows.items() if row.control is not None

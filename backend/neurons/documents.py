@@ -5,9 +5,14 @@ when asked for.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from interpscope.results import Result, to_plain
+
+if TYPE_CHECKING:
+    from interpscope.neurons.ablation import NeuronEffect
 
 SUMMARY_KEYS = ("loss_total_abs", "loss_direct_abs", "entropy_total_abs", "entropy_direct_abs")
 
@@ -19,6 +24,20 @@ class CandidatesDocument(Result):
 
     SCHEMA = "interpscope.neurons.candidates"
     SCHEMA_VERSION = 1
+
+    # the fields this document reads; NeuronStats (a dataclass) defines them
+    layer: int
+    k: int
+    norm: np.ndarray
+    logit_var: np.ndarray
+    rho: np.ndarray
+    post_scale: float | None
+    model: str | None
+    top: int | None
+
+    def rows(self, top: int | None = None) -> list[dict]:
+        """The neurons sorted by rho, the first `top` or all (NeuronStats)."""
+        raise NotImplementedError
 
     def payload(self) -> dict[str, Any]:
         return to_plain({"model": self.model, "layer": self.layer, "k": self.k, "post_scale": self.post_scale,
@@ -40,6 +59,13 @@ class DetailDocument(Result):
 
     SCHEMA = "interpscope.neurons.detail"
     SCHEMA_VERSION = 1
+
+    # the fields this document reads; NeuronDetail (a dataclass) defines them
+    layer: int
+    index: int
+    k: int
+    singular_values: np.ndarray
+    cosines: np.ndarray
 
     @property
     def label(self) -> str:
@@ -64,6 +90,25 @@ class AblationDocument(Result):
 
     SCHEMA = "interpscope.neurons.ablation"
     SCHEMA_VERSION = 1
+
+    # the fields this document reads; AblationResult (a dataclass) defines them
+    model: str
+    n_tokens: int
+    k: int
+    clean_loss: float
+    clean_entropy: float
+    clean_kl_unigram: float | None
+    effects: list[NeuronEffect]
+    seconds: float
+    notes: list[str]
+
+    def chosen(self) -> list[NeuronEffect]:
+        """The chosen neurons' effects (AblationResult)."""
+        raise NotImplementedError
+
+    def random(self) -> list[NeuronEffect]:
+        """The random neurons' effects (AblationResult)."""
+        raise NotImplementedError
 
     def random_summary(self) -> dict[str, float] | None:
         randoms = self.random()

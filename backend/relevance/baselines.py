@@ -8,7 +8,7 @@ from the zero baseline (RMSNorm's epsilon and the forming massive activation), s
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -144,7 +144,7 @@ class IGConvergence(Result):
     baseline_label: str
     value: float
     baseline_value: float
-    rows: list[dict] = field()  # field(): no default, though Result has a rows() method
+    rows: list[dict]
     alphas: list[float]
     path_values: list[float]
     steepest: dict

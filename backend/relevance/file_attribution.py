@@ -107,7 +107,7 @@ class FileRun(Result):
 
     folder: str
     spec: FileSpec
-    rows: list[dict] = field()  # field(): no default, though Result has a rows() method
+    rows: list[dict]
     errors: list[dict]
     complete: bool
     seconds: float = 0.0

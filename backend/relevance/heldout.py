@@ -125,7 +125,7 @@ class HeldoutResult(Result):
     model: str
     set: str
     settings: HeldoutSettings
-    rows: list[dict] = field()  # field(): no default, though Result has a rows() method
+    rows: list[dict]
     accuracy: dict
     table: list[dict]
     fixed_sinks_table: list[dict]

@@ -5,9 +5,15 @@ when asked for.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from interpscope.results import Result, to_plain
+
+if TYPE_CHECKING:
+    from interpscope.graph import GraphEdge, GraphNode
+    from interpscope.sae.circuits import CircuitConservation
 
 
 class CircuitDocument(Result):
@@ -19,6 +25,22 @@ class CircuitDocument(Result):
 
     SCHEMA = "interpscope.sae.circuit"
     SCHEMA_VERSION = 1
+
+    # the fields this document reads; FeatureCircuit (a dataclass) defines them
+    model: str
+    method: str
+    tokens: list[str]
+    target: str
+    value: float
+    upstream_hook: str
+    conservation: CircuitConservation | None
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+    seconds: float
+
+    def top_features(self, k: int = 10) -> list[dict]:
+        """The upstream features with the largest |relevance| summed over positions (FeatureCircuit)."""
+        raise NotImplementedError
 
     def payload(self) -> dict[str, Any]:
         n_features = sum(1 for node in self.nodes if node.kind == "feature")
@@ -41,6 +63,19 @@ class EvaluationDocument(Result):
 
     SCHEMA = "interpscope.sae.evaluation"
     SCHEMA_VERSION = 1
+
+    # the fields this document reads; SAEEvaluation (a dataclass) defines them
+    d_sae: int
+    n_tokens: int
+    dead_fraction: float
+    dense_threshold: float
+    density: np.ndarray
+    log10_density_counts: np.ndarray
+    log10_density_edges: np.ndarray
+
+    def summary(self) -> dict:
+        """The scalar figures (SAEEvaluation)."""
+        raise NotImplementedError
 
     def payload(self) -> dict[str, Any]:
         return to_plain({**self.summary(), "log10_density_histogram": {"counts": self.log10_density_counts,

@@ -7,9 +7,14 @@ page's own builders in interpscope.components, imported only when a figure is as
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from interpscope.results import Result, to_plain
+
+if TYPE_CHECKING:
+    from interpscope.sae_store.store import Context, Histogram
 
 
 class PromptFeaturesDocument(Result):
@@ -22,6 +27,25 @@ class PromptFeaturesDocument(Result):
 
     SCHEMA = "interpscope.sae.features"
     SCHEMA_VERSION = 1
+
+    # the fields this document reads; PromptFeatures (a dataclass) defines them
+    tokens: list[str]
+    token_ids: list[int]
+    top_features: list[int]
+    top_values: np.ndarray
+    sink_positions: list[int]
+    model: str | None
+    hook: str | None
+    per_token_limit: int
+
+    @property
+    def excluded_positions(self) -> list[int]:
+        """Positions never ranked (PromptFeatures: the measured sinks and a prepended BOS)."""
+        raise NotImplementedError
+
+    def active_at(self, position: int, limit: int = 50) -> list[dict]:
+        """Features active at one token, largest first (PromptFeatures)."""
+        raise NotImplementedError
 
     def _peaks(self) -> list[float]:
         excluded = set(self.excluded_positions)
@@ -69,6 +93,16 @@ class SteeringDocument(Result):
     SCHEMA = "interpscope.sae.steering"
     SCHEMA_VERSION = 1
 
+    # the fields this document reads; SteeringResult (a dataclass) defines them
+    feature: int
+    mode: str
+    strength: float | None
+    tokens: list[str]
+    clean_top: list[dict]
+    edited_top: list[dict]
+    logprob_change: np.ndarray
+    feature_on_prompt: np.ndarray
+
     def _verb(self) -> str:
         return f"+ {self.strength:.3g} × direction" if self.mode == "add" else "removed"
 
@@ -91,6 +125,13 @@ class FeatureCardDocument(Result):
 
     SCHEMA = "interpscope.sae.feature"
     SCHEMA_VERSION = 1
+
+    # the fields this document reads; FeatureCard (a dataclass) defines them
+    id: int
+    fire_count: int
+    top_contexts: list[Context]
+    histogram: Histogram
+    logit_histogram: Histogram
 
     def tidy(self) -> list[dict]:
         """One row per top context: its activation, the firing token, where it is in the corpus."""
