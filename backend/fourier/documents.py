@@ -13,7 +13,6 @@ from interpscope.results import Result, to_plain
 
 if TYPE_CHECKING:
     from interpscope.fourier.basis import Outlier
-    from interpscope.fourier.filters import FilterRow
 
 
 class SpectrumDocument(Result):
@@ -100,7 +99,7 @@ class FilterTableDocument(Result):
     requested_prompts: int | None
     control_seeds: list[int]
     split: str | None
-    rows: list[FilterRow]
+    rows: list[Any]  # FilterRows (not imported: interpscope.fourier.filters imports this module)
 
     def labels(self) -> list[str]:
         return ["no filter" if r.kind == "none" else f"{'low' if r.kind == 'low' else 'high'}-pass {r.modules}"

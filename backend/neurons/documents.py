@@ -5,14 +5,11 @@ when asked for.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from interpscope.results import Result, to_plain
-
-if TYPE_CHECKING:
-    from interpscope.neurons.ablation import NeuronEffect
 
 SUMMARY_KEYS = ("loss_total_abs", "loss_direct_abs", "entropy_total_abs", "entropy_direct_abs")
 
@@ -98,15 +95,15 @@ class AblationDocument(Result):
     clean_loss: float
     clean_entropy: float
     clean_kl_unigram: float | None
-    effects: list[NeuronEffect]
+    effects: list[Any]  # NeuronEffects (not imported: interpscope.neurons.ablation imports this module)
     seconds: float
     notes: list[str]
 
-    def chosen(self) -> list[NeuronEffect]:
+    def chosen(self) -> list[Any]:
         """The chosen neurons' effects (AblationResult)."""
         raise NotImplementedError
 
-    def random(self) -> list[NeuronEffect]:
+    def random(self) -> list[Any]:
         """The random neurons' effects (AblationResult)."""
         raise NotImplementedError
 

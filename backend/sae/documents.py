@@ -13,7 +13,6 @@ from interpscope.results import Result, to_plain
 
 if TYPE_CHECKING:
     from interpscope.graph import GraphEdge, GraphNode
-    from interpscope.sae.circuits import CircuitConservation
 
 
 class CircuitDocument(Result):
@@ -33,7 +32,7 @@ class CircuitDocument(Result):
     target: str
     value: float
     upstream_hook: str
-    conservation: CircuitConservation | None
+    conservation: Any  # a CircuitConservation or None (not imported: interpscope.sae.circuits imports this module)
     nodes: list[GraphNode]
     edges: list[GraphEdge]
     seconds: float

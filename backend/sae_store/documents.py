@@ -7,14 +7,11 @@ page's own builders in interpscope.components, imported only when a figure is as
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from interpscope.results import Result, to_plain
-
-if TYPE_CHECKING:
-    from interpscope.sae_store.store import Context, Histogram
 
 
 class PromptFeaturesDocument(Result):
@@ -129,9 +126,10 @@ class FeatureCardDocument(Result):
     # the fields this document reads; FeatureCard (a dataclass) defines them
     id: int
     fire_count: int
-    top_contexts: list[Context]
-    histogram: Histogram
-    logit_histogram: Histogram
+    # Contexts and Histograms (not imported: interpscope.sae_store.store imports this module)
+    top_contexts: list[Any]
+    histogram: Any
+    logit_histogram: Any
 
     def tidy(self) -> list[dict]:
         """One row per top context: its activation, the firing token, where it is in the corpus."""
