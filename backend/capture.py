@@ -320,6 +320,12 @@ class Capture:
     logits: torch.Tensor | None
     activations: dict[str, torch.Tensor]
 
+    def require_logits(self) -> torch.Tensor:
+        """The logits, which every run without an early stop has."""
+        if self.logits is None:
+            raise RuntimeError("this capture stopped early: it has no logits")
+        return self.logits
+
 
 def capture(adapter: ModelAdapter, input_ids: torch.Tensor, names: list[str], *, grad: bool = False,
             to_cpu: bool = True, stop_early: bool = False, **forward_kwargs) -> Capture:

@@ -75,8 +75,9 @@ def _read_source(path: Path) -> list[str]:
     return _reflow(text) or [text]
 
 
-def paragraphs(source: str | Path | None = None, split: Split = "train") -> list[str]:
-    """Paragraphs of the bundled corpus (source None or 'austen') or of a file/folder, for one split."""
+def paragraphs(source: str | Path | None = None, split: Split | str = "train") -> list[str]:
+    """Paragraphs of the bundled corpus (source None or 'austen') or of a file/folder, for one split (a split
+    that selects nothing, or a name that is none of Split's, gives every paragraph)."""
     if source is None or str(source) in ("austen", "bundled"):
         items = _bundled_paragraphs()
     else:
@@ -109,7 +110,7 @@ def token_stream(tokenizer, texts: Iterable[str], max_tokens: int | None = None)
 
 
 def token_chunks(tokenizer, seq_len: int, n_tokens: int, source: str | Path | None = None,
-                 split: Split = "train") -> torch.Tensor:
+                 split: Split | str = "train") -> torch.Tensor:
     """[n_chunks, seq_len] token windows covering about n_tokens tokens of the corpus, in order."""
     if seq_len < 2:
         raise InterpscopeError("seq_len must be at least 2.")

@@ -45,7 +45,11 @@ def continuation_figure(generated: Sequence[str], sequence: Sequence[str], matri
                          title, "sequence token", "generated token", "%{y} ← %{x}<br>R = %{z:.4f}")
 
 
-def curves_figure(curves: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray, float]], title: str) -> go.Figure:
+# one method's perturbation curves: fractions removed, MoRF, LeRF (arrays or lists of floats) and its ABPC
+Curves = tuple[np.ndarray | Sequence[float], np.ndarray | Sequence[float], np.ndarray | Sequence[float], float]
+
+
+def curves_figure(curves: Mapping[str, Curves], title: str) -> go.Figure:
     """MoRF (solid) and LeRF (dashed) curves per method; the legend carries each ABPC."""
     fig = go.Figure()
     for index, (label, (fractions, morf, lerf, abpc)) in enumerate(curves.items()):
@@ -59,7 +63,7 @@ def curves_figure(curves: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray,
     return fig
 
 
-def curve_rows(curves: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray, float]]) -> list[dict]:
+def curve_rows(curves: Mapping[str, Curves]) -> list[dict]:
     """The perturbation curves as a tidy table: one row per (method, fraction removed), with the method's ABPC."""
     return [{"method": name, "fraction_removed": float(f), "morf": float(m), "lerf": float(le), "abpc": float(abpc)}
             for name, (fractions, morf, lerf, abpc) in curves.items()

@@ -104,7 +104,7 @@ class ModelAdapter:
         # A Hugging Face causal LM. Adapters walk its submodules by attribute name (model.model.layers), which torch
         # types as `Tensor | Module`; the family adapter is what knows the layout, so the walk is typed Any.
         self.model: Any = model
-        self.config = model.config
+        self.config: Any = model.config  # the family's PretrainedConfig: its field names differ per family
 
     def _block(self, layer: int) -> Any:
         """Block `layer`, typed Any like the model: its submodules are reached by the family's names."""

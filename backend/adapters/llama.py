@@ -12,7 +12,7 @@ from interpscope.adapters.base import RMSNORM, ModelAdapter, weight_of
 class LlamaAdapter(ModelAdapter):
     family = "llama"
     norm = RMSNORM
-    model_types = ("llama", "qwen2", "mistral", "qwen3")
+    model_types: tuple[str, ...] = ("llama", "qwen2", "mistral", "qwen3")
     gated_mlp = True
 
     def _core(self) -> Any:

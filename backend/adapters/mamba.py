@@ -1,11 +1,14 @@
 """Mamba (HF MambaForCausalLM): RMSNorm blocks around a selective state-space mixer; no attention, no MLP."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from interpscope.adapters.base import RMSNORM, ModelAdapter
+
+if TYPE_CHECKING:
+    from transformers.models.mamba.modeling_mamba import MambaMixer, MambaRMSNorm
 
 
 class MambaAdapter(ModelAdapter):
@@ -24,13 +27,13 @@ class MambaAdapter(ModelAdapter):
     def blocks(self) -> nn.ModuleList:
         return self._core().layers
 
-    def mixer(self, layer: int) -> nn.Module:
+    def mixer(self, layer: int) -> MambaMixer:
         return self._block(layer).mixer
 
-    def attention_norm(self, layer: int) -> nn.Module:
+    def attention_norm(self, layer: int) -> MambaRMSNorm:
         return self._block(layer).norm
 
-    def final_norm(self) -> nn.Module:
+    def final_norm(self) -> MambaRMSNorm:
         return self._core().norm_f
 
     def unembedding(self) -> nn.Module:

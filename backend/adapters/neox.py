@@ -14,9 +14,9 @@ class NeoXAdapter(ModelAdapter):
     norm = LAYERNORM
     model_types = ("gpt_neox",)
 
-    @property
-    def parallel_residual(self) -> bool:
-        return bool(getattr(self.config, "use_parallel_residual", True))
+    def __init__(self, model: nn.Module):
+        super().__init__(model)
+        self.parallel_residual = bool(getattr(self.config, "use_parallel_residual", True))
 
     def _core(self) -> Any:
         return self.model.gpt_neox

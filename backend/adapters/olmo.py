@@ -5,6 +5,8 @@ models offer the gradient and captum methods only.
 """
 from __future__ import annotations
 
+from torch import nn
+
 from interpscope.adapters.base import NormSpec
 from interpscope.adapters.llama import LlamaAdapter
 
@@ -14,6 +16,6 @@ class OlmoAdapter(LlamaAdapter):
     norm = NormSpec(centred=True, weight_offset=0.0, default_eps=1e-5)
     model_types = ("olmo",)
 
-    @property
-    def lrp_exact(self) -> bool:
-        return getattr(self.config, "clip_qkv", None) is None
+    def __init__(self, model: nn.Module):
+        super().__init__(model)
+        self.lrp_exact = getattr(self.config, "clip_qkv", None) is None

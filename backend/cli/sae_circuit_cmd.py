@@ -53,6 +53,8 @@ def run_circuit(args: argparse.Namespace) -> int:
         c = result.conservation
         print(f"{result.method} circuit to {result.target} on {result.model}: value {result.value:.4f}, "
               f"{result.seconds:.1f} s")
+        if c is None:  # sae_circuit always sets it
+            raise RuntimeError("the circuit carries no conservation")
         print(f"  upstream features {c.upstream_features:+.4f} · error node {c.error_node:+.4f} · SAE biases "
               f"{c.sae_biases:+.4f} (target SAE {c.target_sae_biases:+.4f}) · input tokens {c.input_tokens:+.4f} · "
               f"model biases {c.model_biases:+.4f} · "

@@ -124,7 +124,7 @@ def _train(args: argparse.Namespace) -> int:
                        progress=progress, cache_batch_size=cache_batch, scale=scale, **options)
     for bar in bars.values():
         bar.close()
-    report = {"saved": {name: str(path) for name, path in saved.items()}}
+    report: dict[str, dict] = {"saved": {name: str(path) for name, path in saved.items()}}
     if args.eval_tokens > 0:
         from interpscope.sae.evaluation import evaluate_sae
         from interpscope.sae.folder import load_sae

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -17,6 +17,7 @@ from interpscope.capture import model_lock
 from interpscope.config import InterpscopeError
 from interpscope.fourier.data import render
 from interpscope.fourier.numbers import NumberTokens
+from interpscope.models.loaded import decode_text
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -99,10 +100,11 @@ def generated_predictions(lm: LoadedModel, texts: list[str], max_new_tokens: int
             for row, seq in enumerate(encoded):
                 ids[row, width - len(seq):] = torch.tensor(seq)
                 mask[row, width - len(seq):] = 1
-            output = lm.model.generate(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device),
+            model: Any = lm.model  # a transformers causal LM: generate() is GenerationMixin's, unknown to nn.Module
+            output = model.generate(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device),
                                        max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
             generated = output[:, width:].cpu()
-            predictions += [parse_number(tokenizer.decode(row, skip_special_tokens=True)) for row in generated]
+            predictions += [parse_number(decode_text(tokenizer, row, skip_special_tokens=True)) for row in generated]
     return np.array(predictions, dtype=np.int64)
 
 

@@ -106,7 +106,8 @@ def module_lens(lm: LoadedModel, numbers: NumberTokens, pairs: np.ndarray, templ
                 norm = adapter.final_norm()
                 resid.append(torch.stack([norm(at_last(f"blocks.{layer}.hook_resid_post")) @ unembed
                                           for layer in range(n_layers)], 1))
-                logits = result.logits.reshape(len(ids), ids.shape[1], -1)[rows, last.to(result.logits.device)]
+                logits = result.require_logits()
+                logits = logits.reshape(len(ids), ids.shape[1], -1)[rows, last.to(logits.device)]
                 final.append(logits[:, torch.as_tensor(numbers.ids, device=logits.device)])
     attn_logits = torch.cat(attn).double().cpu().numpy()
     mlp_logits = torch.cat(mlp).double().cpu().numpy()

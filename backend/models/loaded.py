@@ -17,6 +17,15 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 
+def decode_text(tokenizer: PreTrainedTokenizerBase, ids, skip_special_tokens: bool = False) -> str:
+    """One sequence of token ids as text. transformers types decode as `str | list[str]` (a batch of sequences gives
+    a list); one sequence gives one string, checked here."""
+    text = tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+    if not isinstance(text, str):
+        raise TypeError("decode_text takes one sequence of token ids, not a batch")
+    return text
+
+
 @dataclass
 class LoadedModel:
     """A loaded causal LM with its tokenizer, adapter, and the facts a model card shows."""

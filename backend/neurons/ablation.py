@@ -129,7 +129,7 @@ def token_effects(lm: LoadedModel, neurons: list[Neuron], tokens: torch.Tensor, 
     posts = {layer: output_norm(adapter, layer) for layer in layers}
     write = {n: adapter.W_out(n.layer)[n.index].detach().to(work) for n in neurons}
     # a unit of activation's write into the residual before division by the output norm's scale (when there is one)
-    residual_dir = {n: w if posts[n.layer] is None else posts[n.layer].gamma.to(work) * posts[n.layer].centre(w)
+    residual_dir = {n: w if (post := posts[n.layer]) is None else post.gamma.to(work) * post.centre(w)
                     for n, w in write.items()}
     logit_dirs = {n: ((gamma * norm.centre(v)).to(W_U.dtype) @ W_U).to(work) for n, v in residual_dir.items()}
     unit_u = log_q = None
@@ -147,7 +147,7 @@ def token_effects(lm: LoadedModel, neurons: list[Neuron], tokens: torch.Tensor, 
         for start in range(0, n_windows, batch_size):
             batch = tokens[start:start + batch_size].to(lm.device)
             clean = capture(adapter, batch, names, to_cpu=False)
-            logits = clean.logits.reshape(batch.shape[0], batch.shape[1], -1)[:, :-1].to(work)
+            logits = clean.require_logits().reshape(batch.shape[0], batch.shape[1], -1)[:, :-1].to(work)
             targets = batch[:, 1:]
             resid = clean.activations[names[0]].reshape(batch.shape[0], batch.shape[1], -1)[:, :-1].to(work)
             scale = norm.scale(resid)
@@ -157,14 +157,14 @@ def token_effects(lm: LoadedModel, neurons: list[Neuron], tokens: torch.Tensor, 
             # total effect recomputes the norm on m + shift * w
             mlp_pre = {layer: mlp_pre_output(adapter, layer, layer_acts[layer]) for layer in layers
                        if posts[layer] is not None}
-            post_scale = {layer: posts[layer].scale(m) for layer, m in mlp_pre.items()}
+            post_scale = {layer: post.scale(m) for layer, m in mlp_pre.items() if (post := posts[layer]) is not None}
             if last_post is not None:
                 normed_mlp = last_post.gamma.to(work) * last_post.centre(mlp_pre[last]) / post_scale[last].unsqueeze(-1)
                 mlp_logits = ((gamma * norm.centre(normed_mlp)).to(W_U.dtype) @ W_U).to(work)
             loss0, entropy0, kl0 = loss_entropy_kl(logits, targets, log_q)
             parts["clean_loss"].append(loss0.flatten())
             parts["clean_entropy"].append(entropy0.flatten())
-            if log_q is not None:
+            if kl0 is not None:  # with log_q
                 parts["clean_kl_unigram"].append(kl0.flatten())
             rows: dict[str, list[torch.Tensor]] = {key: [] for key in keys[3:] if key != "clean_kl_unigram"}
             acts_rows = []
@@ -210,7 +210,8 @@ def token_effects(lm: LoadedModel, neurons: list[Neuron], tokens: torch.Tensor, 
                     frozen = freeze_unigram(direct, logits, unit_u)
                     rows["loss_direct_frozen_unigram"].append((loss_of(frozen, targets) - loss0).flatten())
                     del frozen
-                    rows["kl_unigram_ablated"].append(kl_t.flatten())
+                    if kl_t is not None:  # always here: unit_u and log_q come together
+                        rows["kl_unigram_ablated"].append(kl_t.flatten())
             parts["activation"].append(torch.stack(acts_rows))
             for key, row in rows.items():
                 if row:

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from interpscope.capture import capture, model_lock
+from interpscope.models.loaded import decode_text
 from interpscope.neurons.ablation import parse_neurons
 from interpscope.neurons.documents import DetailDocument
 from interpscope.neurons.folding import folded_W_out
@@ -169,7 +170,7 @@ def stored_detail(store: NeuronStore, lm: LoadedModel, layer: int, index: int, k
         if ids[store.spec.left] < 0:
             break
         present = ids >= 0
-        contexts.append(Context(tokens=[lm.tokenizer.decode([int(i)]) for i in ids[present]],
+        contexts.append(Context(tokens=[decode_text(lm.tokenizer, [int(i)]) for i in ids[present]],
                                 position=int(present[:store.spec.left].sum()),
                                 activation=float(data["context_values"][index, slot])))
     detail.contexts = contexts
@@ -214,7 +215,7 @@ def text_activations(lm: LoadedModel, text: str, neurons, prepend_bos: bool | No
     points = {n.layer: detection_point(lm.adapter, n.layer) for n in chosen}
     with model_lock(lm), torch.no_grad():
         run = capture(lm.adapter, ids, names + sorted(set(points.values()) - set(names)))
-    logits = run.logits.float()
+    logits = run.require_logits().float()
     probs = torch.softmax(logits, dim=-1)
     top_probability, top_ids = probs.max(-1)
     activation = np.stack([run.activations[f"blocks.{n.layer}.mlp.hook_post"][:, n.index].float().numpy()

@@ -85,7 +85,7 @@ def induction_study(lm: LoadedModel, neurons, n_sequences: int = 8, half_len: in
     names = [f"blocks.{layer}.mlp.hook_post" for layer in layers]
     with model_lock(lm), torch.no_grad():
         run = capture(adapter, tokens.to(lm.device), names, to_cpu=True)
-    logits = run.logits.reshape(n_sequences, tokens.shape[1], -1).float()
+    logits = run.require_logits().reshape(n_sequences, tokens.shape[1], -1).float()
     loss, entropy = loss_and_entropy(logits[:, 1:-1], tokens[:, 2:])
     acts = np.stack([run.activations[f"blocks.{n.layer}.mlp.hook_post"].reshape(n_sequences, tokens.shape[1], -1)
                      [:, 1:, n.index].float().numpy() for n in everyone])  # [n, S, 2h] after the start token

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from interpscope.adapters import get_adapter
+from interpscope.adapters.base import weight_of
 from interpscope.neurons.folding import final_norm, output_norm
 
 
@@ -60,7 +61,7 @@ def tiny_model(family: str = "gpt2", vocab_size: int = 200, d_model: int = 32, n
     adapter = get_adapter(model)
     with torch.no_grad():
         adapter.W_E().normal_(0.0, embedding_std)
-        unembed = adapter.unembedding().weight
+        unembed = weight_of(adapter.unembedding())
         if unembed.data_ptr() != adapter.W_E().data_ptr():
             unembed.normal_(0.0, embedding_std)
     try:
@@ -82,7 +83,7 @@ def set_output_norm_gains(model, log_std: float = 1.5, median: float = 300.0, se
         gains = median * torch.exp(log_std * torch.randn(adapter.d_model, generator=generator, dtype=torch.float64))
         offset = adapter.norm_spec(module).weight_offset
         with torch.no_grad():
-            module.weight.copy_((gains - offset).to(module.weight.dtype))
+            weight_of(module).copy_((gains - offset).to(weight_of(module).dtype))
 
 
 def plant_entropy_neuron(model, layer: int, index: int, k: int, norm: float = 30.0, seed: int = 1,
@@ -96,7 +97,7 @@ def plant_entropy_neuron(model, layer: int, index: int, k: int, norm: float = 30
     adapter = get_adapter(model)
     d_model = adapter.d_model
     generator = torch.Generator().manual_seed(seed)
-    W_U = adapter.unembedding().weight  # [V, d]
+    W_U = weight_of(adapter.unembedding())  # [V, d]
     dtype = W_U.dtype
     raw = torch.randn(d_model, k, generator=generator, dtype=torch.float64)
     raw = raw - raw.mean(0, keepdim=True)
@@ -112,7 +113,7 @@ def plant_entropy_neuron(model, layer: int, index: int, k: int, norm: float = 30
         if module is not None and hide_in_gains is not None:
             relative = (write.abs() / write.pow(2).mean().sqrt()).clamp_min(0.1)
             gains = hide_in_gains * relative.pow(2)
-            module.weight.copy_((gains - adapter.norm_spec(module).weight_offset).to(module.weight.dtype))
+            weight_of(module).copy_((gains - adapter.norm_spec(module).weight_offset).to(weight_of(module).dtype))
         post = output_norm(adapter, layer)
         if post is not None:
             if post.centres:

@@ -194,8 +194,8 @@ def explain(lm: LoadedModel, text: str | None = None, method: str = "attnlrp", *
     if target is None and (token is not None or contrast is not None):
         target = make_target(lm, ids, token=token, contrast=contrast, vs_rest=vs_rest)
     elif target is None and (cached is not None or not spec.one_backward_pass or not spec.exact_forward):
-        row = cached if cached is not None else next_token_logits(lm, ids, position)
-        target = resolve_target(lm.tokenizer, row, position, vs_rest=vs_rest)
+        next_row = cached if cached is not None else next_token_logits(lm, ids, position)
+        target = resolve_target(lm.tokenizer, next_row, position, vs_rest=vs_rest)
     pending = target or PendingTarget(position, lambda row: resolve_target(lm.tokenizer, row, position,
                                                                            vs_rest=vs_rest))
     with watching(lm.adapter) as probe:
@@ -210,7 +210,7 @@ def explain(lm: LoadedModel, text: str | None = None, method: str = "attnlrp", *
         remember_next_logits(lm.model, ids, row)
     if row is None and top:
         row = next_token_logits(lm, ids, position)
-    predictions = top_predictions(row, lm.tokenizer, top)[0] if top else None
+    predictions = top_predictions(row, lm.tokenizer, top)[0] if top and row is not None else None  # set if top
     # one-pass methods ran exactly this input: their pass shows the sinks; perturbation methods saw other inputs
     first = 0 if prepended else None
     report = (report_from(lm.adapter, probe["residual"], first) if spec.one_backward_pass and "residual" in probe

@@ -22,7 +22,7 @@ from torch import nn
 from interpscope.adapters import ModelAdapter
 from interpscope.capture import Handle, on_input, on_output
 from interpscope.relevance.rules import Rule, applied
-from interpscope.relevance.targets import PendingTarget, Target
+from interpscope.relevance.targets import ExplainedValue, PendingTarget, Target
 
 
 @dataclass
@@ -175,8 +175,8 @@ def _value_relevance(adapter: ModelAdapter, per_tensor: dict, layer: int, n_toke
     return np.zeros((n_tokens, 0))
 
 
-def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target | PendingTarget, rules: Sequence[Rule],
-              *, latent: bool = False, conservation: bool = True, points: Sequence[str] = (),
+def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: ExplainedValue | PendingTarget,
+              rules: Sequence[Rule], *, latent: bool = False, conservation: bool = True, points: Sequence[str] = (),
               extra: dict[str, torch.Tensor] | None = None) -> Attribution:
     """Relevance of every input token for `target` under `rules` ([] = plain Gradient x Input).
 
@@ -200,16 +200,18 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target | P
         attn_layers = [layer for layer in range(n_layers) if adapter.attention_out_proj(layer) is not None]
         if conservation or latent:
             for layer in attn_layers:
-                taps.input(adapter.attention_out_proj(layer), f"heads.{layer}")
+                if (out_proj := adapter.attention_out_proj(layer)) is not None:  # always, in attn_layers
+                    taps.input(out_proj, f"heads.{layer}")
                 for i, (module, _) in enumerate(adapter.attention_qkv(layer)):
                     taps.output(module, f"qkv.{layer}.{i}")
         if latent:
             for layer in range(n_layers):
                 taps.input(adapter.blocks()[layer], f"resid.{layer}")
-                if adapter.attention_out_proj(layer) is not None and f"heads.{layer}" not in taps.registered:
-                    taps.input(adapter.attention_out_proj(layer), f"heads.{layer}")
-                if adapter.mlp_down(layer) is not None:
-                    taps.input(adapter.mlp_down(layer), f"neurons.{layer}")
+                out_proj, down = adapter.attention_out_proj(layer), adapter.mlp_down(layer)
+                if out_proj is not None and f"heads.{layer}" not in taps.registered:
+                    taps.input(out_proj, f"heads.{layer}")
+                if down is not None:
+                    taps.input(down, f"neurons.{layer}")
             taps.output(adapter.blocks()[n_layers - 1], f"resid.{n_layers}")
         for name in points:
             spec = adapter.resolve(name)
@@ -217,9 +219,8 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target | P
 
         embeds = adapter.embedding()(input_ids).detach().requires_grad_(True)
         logits = forward_logits(model, embeds, [target.position])[0, 0]
-        if isinstance(target, PendingTarget):
-            target = target.resolve(logits.detach())
-        value = target.value(logits)
+        resolved = target.resolve(logits.detach()) if isinstance(target, PendingTarget) else target
+        value = resolved.value(logits)
         for name, tensor in (extra or {}).items():
             taps.tensors[f"extra.{name}"] = tensor
         names = list(taps.tensors)
@@ -231,8 +232,9 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target | P
     tap_grads = dict(zip(names, grads[1:1 + len(names)], strict=True))
     per_tensor = {n: _relevance(taps.tensors[n], tap_grads[n]) for n in names}
 
+    # the token target it explained; a value read inside the pass (an SAE feature) is no token target
     result = Attribution(relevance=embed_relevance.cpu().numpy(), logit=y, conservation=None, latent=None,
-                         target=target, output_logits=logits.detach())
+                         target=resolved if isinstance(resolved, Target) else None, output_logits=logits.detach())
     if conservation:
         bias_total = float(sum(float(_relevance(b, g).sum())
                                for b, g in zip(biases, grads[1 + len(names):], strict=True)))

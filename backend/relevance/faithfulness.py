@@ -9,8 +9,9 @@ attention sink): the curves then run over the other tokens.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -72,10 +73,13 @@ def _evaluate(adapter: ModelAdapter, embeds: torch.Tensor, references: Sequence[
     return values
 
 
+Key = TypeVar("Key", bound=Hashable)  # what names a relevance map (a method, a label)
+
+
 def curves_for_maps(adapter: ModelAdapter, input_ids: torch.Tensor, target: Target,
-                    maps: Mapping[object, np.ndarray], references: Mapping[str, torch.Tensor],
-                    pairs: Sequence[tuple[object, str]], steps: int = DEFAULT_STEPS,
-                    fixed: Sequence[int] = ()) -> dict[tuple[object, str], PerturbationCurves]:
+                    maps: Mapping[Key, np.ndarray], references: Mapping[str, torch.Tensor],
+                    pairs: Sequence[tuple[Key, str]], steps: int = DEFAULT_STEPS,
+                    fixed: Sequence[int] = ()) -> dict[tuple[Key, str], PerturbationCurves]:
     """MoRF / LeRF curves for many (map key, baseline name) pairs of one input in shared batches (the caller holds
     the model's lock). maps: relevance [T] per key; references: baseline embeddings [1, T, d] per name."""
     n_tokens = int(input_ids.shape[1])

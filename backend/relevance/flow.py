@@ -271,6 +271,9 @@ def information_flow(lm: LoadedModel, text: str, *, token: str | int | None = No
     embed, attn, mlp, constant = contributions(lm.adapter, acts, target)
     from interpscope.relevance.api import top_neurons
 
+    latent = attribution.latent
+    if latent is None:  # asked for (latent=True) above
+        raise RuntimeError("the attribution kept no latent relevance")
     return InformationFlow(
         model=lm.name, method=spec.label, tokens=(tokens := lm.token_strings(ids[0])), target=target,
         value=attribution.logit, sinks=report.rows(tokens, words(model_kind(lm.adapter))["sink"]),
@@ -278,8 +281,8 @@ def information_flow(lm: LoadedModel, text: str, *, token: str | int | None = No
         lens_layers=["embeddings", *(f"block {layer}" for layer in range(lm.adapter.n_layers))],
         lens_probability=probability, lens_rank=rank, lens_value=lens_value, embed_contribution=embed,
         attn_contribution=attn, mlp_contribution=mlp, constant_contribution=constant,
-        input_relevance=attribution.relevance, latent=attribution.latent,
-        top_neurons=top_neurons(attribution.latent, 20), seconds=time.perf_counter() - start)
+        input_relevance=attribution.relevance, latent=latent,
+        top_neurons=top_neurons(latent, 20), seconds=time.perf_counter() - start)
 
 
 def attention_pattern(lm: LoadedModel, text: str, layer: int, head: int) -> tuple[list[str], np.ndarray]:

@@ -431,6 +431,8 @@ def text_faithfulness(lm: LoadedModel, result, baseline: str = "zero", steps: in
         curves = curves_for_maps(lm.adapter, ids, result.target, maps, references,
                                  [(k, baseline) for k in maps], steps=steps, fixed=fixed)
     mine = curves[("map", baseline)]
+    if mine.morf_auc is None or mine.lerf_auc is None:  # curves_for_maps always sets them
+        raise RuntimeError("the perturbation curves carry no areas")
     chance = [curves[(f"random-{i}", baseline)].abpc for i in range(random_orders)]
     mean, low, high = stats.bootstrap_mean(chance, seed=seed)
     return TextFaithfulness(method=result.method, baseline=baseline, steps=steps, fractions=mine.fractions.tolist(),

@@ -24,7 +24,7 @@ def _visible(token: str) -> str:
     return token.replace("\n", "⏎").replace("\t", "⇥") or "∅"
 
 
-def save_heatmap(path: str | Path, tokens: Sequence[str], relevance: Sequence[float], title: str,
+def save_heatmap(path: str | Path, tokens: Sequence[str], relevance: Sequence[float] | np.ndarray, title: str,
                  excluded: Sequence[int] = (), reasons: Mapping[int, str] | None = None) -> None:
     """Write the heatmap to `path` (format from its suffix: .png, .svg or .pdf). `excluded` positions (measured
     sinks, a prepended BOS) never set the colour scale: they are drawn grey with a dashed outline and named under

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -102,6 +103,16 @@ def chosen_target(tokenizer, vocab: int, position: int, token: str | int | None 
         raise InterpscopeError("Name a target token or a contrast.")
     token_id = token_id_of(tokenizer, token, vocab)
     return Target(position, token_id, vs_rest=vs_rest, token=tokenizer.decode([token_id]))
+
+
+class ExplainedValue(Protocol):
+    """What the relevance engine explains: a value read from the logits at `position` (a Target), or one read
+    inside the same forward pass (an SAE feature's activation, the value ignoring the logits)."""
+
+    @property
+    def position(self) -> int: ...
+
+    def value(self, logits: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)

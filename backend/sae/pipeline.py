@@ -231,15 +231,15 @@ def train_saes(lm: LoadedModel, hook_name: str, specs: list[SAESpec], out_dir: s
                                    progress=cache_progress, scale=scale)
     if cache.n_rows < batch_size:
         raise InterpscopeError(f"Only {cache.n_rows} cached activations; need at least one batch of {batch_size}.")
-    scale = input_scale(cache)
-    buffer = ShuffledBuffer(cache, batch_size, seed=seed, scale=scale, max_norm=OUTLIER_FACTOR * math.sqrt(width))
+    act_scale = input_scale(cache)  # `scale` is the Ray runner that cached them
+    buffer = ShuffledBuffer(cache, batch_size, seed=seed, scale=act_scale, max_norm=OUTLIER_FACTOR * math.sqrt(width))
     runs = make_runs(specs, width, lm.name, hook_name, context_size, str(source or "austen"), seed=seed)
     cfg = TrainConfig(total_tokens=int(tokens), batch_size=batch_size, lr=lr, warmup_steps=warmup_steps,
                       decay_fraction=decay_fraction, resample_at=resample_at, dead_window_tokens=dead_window_tokens,
                       checkpoint_every=checkpoint_every, seed=seed, log_every=log_every)
     meta_file = output.path / "train_meta.json"
     atomic.write_json(meta_file, {
-        "input_scale": scale, "cache_folder": str(cache.folder), "cache_rows": cache.n_rows, "lr": lr,
+        "input_scale": act_scale, "cache_folder": str(cache.folder), "cache_rows": cache.n_rows, "lr": lr,
         "batch_size": batch_size, "hook_name": hook_name, "model_name": lm.name, "settings": settings},
         indent=None)
     output.record(meta_file)
@@ -247,7 +247,7 @@ def train_saes(lm: LoadedModel, hook_name: str, specs: list[SAESpec], out_dir: s
     if resumable:
         trainer.resume()
     trainer.train(progress=progress, stop=stop)
-    return export_runs(runs, output, scale, cache.n_rows, lr, batch_size, save_dtype)
+    return export_runs(runs, output, act_scale, cache.n_rows, lr, batch_size, save_dtype)
 
 
 def export_runs(runs: list[TrainRun], output: OutputFolder, scale: float, cache_rows: int, lr: float,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -63,8 +64,9 @@ def search_logits(store: FeatureStore, query: str, side: str = "top") -> list[di
     weights = np.asarray(store.arrays[f"{prefix}_vals"])
     hit = np.isin(table, ids)
     features, ranks = np.nonzero(hit)
-    rows = [{"feature": int(f), "rank": int(r) + 1, "token": store.token_text(int(table[f, r])),
-             "weight": float(weights[f, r])} for f, r in zip(features, ranks, strict=True)]
+    rows: list[dict[str, Any]] = [
+        {"feature": int(f), "rank": int(r) + 1, "token": store.token_text(int(table[f, r])),
+         "weight": float(weights[f, r])} for f, r in zip(features, ranks, strict=True)]
     rows.sort(key=lambda row: -abs(row["weight"]))
     return rows
 

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from interpscope.capture import hooks, model_lock
 from interpscope.config import InterpscopeError
 from interpscope.generation import RowEdit, greedy_generate
+from interpscope.models.loaded import decode_text
 from interpscope.relevance.api import input_ids_for
 from interpscope.sae.arch import SparseAutoencoder
 from interpscope.sae.folder import check_compatible
@@ -116,6 +117,8 @@ def steer(lm: LoadedModel, sae: SparseAutoencoder, text: str, feature: int, mode
         with hooks(lm.adapter, {hook: record}, role="read"):
             run = greedy_generate(lm.adapter, ids.repeat(2, 1), n_new, [edit], prompt_logits=True,
                                   prefill_rows_apart=True, progress=progress)
+    if run.prompt_logits is None:  # asked for above
+        raise RuntimeError("the generation kept no prompt logits")
     clean_logits, edited_logits = run.prompt_logits[0].double(), run.prompt_logits[1].double()
     clean_new, edited_new = run.tokens[0].tolist(), run.tokens[1].tolist()
     f_prompt = sae.encode(captured["x"][0].to(sae.W_enc.dtype))[:, feature].float().cpu().numpy()
@@ -128,5 +131,5 @@ def steer(lm: LoadedModel, sae: SparseAutoencoder, text: str, feature: int, mode
     return SteeringResult(feature=feature, mode=mode, strength=float(strength) if mode == "add" else None,
                           tokens=lm.token_strings(ids[0]), clean_top=_top(clean_logp[-1].exp(), tokenizer),
                           edited_top=_top(edited_logp[-1].exp(), tokenizer), kl=max(kl, 0.0),
-                          logprob_change=change, clean_continuation=tokenizer.decode(clean_new),
-                          edited_continuation=tokenizer.decode(edited_new), feature_on_prompt=f_prompt)
+                          logprob_change=change, clean_continuation=decode_text(tokenizer, clean_new),
+                          edited_continuation=decode_text(tokenizer, edited_new), feature_on_prompt=f_prompt)

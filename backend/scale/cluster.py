@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from interpscope.config import InterpscopeError
 
@@ -35,7 +36,7 @@ def local_cores() -> int:
 
 
 @contextmanager
-def connected(workers: int, address: str | None) -> Iterator[object]:
+def connected(workers: int, address: str | None) -> Iterator[Any]:  # the ray module (untyped)
     """Yield the ray module connected to a cluster: the one already connected, the one at `address`, or a new
     local one with `workers` CPUs (shut down on exit; a cluster this call did not start is left running)."""
     ray = require_ray()

@@ -163,7 +163,7 @@ class ShardWorker:
         return os.getpid(), time.perf_counter() - started, result
 
 
-def map_shards(job: Job, shards: Sequence[Shard], on_result: Callable[[Shard, Any], None], *, lm: LoadedModel,
+def map_shards(job: Job, shards: Sequence[Shard], on_result: Callable[[Shard, Any], None], *, lm: LoadedModel | None,
                scale: Scale | None = None, model: ModelRef | None = None) -> RunStats:
     """Run job.run(lm, shard) for every shard and pass each result to on_result(shard, result) in the driver.
 
@@ -176,6 +176,8 @@ def map_shards(job: Job, shards: Sequence[Shard], on_result: Callable[[Shard, An
     started = time.perf_counter()
     try:
         if not on_ray(scale):
+            if lm is None:
+                raise ValueError("map_shards in this process needs the loaded model (lm)")
             if shards and hasattr(job, "setup"):
                 job.setup(lm)
             for shard in shards:
@@ -185,7 +187,11 @@ def map_shards(job: Job, shards: Sequence[Shard], on_result: Callable[[Shard, An
                 _deliver(on_result, shard, result, stats)
             return stats
         if shards:
-            _on_ray(job, list(shards), on_result, scale, model or ModelRef.of(lm), stats)
+            if model is None:
+                if lm is None:
+                    raise ValueError("map_shards on Ray needs the model to load (model) or the driver's lm")
+                model = ModelRef.of(lm)
+            _on_ray(job, list(shards), on_result, scale, model, stats)
         return stats
     finally:
         stats.wall_seconds = time.perf_counter() - started

@@ -14,7 +14,7 @@ from interpscope.adapters import ModelAdapter, get_adapter
 from interpscope.capture import model_lock
 from interpscope.relevance.engine import forward_logits
 from interpscope.relevance.mamba.forward import ALL_FIXES, FIX_NAMES, Fixes
-from interpscope.relevance.mamba.rule import MambaLRPRule, _check_family
+from interpscope.relevance.mamba.rule import MambaLRPRule, _check_family, mamba_adapter
 from interpscope.relevance.targets import Target
 
 if TYPE_CHECKING:
@@ -43,9 +43,9 @@ def _adapter(model_or_lm: nn.Module | LoadedModel) -> ModelAdapter:
     return get_adapter(model_or_lm) if isinstance(model_or_lm, nn.Module) else model_or_lm.adapter
 
 
-def _biases(adapter: ModelAdapter) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-    conv = [adapter.mixer(layer).conv1d.bias for layer in range(adapter.n_layers)
-            if adapter.mixer(layer).conv1d.bias is not None]
+def _biases(adapter: ModelAdapter) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    mamba = mamba_adapter(adapter)
+    conv = [bias for layer in range(mamba.n_layers) if (bias := mamba.mixer(layer).conv1d.bias) is not None]
     conv_ids = {id(b) for b in conv}
     other = [p for n, p in adapter.model.named_parameters() if n.endswith("bias") and id(p) not in conv_ids]
     return conv, other
@@ -70,7 +70,7 @@ def conservation(model_or_lm: nn.Module | LoadedModel, input_ids: torch.Tensor, 
             for bias, flag in zip(biases, flags, strict=True):
                 bias.requires_grad_(flag)
 
-    def share(params: Sequence[nn.Parameter], param_grads) -> float:
+    def share(params: Sequence[torch.Tensor], param_grads) -> float:
         return float(sum(float((p.detach().double() * g.double()).sum())
                          for p, g in zip(params, param_grads, strict=True) if g is not None))
 

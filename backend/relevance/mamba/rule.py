@@ -16,11 +16,14 @@ import torch
 from torch import nn
 
 from interpscope.adapters import ModelAdapter, get_adapter
+from interpscope.adapters.mamba import MambaAdapter
 from interpscope.capture import model_lock, override_forward
 from interpscope.config import InterpscopeError
 from interpscope.relevance.mamba.forward import ALL_FIXES, Fixes, mixer_forward, rmsnorm
 
 if TYPE_CHECKING:
+    from transformers.models.mamba.modeling_mamba import MambaMixer, MambaRMSNorm
+
     from interpscope.models.loaded import LoadedModel
 
 
@@ -30,7 +33,7 @@ def _check_family(adapter: ModelAdapter) -> None:
                                "selective-SSM mixer.")
 
 
-def _mixer_forward(mixer: nn.Module, fixes: Fixes, original: Callable) -> Callable:
+def _mixer_forward(mixer: MambaMixer, fixes: Fixes, original: Callable) -> Callable:
     def forward(hidden_states: torch.Tensor, cache=None, attention_mask=None, **kwargs):
         if cache is not None:
             return original(hidden_states, cache=cache, attention_mask=attention_mask, **kwargs)
@@ -40,20 +43,26 @@ def _mixer_forward(mixer: nn.Module, fixes: Fixes, original: Callable) -> Callab
     return forward
 
 
-def _norm_forward(norm: nn.Module, fixes: Fixes) -> Callable:
+def _norm_forward(norm: MambaRMSNorm, fixes: Fixes) -> Callable:
     def forward(hidden_states: torch.Tensor):
         return rmsnorm(norm, hidden_states, fixes.norm)
     return forward
 
 
-def patched_modules(adapter: ModelAdapter) -> list[tuple[str, nn.Module]]:
-    """('mixer' | 'norm', module) for every module the rule replaces, found through the adapter."""
-    modules: list[tuple[str, nn.Module]] = []
-    for layer in range(adapter.n_layers):
-        modules.append(("norm", adapter.attention_norm(layer)))
-        modules.append(("mixer", adapter.mixer(layer)))
-    modules.append(("norm", adapter.final_norm()))
-    return modules
+def mamba_adapter(adapter: ModelAdapter) -> MambaAdapter:
+    """The adapter as the Mamba adapter, after the family check (the Mamba adapter is the one with a mixer)."""
+    _check_family(adapter)
+    if not isinstance(adapter, MambaAdapter):
+        raise InterpscopeError(f"MambaLRP explains state-space (Mamba) models; this {adapter.family} model's "
+                               "adapter is not the Mamba one.")
+    return adapter
+
+
+def patched_modules(adapter: MambaAdapter) -> tuple[list[MambaMixer], list[MambaRMSNorm]]:
+    """The mixers and the RMSNorms (each block's, then the final one) the rule replaces, found through the adapter."""
+    mixers = [adapter.mixer(layer) for layer in range(adapter.n_layers)]
+    norms = [adapter.attention_norm(layer) for layer in range(adapter.n_layers)] + [adapter.final_norm()]
+    return mixers, norms
 
 
 class MambaLRPRule:
@@ -66,13 +75,13 @@ class MambaLRPRule:
 
     @contextmanager
     def _patched(self, adapter: ModelAdapter) -> Iterator[None]:
-        _check_family(adapter)
+        mixers, norms = patched_modules(mamba_adapter(adapter))
         with ExitStack() as stack:
-            for kind, module in patched_modules(adapter):
-                original = type(module).forward.__get__(module)
-                forward = (_mixer_forward(module, self.fixes, original) if kind == "mixer"
-                           else _norm_forward(module, self.fixes))
-                stack.enter_context(override_forward(module, forward))
+            for mixer in mixers:
+                original = type(mixer).forward.__get__(mixer)
+                stack.enter_context(override_forward(mixer, _mixer_forward(mixer, self.fixes, original)))
+            for norm in norms:
+                stack.enter_context(override_forward(norm, _norm_forward(norm, self.fixes)))
             yield
 
     def apply(self, adapter: ModelAdapter):

@@ -33,6 +33,8 @@ class BatchTopKSAE(TopKSAE):
     folder_architecture = "jumprelu"
     activation_fn = "relu"
 
+    threshold: torch.Tensor  # a buffer (register_buffer)
+
     def __init__(self, cfg: SAEConfig, dtype: torch.dtype = torch.float32, seed: int | None = 0):
         super().__init__(cfg, dtype, seed)
         self.register_buffer("threshold", torch.zeros(cfg.d_sae, dtype=dtype))
@@ -65,7 +67,7 @@ class BatchTopKSAE(TopKSAE):
         """ReLU, then the k x rows largest activations of the whole batch; zero elsewhere."""
         acts = torch.relu(pre)
         flat = acts.flatten()
-        keep = min(flat.numel(), int(self.cfg.k) * acts[..., 0].numel())
+        keep = min(flat.numel(), self.top_k * acts[..., 0].numel())
         values, index = flat.topk(keep)
         return torch.zeros_like(flat).scatter(0, index, values).view_as(acts)
 

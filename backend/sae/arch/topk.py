@@ -9,6 +9,8 @@ decoder rows.
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from torch import nn
 
@@ -40,7 +42,7 @@ class TopKSAE(SparseAutoencoder):
     """Exactly the k largest pre-activations survive (then ReLU); AuxK revives dead latents."""
 
     architecture = "topk"
-    aliases = ("topk",)
+    aliases: ClassVar[tuple[str, ...]] = ("topk",)
     short_name = "topk"
     label = "TopK (AuxK)"
     knob = Knob("k", "k (features per token)", 32)
@@ -48,6 +50,8 @@ class TopKSAE(SparseAutoencoder):
     resample_dead = False
     folder_architecture = "topk"
     activation_fn = "topk"
+
+    dead_mask: torch.Tensor  # a buffer (register_buffer)
 
     def __init__(self, cfg: SAEConfig, dtype: torch.dtype = torch.float32, seed: int | None = 0):
         super().__init__(cfg, dtype, seed)
@@ -87,9 +91,16 @@ class TopKSAE(SparseAutoencoder):
         return fold_norms_into_encoder(tensors, ("b_enc",)) if rescale else tensors
 
     # --- inference and training --------------------------------------------------------------------------
+    @property
+    def top_k(self) -> int:
+        """cfg.k, which construction checked (1 <= k <= d_sae)."""
+        if self.cfg.k is None:
+            raise ValueError(f"A {self.label} SAE needs k.")
+        return int(self.cfg.k)
+
     def keep_top(self, pre: torch.Tensor) -> torch.Tensor:
         """ReLU of the k largest entries of each row, zero elsewhere."""
-        values, index = pre.topk(int(self.cfg.k), dim=-1)
+        values, index = pre.topk(self.top_k, dim=-1)
         return torch.zeros_like(pre).scatter(-1, index, torch.relu(values))
 
     def keep_top_in_training(self, pre: torch.Tensor) -> torch.Tensor:
