@@ -2,9 +2,10 @@
 # mypy on the real package: `interpscope` as a folder of links (one per entry of backend/, and components ->
 # components/) under build/typecheck/, so mypy follows every call between the project's modules with its types.
 # (It cannot follow the editable install, whose package-dir mapping lives in an import hook, and checked as
-# backend/ and components/ every `interpscope.*` import would be a missing module, typed Any.)
-# Usable by hand: bash scripts/typecheck.sh [extra mypy options]. Rebuilds only what it made: the link tree and
-# the derived config under build/typecheck/.
+# backend/ and components/ every `interpscope.*` import would be a missing module.)
+# The project's type check: scripts/run-tests.sh runs it; by hand: bash scripts/typecheck.sh [extra mypy options].
+# Works on a fresh clone (creates build/typecheck/); rebuilds only what it made: the link tree and the derived
+# config under build/typecheck/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tree=build/typecheck
