@@ -61,6 +61,7 @@ _LAZY = {
 __all__ = [
     "LoadedModel", "Result", "compare_faithfulness", "document", "explain", "explain_file", "faithfulness", "flow",
     "heldout", "ig_convergence", "list_models", "load", "methods", "predict", "without_timings",
+    "fourier", "neurons", "sae",  # the namespaces (subpackages, imported on first access)
 ]
 # API functions named like a submodule of the package (interpscope.predict, the prediction module): the package
 # attribute is the function; the module stays importable with `from interpscope.predict import ...`.
@@ -94,4 +95,4 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     """The public API (what `__all__` lists), not the module's own machinery."""
-    return sorted([*__all__, *_NAMESPACES])
+    return sorted(__all__)
