@@ -37,7 +37,9 @@ def test_sae_overview_shipped_gated(app_server, browser_page, artefacts):
     exported = json.loads(path.read_text())
     assert exported["architecture"] == "gated" and exported["d_sae"] == 4608
     assert exported["n_tokens"] == 2 * 127  # two 128-token windows, each without its position-0 sink
-    assert len(exported["density"]) == 4608
+    assert exported["schema"] == "interpscope.sae.evaluation"  # the CLI's sae eval --json document
+    histogram = exported["log10_density_histogram"]  # per-feature density is the CSV table's
+    assert len(histogram["edges"]) == len(histogram["counts"]) + 1 and sum(histogram["counts"]) > 0
     with page.expect_download() as download_info:
         page.get_by_role("button", name="PNG").first.click()
     png = artefacts / "sae_overview-export.png"

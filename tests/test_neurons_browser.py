@@ -35,7 +35,9 @@ def test_candidates_scatter_and_export(app_server, browser_page, artefacts):
         page.get_by_role("button", name="JSON").first.click()
     json_path = artefacts / "entropy-candidates-export.json"
     download_info.value.save_as(json_path)
-    rows = json.loads(json_path.read_text())
+    document = json.loads(json_path.read_text())
+    assert document["schema"] == "interpscope.neurons.candidates"  # the CLI's `neurons --json` document
+    rows = document["neurons"]
     assert len(rows) == 1536 and {"layer", "index", "norm", "logit_var", "rho", "unigram_cosine"} <= set(rows[0])
     rhos = [r["rho"] for r in rows]
     assert rhos == sorted(rhos, reverse=True)

@@ -57,7 +57,9 @@ def test_prediction_and_map_render_inline(executed):
 
 
 def test_plotly_js_is_sent_once_per_kernel(executed):
-    figures = [_rich(cell)["text/html"] for cell in executed if "plotly" in _rich(cell).get("text/html", "").lower()]
+    shown = [out.data.get("text/html", "") for cell in executed for out in cell.outputs
+             if out.output_type in ("execute_result", "display_data")]
+    figures = [html for html in shown if "plotly" in html.lower()]
     assert len(figures) >= 2
     bundles = [html.count("plotly.js v") for html in figures]
     assert bundles[0] == 1 and sum(bundles) == 1  # offline, embedded once, never fetched

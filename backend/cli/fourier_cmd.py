@@ -78,8 +78,10 @@ def run_spectrum(args: argparse.Namespace) -> int:
 def run_filter(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from interpscope.fourier.data import check_template
     from interpscope.fourier.probe import TABLE_CONFIGS, run_filters
 
+    check_template(args.template)  # a bad template is one line before any model loads or progress bar starts
     scale = scale_from_args(args)
     lm = load_from_args(args)
     from interpscope.scale.memory import resolve_batch_size
