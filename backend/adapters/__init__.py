@@ -4,16 +4,22 @@ from __future__ import annotations
 from torch import nn
 
 from interpscope.adapters.base import FoldedNorm, HookSpec, ModelAdapter, NormSpec
-from interpscope.adapters.gemma import GemmaAdapter
+from interpscope.adapters.gemma import Gemma2Adapter, GemmaAdapter
 from interpscope.adapters.gpt2 import GPT2Adapter
 from interpscope.adapters.llama import LlamaAdapter
 from interpscope.adapters.mamba import MambaAdapter
+from interpscope.adapters.moe import MixtralAdapter, OlmoeAdapter, Qwen2MoeAdapter, Qwen3MoeAdapter
 from interpscope.adapters.neox import NeoXAdapter
 from interpscope.adapters.olmo import OlmoAdapter
+from interpscope.adapters.phi3 import Phi3Adapter
+from interpscope.adapters.t5 import T5Adapter
+from interpscope.adapters.vit import ViTAdapter
 from interpscope.config import InterpscopeError
 
 ADAPTERS: list[type[ModelAdapter]] = [LlamaAdapter, GemmaAdapter, OlmoAdapter, GPT2Adapter, NeoXAdapter,
-                                      MambaAdapter]
+                                      MambaAdapter,
+                                      MixtralAdapter, Qwen2MoeAdapter, Qwen3MoeAdapter, OlmoeAdapter, Phi3Adapter,
+                                      Gemma2Adapter, T5Adapter, ViTAdapter]
 
 
 def register_adapter(adapter_cls: type[ModelAdapter]) -> type[ModelAdapter]:
@@ -30,6 +36,14 @@ def family_of(model_type: str) -> str | None:
     return None
 
 
+def modality_of(model_type: str) -> str | None:
+    """What a HF config.model_type's family reads ("text" or "image"), or None when unsupported."""
+    for adapter_cls in ADAPTERS:
+        if model_type in adapter_cls.model_types:
+            return adapter_cls.modality
+    return None
+
+
 def get_adapter(model: nn.Module) -> ModelAdapter:
     """The adapter for a loaded Hugging Face causal LM."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
@@ -40,5 +54,5 @@ def get_adapter(model: nn.Module) -> ModelAdapter:
     raise InterpscopeError(f"Unsupported model type {model_type!r}. Supported: {', '.join(supported)}.")
 
 
-__all__ = ["ADAPTERS", "FoldedNorm", "HookSpec", "ModelAdapter", "NormSpec", "family_of", "get_adapter",
+__all__ = ["ADAPTERS", "FoldedNorm", "HookSpec", "ModelAdapter", "NormSpec", "family_of", "get_adapter", "modality_of",
            "register_adapter"]

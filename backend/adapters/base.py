@@ -99,6 +99,8 @@ class ModelAdapter:
     gated_mlp: bool = False
     parallel_residual: bool = False
     lrp_exact: bool = True  # False when the family computes something no LRP rule covers (e.g. clamped q/k/v)
+    modality: str = "text"  # what the model reads: "text" (token ids) or "image" (pixels: ViT, DeiT)
+    final_logit_softcap: float | None = None  # logits = cap * tanh(raw / cap) after the unembedding (Gemma 2)
 
     def __init__(self, model: nn.Module):
         # A Hugging Face causal LM. Adapters walk its submodules by attribute name (model.model.layers), which torch
@@ -194,6 +196,28 @@ class ModelAdapter:
 
     def mlp_up(self, layer: int) -> nn.Module | None:
         """Gated MLPs only: the linear branch multiplied with the activated gate."""
+        return None
+
+    def mlp_activations(self, layer: int) -> list[nn.Module]:
+        """Every elementwise nonlinearity of the layer's MLPs that a rule wraps: the MLP's own, plus any extra MLP a
+        family runs beside it (a mixture of experts' shared expert)."""
+        activation = self.mlp_activation(layer)
+        return [] if activation is None else [activation]
+
+    def mlp_up_parts(self, layer: int) -> list[tuple[nn.Module, torch.Tensor | None]]:
+        """Gated MLPs: each module holding the linear branch, with the output-feature indices of that branch (None:
+        all of its output). A fused gate/up projection (Phi-3's gate_up_proj) names only its up half, so the uniform
+        rule of the gated product scales the up half and leaves the gate half to the activation's rule."""
+        up = self.mlp_up(layer)
+        return [] if up is None else [(up, None)]
+
+    def multiplicative_gates(self, layer: int) -> list[nn.Module]:
+        """Modules whose output only gates another branch by multiplication (Qwen2-MoE's sigmoid shared-expert
+        gate): both LRP methods detach them, so relevance follows the gated branch."""
+        return []
+
+    def experts(self, layer: int) -> nn.Module | None:
+        """A mixture of experts' fused experts module (all experts' weights as 3D tensors), or None (dense layer)."""
         return None
 
     def attention_output_norm(self, layer: int) -> nn.Module | None:

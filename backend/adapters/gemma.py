@@ -1,7 +1,6 @@
 """Gemma family: Llama's layout with RMSNorm scaling by (1 + weight), GELU-tanh gated MLPs, embeddings scaled by
 sqrt(d_model) inside the embedding module, and (Gemma 3) 'sandwich' norms on each sub-layer's output plus query/key
-norms. Gemma 2, whose logits and attention scores are soft-capped by tanh, is not claimed: no LRP rule covers the
-caps.
+norms. Gemma 2 (Gemma2Adapter) adds tanh soft-caps on the logits and on the attention scores.
 """
 from __future__ import annotations
 
@@ -28,3 +27,23 @@ class GemmaAdapter(LlamaAdapter):
 
     def mlp_output_norm(self, layer: int) -> nn.Module | None:
         return self._block(layer).post_feedforward_layernorm if self._sandwich(layer) else None
+
+
+class Gemma2Adapter(GemmaAdapter):
+    """Gemma 2: sandwich norms like Gemma 3 (no query/key norms), logits soft-capped as cap * tanh(raw / cap) and
+    attention scores soft-capped the same way before the softmax.
+
+    The logit cap is covered exactly: the rules give it the identity rule of an elementwise nonlinearity (the raw
+    logit receives the capped logit as relevance; interpscope.relevance.gates.LogitSoftcapRule). The attention cap
+    sits between q.k and the softmax: CP-LRP sends no relevance through q and k, so it never meets the cap, while
+    AttnLRP propagates through it with its native gradient, and what that loses is booked with the softmax share
+    (the conservation readout's per-layer softmax term is everything that leaves between the heads and q/k/v).
+    """
+
+    family = "gemma2"
+    model_types = ("gemma2",)
+
+    def __init__(self, model: nn.Module):
+        super().__init__(model)
+        cap = getattr(self.config, "final_logit_softcapping", None)
+        self.final_logit_softcap = float(cap) if cap else None

@@ -17,7 +17,9 @@ import torch
 from torch import nn
 
 from interpscope.adapters import ModelAdapter
+from interpscope.adapters.base import weight_of
 from interpscope.capture import model_lock, scoped
+from interpscope.relevance.gates import gate_rules
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -175,8 +177,8 @@ class ActivationRule:
         return _replace_first(output, _LinearRule.apply(x, activated, factor, None, False))
 
     def apply(self, adapter: ModelAdapter):
-        modules = [adapter.mlp_activation(layer) for layer in range(adapter.n_layers)]
-        return output_hooks([(m, self._hook) for m in modules if m is not None])
+        modules = [m for layer in range(adapter.n_layers) for m in adapter.mlp_activations(layer)]
+        return output_hooks([(m, self._hook) for m in modules])
 
 
 class OutputGradScale:
@@ -229,11 +231,20 @@ def qkv_scale(q: float, k: float, v: float) -> OutputGradScale:
 
 
 def mlp_up_scale(factor: float) -> OutputGradScale:
-    """Gradient factor on the linear branch of a gated MLP (uniform rule: 0.5)."""
+    """Gradient factor on the linear branch of a gated MLP (uniform rule: 0.5); on a fused gate/up projection only
+    the up half's output indices (adapter.mlp_up_parts) are scaled."""
 
     def select(adapter: ModelAdapter) -> list[tuple[nn.Module, torch.Tensor]]:
-        ups = [adapter.mlp_up(layer) for layer in range(adapter.n_layers)]
-        return [(up, torch.tensor([factor], dtype=torch.float64)) for up in ups if up is not None]
+        chosen = []
+        for layer in range(adapter.n_layers):
+            for up, index in adapter.mlp_up_parts(layer):
+                if index is None:
+                    chosen.append((up, torch.tensor([factor], dtype=torch.float64)))
+                else:
+                    scale = torch.ones(int(weight_of(up).shape[0]), dtype=torch.float64)
+                    scale[index] = factor
+                    chosen.append((up, scale))
+        return chosen
 
     return OutputGradScale(f"mlp-up-scale({factor})", select)
 
@@ -245,14 +256,14 @@ def attnlrp_rules(adapter: ModelAdapter) -> list[Rule]:
         rules += [ActivationRule(0.5), mlp_up_scale(0.5)]
     else:
         rules.append(ActivationRule(1.0))
-    return rules
+    return rules + gate_rules(adapter, attnlrp=True)
 
 
 def cplrp_rules(adapter: ModelAdapter) -> list[Rule]:
     """CP-LRP: as AttnLRP but q and k detached (no relevance through the softmax) and the gate detached."""
     rules: list[Rule] = [NormRule(), qkv_scale(0.0, 0.0, 1.0)]
     rules.append(ActivationRule(0.0) if adapter.gated_mlp else ActivationRule(1.0))
-    return rules
+    return rules + gate_rules(adapter, attnlrp=False)
 
 
 @contextmanager
