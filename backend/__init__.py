@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         compare_faithfulness,
         explain,
         explain_file,
+        explain_seq2seq,
         faithfulness,
         flow,
         heldout,
@@ -51,6 +52,7 @@ _LAZY = {
     "ig_convergence": "interpscope.api",
     "heldout": "interpscope.api",
     "explain_file": "interpscope.api",
+    "explain_seq2seq": "interpscope.api",
     "flow": "interpscope.api",
     "LoadedModel": "interpscope.models.loading",
     "Result": "interpscope.results",
@@ -59,8 +61,8 @@ _LAZY = {
 }
 
 __all__ = [
-    "LoadedModel", "Result", "compare_faithfulness", "document", "explain", "explain_file", "faithfulness", "flow",
-    "heldout", "ig_convergence", "list_models", "load", "methods", "predict", "without_timings",
+    "LoadedModel", "Result", "compare_faithfulness", "document", "explain", "explain_file", "explain_seq2seq",
+    "faithfulness", "flow", "heldout", "ig_convergence", "list_models", "load", "methods", "predict", "without_timings",
     "fourier", "neurons", "sae",  # the namespaces (subpackages, imported on first access)
 ]
 # API functions named like a submodule of the package (interpscope.predict, the prediction module): the package

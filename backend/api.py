@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from interpscope.relevance.file_attribution import FileRun
     from interpscope.relevance.flow import InformationFlow
     from interpscope.relevance.heldout import FaithfulnessComparison, HeldoutResult, TextFaithfulness
+    from interpscope.relevance.seq2seq import Seq2SeqRelevance
     from interpscope.relevance.targets import Target
 
 
@@ -158,3 +159,17 @@ def flow(lm: LoadedModel, text: str, *, target: str | int | None = None,
     from interpscope.relevance.flow import information_flow
 
     return information_flow(lm, text, token=target, contrast=contrast, prepend_bos=prepend_bos).at(threshold)
+
+
+def explain_seq2seq(lm: LoadedModel, text: str, decoder_text: str | None = None, method: str = "attnlrp", *,
+                    target: str | int | None = None, contrast: tuple[str | int, str | int] | None = None,
+                    **options: Any) -> Seq2SeqRelevance:
+    """Encoder-decoders (T5, Flan-T5): relevance of the next decoder token after the decoder prefix `decoder_text`
+    (none: the first decoder token) over the source `text` and the decoder input (start token + prefix), with
+    attnlrp, cplrp, gradxinput or ig (options: ig_steps, baseline). Schema interpscope.relevance_seq2seq; = the
+    relevance page's export for an encoder-decoder and `interpscope explain --text SRC --decoder-text PREFIX --json`."""
+    from interpscope.relevance.methods import MethodOptions
+    from interpscope.relevance.seq2seq import explain_seq2seq as explain_pair
+
+    return explain_pair(lm, text, decoder_text, method, token=target, contrast=contrast,
+                        options=MethodOptions(**options) if options else None)

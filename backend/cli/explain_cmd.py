@@ -47,6 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help="put the model's BOS token before the text so the first word is explained like any "
                               "other (default: on where the tokenizer adds no BOS itself, e.g. SmolLM2)")
     add_method_options(explain)  # each registered method's own options (--ig-steps, --baseline, ...)
+    from interpscope.cli.explain_seq2seq import add_arguments as add_seq2seq
+
+    add_seq2seq(explain)  # --decoder-text: encoder-decoders (T5)
     whole = explain.add_argument_group("a whole file (--file F --all-rows --out DIR)")
     whole.add_argument("--all-rows", action="store_true",
                        help="explain every row of --file (resumable; writes rows, aggregates, a tidy CSV and figures)")
@@ -91,6 +94,9 @@ def run_explain(args: argparse.Namespace) -> int:
     from interpscope.inputs import check_text
     from interpscope.relevance.api import explain
 
+    if args.decoder_text is not None and (args.all_rows or args.out or explain_faithfulness.wants_faithfulness(args)):
+        raise InterpscopeError("--decoder-text explains one source text of an encoder-decoder; it does not go with "
+                               "--all-rows or --faithfulness.")
     if explain_faithfulness.wants_faithfulness(args):
         text = None if args.set else check_text(_text_from_args(args))
         return explain_faithfulness.run(args, text, _options(args), load_from_args, _default_method)
@@ -102,6 +108,10 @@ def run_explain(args: argparse.Namespace) -> int:
     check_out_file(args.png, "--png")
     check_out_file(args.json, "--json")
     lm = load_from_args(args)
+    if lm.is_encoder_decoder or args.decoder_text is not None:  # refused there for a decoder-only model
+        from interpscope.cli.explain_seq2seq import run as run_seq2seq
+
+        return run_seq2seq(args, lm, text)
     if args.method is None:
         args.method = _default_method(lm)
     result = explain(lm, text, args.method, token=args.target_token,

@@ -28,7 +28,8 @@ def decode_text(tokenizer: PreTrainedTokenizerBase, ids, skip_special_tokens: bo
 
 @dataclass
 class LoadedModel:
-    """A loaded causal LM with its tokenizer, adapter, and the facts a model card shows."""
+    """A loaded causal LM (or encoder-decoder: is_encoder_decoder) with its tokenizer, adapter, and the facts a model
+    card shows."""
 
     name: str
     model: torch.nn.Module
@@ -42,6 +43,12 @@ class LoadedModel:
     @property
     def family(self) -> str:
         return self.adapter.family
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        """An encoder-decoder (T5): text goes to the encoder, the explained token is the decoder's
+        (interpscope.relevance.seq2seq); decoder-only views do not apply."""
+        return bool(getattr(self.model.config, "is_encoder_decoder", False))
 
     @property
     def context_length(self) -> int | None:

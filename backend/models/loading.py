@@ -65,9 +65,13 @@ def _from_pretrained(location: str, device: torch.device, dtype: torch.dtype, lo
         check_weight_files(weights_folder)  # pickles refused, damaged safetensors named, before anything is opened
     from safetensors import SafetensorError
 
+    model_class = AutoModelForCausalLM
+    if getattr(config, "is_encoder_decoder", False):  # T5 / Flan-T5: its adapter serves the seq2seq relevance
+        with _IMPORT_LOCK:
+            from transformers import AutoModelForSeq2SeqLM
+        model_class = AutoModelForSeq2SeqLM
     try:
-        model = AutoModelForCausalLM.from_pretrained(location, config=config, dtype=dtype, use_safetensors=True,
-                                                     **kwargs)
+        model = model_class.from_pretrained(location, config=config, dtype=dtype, use_safetensors=True, **kwargs)
     except SafetensorError as err:
         raise InterpscopeError(f"The weights of {location} are not readable safetensors ({err}).") from None
     check_finite_weights(model)
