@@ -103,6 +103,10 @@ class Result:
     def figure(self):  # -> plotly.graph_objects.Figure
         raise NotImplementedError(f"{type(self).__name__} has no figure")
 
+    def panel(self, name: str, data: Any) -> Panel:
+        """One part of this result (a histogram, a top-k list) as its own document, naming this result's schema."""
+        return Panel(of=self.SCHEMA, panel=name, data=data)
+
     def _repr_html_(self) -> str:
         """Inline in Jupyter: the figure, or else the table. Offline: plotly.js (~4.6 MB) is embedded in the first
         figure a kernel shows and reused by the later ones (as plotly's own notebook renderer does), never fetched."""
@@ -117,6 +121,63 @@ class Result:
 
 
 _PLOTLY_JS_SHOWN = False  # whether this process already sent plotly.js to its notebook
+
+
+def rows_of(data: Any) -> list[dict[str, Any]]:
+    """A tidy table for plain data: a DataFrame's records, a list of records, a dict of equal-length columns, else
+    flattened key/value rows (`key` a dotted path)."""
+    if hasattr(data, "to_dict") and hasattr(data, "columns"):  # a pandas DataFrame
+        return [{str(k): to_plain(v) for k, v in row.items()} for row in data.to_dict(orient="records")]
+    plain = to_plain(data)
+    if isinstance(plain, list) and plain and all(isinstance(row, dict) for row in plain):
+        return plain
+    if isinstance(plain, dict) and plain and all(isinstance(v, list) for v in plain.values()) and \
+            len({len(v) for v in plain.values()}) == 1:
+        names = list(plain)
+        return [dict(zip(names, values, strict=True)) for values in zip(*plain.values(), strict=True)]
+    return [{"key": key, "value": json.dumps(value) if isinstance(value, list) else value}
+            for key, value in _flatten(plain)]
+
+
+def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(value, dict):
+        rows: list[tuple[str, Any]] = []
+        for key, inner in value.items():
+            rows.extend(_flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
+        return rows
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        rows = []
+        for i, inner in enumerate(value):
+            rows.extend(_flatten(inner, f"{prefix}[{i}]"))
+        return rows
+    return [(prefix or "value", value)]
+
+
+@dataclasses.dataclass
+class Panel(Result):
+    """One panel of a larger result, exported on its own (a feature card's histogram, a page's top-k bars): the
+    panel's data under `data`, with `of` naming the schema of the result it is part of and `panel` which part.
+    The whole result's own document is the export of its main figure (and its CLI's --json)."""
+
+    of: str
+    panel: str
+    data: Any
+
+    SCHEMA = "interpscope.panel"
+    SCHEMA_VERSION = 1
+
+    def __post_init__(self) -> None:
+        if not self.of.startswith("interpscope."):
+            raise ValueError(f"Panel.of must be a result schema (interpscope.*), not {self.of!r}")
+
+    def payload(self) -> dict[str, Any]:
+        data = self.data
+        if hasattr(data, "to_dict") and hasattr(data, "columns"):  # a DataFrame: its records
+            data = rows_of(data)
+        return {"of": self.of, "panel": self.panel, "data": to_plain(data)}
+
+    def tidy(self) -> list[dict[str, Any]]:
+        return rows_of(self.data)
 
 
 def drop_absent(value: Any) -> Any:

@@ -7,15 +7,13 @@ when its button is clicked (deferred download), so the page itself never pays fo
 from __future__ import annotations
 
 import io
-import json
 import threading
 from functools import partial
-from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from interpscope.results import to_json, to_plain
+from interpscope.results import Result, rows_of, to_json
 
 IMAGE_FORMATS = ("png", "svg", "pdf")
 MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf", "html": "text/html",
@@ -54,52 +52,33 @@ def figure_bytes(fig: go.Figure, fmt: str, scale: float = 2.0) -> bytes:
                                 width=fig.layout.width or 1000, height=fig.layout.height or 550)
 
 
-def data_json(data: Any) -> bytes:
+def data_json(data: Result) -> bytes:
     """The page's JSON export: the same document as the CLI's --json and the API's `to_dict()`."""
     return to_json(data).encode("utf-8")
 
 
-def data_csv(data: Any) -> bytes:
-    """A tidy table for the data: a result's own rows (its `tidy()`: one row per token, feature, ...), DataFrames as
-    they are, lists of records, dicts of equal-length columns, otherwise flattened key/value rows."""
+def data_csv(data: Result) -> bytes:
+    """The result's tidy table (its `table_rows()`: one row per token, feature, ...) as CSV."""
     import pandas as pd
 
-    if callable(getattr(data, "tidy", None)):
-        frame = pd.DataFrame(to_plain(data.tidy()))
-    elif isinstance(data, pd.DataFrame):
-        frame = data
-    else:
-        plain = to_plain(data)
-        if isinstance(plain, list) and plain and all(isinstance(row, dict) for row in plain):
-            frame = pd.DataFrame(plain)
-        elif isinstance(plain, dict) and plain and all(isinstance(v, list) for v in plain.values()) and \
-                len({len(v) for v in plain.values()}) == 1:
-            frame = pd.DataFrame(plain)
-        else:
-            frame = pd.DataFrame(_flatten(plain), columns=["key", "value"])
+    try:
+        frame = data.to_frame()
+    except NotImplementedError:  # a result without a table of its own: its document as key/value rows
+        frame = pd.DataFrame(rows_of(data.to_dict()))
     buffer = io.StringIO()
     frame.to_csv(buffer, index=False)
     return buffer.getvalue().encode("utf-8")
 
 
-def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if isinstance(value, dict):
-        rows: list[tuple[str, Any]] = []
-        for key, inner in value.items():
-            rows.extend(_flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
-        return rows
-    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
-        rows = []
-        for i, inner in enumerate(value):
-            rows.extend(_flatten(inner, f"{prefix}[{i}]"))
-        return rows
-    return [(prefix or "value", json.dumps(value) if isinstance(value, list) else value)]
-
-
-def export_menu(fig: go.Figure | None, data: Any, key: str, filename: str) -> None:
-    """A row of download buttons: figure (PNG, SVG, PDF, HTML) and data (JSON, CSV)."""
+def export_menu(fig: go.Figure | None, data: Result | None, key: str, filename: str) -> None:
+    """A row of download buttons: figure (PNG, SVG, PDF, HTML) and data (JSON, CSV). The data is always a Result
+    (one document with a schema and version): a whole result, or one part of it as `result.panel(name, data)` /
+    `Panel(of=schema, panel=name, data=...)`."""
     import streamlit as st
 
+    if data is not None and not isinstance(data, Result):
+        raise TypeError(f"export_menu({key!r}) takes a Result, not {type(data).__name__}: wrap a part of a result as "
+                        "result.panel(name, data) or interpscope.results.Panel(of=schema, panel=name, data=data)")
     formats = (["png", "svg", "pdf", "html"] if fig is not None else []) + (["json", "csv"] if data is not None else [])
     if not formats:
         return

@@ -62,7 +62,8 @@ def node_detail(lm: LoadedModel, flow: InformationFlow, text: str, node_id: str)
                                      lambda: attention_pattern(lm, text, node.layer, node.index))
         fig = attention_figure(tokens, pattern, f"Attention pattern of head L{node.layer}.H{node.index}")
         st.plotly_chart(fig, key="flow-attention")
-        export_menu(fig, {"tokens": tokens, "pattern": pattern}, key="flow-attention",
+        export_menu(fig, flow.panel(f"attention_L{node.layer}H{node.index}", {"tokens": tokens, "pattern": pattern}),
+                    key="flow-attention",
                     filename=f"attention-L{node.layer}H{node.index}")
     elif node.kind == "mlp":
         neurons = [n for n in flow.top_neurons if n["layer"] == node.layer][:10]

@@ -24,6 +24,7 @@ from interpscope.relevance.api import (
 )
 from interpscope.relevance.heldout import compare_faithfulness
 from interpscope.relevance.methods import MethodOptions, get_method, methods_for
+from interpscope.results import Panel
 from interpscope.uploads import parse_examples
 from pages._common import (
     Param,
@@ -125,16 +126,17 @@ def continuation_view(lm: LoadedModel, text: str, n_new: int, method: str, label
     st.markdown("**Continuation:** " + repr("".join(generated)))
     fig = continuation_figure(generated, sequence, matrix.matrix, "Relevance of each token for each generated token")
     st.plotly_chart(fig, key="relevance-continuation")
-    export_menu(fig, {"generated": generated, "sequence": sequence, "matrix": matrix.matrix,
-                      "logits": matrix.logits}, key="continuation", filename="relevance-continuation")
+    export_menu(fig, Panel(of="interpscope.relevance", panel="continuation", data={
+        "method": chosen, "generated": generated, "sequence": sequence, "matrix": matrix.matrix,
+        "logits": matrix.logits}), key="continuation", filename="relevance-continuation")
 
 
 def latent_view(result: RelevanceResult) -> None:
     st.subheader("Inside the model")
     fig = latent_figure(result.tokens, result.latent.residual, "Residual-stream relevance, layers x tokens")
     st.plotly_chart(fig, key="relevance-latent-fig")
-    export_menu(fig, {"tokens": result.tokens, "residual": result.latent.residual}, key="latent",
-                filename="relevance-latent")
+    export_menu(fig, result.panel("latent_residual", {"tokens": result.tokens, "residual": result.latent.residual}),
+                key="latent", filename="relevance-latent")
     tops = [(kind, rows) for kind, rows in (
         ("heads", [(f"L{h['layer']}.H{h['head']}", h) for h in top_heads(result.latent, 10)]),
         ("neurons", [(f"L{n['layer']}.N{n['neuron']}", n) for n in top_neurons(result.latent, 10)])) if rows]
@@ -143,7 +145,8 @@ def latent_view(result: RelevanceResult) -> None:
             title = "Top attention heads" if kind == "heads" else "Top MLP neurons"
             fig = top_bar([name for name, _ in rows], [row["relevance"] for _, row in rows], title, kind[:-1])
             st.plotly_chart(fig, key=f"relevance-{kind}")
-            export_menu(fig, [row for _, row in rows], key=kind, filename=f"relevance-top-{kind}")
+            export_menu(fig, result.panel(f"top_{kind}", [row for _, row in rows]), key=kind,
+                        filename=f"relevance-top-{kind}")
 
 
 def faithfulness_view(lm: LoadedModel, run: dict, labels: dict) -> None:

@@ -92,6 +92,11 @@ def test_explain_file_rows(capsys, tmp_path, bundled_lm):
     (["--text", TEXT, "--target-token", " Pemberley Hall"], "tokens"),
     (["--text", TEXT, "--png", "out.gif"], ".png, .svg or .pdf"),
     (["--text", TEXT, "--row", "2"], "--row goes with --file"),
+    (["--text", TEXT, "--compare"], "--compare goes with --faithfulness"),
+    (["--text", TEXT, "--ig-convergence", "--faithfulness"], "takes no --faithfulness"),
+    (["--sample", "3"], "--sample goes with --faithfulness"),
+    (["--sample", "3", "--faithfulness", "--target-token", " the"], "takes no --target-token"),
+    (["--text", TEXT, "--faithfulness", "--compare", "--methods", "lime"], "does not serve lime"),
 ])
 def test_explain_bad_input(capsys, bundled_lm, argv, message):
     code, stdout, stderr = run_cli(capsys, "explain", *argv)
@@ -108,6 +113,13 @@ def test_explain_bad_files(capsys, tmp_path, bundled_lm):
     table.write_text("text\nhello there\n", encoding="utf-8")
     code, _, stderr = run_cli(capsys, "explain", "--file", str(table), "--row", "5")
     assert code == 2 and "out of range" in stderr
+
+
+def test_a_batch_over_the_pages_cap_is_refused_not_cut(capsys, tmp_path):
+    many = tmp_path / "many.txt"
+    many.write_text("".join(f"line {i} of the file\n" for i in range(201)), encoding="utf-8")
+    code, _, stderr = run_cli(capsys, "explain", "--file", str(many), "--all-rows", "--faithfulness")
+    assert code == 2 and "at most 200 texts" in stderr and "201" in stderr
 
 
 def test_unknown_method_is_a_usage_error():

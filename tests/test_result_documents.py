@@ -222,7 +222,8 @@ def test_faithfulness_curves_are_one_document(capsys, exports, bundled_lm):
     at.button(key="relevance-faith").click().run()
     assert not at.exception, at.exception
     comparison = interpscope.compare_faithfulness(bundled_lm, SHORT).to_dict()
-    same(exports["curves"], comparison)
+    every = cli_document(capsys, "explain", "--faithfulness", "--compare", "--text", SHORT, "--json", "-")
+    same(exports["curves"], comparison, every)
     assert comparison["schema"] == "interpscope.faithfulness_comparison"
     gradxinput = next(c for c in comparison["curves"] if c["method"] == "gradxinput")
     assert without_timings(gradxinput) == without_timings({k: v for k, v in cli.items()
@@ -243,15 +244,37 @@ def test_heldout_table_is_one_document(capsys, exports, bundled_lm):
 
 
 @pytest.mark.bundled
-def test_ig_convergence_is_one_document(exports, bundled_lm):
+def test_ig_convergence_is_one_document(capsys, exports, bundled_lm):
     at = open_page("pages/relevance.py", **{"relevance-text": SHORT, "relevance-method": "ig"})
     at.button(key="relevance-run").click().run()
     at.button(key="relevance-ig-run").click().run()
     assert not at.exception, at.exception
     api = interpscope.ig_convergence(bundled_lm, SHORT)
-    same(exports["ig-convergence"], api.to_dict())
+    cli = cli_document(capsys, "explain", "--ig-convergence", "--text", SHORT, "--json", "-")
+    same(exports["ig-convergence"], api.to_dict(), cli)
     assert api.to_dict()["schema"] == "interpscope.ig_convergence"
     assert list(api.to_frame()["steps"]) == [r["steps"] for r in api.rows]
+
+
+@pytest.mark.bundled
+def test_batch_faithfulness_is_one_document(capsys, exports, bundled_lm, tmp_path):
+    data = b"She smiled at\nHe walked to the\n"
+    path = tmp_path / "batch.txt"
+    path.write_bytes(data)
+    at = open_page("pages/relevance.py")
+    at.radio(key="relevance-batch-source").set_value("Upload a file").run()
+    at.file_uploader(key="relevance-batch-upload").set_value(("batch.txt", data, "text/plain")).run()
+    at.multiselect(key="relevance-batch-methods").set_value(["attnlrp", "cplrp"]).run()
+    at.button(key="relevance-batch-run").click().run()
+    assert not at.exception, at.exception
+    from interpscope.relevance.api import faithfulness_batch
+
+    api = faithfulness_batch(bundled_lm, ["She smiled at", "He walked to the"], ["attnlrp", "cplrp"]).to_dict()
+    cli = cli_document(capsys, "explain", "--file", str(path), "--all-rows", "--faithfulness", "--methods", "attnlrp",
+                       "cplrp", "--json", "-")
+    same(exports["batch"], api, cli)
+    assert cli["schema"] == "interpscope.faithfulness_batch" and cli["n_texts"] == 2
+    assert set(cli["mean_abpc"]) == {"attnlrp", "cplrp"}
 
 
 @pytest.mark.bundled

@@ -146,10 +146,12 @@ def test_relevance_curves_csv_is_one_row_per_point():
 
     from interpscope.components.export import data_csv
     from interpscope.components.relevance_charts import curve_rows
+    from interpscope.results import Panel
 
     curves = {"AttnLRP": (np.array([0.0, 0.5, 1.0]), np.array([3.0, 1.0, 0.0]), np.array([3.0, 2.5, 0.0]), 0.7),
               "CP-LRP": (np.array([0.0, 1.0]), np.array([2.0, 0.0]), np.array([2.0, 1.0]), 0.4)}
-    rows = list(csv.DictReader(io.StringIO(data_csv(curve_rows(curves)).decode())))
+    rows = list(csv.DictReader(io.StringIO(data_csv(Panel(of="interpscope.faithfulness_comparison", panel="curves",
+                                                           data=curve_rows(curves))).decode())))
     assert [r["method"] for r in rows] == ["AttnLRP"] * 3 + ["CP-LRP"] * 2
     assert set(rows[0]) == {"method", "fraction_removed", "morf", "lerf", "abpc"}
     assert [float(r["morf"]) for r in rows[:3]] == [3.0, 1.0, 0.0] and float(rows[4]["lerf"]) == 1.0

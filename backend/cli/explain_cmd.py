@@ -31,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--text", help="the text to explain")
     source.add_argument("--file", help="a .txt/.md file (whole file, or one line with --row), .csv (text column) "
                                        "or .jsonl (\"text\" field)")
+    source.add_argument("--image", help="a PNG or JPEG image, for a ViT/DeiT image classifier (see --target-class)")
     explain.add_argument("--row", type=non_negative_int, default=None,
                          help="which example of --file (0-based; default 0)")
     from interpscope.relevance import method_names
@@ -60,6 +61,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from interpscope.cli.explain_faithfulness import add_arguments as add_faithfulness
 
     add_faithfulness(explain, source)
+    from interpscope.cli.explain_checks import add_arguments as add_checks
+
+    add_checks(explain, source)
+    from interpscope.cli.explain_image import add_arguments as add_image
+
+    add_image(explain)  # --target-class, --reference, --patch-flipping: images (ViT, DeiT)
     explain.set_defaults(func=run_explain)
 
 
@@ -90,13 +97,20 @@ def _text_from_args(args: argparse.Namespace) -> str:
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    from interpscope.cli import explain_faithfulness
+    from interpscope.cli import explain_checks, explain_faithfulness
     from interpscope.inputs import check_text
     from interpscope.relevance.api import explain
 
+    if args.image is not None:
+        from interpscope.cli.explain_image import run as run_image
+
+        return run_image(args)
     if args.decoder_text is not None and (args.all_rows or args.out or explain_faithfulness.wants_faithfulness(args)):
         raise InterpscopeError("--decoder-text explains one source text of an encoder-decoder; it does not go with "
                                "--all-rows or --faithfulness.")
+    if explain_checks.wanted(args):
+        return explain_checks.run(args, lambda: check_text(_text_from_args(args)), load_from_args, _default_method,
+                                  read_input_bytes)
     if explain_faithfulness.wants_faithfulness(args):
         text = None if args.set else check_text(_text_from_args(args))
         return explain_faithfulness.run(args, text, _options(args), load_from_args, _default_method)
