@@ -17,10 +17,11 @@ imports streamlit.
 """
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import TYPE_CHECKING, Any
+
+from interpscope.lazy import lazy_names
 
 if TYPE_CHECKING:
     from interpscope.api import (
@@ -84,15 +85,7 @@ sys.modules[__name__].__class__ = _Package
 _NAMESPACES = ("sae", "neurons", "fourier")
 
 
-def __getattr__(name: str) -> Any:
-    if name in _NAMESPACES:
-        return importlib.import_module(f"{__name__}.{name}")  # the import binds it on the package
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'interpscope' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later look-ups skip __getattr__
-    return value
+__getattr__, _ = lazy_names(__name__, {**_LAZY, **{name: f"{__name__}.{name}" for name in _NAMESPACES}})
 
 
 def __dir__() -> list[str]:

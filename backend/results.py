@@ -105,7 +105,7 @@ class Result:
 
     def panel(self, name: str, data: Any) -> Panel:
         """One part of this result (a histogram, a top-k list) as its own document, naming this result's schema."""
-        return Panel(of=self.SCHEMA, panel=name, data=data)
+        return Panel(of=self.SCHEMA, part=name, data=data)
 
     def _repr_html_(self) -> str:
         """Inline in Jupyter: the figure, or else the table. Offline: plotly.js (~4.6 MB) is embedded in the first
@@ -156,11 +156,11 @@ def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
 @dataclasses.dataclass
 class Panel(Result):
     """One panel of a larger result, exported on its own (a feature card's histogram, a page's top-k bars): the
-    panel's data under `data`, with `of` naming the schema of the result it is part of and `panel` which part.
+    panel's data under `data`, with `of` naming the schema of the result it is part of and `part` which part.
     The whole result's own document is the export of its main figure (and its CLI's --json)."""
 
     of: str
-    panel: str
+    part: str
     data: Any
 
     SCHEMA = "interpscope.panel"
@@ -174,7 +174,7 @@ class Panel(Result):
         data = self.data
         if hasattr(data, "to_dict") and hasattr(data, "columns"):  # a DataFrame: its records
             data = rows_of(data)
-        return {"of": self.of, "panel": self.panel, "data": to_plain(data)}
+        return {"of": self.of, "part": self.part, "data": to_plain(data)}
 
     def tidy(self) -> list[dict[str, Any]]:
         return rows_of(self.data)

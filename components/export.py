@@ -73,12 +73,12 @@ def data_csv(data: Result) -> bytes:
 def export_menu(fig: go.Figure | None, data: Result | None, key: str, filename: str) -> None:
     """A row of download buttons: figure (PNG, SVG, PDF, HTML) and data (JSON, CSV). The data is always a Result
     (one document with a schema and version): a whole result, or one part of it as `result.panel(name, data)` /
-    `Panel(of=schema, panel=name, data=...)`."""
+    `Panel(of=schema, part=name, data=...)`."""
     import streamlit as st
 
     if data is not None and not isinstance(data, Result):
         raise TypeError(f"export_menu({key!r}) takes a Result, not {type(data).__name__}: wrap a part of a result as "
-                        "result.panel(name, data) or interpscope.results.Panel(of=schema, panel=name, data=data)")
+                        "result.panel(name, data) or interpscope.results.Panel(of=schema, part=name, data=data)")
     formats = (["png", "svg", "pdf", "html"] if fig is not None else []) + (["json", "csv"] if data is not None else [])
     if not formats:
         return

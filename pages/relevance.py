@@ -126,7 +126,7 @@ def continuation_view(lm: LoadedModel, text: str, n_new: int, method: str, label
     st.markdown("**Continuation:** " + repr("".join(generated)))
     fig = continuation_figure(generated, sequence, matrix.matrix, "Relevance of each token for each generated token")
     st.plotly_chart(fig, key="relevance-continuation")
-    export_menu(fig, Panel(of="interpscope.relevance", panel="continuation", data={
+    export_menu(fig, Panel(of="interpscope.relevance", part="continuation", data={
         "method": chosen, "generated": generated, "sequence": sequence, "matrix": matrix.matrix,
         "logits": matrix.logits}), key="continuation", filename="relevance-continuation")
 
@@ -206,12 +206,24 @@ def batch_view(lm: LoadedModel, labels: dict) -> None:
 
 
 def main() -> None:
+    from interpscope.models.vision import model_modality
+
+    if model_modality(model_key()[0]) == "image":  # a ViT/DeiT classifier: the image view (pages/_relevance_image)
+        from pages._relevance_image import image_page
+
+        image_page()
+        return
     st.title("Relevance maps")
     st.caption("Which input tokens made the model say it? AttnLRP propagates the target logit back through the "
                "network in one backward pass; CP-LRP detaches queries, keys and gates and conserves exactly; captum "
                "baselines explain the same target.")
     lm = current_model()
     if lm is None:
+        return
+    if lm.is_encoder_decoder:  # T5: source and decoder prefix, two heatmaps on one scale
+        from pages._relevance_seq2seq import seq2seq_view
+
+        seq2seq_view(lm)
         return
     methods = methods_for(lm.adapter)
     if not methods:

@@ -2,21 +2,20 @@
 curves, resume from checkpoints, and finish with an evaluation report."""
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
 import streamlit as st
 
 from interpscope.components.export import export_menu
-from interpscope.components.sae_figures import CURVES, training_curves_figure
+from interpscope.components.sae_figures import CURVES
 from interpscope.config import InterpscopeError
 from interpscope.limits import check_amounts
 from interpscope.paths import PLAIN_NAME, display_path, plain_name, user_path
 from interpscope.sae import load_sae, registered
 from interpscope.sae.catalog import trained_dir
+from interpscope.sae.documents import training_report
 from interpscope.sae.evaluation import evaluate_sae
 from interpscope.sae.pipeline import SAESpec, train_saes
 from pages._common import Param, committed, current_model, progress, show_errors, url_inputs, write_url
@@ -143,21 +142,20 @@ def run_training(lm: LoadedModel, cfg: dict) -> None:
                 result = evaluate_sae(lm, load_sae(folder), n_tokens=cfg["eval_tokens"], context_size=128)
                 report[name] = result.summary()
                 eval_report(index + 1, len(saved))
-    st.session_state["sae_training_result"] = {"saved": {k: str(v) for k, v in saved.items()}, "report": report}
+    st.session_state["sae_training_result"] = {"saved": {k: str(v) for k, v in saved.items()}, "report": report,
+                                               "model": lm.name, "hook": cfg["hook"]}
 
 
 def show_result(result: dict) -> None:
     st.subheader("Final report")
-    histories = {name: json.loads((Path(folder) / "history.json").read_text())
-                 for name, folder in result["saved"].items() if (Path(folder) / "history.json").is_file()}
+    document = training_report(result["model"], result["hook"], result["saved"], result["report"])
     if result["report"]:
         rows = [{"SAE": name, **{k: v for k, v in summary.items() if not isinstance(v, str)}}
                 for name, summary in result["report"].items()]
         st.dataframe(rows, hide_index=True, width="stretch")
-    fig = training_curves_figure(histories)
+    fig = document.figure()
     st.plotly_chart(fig, width="stretch", key="sae_training_curves")
-    export_menu(fig, {"report": result["report"], "histories": histories}, key="sae_training",
-                filename="sae_training")
+    export_menu(fig, document, key="sae_training", filename="sae_training")
     for name, folder in result["saved"].items():
         st.caption(f"{name} saved to `{display_path(folder)}` (open it on the SAE overview page).")
 

@@ -126,3 +126,28 @@ def browser_page(browser):
     page.set_default_timeout(120_000)
     yield page
     context.close()
+
+
+@pytest.fixture
+def exports(monkeypatch) -> dict:
+    """export key -> the page's JSON export (parsed), for every export_menu the pages call while the fixture lives."""
+    import json
+    import sys
+
+    from interpscope.components import export
+    from interpscope.components.export import data_json
+
+    recorded: dict = {}
+    original = export.export_menu
+
+    def recording(fig, data, key, filename):
+        if data is not None:
+            recorded[key] = json.loads(data_json(data))
+        return original(fig, data, key, filename)
+
+    monkeypatch.setattr(export, "export_menu", recording)
+    for name, module in list(sys.modules.items()):  # page helpers imported earlier hold their own reference
+        if (name == "pages" or name.startswith(("pages.", "interpscope.components."))) and \
+                getattr(module, "export_menu", None) is not None:
+            monkeypatch.setattr(module, "export_menu", recording)
+    return recorded

@@ -17,7 +17,7 @@ import pytest
 
 import interpscope
 from interpscope.cli import main
-from interpscope.components.export import data_csv, data_json
+from interpscope.components.export import data_csv
 from interpscope.results import without_timings
 from tests.apptest_util import open_page
 
@@ -33,27 +33,6 @@ def cli_document(capsys, *argv: str) -> dict:
     captured = capsys.readouterr()
     assert code == 0, captured.err
     return json.loads(captured.out)
-
-
-@pytest.fixture
-def exports(monkeypatch) -> dict:
-    """export key -> the page's JSON export (parsed), for every export_menu the pages call while the fixture lives."""
-    from interpscope.components import export
-
-    recorded: dict = {}
-    original = export.export_menu
-
-    def recording(fig, data, key, filename):
-        if data is not None:
-            recorded[key] = json.loads(data_json(data))
-        return original(fig, data, key, filename)
-
-    monkeypatch.setattr(export, "export_menu", recording)
-    for name, module in list(sys.modules.items()):  # page helpers imported earlier hold their own reference
-        if (name == "pages" or name.startswith(("pages.", "interpscope.components."))) and \
-                getattr(module, "export_menu", None) is not None:
-            monkeypatch.setattr(module, "export_menu", recording)
-    return recorded
 
 
 def same(*documents, keys=("seconds",)) -> None:

@@ -33,6 +33,12 @@ def test_train_two_architectures_then_eval_json(tiny_model_dir, tmp_path, capsys
                  "--out", str(out)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert set(report["saved"]) == {"relu-96-l1", "gated-96-l1"}
+    from interpscope.sae.documents import training_report
+
+    assert report["schema"] == "interpscope.sae.training" and report["hook"] == "blocks.1.hook_resid_post"
+    assert "eval" not in report  # no evaluation asked for: absent, not empty
+    assert report == training_report(report["model"], report["hook"], report["saved"]).to_dict()
+    assert report["histories"]["gated-96-l1"][-1]["tokens"] == 8192
     folder = report["saved"]["gated-96-l1"]
     assert (Path(folder) / "cfg.json").is_file() and (Path(folder) / "sae_weights.safetensors").is_file()
     cfg = json.loads((Path(folder) / "cfg.json").read_text())

@@ -68,7 +68,7 @@ def test_overview_explains_a_shape_mismatch(setup, tmp_path):
     assert any("expects d_in=20" in e.value for e in at.error)
 
 
-def test_training_page_trains_two_saes_and_reports(setup):
+def test_training_page_trains_two_saes_and_reports(setup, exports):
     from app import OTHER
 
     model_dir, _ = setup
@@ -94,6 +94,12 @@ def test_training_page_trains_two_saes_and_reports(setup):
     curves = _charts(at)["Training curves"]
     assert len(curves["data"]) == 2 * 3
     assert all(0 <= summary["dead_fraction"] <= 1 for summary in report["report"].values())
+    from interpscope.sae.documents import training_report  # the export is the CLI's document (sae train)
+
+    exported = exports["sae_training"]
+    assert exported["schema"] == "interpscope.sae.training" and set(exported["eval"]) == set(report["saved"])
+    assert exported == json.loads(json.dumps(training_report(exported["model"], "blocks.0.hook_resid_post",
+                                                             report["saved"], report["report"]).to_dict()))
 
 
 def test_training_page_takes_architectures_and_knobs_from_the_registry(setup):

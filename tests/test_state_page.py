@@ -150,7 +150,7 @@ def test_relevance_curves_csv_is_one_row_per_point():
 
     curves = {"AttnLRP": (np.array([0.0, 0.5, 1.0]), np.array([3.0, 1.0, 0.0]), np.array([3.0, 2.5, 0.0]), 0.7),
               "CP-LRP": (np.array([0.0, 1.0]), np.array([2.0, 0.0]), np.array([2.0, 1.0]), 0.4)}
-    rows = list(csv.DictReader(io.StringIO(data_csv(Panel(of="interpscope.faithfulness_comparison", panel="curves",
+    rows = list(csv.DictReader(io.StringIO(data_csv(Panel(of="interpscope.faithfulness_comparison", part="curves",
                                                            data=curve_rows(curves))).decode())))
     assert [r["method"] for r in rows] == ["AttnLRP"] * 3 + ["CP-LRP"] * 2
     assert set(rows[0]) == {"method", "fraction_removed", "morf", "lerf", "abpc"}

@@ -26,6 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     spectrum.add_argument("--layer", type=int, help="hidden state after this block (-1 = embeddings); default: "
                                                     "token embeddings when numbers are single tokens, else last")
     spectrum.add_argument("--matrix", choices=["embedding", "unembedding"], default="embedding")
+    spectrum.add_argument("--all-layers", action="store_true",
+                          help="every layer's hidden-state spectrum, its top periods and baseline (the page's view "
+                               "for models that split digits)")
     spectrum.add_argument("--json", action="store_true", help="print JSON")
     spectrum.set_defaults(func=run_spectrum)
 
@@ -63,6 +66,20 @@ def run_spectrum(args: argparse.Namespace) -> int:
     n_numbers = check_numbers(args.numbers or default_numbers(lm))
     if args.layer is not None and args.matrix != "embedding":
         raise InterpscopeError("--matrix applies to the token (un)embedding; leave it out with --layer.")
+    if args.all_layers:
+        if args.layer is not None or args.matrix != "embedding":
+            raise InterpscopeError("--all-layers gives every layer: it takes no --layer or --matrix.")
+        from interpscope.fourier.spectra import hidden_spectra
+
+        layers = hidden_spectra(lm, n_numbers)
+        if args.json:
+            emit_json(layers)
+        else:
+            print(f"{layers.model}: hidden-state spectra over 0..{layers.numbers - 1}, per layer")
+            print(layers.baseline_reading())
+            for row in layers.table_rows():
+                print(f"  {row['layer']:<10} top periods {', '.join(f'{p:.3g}' for p in row['top_periods'])}")
+        return 0
     result = auto_spectrum(lm, n_numbers, layer=args.layer, matrix=args.matrix)
     if args.json:
         emit_json(result)

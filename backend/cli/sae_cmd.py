@@ -32,7 +32,8 @@ from interpscope.cli.scale_args import add_batch_arg, add_scale_args, scale_from
 from interpscope.config import InterpscopeError
 
 SAE_SUBCOMMAND_MODULES = ["interpscope.cli.sae_store_cmd", "interpscope.cli.sae_live_cmd",
-                          "interpscope.cli.sae_circuit_cmd", "interpscope.cli.sae_explain_cmd"]
+                          "interpscope.cli.sae_circuit_cmd", "interpscope.cli.sae_explain_cmd",
+                          "interpscope.cli.sae_sweep_cmd"]
 
 
 def _per_arch(values: list | None, n: int, what: str) -> list:
@@ -124,15 +125,17 @@ def _train(args: argparse.Namespace) -> int:
                        progress=progress, cache_batch_size=cache_batch, scale=scale, **options)
     for bar in bars.values():
         bar.close()
-    report: dict[str, dict] = {"saved": {name: str(path) for name, path in saved.items()}}
+    evaluations = None
     if args.eval_tokens > 0:
         from interpscope.sae.evaluation import evaluate_sae
         from interpscope.sae.folder import load_sae
 
-        report["eval"] = {name: evaluate_sae(loaded, load_sae(path), n_tokens=args.eval_tokens,
-                                             context_size=min(128, args.eval_tokens), scale=scale).summary()
-                          for name, path in saved.items()}
-    emit_json(report)
+        evaluations = {name: evaluate_sae(loaded, load_sae(path), n_tokens=args.eval_tokens,
+                                          context_size=min(128, args.eval_tokens), scale=scale).summary()
+                       for name, path in saved.items()}
+    from interpscope.sae.documents import training_report
+
+    emit_json(training_report(loaded.name, args.hook, saved, evaluations))  # the training page's export
     return 0
 
 

@@ -1,6 +1,7 @@
 """Fourier features of numbers (Zhou et al., NeurIPS 2024): spectra, Fourier-space logit lens, frequency filters.
 
     spec = interpscope.fourier.spectrum(lm)                      # magnitude per frequency, outliers, baseline
+    layers = interpscope.fourier.layer_spectra(lm)               # every layer's hidden-state spectrum
     one = interpscope.fourier.filter(lm, "low", "both", tau=52)   # accuracy without and with one filter
     full = interpscope.fourier.table(lm)                          # the whole filter table with its controls
 
@@ -15,25 +16,16 @@ the filter runs), documents (the results as documents), vocab (adder tokenizer),
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-_LAZY = dict.fromkeys(("spectrum", "filter", "table"), "interpscope.fourier.api")
+from interpscope.lazy import lazy_names
 
-__all__ = ["filter", "spectrum", "table"]
+_LAZY = dict.fromkeys(("spectrum", "layer_spectra", "filter", "table"), "interpscope.fourier.api")
+
+__all__ = ["filter", "layer_spectra", "spectrum", "table"]
 
 if TYPE_CHECKING:
-    from interpscope.fourier.api import filter, spectrum, table
+    from interpscope.fourier.api import filter, layer_spectra, spectrum, table
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from interpscope.fourier.filters import FilterTable
-    from interpscope.fourier.spectra import Spectrum
+    from interpscope.fourier.spectra import LayerSpectra, Spectrum
     from interpscope.models.loaded import LoadedModel
 
 
@@ -22,6 +22,17 @@ def spectrum(lm: LoadedModel, numbers: int | None = None, layer: int | None = No
     from interpscope.fourier.spectra import auto_spectrum
 
     return auto_spectrum(lm, check_numbers(numbers or default_numbers(lm)), layer=layer, matrix=matrix)
+
+
+def layer_spectra(lm: LoadedModel, numbers: int | None = None) -> LayerSpectra:
+    """Per-layer spectra of the hidden state at each number's last token (rows: the embeddings output, then after
+    each block; magnitudes unit-norm per layer), each layer's top periods and, for digit tokenisers, the n mod 10
+    baseline's share of the power and the periods above it. The Fourier page's spectrum tab for models that split
+    digits, `interpscope fourier spectrum --all-layers`. Schema interpscope.fourier.layer_spectra."""
+    from interpscope.fourier.probe import check_numbers, default_numbers
+    from interpscope.fourier.spectra import hidden_spectra
+
+    return hidden_spectra(lm, check_numbers(numbers or default_numbers(lm)))
 
 
 def filter(lm: LoadedModel, kind: str, modules: str, *, tau: int | None = None, prompts: int = 500,

@@ -61,6 +61,47 @@ class SpectrumDocument(Result):
                                baseline=self.baseline_magnitude, baseline_name=control)
 
 
+class LayerSpectraDocument(Result):
+    """Per-layer spectra of the hidden state at each number's last token (the Fourier page's spectrum tab for a model
+    that splits digits, `interpscope fourier spectrum --all-layers`, `interpscope.fourier.layer_spectra`): magnitude
+    [layers + 1, N/2] (unit norm per layer; row 0 the embeddings output), each layer's top periods, and the n mod 10
+    baseline's share and the periods above it (absent where not computed), with the sentence that reads them."""
+
+    SCHEMA = "interpscope.fourier.layer_spectra"
+    SCHEMA_VERSION = 1
+
+    # the fields this document reads; LayerSpectra (a dataclass) defines them
+    model: str
+    numbers: int
+    periods: np.ndarray
+    magnitude: np.ndarray
+    top_periods: list[list[float]]
+    layer_names: list[str]
+    baseline_share: list[float] | None
+    outlier_periods: list[list[float]] | None
+
+    def baseline_reading(self) -> str:
+        """What the baseline explains, layer by layer (LayerSpectra: spectra.baseline_sentence)."""
+        raise NotImplementedError
+
+    def payload(self) -> dict[str, Any]:
+        return {**to_plain(self), "reading": self.baseline_reading()}
+
+    def tidy(self) -> list[dict]:
+        """One row per layer: its top periods, the baseline's share of its power and the periods above it."""
+        return [{"layer": name, "top_periods": list(self.top_periods[i]) if i < len(self.top_periods) else None,
+                 "baseline_share": None if self.baseline_share is None else float(self.baseline_share[i]),
+                 "outlier_periods": None if self.outlier_periods is None else list(self.outlier_periods[i])}
+                for i, name in enumerate(self.layer_names)]
+
+    def figure(self):
+        from interpscope.components.fourier_figures import layer_frequency_heatmap
+
+        return layer_frequency_heatmap(self.magnitude, self.periods, self.layer_names,
+                                       f"{self.model}: hidden state at each number's last token, per layer",
+                                       "magnitude (unit norm per layer)")
+
+
 def error_histogram(errors: np.ndarray) -> dict[str, int]:
     """Counts of each non-zero numeric error (prediction - answer) of a filter row."""
     numeric = errors[~np.isnan(errors) & (errors != 0)].astype(int)

@@ -25,7 +25,7 @@ from interpscope.fourier.baseline import (
     shuffled_control,
 )
 from interpscope.fourier.basis import Outlier, fourier_basis, frequency_magnitude
-from interpscope.fourier.documents import SpectrumDocument
+from interpscope.fourier.documents import LayerSpectraDocument, SpectrumDocument
 from interpscope.fourier.numbers import number_embeddings, number_tokens, number_unembedding, splits_digits
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class Spectrum(SpectrumDocument):
 
 
 @dataclass
-class LayerSpectra:
+class LayerSpectra(LayerSpectraDocument):
     """Hidden-state spectra: magnitude [layers + 1, N/2] (row 0 = embeddings output, row l+1 = after block l)."""
 
     model: str
@@ -67,6 +67,9 @@ class LayerSpectra:
     baseline_share: list[float] | None = None
     baseline_periods: list[float] | None = None
     outlier_periods: list[list[float]] | None = None
+
+    def baseline_reading(self) -> str:
+        return baseline_sentence(self)
 
 
 def _normalised(magnitude: np.ndarray) -> np.ndarray:

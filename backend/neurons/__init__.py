@@ -11,8 +11,9 @@ imports no model code.
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from interpscope.lazy import lazy_names
 
 _LAZY = {
     **dict.fromkeys(("candidates", "detail", "ablate"), "interpscope.neurons.api"),
@@ -39,14 +40,4 @@ if TYPE_CHECKING:
     from interpscope.neurons.weights import NeuronStats, default_k, neuron_stats, unembed_basis
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

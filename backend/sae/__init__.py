@@ -14,8 +14,9 @@ imports no model code.
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from interpscope.lazy import lazy_names
 
 _LAZY = {
     **dict.fromkeys(("load", "features", "feature", "steer", "circuit", "evaluate", "stores", "store", "saes"),
@@ -42,14 +43,4 @@ if TYPE_CHECKING:
     from interpscope.sae.folder import check_compatible, load_sae, save_sae
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

@@ -5,6 +5,9 @@ when asked for.
 """
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -88,3 +91,45 @@ class EvaluationDocument(Result):
 
         return evaluation_density_figure(self.log10_density_counts, self.log10_density_edges, self.dense_threshold,
                                          self.n_tokens, int(round(self.dead_fraction * self.d_sae)))
+
+
+@dataclass
+class TrainingReport(Result):
+    """A training run's report (the SAE training page's final report, `interpscope sae train`'s JSON): where each
+    SAE was saved, its evaluation on held-out tokens (absent when none was asked for) and its logged curves.
+
+    `saved`: SAE name -> folder; `eval`: name -> the evaluation's scalar figures (SAEEvaluation.summary());
+    `histories`: name -> the logged training entries (tokens, loss, L0, FVU, ...), read from each folder's
+    history.json (the curves the page draws)."""
+
+    model: str
+    hook: str
+    saved: dict[str, str]
+    histories: dict[str, list[dict]]
+    eval: dict[str, dict] | None = None
+
+    SCHEMA = "interpscope.sae.training"
+    SCHEMA_VERSION = 1
+    TIMING_KEYS = ("seconds",)
+
+    def tidy(self) -> list[dict]:
+        """One row per SAE: its folder and evaluation figures."""
+        return [{"sae": name, "folder": folder, **{k: v for k, v in (self.eval or {}).get(name, {}).items()
+                                                   if not isinstance(v, (dict, list))}}
+                for name, folder in self.saved.items()]
+
+    def figure(self):
+        from interpscope.components.sae_figures import training_curves_figure
+
+        return training_curves_figure(self.histories)
+
+
+def training_report(model: str, hook: str, saved: dict[str, str | Path],
+                    evaluations: dict[str, dict] | None = None) -> TrainingReport:
+    """The report of a finished run from its saved folders (each folder's history.json holds its curves)."""
+    histories = {}
+    for name, folder in saved.items():
+        history = Path(folder) / "history.json"
+        histories[name] = json.loads(history.read_text(encoding="utf-8")) if history.is_file() else []
+    return TrainingReport(model=model, hook=hook, saved={name: str(folder) for name, folder in saved.items()},
+                          histories=histories, eval=evaluations or None)
