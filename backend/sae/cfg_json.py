@@ -131,6 +131,7 @@ def read_config(raw: dict) -> tuple[type[SparseAutoencoder], SAEConfig]:
         hook_layer = int(match.group(1)) if match else -1
     try:
         own = cls.read_fields(raw)
+        extra.update(own.pop("extra", None) or {})
         cfg = SAEConfig(
             d_in=int(raw["d_in"]), d_sae=int(raw["d_sae"]), architecture=cls.architecture,
             model_name=_model_name(_pick(raw, "model_name"), extra), hook_name=hook_name, hook_layer=int(hook_layer),
