@@ -88,17 +88,18 @@ def show_feature_card(card, store_name: str, open_feature: Callable[[int], None]
             fig = histogram_figure(card.histogram.edges, card.histogram.counts,
                                    f"Feature {feature}: activations when > 0", "activation")
             st.plotly_chart(fig, width="stretch", key="sae-act-hist")
-            export_menu(fig, card.histogram, key="sae-act-hist", filename=f"{store_name}-feature-{feature}-hist")
+            export_menu(fig, card.panel("activation_histogram", card.histogram),
+                        key="sae-act-hist", filename=f"{store_name}-feature-{feature}-hist")
         fig = histogram_figure(card.logit_histogram.edges, card.logit_histogram.counts,
                                f"Feature {feature}: logit weights over the vocabulary", "logit weight", y_log=True,
                                color="rgb(100,100,100)")
         st.plotly_chart(fig, width="stretch", key="sae-logit-hist")
-        export_menu(fig, card.logit_histogram, key="sae-logit-hist",
+        export_menu(fig, card.panel("logit_histogram", card.logit_histogram), key="sae-logit-hist",
                     filename=f"{store_name}-feature-{feature}-logit-hist")
     with right:
         fig = logits_figure(card.top_logits, card.bottom_logits, f"Feature {feature}: top and bottom logit weights")
         st.plotly_chart(fig, width="stretch", key="sae-logits")
-        export_menu(fig, {"top": card.top_logits, "bottom": card.bottom_logits}, key="sae-logits",
+        export_menu(fig, card.panel("logits", {"top": card.top_logits, "bottom": card.bottom_logits}), key="sae-logits",
                     filename=f"{store_name}-feature-{feature}-logits")
     st.subheader("Nearest features (decoder cosine)")
     neighbour_cols = st.columns(5)

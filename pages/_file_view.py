@@ -101,7 +101,8 @@ def show_run(run, label: str) -> None:
         reasons = excluded_reasons(row)
         token_heatmap(row["tokens"], row["relevance"], row["sinks"], reasons)
         export_menu(heatmap_figure(row["tokens"], row["relevance"], f"Row {row['row']}: {label}", row["sinks"],
-                                   reasons=reasons), row, key=f"{PAGE}-row", filename=f"file-row-{row['row']}")
+                                   reasons=reasons), run.panel(f"row_{row['row']}", row),
+                    key=f"{PAGE}-row", filename=f"file-row-{row['row']}")
 
 
 def heldout_section(lm: LoadedModel, labels: dict[str, str]) -> None:

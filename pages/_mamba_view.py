@@ -14,6 +14,7 @@ from interpscope.corpus import sample_prompts
 from interpscope.relevance.api import make_target
 from interpscope.relevance.mamba.analysis import conservation_by_disabled_fix, distance_profile
 from interpscope.relevance.methods import get_method
+from interpscope.results import Panel
 from pages._common import current_model, model_key, progress, show_errors
 
 if TYPE_CHECKING:
@@ -54,7 +55,8 @@ def mamba_view(lm: LoadedModel, text: str, token: str | None, contrast: tuple | 
         fig = distance_figure(data["distances"], data["share"], data["signed"], data["counts"], data["n_prompts"],
                               labels[method])
         st.plotly_chart(fig, key="mamba-distance-fig")
-        export_menu(fig, data, key="mamba-distance", filename="mamba-relevance-vs-distance")
+        export_menu(fig, Panel(of="interpscope.relevance", part="relevance_vs_distance", data=data),
+                    key="mamba-distance", filename="mamba-relevance-vs-distance")
 
     st.subheader("Mamba: why each MambaLRP rule is needed")
     st.caption("Relative conservation error |sum of input relevance + bias shares - logit| / |logit| on this input, "
@@ -63,4 +65,5 @@ def mamba_view(lm: LoadedModel, text: str, token: str | None, contrast: tuple | 
         data = _fix_ablation(model_key(), text, token, contrast)
     fig = fix_error_figure(data["labels"], data["relative_errors"], "Conservation error per disabled fix")
     st.plotly_chart(fig, key="mamba-fix-fig")
-    export_menu(fig, data, key="mamba-fix", filename="mamba-conservation-per-fix")
+    export_menu(fig, Panel(of="interpscope.relevance", part="conservation_per_fix", data=data),
+                key="mamba-fix", filename="mamba-conservation-per-fix")

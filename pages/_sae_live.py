@@ -142,7 +142,8 @@ def show_prompt(store: FeatureStore, lm: LoadedModel, text: str, open_feature: C
         columns[k % 4].button(f"#{row['feature']} · {row['activation']:.3g} · → {logit!r}",
                               key=f"sae-active-{row['feature']}", on_click=open_feature, args=(row["feature"],),
                               width="stretch")
-    export_menu(None, active, key="sae-active", filename=f"{store.name}-token-{chosen}-features")
+    export_menu(None, result.panel(f"active_at_{chosen}", active),
+                key="sae-active", filename=f"{store.name}-token-{chosen}-features")
 
 
 def _attribution_block(result: FeatureAttribution, sinks: list[int], reasons: dict[int, str], key: str) -> None:
@@ -243,7 +244,9 @@ def show_steering(store: FeatureStore, lm: LoadedModel, text: str, bos: bool | N
     fig = logprob_change_figure(result.tokens, result.logprob_change,
                                 f"Per-token effect: Δ log p(next token), feature {feature} {verb}")
     st.plotly_chart(fig, width="stretch", key="sae-steer-change")
-    export_menu(fig, {"tokens": result.tokens[1:], "logprob_change": result.logprob_change}, key="sae-steer-change",
+    export_menu(fig, result.panel("logprob_change", {"tokens": result.tokens[1:],
+                                                     "logprob_change": result.logprob_change}),
+                key="sae-steer-change",
                 filename=f"{store.name}-feature-{feature}-{mode}-per-token")
 
 

@@ -93,7 +93,7 @@ def candidates_view(lm: LoadedModel, page, chosen: list[str]) -> None:
                 "neuron writes into the directions the unembedding cannot read." + _write_note(stats.post_scale))
     st.dataframe(table, hide_index=True, key="en-table", height=320,
                  column_config={"logit_var": st.column_config.NumberColumn("LogitVar", format="%.2e")})
-    export_menu(None, table, key="en-table", filename=f"entropy-candidates-table-layer{layer}")
+    export_menu(None, stats.panel("table", table), key="en-table", filename=f"entropy-candidates-table-layer{layer}")
 
 
 def detail_view(lm: LoadedModel, chosen: list[str], k: int, store_tokens: int) -> None:
@@ -117,13 +117,15 @@ def detail_view(lm: LoadedModel, chosen: list[str], k: int, store_tokens: int) -
     with right:
         fig = figs.token_bars(detail.promoted, detail.suppressed, pick)
         st.plotly_chart(fig, key="en-tokens")
-        export_menu(fig, {"promoted": detail.promoted, "suppressed": detail.suppressed}, key="en-tokens",
+        export_menu(fig, detail.panel("tokens", {"promoted": detail.promoted, "suppressed": detail.suppressed}),
+                    key="en-tokens",
                     filename=f"tokens-{pick}")
     if detail.histogram_counts is None:
         return
     fig = figs.histogram_figure(detail.histogram_counts, detail.histogram_edges, pick, detail.mean_activation)
     st.plotly_chart(fig, key="en-hist")
-    export_menu(fig, {"counts": detail.histogram_counts, "edges": detail.histogram_edges}, key="en-hist",
+    export_menu(fig, detail.panel("histogram", {"counts": detail.histogram_counts, "edges": detail.histogram_edges}),
+                key="en-hist",
                 filename=f"histogram-{pick}")
     contexts = pd.DataFrame([{"activation": c.activation,
                               "context": "".join(f"[[{t}]]" if i == c.position else t for i, t in enumerate(c.tokens))}
@@ -133,7 +135,7 @@ def detail_view(lm: LoadedModel, chosen: list[str], k: int, store_tokens: int) -
         st.caption(f"{detail.excluded_tokens:,} attention-sink tokens (position 0 of each window and massive "
                    "activations) are left out of the contexts, the histogram and the mean.")
     st.dataframe(contexts, hide_index=True, key="en-contexts")
-    export_menu(None, contexts, key="en-contexts", filename=f"contexts-{pick}")
+    export_menu(None, detail.panel("contexts", contexts), key="en-contexts", filename=f"contexts-{pick}")
 
 
 def _ablation(lm: LoadedModel, neurons: tuple, tokens: int, n_random: int, k: int, store_tokens: int, report):
@@ -192,13 +194,14 @@ def ablation_view(lm: LoadedModel, chosen: list[str], k: int, store_tokens: int)
                              [e.entropy_total_abs for e in effects], [e.neuron for e in effects],
                              [e.is_random for e in effects])
     st.plotly_chart(fig, key="en-abl-share")
-    export_menu(fig, effects, key="en-abl-share", filename="rho-vs-share")
+    export_menu(fig, result.panel("rho_vs_share", effects), key="en-abl-share", filename="rho-vs-share")
     which = st.selectbox("Per-token view of", list(run["neurons"]), key="en-abl-token-neuron")
     row = list(run["neurons"]).index(which)
     fig = figs.activation_entropy_scatter(result.activation[row], result.clean_entropy_per_token, which)
     st.plotly_chart(fig, key="en-abl-token-fig")
-    export_menu(fig, {"activation": result.activation[row], "entropy": result.clean_entropy_per_token,
-                      "entropy_change_total": result.entropy_total_per_token[row]},
+    export_menu(fig, result.panel(f"per_token_{which}", {
+        "activation": result.activation[row], "entropy": result.clean_entropy_per_token,
+        "entropy_change_total": result.entropy_total_per_token[row]}),
                 key="en-abl-token-fig", filename=f"activation-vs-entropy-{which}")
 
 
@@ -210,11 +213,12 @@ def frequency_view(lm: LoadedModel, page, k: int, store_tokens: int) -> None:
     order = np.argsort(-np.abs(cosines))[:20]
     top = pd.DataFrame([{"neuron": f"{layer}.{i}", "unigram_cosine": round(float(cosines[i]), 4),
                          "rho": round(float(stats.rho[i]), 4), "norm": round(float(stats.norm[i]), 4)} for i in order])
-    export_menu(fig, top, key="en-uni-hist", filename=f"unigram-cosines-layer{layer}")
+    export_menu(fig, stats.panel("unigram_cosines", top), key="en-uni-hist", filename=f"unigram-cosines-layer{layer}")
     st.markdown(f"**Highest |cosine| with the unigram direction**: {top['neuron'].iloc[0]} at "
                 f"{top['unigram_cosine'].iloc[0]:+.3f} (token counts of the bundled corpus)")
     st.dataframe(top, hide_index=True, key="en-uni-table")
-    export_menu(None, top, key="en-uni-table", filename=f"token-frequency-neurons-layer{layer}")
+    export_menu(None, stats.panel("unigram_cosines", top),
+                key="en-uni-table", filename=f"token-frequency-neurons-layer{layer}")
     tokens = int(st.number_input("Held-out tokens", 128, 20_000, step=128, key="en-tf-tokens"))
     with show_errors():
         check_amounts(neuron_tokens=tokens)
@@ -229,7 +233,7 @@ def frequency_view(lm: LoadedModel, page, k: int, store_tokens: int) -> None:
                                      [e.loss_frozen_unigram_abs for e in rows], result.clean_kl_unigram,
                                      [e.kl_unigram_ablated for e in rows])
     st.plotly_chart(fig, key="en-tf-fig")
-    export_menu(fig, rows, key="en-tf-fig", filename="frozen-unigram-ablation")
+    export_menu(fig, result.panel("frozen_unigram", rows), key="en-tf-fig", filename="frozen-unigram-ablation")
 
 
 def induction_view(lm: LoadedModel, chosen: list[str], store_tokens: int) -> None:
@@ -265,7 +269,7 @@ def induction_view(lm: LoadedModel, chosen: list[str], store_tokens: int) -> Non
                                  study.second_half_activation, study.standardised_change, strict=True)])
     export_menu(fig, study, key="en-ind-fig", filename="induction")
     st.dataframe(summary, hide_index=True, key="en-ind-table", column_config=fit_columns(summary))
-    export_menu(None, summary, key="en-ind-table", filename="induction-summary")
+    export_menu(None, study.panel("summary", summary), key="en-ind-table", filename="induction-summary")
 
 
 def text_view(lm: LoadedModel, chosen: list[str]) -> None:
@@ -285,7 +289,7 @@ def text_view(lm: LoadedModel, chosen: list[str]) -> None:
     table = pd.DataFrame({"token": seen.tokens, **{f"act {n}": seen.activation[i] for i, n in enumerate(seen.neurons)},
                           "excluded": [reasons.get(i, "") for i in range(len(seen.tokens))], "entropy": seen.entropy,
                           "top prediction": seen.top_prediction, "p(top)": seen.top_probability})
-    export_menu(fig, table, key="en-text-fig", filename="your-text")
+    export_menu(fig, seen.panel("table", table), key="en-text-fig", filename="your-text")
     st.dataframe(table, hide_index=True, key="en-text-table")
 
 

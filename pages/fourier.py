@@ -95,7 +95,7 @@ def spectrum_view(lm: LoadedModel, digits: bool) -> None:
                                                       for periods in spectra.outlier_periods]
         top = pd.DataFrame(columns)
         st.dataframe(top, hide_index=True, height=260)
-        export_menu(None, top, "fourier-hidden-top", "fourier-hidden-top-periods")
+        export_menu(None, spectra.panel("top_periods", top), "fourier-hidden-top", "fourier-hidden-top-periods")
         return
     matrix = st.radio("Matrix", ["embedding", "unembedding"], horizontal=True, key="fourier-matrix")
     with show_errors():
@@ -117,7 +117,7 @@ def spectrum_view(lm: LoadedModel, digits: bool) -> None:
     st.markdown("**Outlier frequencies** (robust z-score > 4" + (" and above the shuffled control)"
                                                                  if control is not None else ")"))
     st.dataframe(outliers, hide_index=True)
-    export_menu(None, outliers, "fourier-outliers", f"fourier-{matrix}-outliers")
+    export_menu(None, spectrum.panel("outliers", outliers), "fourier-outliers", f"fourier-{matrix}-outliers")
 
 
 def probe_inputs(digits: bool, n_default: int) -> dict:
@@ -170,14 +170,16 @@ def probe_view(lm: LoadedModel, digits: bool, n_default: int) -> None:
     answers = pd.DataFrame({"a": result.pairs[:, 0], "b": result.pairs[:, 1], "answer": result.answers,
                             "prediction": result.predictions})
     st.dataframe(answers, hide_index=True, height=240)
-    export_menu(None, answers, "fourier-answers", "fourier-addition-answers")
+    export_menu(None, result.panel("answers", answers), "fourier-answers",
+                "fourier-addition-answers")
 
 
 def lens_figures(lm: LoadedModel, result, lens, template: str, n_numbers: int) -> None:
     fig = figs.lens_accuracy_figure(lens.lens_accuracy, lens.lens_within_2, lens.lens_within_10)
     st.plotly_chart(fig, width="stretch", key="fourier-lens-acc")
-    export_menu(fig, {"exact": lens.lens_accuracy, "within_2": lens.lens_within_2,
-                      "within_10": lens.lens_within_10}, "fourier-lens-acc", "fourier-logit-lens-accuracy")
+    export_menu(fig, lens.panel("accuracy", {
+        "exact": lens.lens_accuracy, "within_2": lens.lens_within_2, "within_10": lens.lens_within_10}),
+                "fourier-lens-acc", "fourier-logit-lens-accuracy")
     layer_names = [f"layer {layer}" for layer in range(len(lens.attn_fourier))]
     index = int(st.number_input("One prompt (row of the table below)", 0, len(result.answers) - 1, 0,
                                 key="fourier-row"))
@@ -192,7 +194,8 @@ def lens_figures(lm: LoadedModel, result, lens, template: str, n_numbers: int) -
                                            f"{name} output in Fourier space ({view})", "|F·W_U·h|")
         with column:
             st.plotly_chart(fig, width="stretch", key=f"fourier-heat-{name}")
-            export_menu(fig, {"periods": lens.periods, "magnitude": values, "view": view},
+            export_menu(fig, lens.panel(f"{name.lower()}_fourier",
+                                        {"periods": lens.periods, "magnitude": values, "view": view}),
                         f"fourier-heat-{name}", f"fourier-{name.lower()}-frequency")
     shares = pd.DataFrame({"layer": layer_names, "attention: low-frequency share": lens.low_share_attn,
                            "MLP: low-frequency share": lens.low_share_mlp})
@@ -202,19 +205,22 @@ def lens_figures(lm: LoadedModel, result, lens, template: str, n_numbers: int) -
                 + ("(MLPs lean low, attention high, as in the paper)." if mlp_low > attn_low
                    else "(attention leans lower than the MLPs here, unlike the paper)."))
     st.dataframe(shares, hide_index=True)
-    export_menu(None, shares, "fourier-shares", "fourier-low-high-split")
+    export_menu(None, lens.panel("low_high_split", shares), "fourier-shares",
+                "fourier-low-high-split")
     for column, name, logits in zip(st.columns(2), ("Attention", "MLP"),
                                     (lens.attn_logits[index], lens.mlp_logits[index]), strict=True):
         fig = figs.answer_window_heatmap(logits, answer, name)
         with column:
             st.plotly_chart(fig, width="stretch", key=f"fourier-window-{name}")
-            export_menu(fig, {"answer": answer, "logits": logits}, f"fourier-window-{name}",
+            export_menu(fig, lens.panel(f"{name.lower()}_answer_window",
+                                        {"answer": answer, "logits": logits}), f"fourier-window-{name}",
                         f"fourier-{name.lower()}-logits-prompt{index}")
     components = top_components(lens.final_logits[index])
     fig = figs.top_components_figure(components.logits, components.rebuilt, answer, components.labels)
     st.plotly_chart(fig, width="stretch", key="fourier-top5")
     st.caption(f"Argmax of the rebuilt logits: {components.rebuilt_argmax} (model: {components.predicted}).")
-    export_menu(fig, components, "fourier-top5", f"fourier-top5-prompt{index}")
+    export_menu(fig, lens.panel("top_components", components),
+                "fourier-top5", f"fourier-top5-prompt{index}")
 
 
 def filter_view(lm: LoadedModel, digits: bool, n_default: int) -> None:
@@ -273,10 +279,11 @@ def filter_view(lm: LoadedModel, digits: bool, n_default: int) -> None:
     export_menu(None, table, "fourier-filter-table", "fourier-filter-table")
     fig = figs.error_kinds_figure(labels, [r.error_counts for r in table.rows], table.prompts)
     st.plotly_chart(fig, width="stretch", key="fourier-error-kinds")
-    export_menu(fig, frame, "fourier-error-kinds", "fourier-error-kinds")
+    export_menu(fig, table.panel("error_kinds", frame), "fourier-error-kinds", "fourier-error-kinds")
     fig = figs.error_histogram_figure(labels, [r.errors for r in table.rows])
     st.plotly_chart(fig, width="stretch", key="fourier-error-hist")
-    export_menu(fig, {label: r.errors for label, r in zip(labels, table.rows, strict=True)}, "fourier-error-hist",
+    export_menu(fig, table.panel("errors", {label: r.errors for label, r in zip(labels, table.rows, strict=True)}),
+                "fourier-error-hist",
                 "fourier-error-histograms")
 
 

@@ -19,6 +19,7 @@ from interpscope.components.sae_figures import density_figure
 from interpscope.config import REPO_ROOT, InterpscopeError
 from interpscope.paths import display_path, from_display
 from interpscope.relevance.methods import rule_methods
+from interpscope.results import Panel
 from interpscope.sae_store import FeatureStore, list_stores
 from interpscope.sae_store.explanation_quality import chance_score, explanation_summary, quality
 from interpscope.sae_store.search import no_match_reason, search
@@ -167,7 +168,8 @@ def show_overview(store: FeatureStore, path: str) -> None:
                       "reconstruction figures." if metrics.get("sink_tokens") else ""))
     fig = density_figure(density)
     st.plotly_chart(fig, width="stretch", key="sae-density-chart")
-    export_menu(fig, {"density": density}, key="sae-density", filename=f"{store.name}-density")
+    export_menu(fig, Panel(of="interpscope.sae.evaluation", part="density", data={"density": density}),
+                key="sae-density", filename=f"{store.name}-density")
 
     st.subheader("Search")
     left, right = st.columns([1, 2])
@@ -190,7 +192,8 @@ def show_overview(store: FeatureStore, path: str) -> None:
                        "its label and strongest context (the firing token in ⟦ ⟧); click a row to open it.")
             st.dataframe(frame, hide_index=True, on_select=lambda: select_from_table(
                 "sae-search-table", frame["feature"].tolist()), selection_mode="single-row", key="sae-search-table")
-            export_menu(None, results, key="sae-search", filename=f"{store.name}-search")
+            export_menu(None, Panel(of="interpscope.sae.feature", part="search", data=results),
+                        key="sae-search", filename=f"{store.name}-search")
 
     st.subheader("All features")
     table = overview_table(path)
@@ -213,7 +216,8 @@ def show_overview(store: FeatureStore, path: str) -> None:
                                 "max_activation": st.column_config.NumberColumn(format="%.3g"),
                                 "mean_activation": st.column_config.NumberColumn(format="%.3g"),
                                 "explanation_score": st.column_config.NumberColumn("score", format="%.2f")})
-    export_menu(None, table, key="sae-table", filename=f"{store.name}-features")
+    export_menu(None, Panel(of="interpscope.sae.feature", part="table", data=table),
+                key="sae-table", filename=f"{store.name}-features")
 
 
 def quality_column(store: FeatureStore, table: pd.DataFrame, chance: float) -> list[str]:

@@ -7,10 +7,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pytest
 from PIL import Image
 
 from interpscope.components.charts import top_tokens_bar
-from interpscope.components.export import data_csv, data_json, figure_bytes
+from interpscope.components.export import data_csv, data_json, export_menu, figure_bytes
+from interpscope.results import Panel, Result
 
 
 def test_static_figure_formats():
@@ -27,27 +29,49 @@ def test_static_figure_formats():
 
 
 @dataclass
-class Result:
+class Scores(Result):
     tokens: list
     relevance: np.ndarray
     score: float
 
-
-def test_json_of_a_dataclass_with_numpy():
-    result = Result(tokens=["a", "b"], relevance=np.array([0.5, -0.25]), score=float("nan"))
-    assert json.loads(data_json(result)) == {"tokens": ["a", "b"], "relevance": [0.5, -0.25], "score": None}
+    SCHEMA = "interpscope.test_scores"
 
 
-def test_csv_shapes():
-    frame = pd.read_csv(io.BytesIO(data_csv([{"token": "a", "prob": 0.5}, {"token": "b", "prob": 0.25}])))
+def test_json_of_a_result_with_numpy_drops_what_does_not_apply():
+    scores = Scores(tokens=["a", "b"], relevance=np.array([0.5, -0.25]), score=float("nan"))
+    assert json.loads(data_json(scores)) == {"schema": "interpscope.test_scores", "schema_version": 1,
+                                             "tokens": ["a", "b"], "relevance": [0.5, -0.25]}
+
+
+def part(data) -> Panel:
+    return Panel(of="interpscope.relevance", part="test", data=data)
+
+
+def test_csv_shapes_of_panels():
+    frame = pd.read_csv(io.BytesIO(data_csv(part([{"token": "a", "prob": 0.5}, {"token": "b", "prob": 0.25}]))))
     assert list(frame.columns) == ["token", "prob"] and frame["prob"].tolist() == [0.5, 0.25]
-    frame = pd.read_csv(io.BytesIO(data_csv({"x": [1, 2], "y": [3, 4]})))
+    frame = pd.read_csv(io.BytesIO(data_csv(part({"x": [1, 2], "y": [3, 4]}))))
     assert frame["y"].tolist() == [3, 4]
-    frame = pd.read_csv(io.BytesIO(data_csv({"model": "m", "conservation": {"input_sum": 1.5}})))
+    frame = pd.read_csv(io.BytesIO(data_csv(part({"model": "m", "conservation": {"input_sum": 1.5}}))))
     assert dict(zip(frame["key"], frame["value"].astype(str), strict=True)) == {"model": "m",
                                                                                 "conservation.input_sum": "1.5"}
-    frame = pd.read_csv(io.BytesIO(data_csv(pd.DataFrame({"a": [1]}))))
+    frame = pd.read_csv(io.BytesIO(data_csv(part(pd.DataFrame({"a": [1]})))))
     assert frame["a"].tolist() == [1]
+    document = json.loads(data_json(part(pd.DataFrame({"a": [1, 2]}))))
+    assert document == {"schema": "interpscope.panel", "schema_version": 1, "of": "interpscope.relevance",
+                        "part": "test", "data": [{"a": 1}, {"a": 2}]}
+
+
+def test_a_result_without_a_table_exports_its_document_as_rows():
+    frame = pd.read_csv(io.BytesIO(data_csv(Scores(tokens=["a"], relevance=np.array([1.0]), score=2.0))))
+    assert dict(zip(frame["key"], frame["value"].astype(str), strict=True))["score"] == "2.0"
+
+
+def test_export_menu_takes_only_results_and_a_panel_names_a_result():
+    with pytest.raises(TypeError, match="takes a Result"):
+        export_menu(None, {"tokens": ["a"]}, key="x", filename="x")
+    with pytest.raises(ValueError, match="interpscope"):
+        Panel(of="tokens", part="x", data=[])
 
 
 def test_the_whole_file_tidy_csv_names_its_method():

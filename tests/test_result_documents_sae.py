@@ -221,6 +221,21 @@ def test_fourier_spectrum_is_one_document(planted_folder, capsys):  # noqa: F811
     assert api["reading"] and api["outliers"] and "layer" not in api
 
 
+def test_fourier_layer_spectra_are_one_document(planted_folder, capsys):  # noqa: F811
+    from interpscope.fourier.probe import default_numbers
+    from interpscope.fourier.spectra import hidden_spectra
+
+    lm = load_model(str(planted_folder), device="cpu", dtype="float64")
+    cli = _cli(capsys, ["fourier", "spectrum", "--all-layers", "--model", str(planted_folder), "--dtype", "float64",
+                        "--json"])
+    page = _page(hidden_spectra(lm, default_numbers(lm)))  # the spectrum tab's call for a model that splits digits
+    api = interpscope.fourier.layer_spectra(lm)
+    assert_one_document("interpscope.fourier.layer_spectra", cli, page, api.to_dict())
+    assert cli["layer_names"] == ["embed", "layer 0", "layer 1"] and len(cli["magnitude"]) == 3
+    assert [row["layer"] for row in api.table_rows()] == cli["layer_names"] and api.figure().layout.title.text
+    assert cli["reading"]
+
+
 def test_fourier_filter_table_is_one_document(planted_folder, capsys):  # noqa: F811
     from interpscope.fourier.probe import default_numbers, run_filters
 

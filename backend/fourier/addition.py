@@ -18,13 +18,14 @@ from interpscope.config import InterpscopeError
 from interpscope.fourier.data import render
 from interpscope.fourier.numbers import NumberTokens
 from interpscope.models.loaded import decode_text
+from interpscope.results import Result
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
 
 
 @dataclass
-class AdditionResult:
+class AdditionResult(Result):
     """Per-prompt operands, answers and predictions (-1 = not a number), with summary accuracies."""
 
     model: str
@@ -36,6 +37,9 @@ class AdditionResult:
     within_2: float
     within_10: float
     mode: str
+
+    SCHEMA = "interpscope.fourier.addition"
+    SCHEMA_VERSION = 1
 
 
 def score(predictions: np.ndarray, answers: np.ndarray) -> tuple[float, float, float]:

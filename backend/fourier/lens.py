@@ -19,13 +19,14 @@ from interpscope.fourier.addition import pad_right, score
 from interpscope.fourier.basis import fourier_basis, frequency_magnitude
 from interpscope.fourier.data import render
 from interpscope.fourier.numbers import NumberTokens, number_unembedding
+from interpscope.results import Result
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
 
 
 @dataclass
-class ModuleLens:
+class ModuleLens(Result):
     """Per-layer number logits of attention and MLP outputs, and their Fourier magnitudes.
 
     attn_logits / mlp_logits [P, layers, N]: number logits of each prompt's last token.
@@ -50,6 +51,9 @@ class ModuleLens:
     lens_within_2: np.ndarray
     lens_within_10: np.ndarray
     final_logits: np.ndarray
+
+    SCHEMA = "interpscope.fourier.lens"
+    SCHEMA_VERSION = 1
 
 
 def default_tau(n_numbers: int) -> int:

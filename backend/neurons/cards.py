@@ -26,6 +26,7 @@ from interpscope.neurons.page_store import CONTEXT_LEFT, CONTEXT_RIGHT, NeuronSt
 from interpscope.neurons.postnorm import layer_post_scale, typical_scale
 from interpscope.neurons.store import ActivationStore
 from interpscope.neurons.weights import check_k, unembed_basis
+from interpscope.results import Result
 from interpscope.sinks import (
     SinkReport,
     colour_scale,
@@ -181,7 +182,7 @@ def stored_detail(store: NeuronStore, lm: LoadedModel, layer: int, index: int, k
 
 
 @dataclass
-class TextActivations:
+class TextActivations(Result):
     """Per token of the text: the token strings, each chosen neuron's activation [n_neurons, T], the entropy of
     the prediction made at that token [T], the top predicted next token and its probability. excluded_positions:
     a prepended BOS and the rows measured to carry a massive activation, which set no colour scale; scale: each
@@ -197,6 +198,9 @@ class TextActivations:
     excluded_positions: list[int] | None = None
     scale: np.ndarray | None = None
     sinks: list[dict] | None = None  # one row per excluded position: token, reason, measured ratio (SinkReport.rows)
+
+    SCHEMA = "interpscope.neurons.text"
+    SCHEMA_VERSION = 1
 
     def reasons(self) -> dict[int, str]:
         """position -> why it is excluded ('prepended BOS', 'measured attention sink, 130x the median norm')."""

@@ -16,13 +16,14 @@ from interpscope.config import InterpscopeError
 from interpscope.neurons.ablation import Neuron, parse_neurons, random_neurons, token_effects
 from interpscope.neurons.metrics import loss_and_entropy
 from interpscope.neurons.store import Progress
+from interpscope.results import Result
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
 
 
 @dataclass
-class InductionResult:
+class InductionResult(Result):
     """Per-position means over n_sequences: activation [n_neurons, 2*half_len] of chosen then random neurons,
     entropy and loss [2*half_len]; per neuron: mean activation in each half (divided by the neuron's std over all
     positions, so neurons of different scales compare), and the ablation effects on entropy/loss per half."""
@@ -41,6 +42,9 @@ class InductionResult:
     ablation_entropy_change: dict[str, list[float]]
     ablation_loss_change: dict[str, list[float]]
     ablation_entropy_change_direct: dict[str, list[float]]
+
+    SCHEMA = "interpscope.neurons.induction"
+    SCHEMA_VERSION = 1
 
 
 def _ordinary_tokens(tokenizer, vocab_size: int, counts: np.ndarray | None) -> np.ndarray:
