@@ -30,28 +30,13 @@ from interpscope.config import InterpscopeError
 from interpscope.graph import GraphEdge, GraphNode
 from interpscope.relevance.engine import attribute
 from interpscope.relevance.methods import get_method
-from interpscope.sae.documents import CircuitDocument
+from interpscope.sae.documents import CircuitConservation, CircuitDocument
 from interpscope.sae.folder import check_compatible
 from interpscope.sae.placement import on_device
 from interpscope.sinks import measure
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
-
-
-@dataclass
-class CircuitConservation:
-    """Where the explained value went in the spliced pass."""
-
-    value: float
-    input_tokens: float
-    upstream_features: float
-    error_node: float
-    sae_biases: float
-    target_sae_biases: float
-    model_biases: float
-    softmax: float | None  # what the attention softmaxes drop; None (absent) where the rules send none
-    relative_error: float
 
 
 @dataclass

@@ -18,6 +18,21 @@ if TYPE_CHECKING:
     from interpscope.graph import GraphEdge, GraphNode
 
 
+@dataclass
+class CircuitConservation:
+    """Where the explained value went in the spliced pass."""
+
+    value: float
+    input_tokens: float
+    upstream_features: float
+    error_node: float
+    sae_biases: float
+    target_sae_biases: float
+    model_biases: float
+    softmax: float | None  # what the attention softmaxes drop; None (absent) where the rules send none
+    relative_error: float
+
+
 class CircuitDocument(Result):
     """A feature circuit (the SAE page's Circuit view, `interpscope sae circuit`, `interpscope.sae.circuit`).
 
@@ -35,7 +50,7 @@ class CircuitDocument(Result):
     target: str
     value: float
     upstream_hook: str
-    conservation: Any  # a CircuitConservation or None (not imported: interpscope.sae.circuits imports this module)
+    conservation: CircuitConservation | None
     nodes: list[GraphNode]
     edges: list[GraphEdge]
     seconds: float
