@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 Progress = Callable[[int, int], None]
 NP_DTYPES = {"float16": np.float16, "float32": np.float32}
 TORCH_DTYPES = {"float16": torch.float16, "float32": torch.float32}
+PAIR = "->"  # a transcoder's paired cache: 'input hook->target hook'
 
 
 @dataclass
@@ -100,29 +101,40 @@ class CacheJob:
         return window_rows(lm, self.hook_name, shard.payload, self.batch_size, self.dtype)
 
 
+def paired_hooks(hook_name: str) -> list[str]:
+    """The hooks a cache reads: one, or a transcoder's 'input->target' pair (rows hold both side by side)."""
+    return [part.strip() for part in hook_name.split(PAIR)]
+
+
 def window_rows(lm: LoadedModel, hook_name: str, windows: torch.Tensor, batch_size: int, dtype: str) -> np.ndarray:
-    """Activations at hook_name of token windows [N, T], positions 1.. of each, as rows [N * (T - 1), d] of dtype;
-    the windows run batch_size at a time (the batches, hence the bits, of a single-process build)."""
+    """Activations at hook_name of token windows [N, T], positions 1.. of each, as rows [N * (T - 1), d] of dtype
+    (a pair 'a->b': [x_a | x_b], d = 2 d_model); the windows run batch_size at a time (the batches, hence the
+    bits, of a single-process build)."""
     adapter = lm.adapter
-    stop_early = adapter.resolve(hook_name).kind == "post" and hook_name.startswith("blocks.")
+    names = paired_hooks(hook_name)
+    last = names[-1]
+    stop_early = adapter.resolve(last).kind == "post" and last.startswith("blocks.")
     captured: dict[str, torch.Tensor] = {}
 
-    def grab(tensor: torch.Tensor):
-        captured["x"] = tensor.detach()
-        if stop_early:
-            raise StopForward
-        return None
+    def grabber(name: str):
+        def grab(tensor: torch.Tensor):
+            captured[name] = tensor.detach()
+            if stop_early and name == last and all(n in captured for n in names):
+                raise StopForward
+            return None
+        return grab
 
     copies = []
     with model_lock(lm), torch.no_grad():
         for first in range(0, windows.shape[0], batch_size):
             batch = windows[first:first + batch_size].to(lm.device)
             try:
-                with hooks(adapter, {hook_name: grab}):
+                with hooks(adapter, {name: grabber(name) for name in names}):
                     lm.model(input_ids=batch, use_cache=False)
             except StopForward:
                 pass
-            acts = captured.pop("x")[:, 1:, :].reshape(-1, adapter.d_model)
+            acts = torch.cat([captured.pop(name)[:, 1:, :] for name in names], -1)
+            acts = acts.reshape(-1, adapter.d_model * len(names))
             copies.append(to_host(acts, TORCH_DTYPES[dtype]))
     return np.concatenate([copy.numpy().astype(NP_DTYPES[dtype], copy=False) for copy in copies])
 
@@ -153,8 +165,13 @@ def build_activation_cache(lm: LoadedModel, hook_name: str, n_tokens: int, *, so
     if dtype not in NP_DTYPES:
         raise InterpscopeError(f"Activation cache dtype must be float16 or float32, not {dtype!r}.")
     adapter = lm.adapter
-    adapter.resolve(hook_name)  # validates the name for this model
-    d_in = adapter.d_model
+    names = paired_hooks(hook_name)
+    if not 1 <= len(names) <= 2 or any(name.endswith("mlp.hook_post") for name in names):
+        raise InterpscopeError(f"Cannot cache {hook_name!r}: give one hook, or 'input->target' for a transcoder "
+                               "(residual-stream or block-output hooks, not mlp.hook_post).")
+    for name in names:
+        adapter.resolve(name)  # validates the name for this model
+    d_in = adapter.d_model * len(names)
     spec = CacheSpec(model_name=lm.name, hook_name=hook_name, d_in=d_in, n_tokens=int(n_tokens),
                      source=str(source or "austen"), split=split, context_size=int(context_size), dtype=dtype)
     folder = Path(folder) if folder else cache_folder(spec)

@@ -206,12 +206,14 @@ def batch_terms(passes: _Splice, saes: list[SparseAutoencoder], batch: torch.Ten
     ce_zero = fixed_sum(_ce(zero_logits, targets))
     del zero_logits
     all_rows = x_model.reshape(-1, d_in).double().cpu()
+    source = passes.state.get("source", x_model)  # what the SAE reads: the hook itself, or a transcoder's input
+    in_rows = source.reshape(-1, source.shape[-1]).double().cpu()
     r = all_rows[keep]
     per_sae, fired = [], []
     for sae in saes:
         sae.eval()
         rows = all_rows.to(sae.W_enc.dtype)
-        f = sae.encode(rows)
+        f = sae.encode(in_rows.to(sae.W_enc.dtype))
         x_hat_rows = sae.decode(f)
         x_hat_rows[~keep] = rows[~keep]
         sae_logits = passes.spliced(batch, x_hat_rows.reshape(x_model.shape))

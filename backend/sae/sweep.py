@@ -30,8 +30,9 @@ from interpscope.config import InterpscopeError
 from interpscope.outputs import OutputFolder, check_output_folder
 from interpscope.resume import check_same_settings
 from interpscope.sae.activations import ActivationCache, ShuffledBuffer, build_activation_cache
+from interpscope.sae.architectures import SAEConfig, build_sae
 from interpscope.sae.folder import CFG_FILE, WEIGHTS_FILE, load_sae, save_sae
-from interpscope.sae.pipeline import OUTLIER_FACTOR, SAESpec, check_specs, input_scale, make_runs
+from interpscope.sae.pipeline import OUTLIER_FACTOR, SAESpec, check_specs, input_scale
 from interpscope.sae.sweep_docs import SweepTable, sweep_row
 from interpscope.sae.training import TrainConfig, Trainer, TrainRun
 from interpscope.scale.pool import Scale, Shard, map_shards
@@ -166,8 +167,7 @@ def train_point(out_dir: Path, cache: ActivationCache, settings: SweepSettings, 
     d_in = cache.d_in
     max_norm = OUTLIER_FACTOR * math.sqrt(d_in)
     buffer = ShuffledBuffer(cache, settings.batch_size, seed=settings.seed, scale=scale, max_norm=max_norm)
-    runs = make_runs([SAESpec(spec.arch, spec.width, spec.sparsity, spec.k, name)], d_in, settings.model_name,
-                     settings.hook_name, settings.context_size, settings.source, seed=point_seed(settings, name))
+    runs = [build_point(spec, name, d_in, settings)]
     cfg = TrainConfig(total_tokens=settings.tokens, batch_size=settings.batch_size, lr=settings.lr,
                       warmup_steps=settings.warmup_steps, decay_fraction=settings.decay_fraction,
                       resample_at=settings.resample_at, dead_window_tokens=settings.dead_window_tokens,
@@ -185,6 +185,26 @@ def train_point(out_dir: Path, cache: ActivationCache, settings: SweepSettings, 
     atomic.write_json(output.path / TRAIN_FILE, record, indent=1)
     output.record(output.path / TRAIN_FILE)
     return record
+
+
+def _layer(hook: str) -> int:
+    parts = hook.split(".")
+    return int(parts[1]) if len(parts) > 2 and parts[0] == "blocks" and parts[1].isdigit() else -1
+
+
+def build_point(spec: SAESpec, name: str, d_in: int, settings: SweepSettings) -> TrainRun:
+    """A fresh SAE for a grid point (a transcoder reads the first half of the paired rows and predicts the
+    second), seeded from its name."""
+    target = settings.target_hook
+    width_in = d_in // 2 if target else d_in
+    extra = {"d_out": d_in - width_in, "hook_name_out": target, "hook_layer_out": _layer(target)} if target else {}
+    cfg = SAEConfig(d_in=width_in, d_sae=spec.width, architecture=spec.arch, model_name=settings.model_name,
+                    hook_name=settings.hook_name, hook_layer=_layer(settings.hook_name),
+                    k=spec.knob_setting().get("k"), context_size=settings.context_size,
+                    dataset_path=settings.source, apply_b_dec_to_input=not target, extra=extra)
+    sae = build_sae(cfg, seed=point_seed(settings, name))
+    sae.sparse_training = True
+    return TrainRun(name=name, sae=sae, sparsity=spec.coefficient)
 
 
 def export_point(run: TrainRun, output: OutputFolder, scale: float, cache_rows: int, settings: SweepSettings) -> None:

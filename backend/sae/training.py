@@ -197,7 +197,7 @@ class Trainer:
                     if (self.step + 1) % cfg.log_every == 0 or self.step + 1 == total:
                         entry = {"step": self.step + 1, "tokens": (self.step + 1) * cfg.batch_size,
                                  "loss": float(out.total), "l0": float((out.features > 0).float().sum(-1).mean()),
-                                 "fvu": batch_fvu(x, out.x_hat), "lr": lr,
+                                 "fvu": batch_fvu(sae.reconstruction_target(x), out.x_hat), "lr": lr,
                                  "dead_fraction": float(((self.step - run.last_fired) >= window_steps)
                                                         .float().mean()),
                                  "seconds": time.perf_counter() - started}

@@ -20,6 +20,7 @@ from interpscope.sae.arch.registry import (
 )
 from interpscope.sae.arch.standard import StandardSAE
 from interpscope.sae.arch.topk import TopKSAE
+from interpscope.sae.arch.transcoder import Transcoder
 
 register(StandardSAE)
 register(GatedSAE)
@@ -27,6 +28,7 @@ register(TopKSAE)
 register(JumpReLUSAE)
 register(BatchTopKSAE)
 register(MatryoshkaBatchTopKSAE)
+register(Transcoder)
 
 __all__ = ["Knob", "LossTerms", "PerFeature", "SAEConfig", "SparseAutoencoder", "architecture_class", "build_sae",
            "canonical_architecture", "choices_text", "register", "registered"]

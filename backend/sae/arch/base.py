@@ -183,6 +183,10 @@ class SparseAutoencoder(nn.Module):
     def training_loss(self, x: torch.Tensor, coefficient: float) -> LossTerms:
         raise NotImplementedError
 
+    def reconstruction_target(self, x: torch.Tensor) -> torch.Tensor:
+        """What a training row's reconstruction is compared with: the row itself (a transcoder: its target part)."""
+        return x
+
     def observe_dead(self, dead: torch.Tensor) -> None:
         """Told before each training step which features have not fired for the dead window."""
 
