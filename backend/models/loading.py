@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from interpscope.adapters import family_of, get_adapter
+from interpscope.adapters import family_of, get_adapter, modality_of
 from interpscope.config import InterpscopeError, resolve_device, resolve_dtype
 from interpscope.models.cache import CACHE, estimate_bytes
 from interpscope.models.checks import cached_hub_folder, check_finite_weights, check_model_name, check_weight_files
@@ -58,6 +58,9 @@ def _from_pretrained(location: str, device: torch.device, dtype: torch.dtype, lo
     hf_logging.disable_progress_bar()
     kwargs = {"local_files_only": local_only, "trust_remote_code": False}
     config = AutoConfig.from_pretrained(location, **kwargs)
+    if modality_of(config.model_type) == "image":
+        raise InterpscopeError(f"{Path(location).name} is an image classifier ({config.model_type}): it takes an image "
+                               "(the Relevance maps page's uploader, or explain --image FILE), not text.")
     if family_of(config.model_type) is None:
         get_adapter(type("M", (), {"config": config})())  # raises the unsupported-type message
     weights_folder = Path(location) if Path(location).is_dir() else cached_hub_folder(location)
@@ -206,27 +209,28 @@ def _hf_cache_models() -> list[dict]:
             family = family_of(model_type)
             if family:
                 found.append({"name": repo.name[len("models--"):].replace("--", "/"), "family": family,
-                              "source": "huggingface-cache"})
+                              "source": "huggingface-cache", "modality": modality_of(model_type)})
             break
     return found
 
 
 def available_models() -> list[dict]:
     """Bundled models first, then supported models in the local Hugging Face cache."""
-    models = [{"name": m.name, "family": m.family, "source": "bundled", "description": m.description}
-              for m in BUNDLED.values()]
+    models = [{"name": m.name, "family": m.family, "source": "bundled", "description": m.description,
+               "modality": m.modality} for m in BUNDLED.values()]
     return models + _hf_cache_models()
 
 
 @dataclass
 class ModelEntry:
     """One model `load` can open without a network: its name, family, where it comes from (bundled or the local
-    Hugging Face cache) and, for bundled ones, what it is."""
+    Hugging Face cache), what it reads ("text" or "image") and, for bundled ones, what it is."""
 
     name: str
     family: str
     source: str
     description: str | None = None
+    modality: str = "text"
 
 
 @dataclass
@@ -241,11 +245,12 @@ class ModelList(Result):
 
     def tidy(self) -> list[dict]:
         """One row per model."""
-        return [{"name": m.name, "family": m.family, "source": m.source, "description": m.description}
+        return [{"name": m.name, "family": m.family, "source": m.source, "description": m.description,
+                 "modality": m.modality}
                 for m in self.models]
 
 
 def model_list() -> ModelList:
     """available_models() as a typed result (the CLI's `models --json`, the API's interpscope.list_models())."""
-    return ModelList([ModelEntry(m["name"], m["family"], m["source"], m.get("description"))
-                      for m in available_models()])
+    return ModelList([ModelEntry(m["name"], m["family"], m["source"], m.get("description"),
+                                 m.get("modality") or "text") for m in available_models()])

@@ -25,6 +25,7 @@ class BundledModel:
     default: bool = False
     location: Callable[[], Path] | None = None
     hub_ids: tuple[str, ...] = ()  # Hugging Face ids of the model this entry ships (a copy, maybe quantised)
+    modality: str = "text"  # what it reads: "text" or "image" (a ViT classifier)
 
     def known_location(self) -> Path:
         """Where the model's folder is (or will be), without preparing it (folder() may convert it first)."""
@@ -91,7 +92,7 @@ def _discover_asset_models() -> None:
             continue
         folder = meta_path.parent
         register(BundledModel(name=meta["name"], family=meta["family"], description=meta.get("description", ""),
-                              folder=_fixed(folder)))
+                              folder=_fixed(folder), modality=str(meta.get("modality", "text"))))
 
 
 _discover_asset_models()
