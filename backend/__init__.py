@@ -36,6 +36,8 @@ if TYPE_CHECKING:
         list_models,
         load,
         methods,
+        patch,
+        path_patch,
         predict,
     )
     from interpscope.models.loading import LoadedModel
@@ -55,6 +57,8 @@ _LAZY = {
     "explain_file": "interpscope.api",
     "explain_seq2seq": "interpscope.api",
     "flow": "interpscope.api",
+    "patch": "interpscope.api",
+    "path_patch": "interpscope.api",
     "LoadedModel": "interpscope.models.loading",
     "Result": "interpscope.results",
     "document": "interpscope.results",
@@ -63,7 +67,8 @@ _LAZY = {
 
 __all__ = [
     "LoadedModel", "Result", "compare_faithfulness", "document", "explain", "explain_file", "explain_seq2seq",
-    "faithfulness", "flow", "heldout", "ig_convergence", "list_models", "load", "methods", "predict", "without_timings",
+    "faithfulness", "flow", "heldout", "ig_convergence", "list_models", "load", "methods", "patch", "path_patch",
+    "predict", "without_timings",
     "fourier", "neurons", "sae",  # the namespaces (subpackages, imported on first access)
 ]
 # API functions named like a submodule of the package (interpscope.predict, the prediction module): the package

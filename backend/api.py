@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from interpscope.causal.results import PatchingResult, PathPatchingResult
     from interpscope.models.loading import LoadedModel, ModelList
     from interpscope.predict import Prediction
     from interpscope.relevance.api import RelevanceResult
@@ -159,6 +160,37 @@ def flow(lm: LoadedModel, text: str, *, target: str | int | None = None,
     from interpscope.relevance.flow import information_flow
 
     return information_flow(lm, text, token=target, contrast=contrast, prepend_bos=prepend_bos).at(threshold)
+
+
+def patch(lm: LoadedModel, clean: str, corrupt: str, *, metric: str = "logit-diff", answer: str | int | None = None,
+          wrong: str | int | None = None, components: str | Sequence[str] | None = None,
+          methods: str | Sequence[str] | None = None, relp_rules: str = "cp-lrp",
+          prepend_bos: bool | None = None) -> PatchingResult:
+    """Activation patching of a clean / corrupt prompt pair (same token length): the corrupt run with one clean
+    activation put back per cell, for the residual stream (per layer and position, plus the final residual),
+    attention and MLP outputs (per layer and position) and heads (per layer and head); normalised so 1 = the clean
+    metric, 0 = the corrupt one. metric: logit-diff (answer - wrong), logit or prob of the answer; answer / wrong: one
+    token each (text or '#id'; default: the clean and the corrupt prompt's top predictions). components: any of
+    resid, attn, mlp, heads; methods: any of real, atp (attribution patching), relp (relevance patching, LRP rules
+    `relp_rules`: cp-lrp or attnlrp), each estimate with its Pearson r against real patching (schema
+    interpscope.patching; = `interpscope patch --json` and the Activation patching page's export)."""
+    from interpscope.causal.run import patch as patch_pair
+
+    return patch_pair(lm, clean, corrupt, metric=metric, answer=answer, wrong=wrong, components=components,
+                      methods=methods, relp_rules=relp_rules, prepend_bos=prepend_bos)
+
+
+def path_patch(lm: LoadedModel, clean: str, corrupt: str, sender: str, receiver: str, *, metric: str = "logit-diff",
+               answer: str | int | None = None, wrong: str | int | None = None,
+               prepend_bos: bool | None = None) -> PathPatchingResult:
+    """Path patching: the share of the clean metric restored when the sender's clean output ('L3.H2', 'L3.attn',
+    'L3.mlp') reaches only the receiver (the same forms, or 'logits'), every component between them frozen at its
+    corrupt value; beside the sender's total effect (schema interpscope.path_patching; = `interpscope patch --path
+    SENDER RECEIVER --json`)."""
+    from interpscope.causal.run import path_patch as path_pair
+
+    return path_pair(lm, clean, corrupt, sender, receiver, metric=metric, answer=answer, wrong=wrong,
+                     prepend_bos=prepend_bos)
 
 
 def explain_seq2seq(lm: LoadedModel, text: str, decoder_text: str | None = None, method: str = "attnlrp", *,

@@ -1,0 +1,217 @@
+"""Activation patching (denoising): run the corrupt prompt with one clean activation put back, read the metric.
+
+Grids, one forward pass per cell, many cells per batched pass:
+- resid [n_layers + 1, T]: the residual stream entering block l (resid_pre) at one position; the last row is the
+  final residual (after the last block, before the final norm).
+- attn [n_layers, T] / mlp [n_layers, T]: one layer's attention (MLP) output at one position, as it joins the residual.
+- heads [n_layers, n_heads]: one head's output at every position, i.e. its slice of the attention output
+  projection's input (o_proj's input is the heads' outputs, concatenated head by head).
+
+A cell whose clean and corrupt activations are identical (positions before the first differing token) is the
+corrupt run itself: its value is the corrupt metric, with no pass run. Every other cell starts where its patch is:
+blocks before layer l compute nothing (interpscope.capture.resume_after hands block l the corrupt residual, with the
+clean row already in place for resid cells), and only the last position is projected onto the vocabulary. All hooks
+go through interpscope.capture, scoped to this run; the caller holds the model's lock.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from interpscope.adapters import ModelAdapter
+from interpscope.capture import hooks, resume_after, scoped
+from interpscope.causal.prompts import Metric
+from interpscope.progress import Progress
+
+KINDS = ("resid", "attn", "mlp", "heads")
+KIND_LABELS = {"resid": "Residual stream", "attn": "Attention output", "mlp": "MLP output", "heads": "Attention heads"}
+
+
+@dataclass
+class Activations:
+    """One run's activations on one prompt: resid [n_layers + 1] x [T, d] (resid_pre of each block, then the final
+    residual), attn / mlp [n_layers] x [T, d] (as they join the residual), heads [n_layers] x [T, n_heads * d_head]
+    (o_proj's input), and the logits [vocab] after the last token."""
+
+    resid: list[torch.Tensor]
+    attn: list[torch.Tensor]
+    mlp: list[torch.Tensor]
+    heads: list[torch.Tensor]
+    logits: torch.Tensor
+
+
+def point_names(adapter: ModelAdapter) -> dict[str, list[str]]:
+    """The hook points of each kind (resid, attn, mlp), in layer order."""
+    n = adapter.n_layers
+    return {"resid": [*(f"blocks.{layer}.hook_resid_pre" for layer in range(n)), f"blocks.{n - 1}.hook_resid_post"],
+            "attn": [f"blocks.{layer}.hook_attn_out" for layer in range(n)],
+            "mlp": [f"blocks.{layer}.hook_mlp_out" for layer in range(n)]}
+
+
+def out_projections(adapter: ModelAdapter) -> list[torch.nn.Module]:
+    """Each layer's attention output projection (its input holds the heads' outputs)."""
+    found = [adapter.attention_out_proj(layer) for layer in range(adapter.n_layers)]
+    if any(module is None for module in found):
+        raise ValueError(f"{adapter.family} models have no attention output projection to patch heads at")
+    return [module for module in found if module is not None]
+
+
+def first_argument(args: tuple, kwargs: dict) -> torch.Tensor:
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def input_edit(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable:
+    """A forward pre-hook (with kwargs) that replaces a module's first input by fn(input)."""
+    def hook(module, args, kwargs):
+        new = fn(first_argument(args, kwargs))
+        return ((new, *args[1:]), kwargs) if args else (args, dict(kwargs, hidden_states=new))
+    return hook
+
+
+def last_logits(adapter: ModelAdapter, ids: torch.Tensor) -> torch.Tensor:
+    """Logits [B, vocab] after the last token of ids [B, T] (only that position is projected)."""
+    from interpscope.relevance.engine import _supports_logits_to_keep
+
+    model = adapter.model
+    if _supports_logits_to_keep(model):
+        return model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[:, -1]
+    return model(input_ids=ids, use_cache=False).logits[:, -1]
+
+
+def record(adapter: ModelAdapter, ids: torch.Tensor, heads: bool = True) -> Activations:
+    """Every activation patching reads, from one plain forward pass on ids [1, T] (read hooks only)."""
+    names = point_names(adapter)
+    store: dict[str, torch.Tensor] = {}
+
+    def keep(name: str) -> Callable[[torch.Tensor], None]:
+        def fn(tensor: torch.Tensor) -> None:
+            store[name] = tensor[0].detach()
+        return fn
+
+    def keep_input(layer: int) -> Callable:
+        def fn(module, args, kwargs) -> None:
+            store[f"heads.{layer}"] = first_argument(args, kwargs)[0].detach()
+        return fn
+
+    edits = [(name, keep(name)) for kind in ("resid", "attn", "mlp") for name in names[kind]]
+    projections = [(module, keep_input(layer)) for layer, module in enumerate(out_projections(adapter))] if heads \
+        else []
+    with torch.no_grad(), hooks(adapter, edits, role="read"), scoped(projections, role="read", kind="input"):
+        logits = last_logits(adapter, ids)[0].detach()
+    return Activations(resid=[store[n] for n in names["resid"]], attn=[store[n] for n in names["attn"]],
+                       mlp=[store[n] for n in names["mlp"]],
+                       heads=[store[f"heads.{layer}"] for layer in range(adapter.n_layers)] if heads else [],
+                       logits=logits)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One patch: kind, row (layer; resid has a final row n_layers) and column (position; head for heads)."""
+
+    kind: str
+    row: int
+    column: int
+
+
+def head_slice(adapter: ModelAdapter, head: int) -> slice:
+    return slice(head * adapter.d_head, (head + 1) * adapter.d_head)
+
+
+def _pieces(adapter: ModelAdapter, acts: Activations, cell: Cell) -> torch.Tensor:
+    """The activation a cell replaces, in one run."""
+    if cell.kind == "heads":
+        return acts.heads[cell.row][:, head_slice(adapter, cell.column)]
+    return getattr(acts, cell.kind)[cell.row][cell.column]
+
+
+def _patched_run(adapter: ModelAdapter, ids: torch.Tensor, cells: list[Cell], clean: Activations,
+                 corrupt: Activations) -> torch.Tensor:
+    """Logits [len(cells), vocab] of the corrupt prompt, batch row b with cells[b] patched (all cells share kind and
+    row)."""
+    kind, row = cells[0].kind, cells[0].row
+    batch = ids.expand(len(cells), -1)
+    rows = torch.arange(len(cells), device=ids.device)
+    columns = torch.tensor([cell.column for cell in cells], device=ids.device)
+    with ExitStack() as stack:
+        if kind == "resid" and row > 0:  # the block before hands on the corrupt residual with the clean rows in place
+            hidden = corrupt.resid[row].expand(len(cells), -1, -1).clone()
+            hidden[rows, columns] = clean.resid[row][columns]
+            stack.enter_context(resume_after(adapter, row - 1, hidden))
+        else:
+            if row > 0:  # blocks before `row` are the corrupt run's: skip them
+                start = corrupt.resid[row].expand(len(cells), -1, -1).contiguous()
+                stack.enter_context(resume_after(adapter, row - 1, start))
+            stack.enter_context(_cell_edit(adapter, kind, row, rows, columns, clean))
+        with torch.no_grad():
+            return last_logits(adapter, batch)
+
+
+def _cell_edit(adapter: ModelAdapter, kind: str, row: int, rows: torch.Tensor, columns: torch.Tensor,
+               clean: Activations):
+    """The edit hook putting each batch row's clean activation in place (resid row 0, attn, mlp, heads)."""
+    if kind == "heads":
+        width = adapter.d_head
+        index = columns[:, None] * width + torch.arange(width, device=columns.device)[None]  # [B, d_head]
+
+        def put_heads(tensor: torch.Tensor) -> torch.Tensor:
+            out = tensor.clone()
+            source = clean.heads[row].to(out.dtype)
+            for b in range(len(rows)):
+                out[b][:, index[b]] = source[:, index[b]]
+            return out
+        return scoped([(out_projections(adapter)[row], input_edit(put_heads))], role="edit", kind="input")
+    name = point_names(adapter)[kind][row]
+    source = getattr(clean, kind)[row]
+
+    def put(tensor: torch.Tensor) -> torch.Tensor:
+        out = tensor.clone()
+        out[rows, columns] = source[columns].to(out.dtype)
+        return out
+    return hooks(adapter, [(name, put)])
+
+
+def grid_shape(adapter: ModelAdapter, kind: str, n_tokens: int) -> tuple[int, int]:
+    if kind == "resid":
+        return adapter.n_layers + 1, n_tokens
+    if kind == "heads":
+        return adapter.n_layers, adapter.n_heads
+    return adapter.n_layers, n_tokens
+
+
+def changed(adapter: ModelAdapter, kind: str, clean: Activations, corrupt: Activations) -> np.ndarray:
+    """Bool [rows, columns]: the cells whose clean and corrupt activations differ (the others patch nothing)."""
+    n_rows, n_columns = grid_shape(adapter, kind, int(clean.resid[0].shape[0]))
+    return np.array([[not torch.equal(_pieces(adapter, clean, cell), _pieces(adapter, corrupt, cell))
+                      for cell in (Cell(kind, row, column) for column in range(n_columns))] for row in range(n_rows)],
+                    dtype=bool).reshape(n_rows, n_columns)
+
+
+def real_grids(adapter: ModelAdapter, corrupt_ids: torch.Tensor, metric: Metric, clean: Activations,
+               corrupt: Activations, kinds: list[str], progress: Progress | None = None,
+               batch_size: int = 16) -> dict[str, np.ndarray]:
+    """The raw metric of the corrupt run with each cell patched, per kind ([rows, columns], float64). The caller holds
+    the model's lock."""
+    corrupt_value = float(metric.value(corrupt.logits))
+    grids: dict[str, np.ndarray] = {}
+    batches: list[list[Cell]] = []
+    for kind in kinds:
+        mask = changed(adapter, kind, clean, corrupt)
+        grids[kind] = np.full(mask.shape, corrupt_value)
+        for row in range(mask.shape[0]):
+            cells = [Cell(kind, row, int(column)) for column in np.flatnonzero(mask[row])]
+            batches += [cells[i:i + batch_size] for i in range(0, len(cells), batch_size)]
+    total, done = sum(len(b) for b in batches), 0
+    if progress is not None:
+        progress(0, total)
+    for cells in batches:
+        values = metric.value(_patched_run(adapter, corrupt_ids, cells, clean, corrupt)).cpu().numpy()
+        for cell, value in zip(cells, values, strict=True):
+            grids[cell.kind][cell.row, cell.column] = float(value)
+        done += len(cells)
+        if progress is not None:
+            progress(done, total)
+    return grids
