@@ -79,18 +79,16 @@ def export_menu(fig: go.Figure | None, data: Result | None, key: str, filename: 
     if data is not None and not isinstance(data, Result):
         raise TypeError(f"export_menu({key!r}) takes a Result, not {type(data).__name__}: wrap a part of a result as "
                         "result.panel(name, data) or interpscope.results.Panel(of=schema, part=name, data=data)")
-    formats = (["png", "svg", "pdf", "html"] if fig is not None else []) + (["json", "csv"] if data is not None else [])
-    if not formats:
+    producers: dict[str, partial[bytes]] = {}
+    if fig is not None:
+        producers |= {fmt: partial(figure_bytes, fig, fmt) for fmt in ("png", "svg", "pdf", "html")}
+    if data is not None:
+        producers |= {"json": partial(data_json, data), "csv": partial(data_csv, data)}
+    if not producers:
         return
     # a wrapping row of content-width buttons: labels are never cut, however narrow the column (compare mode)
     row = st.container(horizontal=True, wrap=True, gap="small", vertical_alignment="center")
     row.caption("Export", width="content")
-    for fmt in formats:
-        if fmt == "json":
-            producer = partial(data_json, data)
-        elif fmt == "csv":
-            producer = partial(data_csv, data)
-        else:
-            producer = partial(figure_bytes, fig, fmt)
+    for fmt, producer in producers.items():
         row.download_button(fmt.upper(), data=producer, file_name=f"{filename}.{fmt}", mime=MIME[fmt],
                             key=f"export-{key}-{fmt}", on_click="ignore", width="content")

@@ -6,6 +6,7 @@ when asked for.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -139,7 +140,7 @@ class TrainingReport(Result):
         return training_curves_figure(self.histories)
 
 
-def training_report(model: str, hook: str, saved: dict[str, str | Path],
+def training_report(model: str, hook: str, saved: Mapping[str, str | Path],
                     evaluations: dict[str, dict] | None = None) -> TrainingReport:
     """The report of a finished run from its saved folders (each folder's history.json holds its curves)."""
     histories = {}
