@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         compare_faithfulness,
         explain,
         explain_file,
+        explain_image,
         explain_seq2seq,
         faithfulness,
         flow,
@@ -35,8 +36,10 @@ if TYPE_CHECKING:
         ig_convergence,
         list_models,
         load,
+        load_image,
         methods,
         patch,
+        patch_flipping,
         path_patch,
         predict,
     )
@@ -56,6 +59,9 @@ _LAZY = {
     "heldout": "interpscope.api",
     "explain_file": "interpscope.api",
     "explain_seq2seq": "interpscope.api",
+    "load_image": "interpscope.api",
+    "explain_image": "interpscope.api",
+    "patch_flipping": "interpscope.api",
     "flow": "interpscope.api",
     "patch": "interpscope.api",
     "path_patch": "interpscope.api",
@@ -68,7 +74,7 @@ _LAZY = {
 __all__ = [
     "LoadedModel", "Result", "compare_faithfulness", "document", "explain", "explain_file", "explain_seq2seq",
     "faithfulness", "flow", "heldout", "ig_convergence", "list_models", "load", "methods", "patch", "path_patch",
-    "predict", "without_timings",
+    "predict", "without_timings", "load_image", "explain_image", "patch_flipping",
     "fourier", "neurons", "sae",  # the namespaces (subpackages, imported on first access)
 ]
 # API functions named like a submodule of the package (interpscope.predict, the prediction module): the package

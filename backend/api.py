@@ -15,12 +15,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from interpscope.causal.results import PatchingResult, PathPatchingResult
     from interpscope.models.loading import LoadedModel, ModelList
+    from interpscope.models.vision import LoadedImageModel
     from interpscope.predict import Prediction
     from interpscope.relevance.api import RelevanceResult
     from interpscope.relevance.baselines import IGConvergence
     from interpscope.relevance.file_attribution import FileRun
     from interpscope.relevance.flow import InformationFlow
     from interpscope.relevance.heldout import FaithfulnessComparison, HeldoutResult, TextFaithfulness
+    from interpscope.relevance.image_api import ImageRelevance
+    from interpscope.relevance.image_faithfulness import ImageFaithfulness
     from interpscope.relevance.seq2seq import Seq2SeqRelevance
     from interpscope.relevance.targets import Target
 
@@ -205,3 +208,55 @@ def explain_seq2seq(lm: LoadedModel, text: str, decoder_text: str | None = None,
 
     return explain_pair(lm, text, decoder_text, method, token=target, contrast=contrast,
                         options=MethodOptions(**options) if options else None)
+
+
+def load_image(name: str = "vit-fashion-mnist", device: str = "auto", dtype: str = "float32") -> LoadedImageModel:
+    """Load a ViT/DeiT image classifier (a bundled name such as vit-fashion-mnist, a folder or a cached Hugging Face
+    id); a text model is refused. Same model cache as `load`."""
+    from interpscope.models.vision import load_image_model
+
+    return load_image_model(name, device=device, dtype=dtype)
+
+
+def _image_array(image: Any):
+    """An image as uint8 RGB [H, W, 3]: a file path, PNG/JPEG bytes or such an array (checked as uploads are)."""
+    import numpy as np
+
+    from interpscope.images import decode_image, read_image_file
+
+    if isinstance(image, (str, Path)):
+        return read_image_file(image, "image")
+    if isinstance(image, (bytes, bytearray)):
+        return decode_image(bytes(image))
+    return np.asarray(image)
+
+
+def explain_image(lm: LoadedImageModel, image: Any, method: str = "attnlrp", *, target_class: int | None = None,
+                  reference: str = "mean", ig_steps: int = 32) -> ImageRelevance:
+    """Relevance of every pixel and patch of `image` (a PNG/JPEG path or bytes, or uint8 RGB [H, W, 3]) for the
+    logit of `target_class` (default: the predicted one) with attnlrp, cplrp, gradxinput, ig or occlusion; LRP
+    methods carry the conservation readout. Schema interpscope.image_relevance; = `interpscope explain --image FILE
+    --json` and the relevance page's export for an image model."""
+    from interpscope.relevance.image_api import explain_image as explain_pixels
+
+    return explain_pixels(lm, _image_array(image), method, target_class=target_class, reference=reference,
+                          ig_steps=ig_steps)
+
+
+def patch_flipping(lm: LoadedImageModel, image: Any, methods: Sequence[str] | None = None, *,
+                   target_class: int | None = None, reference: str = "mean",
+                   random_orders: int = 8) -> ImageFaithfulness:
+    """Patch flipping (most relevant patch first, patches set to `reference`) of each method's map (default: all
+    five image methods) beside `random_orders` random orders, with the AUC of each curve. Schema
+    interpscope.image_faithfulness; = `interpscope explain --image FILE --patch-flipping --json` and the page's
+    export."""
+    from interpscope.relevance.image import IMAGE_METHODS
+    from interpscope.relevance.image_api import explain_image as explain_pixels
+    from interpscope.relevance.image_faithfulness import patch_flipping as flip
+
+    array = _image_array(image)
+    names = list(methods or IMAGE_METHODS)
+    first = explain_pixels(lm, array, names[0], target_class=target_class, reference=reference)
+    maps = [first] + [explain_pixels(lm, array, name, target_class=first.target_class, reference=reference)
+                      for name in names[1:]]
+    return flip(lm, array, maps, reference=reference, random_orders=random_orders)

@@ -43,17 +43,17 @@ def decode_image(data: bytes, name: str = "image") -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(io.BytesIO(data), formats=list(FORMATS)) as image:
-            width, height = image.size
+        with Image.open(io.BytesIO(data), formats=list(FORMATS)) as opened:
+            width, height = opened.size
             if width * height > MAX_IMAGE_PIXELS or width < 1 or height < 1:
                 raise InterpscopeError(f"{name} is {width}x{height} pixels; an image may have at most "
                                        f"{MAX_IMAGE_PIXELS:,} pixels.")
-            image.load()
-            if image.mode in ("RGBA", "LA", "P", "PA"):
-                image = image.convert("RGBA")
-                background = Image.new("RGBA", image.size, (0, 0, 0, 255))
-                image = Image.alpha_composite(background, image)
-            rgb = image.convert("RGB")
+            opened.load()
+            picture: Image.Image = opened
+            if opened.mode in ("RGBA", "LA", "P", "PA"):
+                background = Image.new("RGBA", opened.size, (0, 0, 0, 255))
+                picture = Image.alpha_composite(background, opened.convert("RGBA"))
+            rgb = picture.convert("RGB")
     except InterpscopeError:
         raise
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError, SyntaxError) as err:

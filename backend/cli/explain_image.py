@@ -66,16 +66,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _flipping(args: argparse.Namespace, lm, image) -> int:
-    from interpscope.relevance.image import IMAGE_METHODS
-    from interpscope.relevance.image_api import explain_image
-    from interpscope.relevance.image_faithfulness import patch_flipping
+    from interpscope.api import patch_flipping
 
-    first = explain_image(lm, image, "attnlrp", target_class=args.target_class, reference=args.reference,
-                          ig_steps=getattr(args, "ig_steps", 32))
-    maps = [first] + [explain_image(lm, image, name, target_class=first.target_class, reference=args.reference,
-                                    ig_steps=getattr(args, "ig_steps", 32))
-                      for name in IMAGE_METHODS if name != "attnlrp"]
-    result = patch_flipping(lm, image, maps, reference=args.reference)
+    result = patch_flipping(lm, image, target_class=args.target_class, reference=args.reference)
     if args.json:
         emit_json(result, args.json)
     if args.json != "-":
