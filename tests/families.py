@@ -98,6 +98,15 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
            frozenset({"state_space"})),
 ]}
 
+# Encoder-decoders: their relevance runs through interpscope.relevance.seq2seq (source + decoder input), so the
+# decoder-only checks above do not apply; tests/test_t5.py runs the same laws over these.
+ENCODER_DECODERS: dict[str, Family] = {"t5": Family(
+    "t5", hf.T5Config, hf.T5ForConditionalGeneration,
+    dict(vocab_size=VOCAB, d_model=16, d_kv=4, d_ff=32, num_layers=2, num_decoder_layers=2, num_heads=4,
+         relative_attention_num_buckets=8, relative_attention_max_distance=16, dropout_rate=0.0,
+         feed_forward_proj="gated-gelu", decoder_start_token_id=0, pad_token_id=0, eos_token_id=1),
+    "t5", frozenset({"encoder_decoder", "attention", "mlp_neurons", "gated_mlp"}))}
+
 # The README's list of supported families, each with the registry entries that stand for it.
 README_FAMILIES: dict[str, tuple[str, ...]] = {
     "Llama/SmolLM2": ("llama", "smollm2"), "Qwen2": ("qwen2",), "Qwen3": ("qwen3",), "Mistral": ("mistral",),

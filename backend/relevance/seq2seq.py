@@ -167,6 +167,15 @@ def _plain_pass(adapter: T5Adapter, source_ids: torch.Tensor, decoder_ids: torch
     return row, seen["encoder"], seen["decoder"]
 
 
+def next_decoder_tokens(lm: LoadedModel, text: str, decoder_text: str | None = None, top: int = 10
+                        ) -> list[TokenProb]:
+    """The `top` most likely next decoder tokens after the prefix, for source `text` (one plain pass)."""
+    adapter = _adapter(lm)
+    source_ids, decoder_ids = lm.encode(text), decoder_input_ids(lm, decoder_text)
+    row = _plain_pass(adapter, source_ids, decoder_ids)[0]
+    return top_predictions(row, lm.tokenizer, top)[0]
+
+
 def explain_seq2seq(lm: LoadedModel, text: str, decoder_text: str | None = None, method: str = "attnlrp", *,
                     token: str | int | None = None, contrast: tuple[str | int, str | int] | None = None,
                     options: MethodOptions | None = None, top: int = 10,
