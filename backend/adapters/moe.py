@@ -97,7 +97,10 @@ class MoEAdapter(LlamaAdapter):
 
     @property
     def d_mlp(self) -> int:
-        return 0 if self.sparse_layers() else super().d_mlp
+        """The dense layers' MLP width (their `mlp.hook_post`), 0 when every layer is sparse."""
+        sparse = set(self.sparse_layers())
+        dense = [layer for layer in range(self.n_layers) if layer not in sparse]
+        return int(self.W_out(dense[0]).shape[0]) if dense else 0
 
     # --- hook points and capabilities ----------------------------------------------------------------------------
     def hook_points(self) -> list[str]:

@@ -145,11 +145,12 @@ def _dense(slots: np.ndarray, index: torch.Tensor, values: torch.Tensor | np.nda
 
 
 def expert_relevance(lm: LoadedModel, input_ids: torch.Tensor, target: Target, method: str = "attnlrp", *,
-                     prepended: int | None = None) -> ExpertRelevance:
+                     prepended: int | None = None, tokens: list[str] | None = None) -> ExpertRelevance:
     """Per-expert relevance of every sparse layer for `target` on input_ids [1, T], under AttnLRP or CP-LRP.
 
-    `prepended`: the position of a BOS the caller put first (excluded and named). Raises InterpscopeError for a
-    model without experts or an unknown method."""
+    `prepended`: the position of a BOS the caller put first (excluded and named). `tokens`: the tokens' display
+    strings (default: the model's tokenizer's). Raises InterpscopeError for a model without experts or an unknown
+    method."""
     import time
 
     adapter: Any = lm.adapter
@@ -182,7 +183,7 @@ def expert_relevance(lm: LoadedModel, input_ids: torch.Tensor, target: Target, m
     shared_arr = np.stack(shared) if shared else None
     carried = np.nansum(relevance_arr, axis=2) + (shared_arr if shared_arr is not None else 0.0)
     scale = abs(attribution.logit) or 1.0
-    tokens = lm.token_strings(input_ids[0])
+    tokens = lm.token_strings(input_ids[0]) if tokens is None else list(tokens)
     report = report_from(adapter, probe["residual"], prepended)
     return ExpertRelevance(model=lm.name, method=method, tokens=tokens, target=target, logit=attribution.logit,
                            layers=layers, n_experts=n_experts, top_k=adapter.top_k, relevance=relevance_arr,
