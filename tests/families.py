@@ -39,7 +39,8 @@ class Family:
     capabilities: frozenset[str]
     gain_centre: float = 1.0  # Gemma's norms multiply by (1 + w): their w is drawn around 0
 
-    def build(self, dtype: torch.dtype = torch.float64, seed: int = 0, init_range: float = 0.3, **overrides: Any) -> Any:
+    def build(self, dtype: torch.dtype = torch.float64, seed: int = 0, init_range: float = 0.3,
+              **overrides: Any) -> Any:
         """The tiny model in eval mode; `overrides` change config fields (e.g. vocab_size for a real tokenizer)."""
         torch.manual_seed(seed)
         config = self.config_cls(initializer_range=init_range, **{**self.config, **overrides})

@@ -29,7 +29,7 @@ NAMES = list(FAMILIES)
 MOE = [name for name in NAMES if "experts" in FAMILIES[name].capabilities]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def built(name: str, dtype: torch.dtype = torch.float64):
     model = FAMILIES[name].build(dtype)
     return model, get_adapter(model)
@@ -175,7 +175,8 @@ def test_per_expert_relevance_adds_up_to_the_blocks(name, method, dtype):
     assert (np.isfinite(result.routing_weight) == chosen).all()
     for row, layer in enumerate(adapter.sparse_layers()):
         with torch.no_grad():
-            hidden = capture(adapter, ids, [f"blocks.{layer}.hook_resid_mid"]).activations[f"blocks.{layer}.hook_resid_mid"]
+            point = f"blocks.{layer}.hook_resid_mid"
+            hidden = capture(adapter, ids, [point]).activations[point]
             _, weights, index = adapter.router(layer)(adapter.norm_forward(adapter.mlp_norm(layer), hidden))
         expected = np.full((ids.shape[1], adapter.n_experts), np.nan)
         np.put_along_axis(expected, index.numpy(), weights.double().numpy(), axis=1)
