@@ -59,6 +59,7 @@ _LAZY = {
     "heldout": "interpscope.api",
     "explain_file": "interpscope.api",
     "explain_seq2seq": "interpscope.api",
+    "explain_experts": "interpscope.api",
     "load_image": "interpscope.api",
     "explain_image": "interpscope.api",
     "patch_flipping": "interpscope.api",
@@ -75,6 +76,7 @@ __all__ = [
     "LoadedModel", "Result", "compare_faithfulness", "document", "explain", "explain_file", "explain_seq2seq",
     "faithfulness", "flow", "heldout", "ig_convergence", "list_models", "load", "methods", "patch", "path_patch",
     "predict", "without_timings", "load_image", "explain_image", "patch_flipping",
+    "explain_experts",
     "fourier", "neurons", "sae",  # the namespaces (subpackages, imported on first access)
 ]
 # API functions named like a submodule of the package (interpscope.predict, the prediction module): the package

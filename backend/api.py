@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from interpscope.predict import Prediction
     from interpscope.relevance.api import RelevanceResult
     from interpscope.relevance.baselines import IGConvergence
+    from interpscope.relevance.experts import ExpertRelevance
     from interpscope.relevance.file_attribution import FileRun
     from interpscope.relevance.flow import InformationFlow
     from interpscope.relevance.heldout import FaithfulnessComparison, HeldoutResult, TextFaithfulness
@@ -260,3 +261,18 @@ def patch_flipping(lm: LoadedImageModel, image: Any, methods: Sequence[str] | No
     maps = [first] + [explain_pixels(lm, array, name, target_class=first.target_class, reference=reference)
                       for name in names[1:]]
     return flip(lm, array, maps, reference=reference, random_orders=random_orders)
+
+
+def explain_experts(lm: LoadedModel, text: str, method: str = "attnlrp", *, target: str | int | None = None,
+                    contrast: tuple[str | int, str | int] | None = None,
+                    prepend_bos: bool | None = None) -> ExpertRelevance:
+    """Mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE): how much of the next-token target's relevance each
+    expert carried, per token and sparse layer, under attnlrp or cplrp, beside the router's weight share as the
+    control (schema interpscope.expert_relevance; = the relevance page's per-expert export). A model without experts
+    raises InterpscopeError."""
+    from interpscope.relevance.api import input_ids_for, make_target
+    from interpscope.relevance.experts import expert_relevance
+
+    ids, prepended = input_ids_for(lm, text, prepend_bos)
+    chosen = make_target(lm, ids, token=target, contrast=contrast)
+    return expert_relevance(lm, ids, chosen, method, prepended=0 if prepended else None)
