@@ -21,6 +21,7 @@ import numpy as np
 from interpscope import atomic
 from interpscope.config import REPO_ROOT, InterpscopeError, data_dir
 from interpscope.paths import confined, confined_folder, display_path, folder_allowed, server_mode
+from interpscope.results import Result, to_plain
 
 MANIFEST = "manifest.json"
 KIND_KEY = "kind"
@@ -182,3 +183,24 @@ def save_npz(path: str | Path, arrays: dict[str, np.ndarray], compressed: bool =
     save = np.savez_compressed if compressed else np.savez
     # numpy's stub types **kwds as if a name could be allow_pickle: bool
     return atomic.write_with(path, lambda handle: save(handle, **arrays))  # type: ignore[arg-type]
+
+
+@dataclass
+class StoreBuild(Result):
+    """What a store build wrote (`interpscope sae store`, `neurons store`, `fourier store`): the store's kind, folder,
+    model, size on disk and the kind's own figures (`details`: tokens and features of a feature store, layers of a
+    neuron store, entries of a Fourier store, timings), flat beside them in the document."""
+
+    kind: str
+    store: str
+    bytes: int
+    model: str | None = None
+    details: dict[str, Any] | None = None
+
+    SCHEMA = "interpscope.store_build"
+    SCHEMA_VERSION = 1
+    TIMING_KEYS = ("seconds", "seconds_this_run", "build_seconds", "tokens_per_second")
+
+    def payload(self) -> dict[str, Any]:
+        return {"kind": self.kind, "store": self.store, "model": self.model, "bytes": self.bytes,
+                **to_plain(self.details or {})}

@@ -21,6 +21,7 @@ from interpscope.paths import display_path, from_display
 from interpscope.relevance.methods import rule_methods
 from interpscope.results import Panel
 from interpscope.sae_store import FeatureStore, list_stores
+from interpscope.sae_store.documents import FeatureSearch
 from interpscope.sae_store.explanation_quality import chance_score, explanation_summary, quality
 from interpscope.sae_store.search import no_match_reason, search
 from pages._common import Param, model_key, model_params, show_errors, url_inputs, url_is_new, write_url
@@ -192,7 +193,8 @@ def show_overview(store: FeatureStore, path: str) -> None:
                        "its label and strongest context (the firing token in ⟦ ⟧); click a row to open it.")
             st.dataframe(frame, hide_index=True, on_select=lambda: select_from_table(
                 "sae-search-table", frame["feature"].tolist()), selection_mode="single-row", key="sae-search-table")
-            export_menu(None, Panel(of="interpscope.sae.feature", part="search", data=results),
+            export_menu(None, FeatureSearch(store=store.name, query=query, kind=SEARCH_KINDS[kind], results=results,
+                                            total=len(results)),
                         key="sae-search", filename=f"{store.name}-search")
 
     st.subheader("All features")

@@ -111,3 +111,10 @@ def test_graph_labels_of_one_row_never_overlap():
     span = max(12.0, max(xs) + 1)
     placed = sorted((xs[i], len(wanted[i][1]) * CHAR_PX * span / PLOT_PX) for i in range(len(wanted)))
     assert not below and all(x1 - x0 >= (w0 + w1) / 2 for (x0, w0), (x1, w1) in zip(placed, placed[1:], strict=False))
+
+
+def test_the_command_lines_json_takes_only_results():
+    from interpscope.cli.common import emit_json
+
+    with pytest.raises(TypeError, match="takes a Result"):
+        emit_json({"store": "x"})

@@ -37,6 +37,7 @@ def test_store_then_feature_json(tiny_model_dir, tmp_path, monkeypatch, capsys):
                  "--context", "64", "--batch-size", "4", "--eval-tokens", "256"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["tokens"] == 1024 and report["features"] == 48 and report["bytes"] > 0
+    assert report["schema"] == "interpscope.store_build" and report["kind"] == "sae_feature_store"
     assert Path(report["store"]).is_relative_to(tmp_path / "data")
     manifest = json.loads((Path(report["store"]) / "manifest.json").read_text())
     assert 0 < manifest["metrics"]["l0"] < 48 and manifest["metrics"]["n_tokens"] > 0
@@ -61,7 +62,15 @@ def test_store_then_feature_json(tiny_model_dir, tmp_path, monkeypatch, capsys):
     assert main(["sae", "feature", "--store", report["store"], "--id", "4"]) == 0
     assert "feature 4: density" in capsys.readouterr().out
     assert main(["sae", "search", "--store", report["store"], "--kind", "id", "4"]) == 0
-    assert json.loads(capsys.readouterr().out)["results"][0]["feature"] == 4
+    found = json.loads(capsys.readouterr().out)
+    assert found["schema"] == "interpscope.sae.search" and found["results"][0]["feature"] == 4
+    assert found["total"] == 1 and "reason" not in found  # something matched: no reason, absent not null
+    from interpscope.sae_store.documents import FeatureSearch
+    from interpscope.sae_store.search import search
+
+    store = FeatureStore(report["store"])  # the feature browser's export builds the same document
+    page = FeatureSearch(store=store.name, query="4", kind="id", results=search(store, "4", "id"), total=1)
+    assert found == page.to_dict()
 
 
 @pytest.mark.parametrize("args, message", [

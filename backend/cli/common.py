@@ -101,7 +101,12 @@ def check_out_folder(path: str | None, flag: str = "--out", force: bool = False)
 
 
 def emit_json(value, out: str | None = None) -> None:
-    """Write JSON to a file (atomically: never half a document), or to stdout when out is None or '-'."""
+    """Write a result's JSON document to a file (atomically: never half a document), or to stdout when out is None
+    or '-'. Only a Result: the command's --json is the same document as the page's export and the API's to_dict()."""
+    from interpscope.results import Result
+
+    if not isinstance(value, Result):
+        raise TypeError(f"emit_json takes a Result (a document with a schema), not {type(value).__name__}")
     text = to_json(value)
     if out and out != "-":
         from interpscope.atomic import write_text

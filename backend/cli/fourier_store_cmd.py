@@ -29,8 +29,10 @@ def _store(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     out = build_fourier_store(lm, args.out)
     entries = sorted(FOURIER_STORES.read_manifest(out)["entries"])
-    emit_json({"store": str(out), "model": lm.name, "entries": entries, "bytes": folder_size(out),
-               "seconds": round(time.perf_counter() - started, 1)})
+    from interpscope.stores import StoreBuild
+
+    emit_json(StoreBuild(kind="fourier_store", store=str(out), bytes=folder_size(out), model=lm.name,
+                         details={"entries": entries, "seconds": round(time.perf_counter() - started, 1)}))
     return 0
 
 

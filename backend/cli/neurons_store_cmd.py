@@ -61,8 +61,11 @@ def _store(args: argparse.Namespace) -> int:
     from interpscope.neurons.page_store import NeuronStore
 
     store = NeuronStore(out)
-    emit_json({"store": str(out), "model": lm.name, "layers": store.layers, "bytes": folder_size(out),
-               "seconds_this_run": round(time.perf_counter() - started, 1), "spec": store.manifest["spec"]})
+    from interpscope.stores import StoreBuild
+
+    emit_json(StoreBuild(kind="neuron_store", store=str(out), bytes=folder_size(out), model=lm.name,
+                         details={"layers": store.layers, "spec": store.manifest["spec"],
+                                  "seconds_this_run": round(time.perf_counter() - started, 1)}))
     return 0
 
 

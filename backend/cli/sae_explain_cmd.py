@@ -86,9 +86,11 @@ def run_explain(args: argparse.Namespace) -> int:
         for bar in bars:
             bar.close()
     scores = [e["score"] for e in result.values() if e.get("score") is not None]
-    summary = {"store": store.name, "explained": len(result), "mean_score": sum(scores) / len(scores) if scores
-               else None, "scorer": "lexical simulator (balanced accuracy; 0.5 = chance)",
-               "writer": args.explainer}
+    from interpscope.sae_store.documents import ExplanationRun
+
+    summary = ExplanationRun(store=store.name, explained=len(result),
+                             mean_score=sum(scores) / len(scores) if scores else None,
+                             scorer="lexical simulator (balanced accuracy; 0.5 = chance)", writer=args.explainer)
     emit_json(summary, args.json) if args.json else print(
-        f"{summary['explained']} explanations in {store.folder}; mean detection score {summary['mean_score']}")
+        f"{summary.explained} explanations in {store.folder}; mean detection score {summary.mean_score}")
     return 0

@@ -100,10 +100,14 @@ def _store(args: argparse.Namespace) -> int:
     manifest = read_manifest(out)
     n_tokens = manifest["n_seqs"] * manifest["spec"]["context_size"]
     build = manifest.get("build_seconds", {})
-    emit_json({"store": str(out), "tokens": n_tokens, "features": manifest["spec"]["d_sae"],
-               "bytes": folder_size(out), "seconds_this_run": time.perf_counter() - started,
-               "build_seconds": build,
-               "tokens_per_second": n_tokens / build["activations"] if build.get("activations") else None})
+    from interpscope.stores import StoreBuild
+
+    emit_json(StoreBuild(kind="sae_feature_store", store=str(out), bytes=folder_size(out),
+                         model=manifest["spec"].get("model_name"), details={
+                             "tokens": n_tokens, "features": manifest["spec"]["d_sae"],
+                             "seconds_this_run": time.perf_counter() - started, "build_seconds": build,
+                             "tokens_per_second": n_tokens / build["activations"] if build.get("activations")
+                             else None}))
     return 0
 
 
@@ -141,8 +145,11 @@ def _search(args: argparse.Namespace) -> int:
 
     store = _open_store(args)
     results = search(store, args.query, args.kind)
-    emit_json({"query": args.query, "kind": args.kind, "results": results[: args.limit],
-               "total": len(results), "reason": None if results else no_match_reason(store, args.query, args.kind)})
+    from interpscope.sae_store.documents import FeatureSearch
+
+    emit_json(FeatureSearch(store=store.name, query=args.query, kind=args.kind, results=results[: args.limit],
+                            total=len(results),
+                            reason=None if results else no_match_reason(store, args.query, args.kind)))
     return 0
 
 

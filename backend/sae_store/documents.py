@@ -7,6 +7,7 @@ page's own builders in interpscope.components, imported only when a figure is as
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -147,3 +148,38 @@ class FeatureCardDocument(Result):
         return histogram_figure(self.logit_histogram.edges, self.logit_histogram.counts,
                                 f"Feature {self.id}: logit weights over the vocabulary", "logit weight", y_log=True,
                                 color="rgb(100,100,100)")
+
+
+@dataclass
+class FeatureSearch(Result):
+    """Features found by id, top-logit token or a word in their top contexts (`interpscope sae search`, the feature
+    browser's search export): each with its label and strongest context; `total` counts every match, `results`
+    holds the first ones asked for; `reason` says why nothing matched (absent when something did)."""
+
+    store: str
+    query: str
+    kind: str
+    results: list[dict]
+    total: int
+    reason: str | None = None
+
+    SCHEMA = "interpscope.sae.search"
+    SCHEMA_VERSION = 1
+
+    def tidy(self) -> list[dict]:
+        return [dict(row) for row in self.results]
+
+
+@dataclass
+class ExplanationRun(Result):
+    """What `interpscope sae explain` wrote: how many features got an explanation, by which writer, and their mean
+    detection score by the named scorer (absent when none was scored)."""
+
+    store: str
+    explained: int
+    scorer: str
+    writer: str
+    mean_score: float | None = None
+
+    SCHEMA = "interpscope.sae.explanations"
+    SCHEMA_VERSION = 1
