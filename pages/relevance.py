@@ -286,6 +286,10 @@ def main() -> None:
     ig_convergence_view(lm, run, result, PAGE)
     if result.latent is not None:
         latent_view(result)
+    if "experts" in lm.adapter.capabilities():
+        from pages._relevance_moe import moe_view
+
+        moe_view(lm, result, labels)
     faithfulness_view(lm, run, labels)
     batch_view(lm, labels)
     file_section(lm, labels)
