@@ -15,10 +15,11 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from interpscope.components.relevance_readout import Readout
+from interpscope.components.relevance_readout import COLOURS, Readout
 from interpscope.components.token_heatmap import BLUE, COLORSCALE, RED
 
 PER_ROW = 12
+READOUT_COLOURS = {**COLOURS, "source tokens": "#d6604d", "decoder input": "#f4a582", "position bias": "#92c5de"}
 
 
 def _visible(token: str) -> str:
@@ -132,10 +133,11 @@ def split_sentence(result) -> str:
     share = float(kept[0].sum()) / total
     uniform = n_source / (n_source + n_decoder)
     lean = ("more on the source than" if share > uniform else "less on the source than" if share < uniform
-            else "exactly as")
+            else "as much on the source as")
     return (f"The source's {n_source} token{'s' if n_source != 1 else ''} carry {share:.0%} of |relevance| and the "
-            f"decoder prefix's {n_decoder} {1 - share:.0%} (excluded positions left out); a uniform spread over these "
-            f"tokens would give the source {uniform:.0%}, so this map leans {lean} a uniform one.")
+            f"decoder input's {n_decoder} token{'s' if n_decoder != 1 else ''} {1 - share:.0%} (excluded positions "
+            f"left out); a uniform spread over these tokens would give the source {uniform:.0%}, so this map puts "
+            f"{lean} a uniform one.")
 
 
 def seq2seq_readout(result) -> Readout:
@@ -169,3 +171,17 @@ def seq2seq_readout(result) -> Readout:
     sentence = (f"{result.method_label} obeys no conservation law: its relevance sums to {total:.3g} over both "
                 f"inputs, while the {label.lower()} is {y:.3g}.")
     return Readout(label, y, [("input tokens", total)], sentence)
+
+
+def readout_figure(data: Readout) -> go.Figure:
+    """One stacked bar of the readout's parts (negative parts left of zero), the explained value marked."""
+    fig = go.Figure()
+    for label, value in data.parts:
+        fig.add_trace(go.Bar(x=[value], y=[""], orientation="h", name=f"{label}: {value:.3g}",
+                             marker_color=READOUT_COLOURS.get(label, "#888888"),
+                             hovertemplate=f"{label}: %{{x:.4g}}<extra></extra>"))
+    fig.add_vline(x=data.value, line=dict(color="black", dash="dash"),
+                  annotation_text=f"{data.value_label}: {data.value:.3g}", annotation_position="top")
+    fig.update_layout(barmode="relative", template="plotly_white", height=230, margin=dict(l=10, r=10, t=30, b=10),
+                      legend=dict(orientation="h", yanchor="top", y=-0.35, x=0), yaxis=dict(visible=False))
+    return fig
