@@ -25,7 +25,9 @@ def test_models_json():
     assert document["schema"] == "interpscope.models" and document["schema_version"] == 1
     models = document["models"]
     assert any(m.items() >= {"name": "smollm2-135m", "family": "llama", "source": "bundled"}.items() for m in models)
-    assert all({"name", "family", "source"} <= set(m) <= {"name", "family", "source", "description"} for m in models)
+    assert all({"name", "family", "source", "modality"} <= set(m) <= {"name", "family", "source", "description",
+                                                                  "modality"} for m in models)
+    assert {m["modality"] for m in models} <= {"text", "image"}
 
 
 def test_predict_json(bundled_lm):

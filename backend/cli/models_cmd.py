@@ -31,7 +31,7 @@ def run_models(args: argparse.Namespace) -> int:
         emit_json(listing)
     else:
         for m in listing.models:
-            print(f"{m.name:<40} {m.family:<10} {m.source}")
+            print(f"{m.name:<40} {m.family:<10} {m.modality:<6} {m.source}")
     return 0
 
 
