@@ -21,6 +21,7 @@ PAGES = [
     ("pages/sae_overview.py", "SAE overview", ":material/grid_view:", "sae-metrics"),
     ("pages/sae_features.py", "SAE feature browser", ":material/search:", "feature-browser"),
     ("pages/sae_training.py", "SAE training", ":material/model_training:", "train-sae"),
+    ("pages/sae_pareto.py", "SAE Pareto frontiers", ":material/stacked_line_chart:", "sae-pareto"),
     ("pages/entropy_neurons.py", "Entropy neurons", ":material/thermostat:", "neurons"),
     ("pages/fourier.py", "Fourier features", ":material/graphic_eq:", "numbers-fourier"),
 ]
