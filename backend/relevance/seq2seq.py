@@ -201,6 +201,8 @@ def explain_seq2seq(lm: LoadedModel, text: str, decoder_text: str | None = None,
     else:
         target = PendingTarget(position, lambda row: resolve_target(lm.tokenizer, row, position))
     completeness = None
+    encoder_residual: torch.Tensor | None
+    decoder_residual: torch.Tensor | None
     with model_lock(lm):
         start = time.perf_counter()
         if name == "ig":

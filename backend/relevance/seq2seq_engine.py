@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from interpscope.adapters import ModelAdapter
 from interpscope.adapters.t5 import T5Adapter
 from interpscope.capture import on_output
 from interpscope.relevance.engine import _bias_grads, _relevance, _Taps, bias_parameters
@@ -68,10 +69,11 @@ class PositionBiasDetached:
 
     name = "position-bias-detached"
 
-    def apply(self, adapter: T5Adapter):
+    def apply(self, adapter: ModelAdapter):
         def detach(module, args, output):
             return output.detach()
-        return output_hooks([(module, detach) for module in adapter.position_bias_modules()])
+        modules = adapter.position_bias_modules() if isinstance(adapter, T5Adapter) else []
+        return output_hooks([(module, detach) for module in modules])
 
 
 def forward_seq2seq(adapter: T5Adapter, source_embeds: torch.Tensor, decoder_embeds: torch.Tensor,
