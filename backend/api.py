@@ -83,6 +83,11 @@ def explain(lm: LoadedModel, text: str, method: str | None = None, *, target: st
     from interpscope.relevance.methods import MethodOptions
     from interpscope.relevance.targets import Target
 
+    if lm.is_encoder_decoder:
+        from interpscope.config import InterpscopeError
+
+        raise InterpscopeError(f"{lm.name} is an encoder-decoder (T5): explain its next decoder token with "
+                               "interpscope.explain_seq2seq(lm, text, decoder_text).")
     method = method or _served(lm)[0]
     chosen = MethodOptions(**options).checked()
     if isinstance(target, Target):

@@ -10,6 +10,7 @@ import torch
 import interpscope
 from interpscope.adapters import family_of, get_adapter
 from interpscope.cli import main
+from interpscope.config import InterpscopeError
 from interpscope.relevance.rules import attnlrp_rules, cplrp_rules
 from interpscope.relevance.seq2seq_engine import attribute_seq2seq
 from interpscope.relevance.targets import Target
@@ -150,6 +151,9 @@ def test_bad_input_is_refused_with_exit_2(flan_folder, capsys):
     assert code == 2 and "does not run on encoder-decoders" in err
     code, _, err = _cli(capsys, "explain", "--model", str(flan_folder), "--device", "cpu", "--text", "")
     assert code == 2 and err.strip()
+    lm = interpscope.load(str(flan_folder), device="cpu")
+    with pytest.raises(InterpscopeError, match="explain_seq2seq"):  # the decoder-only API says where to go
+        interpscope.explain(lm, SOURCE)
 
 
 def test_one_document_cli_page_api(t5_folder, capsys, exports):
