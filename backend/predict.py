@@ -148,7 +148,13 @@ def predict_next(lm: LoadedModel, text: str, top: int = 10, fresh: bool = False)
     ids = lm.encode(text)
     assert_unedited(lm.model)
     start = time.perf_counter()
-    row = next_logits(lm.model, ids, fresh=fresh)
+    if lm.is_encoder_decoder:  # T5: the text is the source; the prediction is the first decoder token
+        start_id = lm.model.config.decoder_start_token_id
+        with torch.no_grad():
+            row = lm.model(input_ids=ids, decoder_input_ids=torch.tensor([[start_id]], device=ids.device),
+                           use_cache=False).logits[0, -1]
+    else:
+        row = next_logits(lm.model, ids, fresh=fresh)
     predictions, entropy = top_predictions(row, lm.tokenizer, top)
     return Prediction(model=lm.name, text=text, tokens=lm.token_strings(ids[0]), token_ids=ids[0].tolist(),
                       predictions=predictions, entropy=entropy, seconds=time.perf_counter() - start)

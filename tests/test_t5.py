@@ -124,6 +124,7 @@ def test_a_decoder_prefix_moves_the_target_position(flan_folder):
     first = interpscope.explain_seq2seq(lm, SOURCE, None, "cplrp")
     later = interpscope.explain_seq2seq(lm, SOURCE, "the big house", "cplrp")
     assert first.target.position == 0 and first.decoder_tokens == ["<pad>"]
+    assert interpscope.predict(lm, SOURCE).predictions[0].id == first.target.token_id  # Home: first decoder token
     assert later.decoder_tokens == ["<pad>", "the", "big", "house"] and later.target.position == 3
     assert later.decoder_relevance.shape == (4,) and first.source_relevance.shape == later.source_relevance.shape
     assert later.logit == pytest.approx(_unpatched_logit(flan_folder, SOURCE, later.decoder_ids,
