@@ -34,10 +34,9 @@ METHOD_LABELS = {"real": "Activation patching", "atp": "Attribution patching (gr
                  "relp": "Relevance patching (LRP)"}
 
 
-def _gradients(adapter: ModelAdapter, ids: torch.Tensor, metric: Metric, heads: bool
-               ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], float]:
-    """(activations, gradients of the metric, metric value) at every patching point of one forward + backward pass
-    on ids [1, T], under whatever rules the caller has applied. Keys: '<kind>.<row>'."""
+def _gradients(adapter: ModelAdapter, ids: torch.Tensor, metric: Metric, heads: bool) -> dict[str, torch.Tensor]:
+    """The gradient of the metric ([T, width]) at every patching point, from one forward + backward pass on ids
+    [1, T] under whatever rules the caller has applied. Keys: '<kind>.<row>'."""
     names = point_names(adapter)
     taps: dict[str, torch.Tensor] = {}
 
@@ -63,13 +62,13 @@ def _gradients(adapter: ModelAdapter, ids: torch.Tensor, metric: Metric, heads: 
         value = metric.value(forward_logits(adapter.model, embeds, [ids.shape[1] - 1])[0, 0])
         keys = list(taps)
         grads = torch.autograd.grad(value, [taps[k] for k in keys], allow_unused=True)
-    found = {k: (torch.zeros_like(taps[k]) if g is None else g).detach()[0] for k, g in zip(keys, grads, strict=True)}
-    return {k: taps[k].detach()[0] for k in keys}, found, float(value.detach())
+    return {k: (torch.zeros_like(taps[k]) if g is None else g).detach()[0] for k, g in zip(keys, grads, strict=True)}
 
 
-def _products(adapter: ModelAdapter, clean: Activations, grads: dict[str, torch.Tensor], corrupt: dict,
+def _products(adapter: ModelAdapter, clean: Activations, corrupt: Activations, grads: dict[str, torch.Tensor],
               kinds: list[str]) -> dict[str, np.ndarray]:
-    """(clean - corrupt) . coefficient per cell, per kind ([rows, columns], raw metric units)."""
+    """(clean - corrupt) . coefficient per cell, per kind ([rows, columns], raw metric units). The differences come
+    from the two plain runs patching compares, so a cell real patching leaves alone is exactly 0 here too."""
     n_tokens = int(clean.resid[0].shape[0])
     out = {}
     for kind in kinds:
@@ -77,7 +76,7 @@ def _products(adapter: ModelAdapter, clean: Activations, grads: dict[str, torch.
         grid = np.zeros((rows, columns))
         for row in range(rows):
             key = f"{kind}.{row}"
-            delta = getattr(clean, kind)[row].double() - corrupt[key].double()
+            delta = getattr(clean, kind)[row].double() - getattr(corrupt, kind)[row].double()
             product = delta * grads[key].double()
             if kind == "heads":
                 grid[row] = product.reshape(n_tokens, adapter.n_heads, -1).sum(dim=(0, 2)).cpu().numpy()
@@ -88,22 +87,22 @@ def _products(adapter: ModelAdapter, clean: Activations, grads: dict[str, torch.
 
 
 def approximate_grids(lm_model: torch.nn.Module, adapter: ModelAdapter, corrupt_ids: torch.Tensor, metric: Metric,
-                      clean: Activations, kinds: list[str], method: str, relp_rules: str = DEFAULT_RELP_RULES
-                      ) -> dict[str, np.ndarray]:
+                      clean: Activations, corrupt: Activations, kinds: list[str], method: str,
+                      relp_rules: str = DEFAULT_RELP_RULES) -> dict[str, np.ndarray]:
     """AtP ('atp') or RelP ('relp') estimates of the patched metric minus the corrupt metric, per kind, from one
     forward + backward pass on the corrupt prompt (the caller holds the model's lock; RelP's rules are applied and
     removed here)."""
     heads = "heads" in kinds
     if method == "atp":
-        acts, grads, _ = _gradients(adapter, corrupt_ids, metric, heads)
+        grads = _gradients(adapter, corrupt_ids, metric, heads)
     elif method == "relp":
         if relp_rules not in RELP_RULES:
             raise ValueError(f"unknown RelP rules {relp_rules!r}; choose one of {', '.join(RELP_RULES)}")
         with apply_rules(lm_model, RELP_RULES[relp_rules]) as ruled:
-            acts, grads, _ = _gradients(ruled, corrupt_ids, metric, heads)
+            grads = _gradients(ruled, corrupt_ids, metric, heads)
     else:
         raise ValueError(f"unknown approximation {method!r}; choose one of {', '.join(APPROXIMATIONS)}")
-    return _products(adapter, clean, grads, acts, kinds)
+    return _products(adapter, clean, corrupt, grads, kinds)
 
 
 def pearson(estimate: np.ndarray, real: np.ndarray, mask: np.ndarray) -> float | None:
@@ -114,3 +113,17 @@ def pearson(estimate: np.ndarray, real: np.ndarray, mask: np.ndarray) -> float |
     if x.size < 3 or np.std(x) == 0 or np.std(y) == 0:
         return None
     return float(np.corrcoef(x, y)[0, 1])
+
+
+def chance_r(real: np.ndarray, estimate: np.ndarray, mask: np.ndarray, permutations: int = 1000,
+             seed: int = 0) -> float | None:
+    """The control beside a Pearson r: the 95th percentile of |r| between the estimate and the real values shuffled
+    over the changed cells (seeded), i.e. what an estimate unrelated to real patching reaches by chance."""
+    x, y = np.asarray(estimate)[mask], np.asarray(real)[mask]
+    if x.size < 3 or np.std(x) == 0 or np.std(y) == 0:
+        return None
+    generator = np.random.default_rng(seed)
+    shuffled = np.stack([generator.permutation(y) for _ in range(permutations)])
+    xc = (x - x.mean()) / x.std()
+    yc = (shuffled - shuffled.mean(1, keepdims=True)) / shuffled.std(1, keepdims=True)
+    return float(np.quantile(np.abs(yc @ xc / x.size), 0.95))

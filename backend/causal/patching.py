@@ -130,21 +130,24 @@ def _pieces(adapter: ModelAdapter, acts: Activations, cell: Cell) -> torch.Tenso
 
 def _patched_run(adapter: ModelAdapter, ids: torch.Tensor, cells: list[Cell], clean: Activations,
                  corrupt: Activations) -> torch.Tensor:
-    """Logits [len(cells), vocab] of the corrupt prompt, batch row b with cells[b] patched (all cells share kind and
-    row)."""
-    kind, row = cells[0].kind, cells[0].row
+    """Logits [len(cells), vocab] of the corrupt prompt, batch row b with cells[b] patched. All cells share their row
+    (layer), so every batch row starts at that block: the block before hands on the corrupt residual (with the clean
+    row in place for resid cells); the attention, MLP and head cells are patched by hooks on their own batch rows."""
+    row = cells[0].row
     batch = ids.expand(len(cells), -1)
-    rows = torch.arange(len(cells), device=ids.device)
-    columns = torch.tensor([cell.column for cell in cells], device=ids.device)
+    by_kind: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    for kind in {cell.kind for cell in cells}:
+        rows = [b for b, cell in enumerate(cells) if cell.kind == kind]
+        by_kind[kind] = (torch.tensor(rows, device=ids.device),
+                         torch.tensor([cells[b].column for b in rows], device=ids.device))
     with ExitStack() as stack:
-        if kind == "resid" and row > 0:  # the block before hands on the corrupt residual with the clean rows in place
+        if row > 0:
             hidden = corrupt.resid[row].expand(len(cells), -1, -1).clone()
-            hidden[rows, columns] = clean.resid[row][columns]
+            if "resid" in by_kind:
+                rows, columns = by_kind.pop("resid")
+                hidden[rows, columns] = clean.resid[row][columns].to(hidden.dtype)
             stack.enter_context(resume_after(adapter, row - 1, hidden))
-        else:
-            if row > 0:  # blocks before `row` are the corrupt run's: skip them
-                start = corrupt.resid[row].expand(len(cells), -1, -1).contiguous()
-                stack.enter_context(resume_after(adapter, row - 1, start))
+        for kind, (rows, columns) in by_kind.items():
             stack.enter_context(_cell_edit(adapter, kind, row, rows, columns, clean))
         with torch.no_grad():
             return last_logits(adapter, batch)
@@ -152,7 +155,7 @@ def _patched_run(adapter: ModelAdapter, ids: torch.Tensor, cells: list[Cell], cl
 
 def _cell_edit(adapter: ModelAdapter, kind: str, row: int, rows: torch.Tensor, columns: torch.Tensor,
                clean: Activations):
-    """The edit hook putting each batch row's clean activation in place (resid row 0, attn, mlp, heads)."""
+    """The edit hook putting each listed batch row's clean activation in place (resid row 0, attn, mlp, heads)."""
     if kind == "heads":
         width = adapter.d_head
         index = columns[:, None] * width + torch.arange(width, device=columns.device)[None]  # [B, d_head]
@@ -160,8 +163,8 @@ def _cell_edit(adapter: ModelAdapter, kind: str, row: int, rows: torch.Tensor, c
         def put_heads(tensor: torch.Tensor) -> torch.Tensor:
             out = tensor.clone()
             source = clean.heads[row].to(out.dtype)
-            for b in range(len(rows)):
-                out[b][:, index[b]] = source[:, index[b]]
+            for b, features in zip(rows.tolist(), index, strict=True):
+                out[b][:, features] = source[:, features]
             return out
         return scoped([(out_projections(adapter)[row], input_edit(put_heads))], role="edit", kind="input")
     name = point_names(adapter)[kind][row]
@@ -192,18 +195,18 @@ def changed(adapter: ModelAdapter, kind: str, clean: Activations, corrupt: Activ
 
 def real_grids(adapter: ModelAdapter, corrupt_ids: torch.Tensor, metric: Metric, clean: Activations,
                corrupt: Activations, kinds: list[str], progress: Progress | None = None,
-               batch_size: int = 16) -> dict[str, np.ndarray]:
+               batch_size: int = 24) -> dict[str, np.ndarray]:
     """The raw metric of the corrupt run with each cell patched, per kind ([rows, columns], float64). The caller holds
     the model's lock."""
     corrupt_value = float(metric.value(corrupt.logits))
     grids: dict[str, np.ndarray] = {}
-    batches: list[list[Cell]] = []
+    by_row: dict[int, list[Cell]] = {}
     for kind in kinds:
         mask = changed(adapter, kind, clean, corrupt)
         grids[kind] = np.full(mask.shape, corrupt_value)
         for row in range(mask.shape[0]):
-            cells = [Cell(kind, row, int(column)) for column in np.flatnonzero(mask[row])]
-            batches += [cells[i:i + batch_size] for i in range(0, len(cells), batch_size)]
+            by_row.setdefault(row, []).extend(Cell(kind, row, int(column)) for column in np.flatnonzero(mask[row]))
+    batches = [cells[i:i + batch_size] for _, cells in sorted(by_row.items()) for i in range(0, len(cells), batch_size)]
     total, done = sum(len(b) for b in batches), 0
     if progress is not None:
         progress(0, total)

@@ -44,7 +44,8 @@ class PatchingResult(PairResult):
     corrupt activations are identical patch nothing and are 0 for every method), and one grid per method ('real',
     'atp', 'relp') of normalised effects, (patched - corrupt) / (clean - corrupt): 1 = the clean metric restored,
     0 = no change, negative = further from clean. `agreement[kind]` is each approximation's Pearson r with real
-    patching over the changed cells (absent where real patching or the approximation was not run). Measured
+    patching over the changed cells (absent where real patching or the approximation was not run), beside its control
+    `chance_r95` (the 95th percentile of |r| against the real values shuffled over those cells). Measured
     attention sinks and a prepended BOS are named in `sinks`; they are never ranked (`summary`)."""
 
     SCHEMA = "interpscope.patching"
@@ -110,8 +111,10 @@ class PatchingResult(PairResult):
                     + ("" if method == "real" else f" ({method} estimate)"))
             scores = self.agreement.get(kind, {})
             rs = [f"{name} r = {scores[name]:.2f}" for name in ("atp", "relp") if scores.get(name) is not None]
-            out.append(text + (f"; against real patching {', '.join(rs)} over {scores['cells']} cells" if rs else "")
-                       + ".")
+            chance = scores.get("chance_r95")
+            control = f" (chance: |r| < {chance:.2f} for 95% of shuffles)" if chance is not None else ""
+            out.append(text + (f"; against real patching {', '.join(rs)} over {scores['cells']} cells{control}"
+                               if rs else "") + ".")
         return out
 
     def tidy(self) -> list[dict]:

@@ -7,9 +7,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
 
 from interpscope.capture import model_lock
-from interpscope.causal.attribution import APPROXIMATIONS, DEFAULT_RELP_RULES, RELP_RULES, approximate_grids, pearson
+from interpscope.causal.attribution import (
+    APPROXIMATIONS,
+    DEFAULT_RELP_RULES,
+    RELP_RULES,
+    approximate_grids,
+    chance_r,
+    pearson,
+)
 from interpscope.causal.patching import KINDS, Activations, Cell, changed, real_grids, record
 from interpscope.causal.paths import check_path, parse_component, patched_together, path_value
 from interpscope.causal.prompts import METRIC_LABELS, Metric, PromptPair, make_metric, prompt_pair
@@ -104,7 +112,8 @@ def prepare(lm: LoadedModel, clean: str, corrupt: str, metric: str, answer: str 
     chosen = make_metric(lm, metric, clean_acts.logits, corrupt_acts.logits, answer, wrong)
     clean_value = float(chosen.value(clean_acts.logits))
     corrupt_value = float(chosen.value(corrupt_acts.logits))
-    if abs(clean_value - corrupt_value) <= 1e-6 * max(1.0, abs(clean_value)):
+    resolution = 16 * torch.finfo(lm.dtype).eps * max(1.0, abs(clean_value))  # what the model's dtype can tell apart
+    if abs(clean_value - corrupt_value) <= resolution:
         raise InterpscopeError(f"The {METRIC_LABELS[metric]} is the same after both prompts ({clean_value:.4g}): "
                                "there is nothing to restore. Pick a corruption that changes the answer, or other "
                                "answer tokens.")
@@ -115,7 +124,7 @@ def prepare(lm: LoadedModel, clean: str, corrupt: str, metric: str, answer: str 
 def patch(lm: LoadedModel, clean: str, corrupt: str, *, metric: str = "logit-diff", answer: str | int | None = None,
           wrong: str | int | None = None, components: str | Sequence[str] | None = None,
           methods: str | Sequence[str] | None = None, relp_rules: str = DEFAULT_RELP_RULES,
-          prepend_bos: bool | None = None, progress: Progress | None = None, batch_size: int = 16) -> PatchingResult:
+          prepend_bos: bool | None = None, progress: Progress | None = None, batch_size: int = 24) -> PatchingResult:
     """Patch the corrupt run with clean activations, cell by cell (real) and by AtP / RelP estimates."""
     kinds = parse_list(components, KINDS, "components")
     chosen = parse_list(methods, METHODS, "methods")
@@ -138,8 +147,8 @@ def patch(lm: LoadedModel, clean: str, corrupt: str, *, metric: str = "logit-dif
                 for kind in kinds:
                     raw[kind]["real"] = (grids[kind] - ready.corrupt_value) / span
             else:
-                estimates = approximate_grids(lm.model, adapter, pair.corrupt_ids, ready.metric, ready.clean, kinds,
-                                              method, relp_rules)
+                estimates = approximate_grids(lm.model, adapter, pair.corrupt_ids, ready.metric, ready.clean,
+                                              ready.corrupt, kinds, method, relp_rules)
                 for kind in kinds:
                     raw[kind][method] = estimates[kind] / span
             seconds[method] = time.perf_counter() - start
@@ -153,6 +162,8 @@ def patch(lm: LoadedModel, clean: str, corrupt: str, *, metric: str = "logit-dif
             for method in APPROXIMATIONS:
                 if method in chosen:
                     scores[method] = pearson(raw[kind][method], raw[kind]["real"], masks[kind])
+            control = "relp" if "relp" in chosen else "atp"
+            scores["chance_r95"] = chance_r(raw[kind]["real"], raw[kind][control], masks[kind])
             agreement[kind] = scores
     seconds["total"] = time.perf_counter() - started
     return PatchingResult(clean=clean, corrupt=corrupt, methods=chosen, components=kinds, grids=blocks,

@@ -1,0 +1,181 @@
+"""Activation patching, AtP and RelP on tiny random models (float64): the identities that pin the method down.
+
+- the final residual at the last position carries everything the logits see: patching it gives the clean metric
+  exactly (1.0); so does the whole residual stream entering block 0 (the embeddings); patching nothing gives 0;
+- the batched, resumed grid runs give what one plain hooked run gives for the same cell;
+- all heads of a layer patched together equal that layer's attention output patched at every position;
+- AtP is real patching's first-order term: with clean and corrupt activations 1e-6 apart they agree;
+- where the LRP rules change nothing (a final norm whose scale is constant), RelP = AtP = real patching;
+- path patching from the last MLP to the logits is that MLP patched at the last position;
+- the hooks stay scoped: another thread predicting during patching sees the model as loaded, and nothing is left.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from interpscope.capture import editing, foreign_hooks, model_lock
+from interpscope.causal.patching import Cell
+from interpscope.causal.paths import patched_together
+from interpscope.causal.run import patch, path_patch, prepare
+from interpscope.config import InterpscopeError
+from tests.test_flow import tiny
+from tests.tiny_models import tiny_gpt2, tiny_llama
+
+CLEAN = "The quick brown fox jumps"
+CORRUPT = "The quick brown cat jumps"
+TOKENS = dict(answer="#97", wrong="#98")  # 'a' rather than 'b' (byte-level stand-in tokenizer)
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tiny(tiny_llama)
+
+
+@pytest.fixture(scope="module")
+def result(lm):
+    return patch(lm, CLEAN, CORRUPT, **TOKENS, batch_size=7)  # batches split rows: the edges are exercised
+
+
+def test_the_final_residual_at_the_last_position_restores_the_clean_metric_exactly(result):
+    final = np.asarray(result.grids["resid"]["real"])[-1]
+    assert final[-1] == pytest.approx(1.0, abs=1e-12)
+    assert np.abs(final[:-1]).max() < 1e-12  # earlier positions of the final residual never reach the last logits
+
+
+def test_cells_before_the_first_changed_token_patch_nothing(result):
+    first = min(i for i, (a, b) in enumerate(zip(CLEAN, CORRUPT, strict=True)) if a != b)
+    for kind in ("resid", "attn", "mlp"):
+        block = result.grids[kind]
+        changed = np.asarray(block["changed"])
+        assert not changed[:, :first].any() and changed[0, first]
+        for method in result.methods:
+            assert np.all(np.asarray(block[method])[:, :first] == 0.0)
+    assert result.agreement["resid"]["cells"] == int(np.asarray(result.grids["resid"]["changed"]).sum())
+
+
+def test_patching_every_position_entering_block_0_gives_clean_and_patching_nothing_gives_corrupt(lm):
+    with model_lock(lm):
+        ready = prepare(lm, CLEAN, CORRUPT, "logit-diff", *TOKENS.values(), None)
+        ids, n = ready.pair.corrupt_ids, ready.pair.n_tokens
+        everything = patched_together(lm.adapter, ids, ready.metric, ready.clean,
+                                      [Cell("resid", 0, p) for p in range(n)])
+        nothing = patched_together(lm.adapter, ids, ready.metric, ready.clean, [])
+    assert everything == pytest.approx(ready.clean_value, abs=1e-12)
+    assert nothing == pytest.approx(ready.corrupt_value, abs=1e-12)
+
+
+def test_batched_resumed_cells_equal_one_plain_hooked_run(lm, result):
+    span = result.clean_value - result.corrupt_value
+    with model_lock(lm):
+        ready = prepare(lm, CLEAN, CORRUPT, "logit-diff", *TOKENS.values(), None)
+        for kind, row, column in [("resid", 1, 17), ("resid", 0, 16), ("attn", 1, 24), ("mlp", 0, 18),
+                                  ("heads", 1, 2)]:
+            alone = patched_together(lm.adapter, ready.pair.corrupt_ids, ready.metric, ready.clean,
+                                     [Cell(kind, row, column)])
+            grid = np.asarray(result.grids[kind]["real"])
+            assert grid[row, column] == pytest.approx((alone - ready.corrupt_value) / span, abs=1e-9)
+            assert abs(grid[row, column]) > 1e-6  # a cell that does something
+
+
+def test_all_heads_of_a_layer_together_are_its_attention_output(lm):
+    with model_lock(lm):
+        ready = prepare(lm, CLEAN, CORRUPT, "logit-diff", *TOKENS.values(), None)
+        args = (lm.adapter, ready.pair.corrupt_ids, ready.metric, ready.clean)
+        heads = patched_together(*args, [Cell("heads", 0, h) for h in range(lm.adapter.n_heads)])
+        attn = patched_together(*args, [Cell("attn", 0, p) for p in range(ready.pair.n_tokens)])
+        some = patched_together(*args, [Cell("heads", 0, 0)])
+    assert heads == pytest.approx(attn, abs=1e-10)
+    assert abs(some - heads) > 1e-6
+
+
+def test_atp_is_the_first_order_term_of_real_patching():
+    """Clean and corrupt differ in one token whose embedding is 1e-6 from the other's: every activation difference is
+    tiny, so real patching's change equals its first-order term, AtP's product. (GPT-2: its LayerNorms compute in
+    float64; HF's Llama RMSNorm rounds through float32, which would drown a 1e-6 difference.)"""
+    lm = tiny(tiny_gpt2)
+    with torch.no_grad():
+        table = lm.adapter.embedding().weight
+        table[ord("i")] = table[ord("o")] + 1e-6 * torch.randn(table.shape[1], generator=torch.Generator()
+                                                                 .manual_seed(0), dtype=table.dtype)
+    close = patch(lm, "The quick brown fox", "The quick brown fix", **TOKENS, methods="real,atp")
+    for kind in close.components:
+        real, atp = np.asarray(close.grids[kind]["real"]), np.asarray(close.grids[kind]["atp"])
+        assert np.abs(real).max() > 1e-3
+        np.testing.assert_allclose(atp, real, atol=1e-3 * np.abs(real).max())
+        assert close.agreement[kind]["atp"] > 0.99999
+
+
+def test_relp_equals_atp_and_real_patching_where_the_rules_change_nothing():
+    """A final norm with a huge epsilon has a constant scale: the LRP norm rule (scale detached) is then the gradient,
+    and the final residual -> metric map is linear, so at the final residual RelP = AtP = real patching. With the
+    ordinary epsilon the rule really changes the coefficients (RelP != AtP there)."""
+    plain = tiny(tiny_gpt2)  # GPT-2's LayerNorm computes in float64 (Llama's RMSNorm rounds through float32)
+    ordinary = patch(plain, CLEAN, CORRUPT, **TOKENS, components="resid")
+    final = {m: np.asarray(ordinary.grids["resid"][m])[-1, -1] for m in ordinary.methods}
+    assert abs(final["relp"] - final["atp"]) > 1e-4 * abs(final["atp"])
+    linear = tiny(tiny_gpt2)
+    linear.adapter.final_norm().eps = 1e8
+    flat = patch(linear, CLEAN, CORRUPT, **TOKENS, components="resid")
+    rows = {m: np.asarray(flat.grids["resid"][m])[-1] for m in flat.methods}
+    np.testing.assert_allclose(rows["atp"], rows["real"], atol=1e-9)
+    np.testing.assert_allclose(rows["relp"], rows["real"], atol=1e-9)
+    assert rows["real"][-1] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_path_from_the_last_mlp_to_the_logits_is_that_mlp_at_the_last_position(lm, result):
+    last = lm.adapter.n_layers - 1
+    path = path_patch(lm, CLEAN, CORRUPT, f"L{last}.mlp", "logits", **TOKENS)
+    assert path.path_effect == pytest.approx(np.asarray(result.grids["mlp"]["real"])[last, -1], abs=1e-9)
+    assert path.total_effect == pytest.approx(path.path_effect, abs=1e-9)  # nothing after it but the logits
+    through = path_patch(lm, CLEAN, CORRUPT, "L0.H2", "L1.attn", **TOKENS)
+    head = np.asarray(result.grids["heads"]["real"])[0, 2]
+    assert through.total_effect == pytest.approx(head, abs=1e-9)
+    assert abs(through.path_effect - through.total_effect) > 1e-6  # the path is a part of the total, not all of it
+    document = through.to_dict()
+    assert document["schema"] == "interpscope.path_patching" and document["sender"] == "L0.H2"
+
+
+@pytest.mark.parametrize("sender, receiver, message", [
+    ("L1.attn", "L0.mlp", "must come later"), ("L0.H2", "L0.attn", "must come later"), ("L9.mlp", "logits", "layers"),
+    ("L0.H7", "logits", "heads"), ("logits", "L1.mlp", "only be a receiver"), ("layer 3", "logits", "Cannot read")])
+def test_path_patching_refuses_what_it_cannot_do(lm, sender, receiver, message):
+    with pytest.raises(InterpscopeError, match=message):
+        path_patch(lm, CLEAN, CORRUPT, sender, receiver, **TOKENS)
+
+
+@pytest.mark.parametrize("clean, corrupt, options, message", [
+    (CLEAN, CLEAN + "s", {}, r"different lengths: clean 25 tokens .* corrupt 26 tokens"),
+    (CLEAN, CLEAN, {}, "same tokens"),
+    (CLEAN, CORRUPT, {"components": "resid,neurons"}, "Unknown components 'neurons'"),
+    (CLEAN, CORRUPT, {"methods": ""}, "at least one method"),
+    (CLEAN, CORRUPT, {"answer": "#97", "wrong": "#97"}, "needs two different tokens"),
+    (CLEAN, CORRUPT, {"answer": "#99999"}, "outside the vocabulary"),
+])
+def test_bad_requests_are_refused_with_the_reason(lm, clean, corrupt, options, message):
+    with pytest.raises(InterpscopeError, match=message):
+        patch(lm, clean, corrupt, **{**TOKENS, "methods": "atp", **options})
+
+
+def test_a_metric_equal_after_both_prompts_is_refused():
+    twins = tiny(tiny_llama)
+    with torch.no_grad():
+        head = twins.adapter.unembedding().weight
+        head[98] = head[97]  # 'a' and 'b' read the same direction: their logit difference is 0 whatever the prompt
+    with pytest.raises(InterpscopeError, match="same after both prompts"):
+        patch(twins, CLEAN, CORRUPT, **TOKENS, methods="atp")
+
+
+def test_nothing_is_left_on_the_model_and_its_outputs_are_unchanged(lm):
+    ids = lm.encode(CLEAN)
+    with torch.no_grad():
+        before = lm.model(input_ids=ids).logits
+    patch(lm, CLEAN, CORRUPT, **TOKENS, components="resid,heads")
+    path_patch(lm, CLEAN, CORRUPT, "L0.attn", "L1.H1", **TOKENS)
+    with pytest.raises(InterpscopeError):
+        patch(lm, CLEAN, CLEAN + "s", **TOKENS)
+    assert foreign_hooks(lm.model) == [] and not editing(lm.model)
+    assert not any(p.requires_grad and p.grad is not None for p in lm.model.parameters())
+    with torch.no_grad():
+        assert torch.equal(lm.model(input_ids=ids).logits, before)
