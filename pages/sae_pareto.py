@@ -140,8 +140,10 @@ def main() -> None:
     else:
         st.caption("Click a point to open that SAE in the feature browser.")
     st.subheader("Every SAE of the sweep")
-    frame = [{c: row.get(c) for c in COLUMNS} | {"setting": setting_text(row)} for row in table.rows]
-    st.dataframe(frame, hide_index=True, width="stretch")
+    import pandas as pd
+
+    frame = pd.DataFrame([{"setting": setting_text(row)} | {c: row.get(c) for c in COLUMNS} for row in table.rows])
+    st.dataframe(frame, hide_index=True, width="stretch", key="pareto-table")
     st.caption(", ".join(f"{label}: {sum(1 for r in table.rows if r['architecture'] == a)} SAEs"
                          for a, label in ((a, next(r["label"] for r in table.rows if r["architecture"] == a))
                                           for a in archs)) + f". Metrics: {', '.join(m[1] for m in METRICS.values())}"

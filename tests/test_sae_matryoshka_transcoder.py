@@ -260,3 +260,21 @@ def test_folders_as_saelens_writes_them_are_read(tmp_path):
         _saelens_folder(tmp_path / "bad", {"architecture": "transcoder", "d_in": 8, "d_sae": 10},
                         {"W_enc": torch.zeros(8, 10)})
         load_sae(tmp_path / "bad")
+
+
+def test_a_transcoder_folder_builds_a_feature_store_with_cards(tmp_path, monkeypatch):
+    from interpscope.sae_store import FeatureStore, build_store
+
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
+    lm = tiny_lm()
+    cfg = SAEConfig(d_in=32, d_sae=24, architecture="transcoder", hook_name="blocks.1.hook_resid_mid",
+                    hook_layer=1, apply_b_dec_to_input=False, model_name=lm.name,
+                    extra={"d_out": 32, "hook_name_out": "blocks.1.hook_mlp_out", "hook_layer_out": 1})
+    save_sae(build_sae(cfg, seed=4), tmp_path / "tc")
+    build_store(lm, tmp_path / "tc", n_tokens=1024, eval_tokens=256, context_size=32)
+    store = FeatureStore.for_sae(tmp_path / "tc")
+    assert store.d_sae == 24 and float((store.density > 0).mean()) > 0.5  # bias 0: about half the tokens fire
+    top = int(store.density.argmax())
+    assert float(store.arrays["top_act"][top].max()) > 0  # top contexts of a feature
+    metrics = store.manifest["metrics"]
+    assert metrics["hook_name"] == "blocks.1.hook_resid_mid->blocks.1.hook_mlp_out"  # evaluated as a transcoder

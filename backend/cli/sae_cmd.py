@@ -33,7 +33,7 @@ from interpscope.config import InterpscopeError
 
 SAE_SUBCOMMAND_MODULES = ["interpscope.cli.sae_store_cmd", "interpscope.cli.sae_live_cmd",
                           "interpscope.cli.sae_circuit_cmd", "interpscope.cli.sae_explain_cmd",
-                          "interpscope.cli.sae_sweep_cmd"]
+                          "interpscope.cli.sae_sweep_cmd", "interpscope.cli.sae_bench_cmd"]
 
 
 def _per_arch(values: list | None, n: int, what: str) -> list:
@@ -140,8 +140,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from interpscope.sae.evaluation import evaluate_sae
     from interpscope.sae.folder import load_sae
+    from interpscope.sae.transcoder_eval import evaluate_any as evaluate_sae
 
     check_out_file(args.out, "--out")
     if not args.text_file and args.tokens < args.context:

@@ -128,11 +128,13 @@ class ParetoAnalysis(Result):
                 out.append(f"{r.architecture}: no ratio to {r.baseline} at matched {label} ({r.reason}).")
                 continue
             fewer = "fewer" if r.ratio_median < 1 else "more"
+            spread = (f"the ratio is {r.ratio_min:.2f} across that range" if f"{r.ratio_min:.2f}" ==
+                      f"{r.ratio_max:.2f}" else f"the ratio ranges from {r.ratio_min:.2f} (at {label} "
+                      f"{r.value_at_min:.3f}) to {r.ratio_max:.2f} (at {r.value_at_max:.3f})")
             out.append(
                 f"{r.architecture} needs {r.ratio_median:.2f}x the L0 of {r.baseline} at matched {label} (median "
                 f"over {label} {r.overlap_low:.3f} to {r.overlap_high:.3f}, where both frontiers have SAEs): "
-                f"{fewer} active features; the ratio ranges from {r.ratio_min:.2f} (at {r.value_at_min:.3f}) to "
-                f"{r.ratio_max:.2f} (at {r.value_at_max:.3f}).")
+                f"{fewer} active features; {spread}.")
         return out
 
     def tidy(self) -> list[dict]:

@@ -132,3 +132,13 @@ def evaluate_transcoders(lm: LoadedModel, saes: list[SparseAutoencoder], *, n_to
         for terms in results[index]:
             sums.add(terms)
     return _figures(lm, saes, f"{hook_in}->{hook_out}", sums, dense_threshold)
+
+
+def evaluate_any(lm: LoadedModel, sae: SparseAutoencoder, **options) -> SAEEvaluation:
+    """evaluate_sae for an SAE, evaluate_transcoders for a transcoder (its output spliced in place of the MLP's)."""
+    from interpscope.sae.evaluation import evaluate_sae
+
+    if sae.cfg.architecture == "transcoder":
+        options.pop("hook_name", None)
+        return evaluate_transcoders(lm, [sae], **options)[0]
+    return evaluate_sae(lm, sae, **options)

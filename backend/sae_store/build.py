@@ -283,9 +283,9 @@ def build_store(lm: LoadedModel, sae_folder: str | Path, out: str | Path | None 
     lap("weights_and_files")
     metrics = {}
     if eval_tokens > 0:
-        from interpscope.sae.evaluation import evaluate_sae
+        from interpscope.sae.transcoder_eval import evaluate_any
 
-        metrics = evaluate_sae(lm, sae, n_tokens=eval_tokens, context_size=min(context_size, eval_tokens)).summary()
+        metrics = evaluate_any(lm, sae, n_tokens=eval_tokens, context_size=min(context_size, eval_tokens)).summary()
         lap("evaluation")
     seconds["total"] = sum(seconds.values())
     n_counted = tokens.shape[0] * (context_size - 1)
