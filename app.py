@@ -17,6 +17,7 @@ PAGES = [
     ("pages/home.py", "Home", ":material/home:", ""),
     ("pages/relevance.py", "Relevance maps", ":material/gradient:", "relevance-maps"),
     ("pages/flow.py", "Information flow", ":material/account_tree:", "information-flow"),
+    ("pages/heads.py", "Attention heads", ":material/visibility:", "attention-heads"),
     ("pages/patching.py", "Activation patching", ":material/swap_horiz:", "activation-patching"),
     ("pages/sae_overview.py", "SAE overview", ":material/grid_view:", "sae-metrics"),
     ("pages/sae_features.py", "SAE feature browser", ":material/search:", "feature-browser"),

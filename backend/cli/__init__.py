@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "interpscope.cli.neurons_cmd",
     "interpscope.cli.fourier_cmd",
     "interpscope.cli.flow_cmd",
+    "interpscope.cli.heads_cmd",
     "interpscope.cli.patch_cmd",
 ]
 

@@ -1,0 +1,174 @@
+"""Every attention head's pattern on one text, with the positions no colour scale may use named.
+
+The probabilities come from the model's own eager attention (`output_attentions`; interpscope.models.loading sets
+the eager implementation), one plain forward pass: nothing is hooked. Sinks are measured on the middle residual of
+the same text (interpscope.relevance.sinks): a key column that is a measured attention sink (or a BOS the caller
+prepended) is drawn with its true values but never sets the colour scale, and it is named beside the figure.
+
+Per head, the document gives what the grid shows: the mean attention on the previous token, on the query itself,
+on the excluded positions, and the mean entropy of the rows, with the score a uniform causal pattern gets beside
+each (the chance level). The full [T, T] pattern is in the document only for the heads asked for (`heads`).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from interpscope.config import InterpscopeError
+from interpscope.results import Result, to_plain
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
+
+SUMMARIES = ("previous_token", "self", "sinks", "entropy")
+
+
+def parse_head(text: str, n_layers: int, n_heads: int) -> tuple[int, int]:
+    """'L.H' (or 'L,H' / 'LxH') -> (layer, head), checked against the model's sizes."""
+    cleaned = str(text).strip().upper().lstrip("L").replace("H", "").replace(",", ".").replace("X", ".")
+    parts = cleaned.split(".")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise InterpscopeError(f"A head is written LAYER.HEAD, e.g. 3.1 (got {text!r}).")
+    layer, head = int(parts[0]), int(parts[1])
+    if not (0 <= layer < n_layers and 0 <= head < n_heads):
+        raise InterpscopeError(f"No head {layer}.{head}: this model has {n_layers} layers of {n_heads} heads "
+                               f"(0.0 .. {n_layers - 1}.{n_heads - 1}).")
+    return layer, head
+
+
+def attention_probabilities(lm: LoadedModel, input_ids: torch.Tensor) -> torch.Tensor:
+    """Attention probabilities [L, B, H, T, T] (float32, CPU) of a plain forward pass on input_ids [B, T]."""
+    if "attention" not in lm.adapter.capabilities():
+        raise InterpscopeError(f"{lm.name} ({lm.family}) has no attention heads.")
+    with torch.no_grad():
+        out = lm.model(input_ids=input_ids.to(lm.device), output_attentions=True, use_cache=False)
+    found = getattr(out, "attentions", None)
+    if not found or any(a is None for a in found):
+        raise InterpscopeError("This model does not return attention probabilities (it needs the eager attention "
+                               "implementation).")
+    return torch.stack([a.float().cpu() for a in found])
+
+
+def causal_chance(n_tokens: int) -> dict[str, float]:
+    """What a uniform causal pattern (query i spreads 1/(i+1) over keys 0..i) scores on each summary."""
+    i = np.arange(n_tokens, dtype=np.float64)
+    prev = float(np.mean(1.0 / (i[1:] + 1))) if n_tokens > 1 else float("nan")
+    return {"previous_token": prev, "self": float(np.mean(1.0 / (i + 1))),
+            "entropy": float(np.mean(np.log(i + 1)))}
+
+
+def summaries(pattern: np.ndarray, excluded: list[int]) -> dict[str, np.ndarray]:
+    """Per-head summaries [L, H] of patterns [L, H, T, T]: mean previous-token, self and excluded-key attention,
+    mean row entropy (nats)."""
+    T = pattern.shape[-1]
+    p = pattern.astype(np.float64)
+    out = {"previous_token": p[..., np.arange(1, T), np.arange(T - 1)].mean(-1) if T > 1
+           else np.full(p.shape[:2], np.nan),
+           "self": p[..., np.arange(T), np.arange(T)].mean(-1)}
+    out["sinks"] = p[..., excluded].sum(-1).mean(-1) if excluded else np.zeros(p.shape[:2])
+    out["entropy"] = -(p * np.log(np.clip(p, 1e-12, None))).sum(-1).mean(-1)
+    return out
+
+
+@dataclass
+class HeadPatterns(Result):
+    """Every head's attention pattern on one text (schema interpscope.heads).
+
+    patterns [L, H, T_query, T_key] (float16 in memory); `heads` are the "L.H" names whose full pattern the document
+    carries (`with_heads`); summaries [L, H] per SUMMARIES with their chance levels; sinks: excluded positions and
+    why (interpscope.sinks.SinkReport.rows)."""
+
+    SCHEMA = "interpscope.heads"
+    SCHEMA_VERSION = 1
+
+    model: str
+    tokens: list[str]
+    patterns: np.ndarray = field(repr=False)
+    stats: dict[str, np.ndarray]
+    chance: dict[str, float]
+    sinks: list[dict] = field(default_factory=list)
+    bos_prepended: bool = False
+    heads: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.patterns.shape[0])
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.patterns.shape[1])
+
+    @property
+    def excluded(self) -> list[int]:
+        """Key positions that never set a colour scale (measured sinks, a prepended BOS)."""
+        return [int(row["position"]) for row in self.sinks]
+
+    def pattern(self, layer: int, head: int) -> np.ndarray:
+        """One head's probabilities [T_query, T_key] (float32)."""
+        return self.patterns[layer, head].astype(np.float32)
+
+    def with_heads(self, heads: list[str] | list[tuple[int, int]]) -> HeadPatterns:
+        """The same patterns whose document carries these heads' full patterns ("L.H" or (layer, head))."""
+        names = []
+        for item in heads:
+            layer, head = item if isinstance(item, tuple) else parse_head(item, self.n_layers, self.n_heads)
+            names.append(f"{layer}.{head}")
+        return replace(self, heads=list(dict.fromkeys(names)))
+
+    def tidy(self) -> list[dict]:
+        """One row per head with its summaries."""
+        return [{"layer": layer, "head": head, **{k: float(self.stats[k][layer, head]) for k in SUMMARIES}}
+                for layer in range(self.n_layers) for head in range(self.n_heads)]
+
+    def payload(self) -> dict[str, Any]:
+        chosen = {}
+        for name in self.heads:
+            layer, head = (int(x) for x in name.split("."))
+            chosen[name] = np.round(self.pattern(layer, head), 5)
+        return to_plain({"model": self.model, "tokens": self.tokens, "n_layers": self.n_layers,
+                         "n_heads": self.n_heads, "bos_prepended": self.bos_prepended, "sinks": self.sinks,
+                         "chance": self.chance, "summaries": self.tidy(), "patterns": chosen,
+                         "seconds": self.seconds})
+
+    def figure(self):
+        """The first chosen head's pattern (head 0.0 when none is chosen)."""
+        from interpscope.components.head_figures import pattern_figure
+
+        layer, head = (int(x) for x in (self.heads[0] if self.heads else "0.0").split("."))
+        return pattern_figure(self.tokens, self.pattern(layer, head), self.excluded, f"Head {layer}.{head}",
+                              self.sinks)
+
+    def grid_figure(self, summary: str = "previous_token"):
+        """Layers x heads coloured by one summary, its chance level in the title (click a cell to open it)."""
+        from interpscope.components.head_figures import grid_figure
+
+        return grid_figure(self.stats[summary], summary, self.chance.get(summary))
+
+
+def head_patterns(lm: LoadedModel, text: str, *, heads: list[str] | None = None,
+                  prepend_bos: bool | None = None) -> HeadPatterns:
+    """Every head's attention pattern on `text` with the sinks measured and named (heads: "L.H" names whose full
+    patterns the document carries). prepend_bos: put the model's BOS first (None: where the tokenizer adds none)."""
+    from interpscope.capture import model_lock
+    from interpscope.relevance.api import input_ids_for, model_kind
+    from interpscope.relevance.sinks import sink_report
+    from interpscope.sinks import words
+
+    start = time.perf_counter()
+    ids, prepended = input_ids_for(lm, text, prepend_bos)
+    with model_lock(lm):
+        report = sink_report(lm.adapter, ids, 0 if prepended else None)
+        attn = attention_probabilities(lm, ids)[:, 0]  # [L, H, T, T]
+    tokens = lm.token_strings(ids[0])
+    sinks = report.rows(tokens, words(model_kind(lm.adapter))["sink"])
+    pattern = attn.numpy()
+    stats = summaries(pattern, [int(row["position"]) for row in sinks])
+    result = HeadPatterns(model=lm.name, tokens=tokens, patterns=pattern.astype(np.float16), stats=stats,
+                          chance=causal_chance(len(tokens)), sinks=sinks, bos_prepended=prepended,
+                          seconds=time.perf_counter() - start)
+    return result.with_heads(heads or [])
