@@ -1,6 +1,7 @@
 """The public Python API for sparse autoencoders (`interpscope.sae.load`, `.features`, `.feature`, `.steer`,
-`.circuit`, `.evaluate`, `.stores`): thin wrappers over the functions the SAE pages and `interpscope sae ...` call,
-so a notebook gets the same results, as the same documents (`.to_dict()`), tables and figures."""
+`.circuit`, `.evaluate`, `.stores`, `.sweep`, `.pareto`): thin wrappers over the functions the SAE pages and
+`interpscope sae ...` call, so a notebook gets the same results, as the same documents (`.to_dict()`), tables and
+figures."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,6 +12,8 @@ if TYPE_CHECKING:
     from interpscope.sae.architectures import SparseAutoencoder
     from interpscope.sae.circuits import FeatureCircuit
     from interpscope.sae.evaluation import SAEEvaluation
+    from interpscope.sae.pareto import ParetoAnalysis
+    from interpscope.sae.sweep_docs import SweepTable
     from interpscope.sae_store.prompt import PromptFeatures
     from interpscope.sae_store.steering import SteeringResult
     from interpscope.sae_store.store import FeatureCard, FeatureStore
@@ -123,6 +126,44 @@ def evaluate(lm: LoadedModel, sae, tokens: int = 4096, context: int = 128, corpu
              split: str = "test") -> SAEEvaluation:
     """L0, FVU, loss recovered, CE increase, shrinkage, KL and feature density of an SAE on `tokens` corpus tokens
     (the SAE overview page, `interpscope sae eval`). Schema interpscope.sae.evaluation."""
-    from interpscope.sae.evaluation import evaluate_sae
+    from interpscope.sae.transcoder_eval import evaluate_any
 
-    return evaluate_sae(lm, _sae(sae), n_tokens=tokens, context_size=context, source=corpus, split=split)
+    return evaluate_any(lm, _sae(sae), n_tokens=tokens, context_size=context, source=corpus, split=split)
+
+
+def sweep(lm: LoadedModel, out: str | Path, *, hook: str, archs: tuple[str, ...] = ("relu", "gated", "topk"),
+          sparsity: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0), k: tuple[int, ...] = (8, 16, 32, 64),
+          settings: dict[str, list[float]] | None = None, width: int = 1152, tokens: int = 1_000_000,
+          target_hook: str | None = None, eval_tokens: int = 8192, **options) -> SweepTable:
+    """Train a grid of SAEs (each architecture at each sparsity setting: `sparsity` for coefficient knobs, `k` for
+    count knobs, `settings` {short name: values} per architecture) on one activation cache with `tokens` each,
+    evaluate them on the same held-out tokens and return the table (`interpscope sae sweep`; resumable in `out`).
+    A transcoder sweep: archs ("transcoder",) with `target_hook`. `options`: SweepSettings fields (lr, batch_size,
+    cache_tokens, ...). Schema interpscope.sae_sweep."""
+    from interpscope.sae.arch import architecture_class
+    from interpscope.sae.sweep import SweepSettings, grid, run_sweep
+
+    coefficients: dict[str, list[float]] = {"*": list(sparsity)}
+    counts: dict[str, list[int]] = {"*": list(k)}
+    for name, values in (settings or {}).items():
+        cls = architecture_class(name)
+        if cls.knob.is_count:
+            counts[cls.short_name] = [int(v) for v in values]
+        else:
+            coefficients[cls.short_name] = [float(v) for v in values]
+    specs = grid(list(archs), width, coefficients, counts)
+    config = SweepSettings(model_name=lm.name, hook_name=hook, target_hook=target_hook, width=width, tokens=tokens,
+                           **options)
+    return run_sweep(lm, specs, config, out, eval_tokens=eval_tokens)
+
+
+def pareto(sweep_or_table, baseline: str = "relu") -> ParetoAnalysis:
+    """Each architecture's Pareto frontiers (L0 vs loss recovered, L0 vs FVU) in a sweep (its folder, its
+    sweep_table.json or a SweepTable) and its L0 ratio to `baseline` at matched loss recovered and FVU (the Pareto
+    page, `interpscope sae pareto`). Schema interpscope.sae_pareto."""
+    from interpscope.sae.pareto import pareto_analysis
+    from interpscope.sae.sweep import load_table
+    from interpscope.sae.sweep_docs import SweepTable
+
+    table = sweep_or_table if isinstance(sweep_or_table, SweepTable) else load_table(sweep_or_table)
+    return pareto_analysis(table, baseline=baseline)
