@@ -71,6 +71,10 @@ def open_point(folder: Path) -> None:
     from interpscope.sae_store import FeatureStore, build_store
 
     st.markdown(f"**Selected:** `{display_path(str(folder))}`")
+    if not (folder / "cfg.json").is_file():
+        st.info("This SAE's weights are not in the sweep folder (a shipped sweep keeps only the frontier SAEs' "
+                "weights); rebuild the sweep with the command in its README to browse it.")
+        return
     try:
         store = FeatureStore.for_sae(folder)
     except InterpscopeError:

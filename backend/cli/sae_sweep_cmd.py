@@ -54,7 +54,10 @@ def _specs(args: argparse.Namespace):
     coefficients = {"*": list(args.sparsity or [])}
     ks = {"*": [int(k) for k in args.k or []]}
     for name, values in sets.items():
-        (ks if architecture_class(name).knob.is_count else coefficients)[name] = values
+        if architecture_class(name).knob.is_count:
+            ks[name] = [int(v) for v in values]
+        else:
+            coefficients[name] = values
     return grid(archs, args.width, coefficients, ks)
 
 

@@ -92,12 +92,12 @@ def grid(archs: list[str], width: int, coefficients: dict[str, list[float]], ks:
             raise InterpscopeError(str(err)) from None
         key = cls.short_name
         if cls.knob.is_count:
-            values = ks.get(key) or ks.get("*") or []
-            specs.extend(SAESpec(arch, width, k=int(v)) for v in values)
+            counts = ks.get(key) or ks.get("*") or []
+            specs.extend(SAESpec(arch, width, k=int(v)) for v in counts)
         else:
-            values = coefficients.get(key) or coefficients.get("*") or []
-            specs.extend(SAESpec(arch, width, sparsity=float(v)) for v in values)
-        if not values:
+            weights = coefficients.get(key) or coefficients.get("*") or []
+            specs.extend(SAESpec(arch, width, sparsity=float(v)) for v in weights)
+        if not specs:
             raise InterpscopeError(f"No sparsity settings for {arch}: give "
                                    f"{'--k' if cls.knob.is_count else '--sparsity'} (or --set {key}=...).")
         per_arch.append(specs)
@@ -246,7 +246,7 @@ def run_sweep(lm: LoadedModel, specs: list[SAESpec], settings: SweepSettings, ou
     if cache.n_rows < settings.batch_size:
         raise InterpscopeError(f"Only {cache.n_rows} cached activations; need at least one batch of "
                                f"{settings.batch_size}.")
-    todo = []
+    todo: list[Shard] = []
     if not train:
         specs = [spec for spec in specs if finished(output.path / spec.run_name(), spec, settings)]
     for index, spec in enumerate(specs):

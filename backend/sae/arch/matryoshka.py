@@ -54,7 +54,7 @@ class MatryoshkaBatchTopKSAE(BatchTopKSAE):
     """BatchTopK whose nested dictionary prefixes each reconstruct the input; the loss sums the prefix losses."""
 
     architecture = "matryoshka_batchtopk"
-    aliases = ("matryoshka_batchtopk", "matryoshka", "matryoshka-batchtopk")
+    aliases = ("matryoshka_batchtopk", "matryoshka")
     short_name = "matryoshka"
     label = "Matryoshka BatchTopK"
     knob = Knob("k", "k (features per token, batch average)", 32)
@@ -88,7 +88,9 @@ class MatryoshkaBatchTopKSAE(BatchTopKSAE):
 
     def prefix_reconstructions(self, f: torch.Tensor) -> list[torch.Tensor]:
         """x_hat of each prefix: f[:, :m] W_dec[:m] + b_dec, built up one group of features at a time."""
-        outs, partial, start = [], self.b_dec, 0
+        outs: list[torch.Tensor] = []
+        partial: torch.Tensor = self.b_dec
+        start = 0
         for width in self.widths:
             partial = partial + self._decode_rows(f[..., start:width], self.W_dec[start:width])
             outs.append(partial)
