@@ -101,11 +101,11 @@ def main() -> int:
     parser.add_argument("--out", default="assets/models/vit-fashion-mnist")
     parser.add_argument("--work", default="build/train_vit", help="where the resumable checkpoint lives")
     parser.add_argument("--force", action="store_true", help="start afresh even when a checkpoint differs")
-    parser.add_argument("--patch", type=int, default=4)
+    parser.add_argument("--patch", type=int, default=7)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--shift", type=int, default=1, help="random translations by up to this many pixels")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--lr", type=float, default=2e-3)
@@ -199,7 +199,8 @@ def main() -> int:
         "held_out_accuracy": round(held_out, 4), "labels": LABELS,
         "image": {"height": 28, "width": 28, "channels": 1, "mean": MEAN, "std": STD,
                   "background": "zero pixels (black)"},
-        "training": {**settings, "seconds": round(seconds), "augmentation": f"random shifts up to {args.shift} px",
+        "training": {**settings, "seconds": round(seconds), "threads": args.threads,
+                     "augmentation": f"random shifts up to {args.shift} px",
                      "torch": torch.__version__},
     }
     write_text(out / "interpscope.json", json.dumps(manifest, indent=2) + "\n")

@@ -1,0 +1,55 @@
+"""End to end in a real browser: pick the shipped ViT, explain a held-out example, see the heatmap over the image,
+the methods side by side and the patch-flipping curves; then upload a PNG and explain that."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import open_from_sidebar, wait_for_app
+
+pytestmark = pytest.mark.browser
+
+
+def test_vit_relevance_in_the_browser(app_server, browser_page, artefacts, tmp_path):
+    page = browser_page
+    sidebar = open_from_sidebar(page, app_server, "Relevance maps")
+    page.get_by_role("button", name="Run", exact=True).wait_for(timeout=180_000)
+    wait_for_app(page)
+    sidebar.locator("[data-testid='stSelectbox']").first.click()
+    page.get_by_role("option", name="vit-fashion-mnist", exact=True).click()
+    wait_for_app(page)
+    page.get_by_text("Relevance maps: images").wait_for(timeout=120_000)
+    page.get_by_role("button", name="Run", exact=True).click()
+    try:
+        page.get_by_text("Faithfulness: patch flipping").wait_for(timeout=180_000)
+        wait_for_app(page)
+        page.set_viewport_size({"width": 1400, "height": 3400})  # the app scrolls inside: show the whole page
+        wait_for_app(page)
+    finally:
+        page.screenshot(path=str(artefacts / "vit-relevance-page.png"), full_page=True)
+    main = page.locator(".js-plotly-plot").filter(has_text="Pixel relevance").first
+    main.screenshot(path=str(artefacts / "vit-heatmap.png"))
+    curves = page.locator(".js-plotly-plot").filter(has_text="Patch flipping")
+    curves.screenshot(path=str(artefacts / "vit-patch-flipping.png"))
+    assert page.get_by_text("relative error").count() >= 1 and page.get_by_text("random orders").count() >= 1
+    with page.expect_download() as download_info:
+        page.get_by_role("button", name="JSON").first.click()
+    path = artefacts / "vit-map.json"
+    download_info.value.save_as(path)
+    exported = json.loads(path.read_text())
+    assert exported["schema"] == "interpscope.image_relevance" and exported["model"] == "vit-fashion-mnist"
+    assert len(exported["patch_relevance"]) == exported["grid"][0]
+
+    from interpscope.models.vision import bundled_examples, load_image_model
+
+    example = bundled_examples(load_image_model("vit-fashion-mnist"))[-1]
+    page.get_by_text("Upload an image").click()
+    wait_for_app(page)
+    page.locator("input[type='file']").set_input_files(str(example.path))
+    wait_for_app(page)
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.get_by_text("Faithfulness: patch flipping").wait_for(timeout=180_000)
+    wait_for_app(page)
+    page.screenshot(path=str(artefacts / "vit-upload.png"), full_page=True)
+    assert page.get_by_text(example.label_name).count() >= 1
