@@ -13,7 +13,7 @@ from interpscope.adapters.llama import LlamaAdapter
 class GemmaAdapter(LlamaAdapter):
     family = "gemma"
     norm = NormSpec(centred=False, weight_offset=1.0, default_eps=1e-6)
-    model_types = ("gemma", "gemma3_text")
+    model_types: tuple[str, ...] = ("gemma", "gemma3_text")
 
     def _sandwich(self, layer: int) -> bool:
         return hasattr(self._block(layer), "pre_feedforward_layernorm")

@@ -45,13 +45,13 @@ class LlamaAdapter(ModelAdapter):
     def attention_out_proj(self, layer: int) -> nn.Module:
         return self._attn(layer).o_proj
 
-    def mlp_activation(self, layer: int) -> nn.Module:
+    def mlp_activation(self, layer: int) -> nn.Module | None:
         return self._mlp(layer).act_fn
 
-    def mlp_up(self, layer: int) -> nn.Module:
+    def mlp_up(self, layer: int) -> nn.Module | None:
         return self._mlp(layer).up_proj
 
-    def mlp_down(self, layer: int) -> nn.Module:
+    def mlp_down(self, layer: int) -> nn.Module | None:
         return self._mlp(layer).down_proj
 
     def attention_norm(self, layer: int) -> nn.Module:
@@ -67,7 +67,7 @@ class LlamaAdapter(ModelAdapter):
         return self.model.lm_head
 
     def W_out(self, layer: int) -> torch.Tensor:
-        return weight_of(self.mlp_down(layer)).T
+        return weight_of(self._mlp(layer).down_proj).T
 
     @property
     def n_heads(self) -> int:

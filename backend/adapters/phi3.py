@@ -26,14 +26,14 @@ class Phi3Adapter(LlamaAdapter):
                  "v": torch.arange(q_width + kv_width, q_width + 2 * kv_width)}
         return [(self._attn(layer).qkv_proj, parts)]
 
-    def mlp_activation(self, layer: int) -> nn.Module:
+    def mlp_activation(self, layer: int) -> nn.Module | None:
         return self._mlp(layer).activation_fn
 
-    def mlp_up(self, layer: int) -> nn.Module:
+    def mlp_up(self, layer: int) -> nn.Module | None:
         return self._mlp(layer).gate_up_proj
 
     def mlp_up_parts(self, layer: int) -> list[tuple[nn.Module, torch.Tensor | None]]:
         """gate_up_proj's output is chunked [gate | up]: the up branch is its second half."""
-        fused = self.mlp_up(layer)
+        fused = self._mlp(layer).gate_up_proj
         width = int(weight_of(fused).shape[0])
         return [(fused, torch.arange(width // 2, width))]
