@@ -12,8 +12,9 @@ Resuming: a rerun with the same shared settings skips every SAE whose train.json
 an unfinished one from its newest checkpoint, and evaluates only SAEs without a matching eval.json; the table is
 rebuilt from the folders. A grid may grow or shrink between runs (e.g. relu,gated,topk first, the rest later);
 the shared settings may not change.
-Ray (`scale`): the SAEs are the shards; each worker trains whole SAEs from the same cache on disk, in its own
-sub-folder, and the driver records them. Same settings, same seeds, so the same weights as one process.
+Ray (`scale`): the SAEs are the shards; each worker trains whole SAEs from the same cache on disk, each in its
+own sub-folder (with its own output marker), and the driver records the sub-folders. Every SAE's seed comes from
+its name, so where it trains does not change its initialisation.
 """
 from __future__ import annotations
 
@@ -146,7 +147,7 @@ def finished(folder: Path, spec: SAESpec, settings: SweepSettings) -> bool:
 
 @dataclass
 class TrainJob:
-    """Train one grid point per shard (payload: the SAESpec and its seed offset) into <out>/<run name>."""
+    """Train one grid point per shard (payload: its SAESpec) into <out>/<run name>."""
 
     out_dir: str
     cache_folder: str
