@@ -59,9 +59,9 @@ def grid_figure(grid: np.ndarray, score: str, chance: float | None, title: str |
     n_layers, n_heads = grid.shape
     names = [[f"{layer}.{head}" for head in range(n_heads)] for layer in range(n_layers)]
     label = SCORE_NAMES.get(score, score)
-    fig = go.Figure(go.Heatmap(z=grid, x=[f"H{h}" for h in range(n_heads)], y=[f"L{layer}" for layer in range(n_layers)],
-                               customdata=names, colorscale="Viridis", colorbar=dict(title=dict(text=label,
-                                                                                                side="right")),
+    fig = go.Figure(go.Heatmap(z=grid, x=[f"H{h}" for h in range(n_heads)],
+                               y=[f"L{layer}" for layer in range(n_layers)], customdata=names, colorscale="Viridis",
+                               colorbar=dict(title=dict(text=label, side="right")),
                                hovertemplate="head %{customdata}<br>" + label + " %{z:.3f}<extra></extra>"))
     chance_text = f" · uniform causal pattern: {chance:.3f}" if chance is not None and np.isfinite(chance) else ""
     fig.update_layout(title=f"{title or label}{chance_text} (click a head to open its pattern)",

@@ -1,9 +1,10 @@
 """Every attention head's pattern on one text, with the positions no colour scale may use named.
 
-The probabilities come from the model's own eager attention (`output_attentions`; interpscope.models.loading sets
-the eager implementation), one plain forward pass: nothing is hooked. Sinks are measured on the middle residual of
-the same text (interpscope.relevance.sinks): a key column that is a measured attention sink (or a BOS the caller
-prepended) is drawn with its true values but never sets the colour scale, and it is named beside the figure.
+The probabilities come from the model's own eager attention (interpscope.models.loading sets the eager
+implementation), read off one plain forward pass by scoped read hooks (interpscope.capture). Sinks are measured on
+the middle residual of the same text (interpscope.relevance.sinks): a key column that is a measured attention sink
+(or a BOS the caller prepended) is drawn with its true values but never sets the colour scale, and it is named
+beside the figure.
 
 Per head, the document gives what the grid shows: the mean attention on the previous token, on the query itself,
 on the excluded positions, and the mean entropy of the rows, with the score a uniform causal pattern gets beside
@@ -41,16 +42,30 @@ def parse_head(text: str, n_layers: int, n_heads: int) -> tuple[int, int]:
 
 
 def attention_probabilities(lm: LoadedModel, input_ids: torch.Tensor) -> torch.Tensor:
-    """Attention probabilities [L, B, H, T, T] (float32, CPU) of a plain forward pass on input_ids [B, T]."""
-    if "attention" not in lm.adapter.capabilities():
+    """Attention probabilities [L, B, H, T, T] (float32, CPU) of one forward pass on input_ids [B, T], read off each
+    attention module's output by a scoped read hook (interpscope.capture: nothing is changed, and no hook outlives
+    the pass). The eager attention implementation returns its probabilities there."""
+    from interpscope.capture import scoped
+
+    adapter = lm.adapter
+    if "attention" not in adapter.capabilities():
         raise InterpscopeError(f"{lm.name} ({lm.family}) has no attention heads.")
-    with torch.no_grad():
-        out = lm.model(input_ids=input_ids.to(lm.device), output_attentions=True, use_cache=False)
-    found = getattr(out, "attentions", None)
-    if not found or any(a is None for a in found):
+    found: dict[int, torch.Tensor] = {}
+
+    def keeper(layer: int):
+        def keep(module, args, output):
+            weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+            if isinstance(weights, torch.Tensor) and weights.dim() == 4:
+                found[layer] = weights.detach().float().cpu()
+        return keep
+
+    modules = [(adapter.attention(layer), keeper(layer)) for layer in range(adapter.n_layers)]
+    with torch.no_grad(), scoped([(m, fn) for m, fn in modules if m is not None], role="read"):
+        lm.model(input_ids=input_ids.to(lm.device), use_cache=False)
+    if len(found) != adapter.n_layers:
         raise InterpscopeError("This model does not return attention probabilities (it needs the eager attention "
                                "implementation).")
-    return torch.stack([a.float().cpu() for a in found])
+    return torch.stack([found[layer] for layer in range(adapter.n_layers)])
 
 
 def causal_chance(n_tokens: int) -> dict[str, float]:
