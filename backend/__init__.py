@@ -66,6 +66,9 @@ _LAZY = {
     "flow": "interpscope.api",
     "patch": "interpscope.api",
     "path_patch": "interpscope.api",
+    "head_patterns": "interpscope.api",
+    "find_heads": "interpscope.api",
+    "tuned_lens": "interpscope.api",
     "LoadedModel": "interpscope.models.loading",
     "Result": "interpscope.results",
     "document": "interpscope.results",
@@ -76,7 +79,7 @@ __all__ = [
     "LoadedModel", "Result", "compare_faithfulness", "document", "explain", "explain_file", "explain_seq2seq",
     "faithfulness", "flow", "heldout", "ig_convergence", "list_models", "load", "methods", "patch", "path_patch",
     "predict", "without_timings", "load_image", "explain_image", "patch_flipping",
-    "explain_experts",
+    "explain_experts", "head_patterns", "find_heads", "tuned_lens",
     "fourier", "neurons", "sae",  # the namespaces (subpackages, imported on first access)
 ]
 # API functions named like a submodule of the package (interpscope.predict, the prediction module): the package

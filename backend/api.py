@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from interpscope.causal.results import PatchingResult, PathPatchingResult
+    from interpscope.heads.finder import HeadScores
+    from interpscope.heads.patterns import HeadPatterns
+    from interpscope.lens.tuned import TunedLens
     from interpscope.models.loading import LoadedModel, ModelList
     from interpscope.models.vision import LoadedImageModel
     from interpscope.predict import Prediction
@@ -162,13 +165,44 @@ def explain_file(lm: LoadedModel, path: str | Path, method: str | None = None, *
 
 def flow(lm: LoadedModel, text: str, *, target: str | int | None = None,
          contrast: tuple[str | int, str | int] | None = None, threshold: float = 0.05,
-         prepend_bos: bool | None = None) -> InformationFlow:
+         prepend_bos: bool | None = None, lens: str = "logit") -> InformationFlow:
     """Information flow to the next token (transformers): the logit lens, each layer's attention and MLP
     contribution, and the AttnLRP graph of heads and MLPs above `threshold` x |value| (schema interpscope.flow; =
-    `interpscope flow --json` and the flow page's exports). `.at(threshold)` recuts the graph."""
+    `interpscope flow --json` and the flow page's exports). `.at(threshold)` recuts the graph. lens="tuned" adds
+    the shipped tuned lens beside the logit lens (per-layer KL to the final distribution, under `tuned_lens`)."""
     from interpscope.relevance.flow import information_flow
 
-    return information_flow(lm, text, token=target, contrast=contrast, prepend_bos=prepend_bos).at(threshold)
+    return information_flow(lm, text, token=target, contrast=contrast, prepend_bos=prepend_bos,
+                            lens=lens).at(threshold)
+
+
+def head_patterns(lm: LoadedModel, text: str, *, heads: Sequence[str] | None = None,
+                  prepend_bos: bool | None = None) -> HeadPatterns:
+    """Every attention head's pattern on `text`, sinks measured and named, per-head summaries (previous-token,
+    self, excluded-position attention, entropy) beside a uniform causal pattern's (schema interpscope.heads; the
+    document carries the full pattern of each of `heads`, "L.H"; = `interpscope heads --text T --json` and the
+    Attention heads page's export)."""
+    from interpscope.heads.patterns import head_patterns as patterns
+
+    return patterns(lm, text, heads=list(heads or []), prepend_bos=prepend_bos)
+
+
+def find_heads(lm: LoadedModel, *, n_sequences: int = 8, half_len: int = 40, seed: int = 0, ablate: int = 0,
+               ablation: str = "zero") -> HeadScores:
+    """The head finder: every head's induction, previous-token and duplicate-token score on repeated random tokens,
+    with chance levels; ablate=K also gives repetition accuracy with the top K induction heads ablated (zero or
+    mean) against K random heads (schema interpscope.head_scores; = `interpscope heads --find --json`)."""
+    from interpscope.heads.finder import find_heads as finder
+
+    return finder(lm, n_sequences=n_sequences, half_len=half_len, seed=seed, ablate=ablate, mode=ablation)
+
+
+def tuned_lens(lm: LoadedModel) -> TunedLens:
+    """The shipped tuned lens of `lm` (per-layer translators, checked against the model; refused for another one):
+    `.logits(lm.adapter, step, residual)` reads a residual through it; its manifest gives the held-out KL."""
+    from interpscope.lens.tuned import load_tuned_lens
+
+    return load_tuned_lens(lm)
 
 
 def patch(lm: LoadedModel, clean: str, corrupt: str, *, metric: str = "logit-diff", answer: str | int | None = None,

@@ -7,6 +7,7 @@ import streamlit as st
 
 from interpscope.components.export import export_menu
 from interpscope.components.flow_figures import attention_figure
+from interpscope.lens.tuned import available as tuned_available
 from interpscope.relevance.flow import DEFAULT_THRESHOLD, InformationFlow, attention_pattern, information_flow
 from interpscope.sae_store import list_stores
 from pages._common import (
@@ -32,12 +33,14 @@ PAGE = "flow"
 DEFAULT_TEXT = "When Mary and John went to the store, John gave a drink to"
 PARAMS = [Param("flow-text", "text", DEFAULT_TEXT), Param("flow-token", "token", ""),
           Param("flow-threshold", "threshold", DEFAULT_THRESHOLD, float, low=0.0, high=1.0, scope="view"),
-          Param("flow-node", "node", "", scope="view"), bos_param("flow-bos")]
+          Param("flow-node", "node", "", scope="view"), bos_param("flow-bos"),
+          Param("flow-tuned", "tuned", False, bool)]
 
 
-def _flow(text: str, token: str | None, prepend: bool | None = None) -> InformationFlow:
-    return shared("flow", (model_key(), text, token, prepend), lambda: information_flow(
-        current_model(), text, token=token, prepend_bos=prepend))
+def _flow(text: str, token: str | None, prepend: bool | None = None, lens: str = "logit") -> InformationFlow:
+    key = (model_key(), text, token, prepend) + ((lens,) if lens != "logit" else ())
+    return shared("flow", key, lambda: information_flow(current_model(), text, token=token, prepend_bos=prepend,
+                                                        lens=lens))
 
 
 def selected_node(event) -> str | None:
@@ -96,17 +99,23 @@ def main() -> None:
     text = text_source(PAGE, label="Prompt", default=DEFAULT_TEXT, height=90)
     token = st.text_input("Target token (empty: the predicted one; '#id' for an id)", key="flow-token")
     prepend = bos_toggle(lm, st, key="flow-bos")
+    shipped = tuned_available(lm.name)
+    tuned = st.checkbox("Tuned lens beside the logit lens (per-layer KL to the final distribution)", key="flow-tuned",
+                        disabled=not shipped, help=None if shipped else f"No tuned lens ships for {lm.name}.")
     submitted = st.button("Run", type="primary", key="flow-run")
-    run = committed(PAGE, {"text": text, "token": token, "bos": prepend}, submitted) if text is not None else None
+    inputs = {"text": text, "token": token, "bos": prepend, **({"lens": "tuned"} if tuned and shipped else {})}
+    run = committed(PAGE, inputs, submitted) if text is not None else None
     threshold = st.slider("Show heads and MLPs with |relevance| ≥ this fraction of the target's value", 0.0, 0.5,
                           step=0.01, key="flow-threshold")
     if run is None:
         write_url(PARAMS, run=PAGE)
         st.info("Press **Run** (about a second on the bundled model).")
         return
-    cached = is_shared("flow", (model_key(), run["text"], run["token"] or None, run.get("bos")))
+    lens = run.get("lens", "logit")
+    cached = is_shared("flow", (model_key(), run["text"], run["token"] or None, run.get("bos")) +
+                       ((lens,) if lens != "logit" else ()))
     with show_errors(), st.spinner("Logit lens, contributions and AttnLRP…"):
-        flow = _flow(run["text"], run["token"] or None, run.get("bos"))
+        flow = _flow(run["text"], run["token"] or None, run.get("bos"), lens)
     write_url(PARAMS, run=PAGE)
     last = flow.tidy()[-1]
     st.markdown(f"**{flow.target.value_label}** {flow.value:.4g} · p = {last['probability']:.3f} (rank "
@@ -128,6 +137,12 @@ def main() -> None:
                f"; layer {biggest} writes the most toward it (attention {flow.attn_contribution[biggest]:+.3g}, MLP "
                f"{flow.mlp_contribution[biggest]:+.3g}). The parts (embeddings {flow.embed_contribution:+.3g}, "
                f"constants {flow.constant_contribution:+.3g}) add up to {flow.value:.4g}.")
+    if flow.tuned_lens is not None:
+        fig = flow.tuned_lens.figure()
+        st.plotly_chart(fig, key="flow-tuned-lens")
+        export_menu(fig, shown, key="flow-tuned-lens", filename="flow-tuned-lens")
+        st.caption(flow.tuned_lens.sentence() + f" Dotted: the same on held-out corpus text when the lens was fitted "
+                   f"(rank-{flow.tuned_lens.rank} translators; rebuild: `{flow.tuned_lens.rebuild}`).")
     if flow.sinks:
         st.caption("Token nodes named (BOS) or (sink) are excluded positions, shown with their relevance: " + "; ".join(
             f"{row['token']!r} at {row['position']}: {row['reason']}" for row in flow.sinks) + ".")

@@ -30,6 +30,9 @@ def register(subparsers) -> None:
     target.add_argument("--contrast", nargs=2, metavar=("A", "B"), help="explain logit(A) - logit(B)")
     flow.add_argument("--threshold", type=_fraction, default=0.05,
                       help="keep heads/MLPs with |relevance| >= this fraction of |value| (default 0.05)")
+    flow.add_argument("--lens", choices=["logit", "tuned"], default="logit",
+                      help="tuned: also the shipped tuned lens beside the logit lens, per-layer KL to the final "
+                           "distribution (document key tuned_lens)")
     flow.add_argument("--json", metavar="OUT", help="write JSON to OUT ('-' for stdout)")
     flow.set_defaults(func=run_flow)
 
@@ -42,7 +45,7 @@ def run_flow(args: argparse.Namespace) -> int:
     check_out_file(args.json, "--json")
     lm = load_from_args(args)
     result = information_flow(lm, args.text, token=args.target_token,
-                              contrast=tuple(args.contrast) if args.contrast else None)
+                              contrast=tuple(args.contrast) if args.contrast else None, lens=args.lens)
     if args.json:
         emit_json(result.at(args.threshold), args.json)  # the flow's document (schema interpscope.flow)
     if args.json != "-":
@@ -53,4 +56,10 @@ def run_flow(args: argparse.Namespace) -> int:
             attn, mlp = row["attention_contribution"], row["mlp_contribution"]
             parts = "" if attn is None else f"  attention {attn:+8.3f}  MLP {mlp:+8.3f}"
             print(f"{row['step']:>12}: p {row['probability']:.4f} rank {row['rank']:>6}{parts}")
+        if result.tuned_lens is not None:
+            print(f"KL to the final distribution (nats, mean over {len(result.tuned_lens.positions)} positions):")
+            for row in result.tuned_lens.tidy():
+                print(f"{row['step']:>12}: logit lens {row['kl_logit']:8.3f}  tuned lens {row['kl_tuned']:8.3f}  "
+                      f"top {row['top_logit']!r} / {row['top_tuned']!r}")
+            print(result.tuned_lens.sentence())
     return 0

@@ -26,6 +26,7 @@ import torch
 from interpscope.capture import capture, model_lock
 from interpscope.config import InterpscopeError
 from interpscope.graph import GraphEdge, GraphNode
+from interpscope.lens.compare import LensComparison, compare_lenses
 from interpscope.relevance.api import make_target
 from interpscope.relevance.engine import LatentRelevance, attribute
 from interpscope.relevance.methods import get_method
@@ -71,6 +72,7 @@ class InformationFlow(Result):
     sinks: list[dict] = field(default_factory=list)  # excluded positions and why (interpscope.sinks.SinkReport.rows)
     bos_prepended: bool = False
     threshold: float = DEFAULT_THRESHOLD  # where the document's and figure()'s graph is cut
+    tuned_lens: LensComparison | None = None  # the tuned lens beside the logit lens (asked for with lens="tuned")
 
     def at(self, threshold: float) -> InformationFlow:
         """This flow with its graph cut at `threshold` (a fraction of |value|, 0..1)."""
@@ -86,7 +88,8 @@ class InformationFlow(Result):
             "steps": [{k: v for k, v in row.items() if k not in ("target", "model")} for row in self.tidy()],
             "embed_contribution": self.embed_contribution, "constant_contribution": self.constant_contribution,
             "input_relevance": self.input_relevance, "threshold": self.threshold, "nodes": nodes, "edges": edges,
-            "top_neurons": self.top_neurons, "seconds": self.seconds})
+            "top_neurons": self.top_neurons, "seconds": self.seconds,
+            "tuned_lens": self.tuned_lens.payload() if self.tuned_lens is not None else None})
 
     def figure(self):
         """The flow page's graph: tokens -> heads and MLPs above the threshold -> prediction."""
@@ -247,10 +250,12 @@ def flow_graph(latent: LatentRelevance, input_relevance: np.ndarray, tokens: lis
 
 
 def information_flow(lm: LoadedModel, text: str, *, token: str | int | None = None, contrast: tuple | None = None,
-                     method: str = "attnlrp", prepend_bos: bool | None = None) -> InformationFlow:
+                     method: str = "attnlrp", prepend_bos: bool | None = None, lens: str = "logit") -> InformationFlow:
     """The logit lens, per-layer contributions and AttnLRP latent relevance for the next-token target after `text`
     (the graph at any threshold comes from InformationFlow.graph). prepend_bos: put the model's BOS first (None:
-    where the tokenizer adds none), so the first word is explained like any other; sinks are measured."""
+    where the tokenizer adds none), so the first word is explained like any other; sinks are measured. lens
+    "tuned": also the shipped tuned lens beside the logit lens (interpscope.lens.compare), per-layer KL to the final
+    distribution."""
     from interpscope.relevance.api import input_ids_for, model_kind
     from interpscope.relevance.sinks import sink_report
     from interpscope.sinks import words
@@ -259,6 +264,8 @@ def information_flow(lm: LoadedModel, text: str, *, token: str | int | None = No
     if not spec.rules or "attention" not in lm.adapter.capabilities():
         raise InterpscopeError(f"Information flow needs an LRP method on a transformer; {spec.label} on "
                                f"{lm.family} models does not give relevance inside attention.")
+    if lens not in ("logit", "tuned"):
+        raise InterpscopeError(f"The lens is 'logit' or 'tuned' (got {lens!r}).")
     start = time.perf_counter()
     ids, prepended = input_ids_for(lm, text, prepend_bos)
     target = make_target(lm, ids, token=token, contrast=contrast)
@@ -266,6 +273,7 @@ def information_flow(lm: LoadedModel, text: str, *, token: str | int | None = No
         report = sink_report(lm.adapter, ids, 0 if prepended else None)
         acts = _residuals(lm.adapter, ids)
         attribution = attribute(lm.adapter, ids, target, spec.rules(lm.adapter), latent=True, conservation=False)
+        tuned = compare_lenses(lm, ids, report.positions) if lens == "tuned" else None
     acts = {name: tensor[0] if tensor.dim() == 3 else tensor for name, tensor in acts.items()}
     probability, rank, lens_value = logit_lens(lm.adapter, acts, target)
     embed, attn, mlp, constant = contributions(lm.adapter, acts, target)
@@ -282,7 +290,7 @@ def information_flow(lm: LoadedModel, text: str, *, token: str | int | None = No
         lens_probability=probability, lens_rank=rank, lens_value=lens_value, embed_contribution=embed,
         attn_contribution=attn, mlp_contribution=mlp, constant_contribution=constant,
         input_relevance=attribution.relevance, latent=latent,
-        top_neurons=top_neurons(latent, 20), seconds=time.perf_counter() - start)
+        top_neurons=top_neurons(latent, 20), seconds=time.perf_counter() - start, tuned_lens=tuned)
 
 
 def attention_pattern(lm: LoadedModel, text: str, layer: int, head: int) -> tuple[list[str], np.ndarray]:
