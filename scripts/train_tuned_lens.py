@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save-every", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    os.nice(max(0, 15 - os.nice(0)))  # priority 15 whatever it was started with
+    os.nice(max(0, int(os.environ.get("NICE", "15")) - os.nice(0)))  # priority 15 (NICE=...) however started
     torch.set_num_threads(2)
     torch.manual_seed(args.seed)
     work = REPO_ROOT / "build" / "tuned_lens" / args.model
