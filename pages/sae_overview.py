@@ -28,6 +28,7 @@ from pages._common import (
     url_inputs,
     write_url,
 )
+from pages._sae_bench import show_bench
 
 PAGE = "sae-overview"
 FOLDER = "A folder on this machine…"
@@ -147,6 +148,9 @@ def main() -> None:
             st.caption(f"{info['architecture']} SAE · {info['d_sae']:,} features on {info['hook_name']} of "
                        f"{display_path(str(info['model_name']))} · trained on {int(info['training_tokens'] or 0):,} "
                        "tokens")
+    with st.expander("SAEBench-style metrics: absorption, sparse probing, explanation scores", expanded=True):
+        show_bench(path)
+    st.subheader("Reconstruction and sparsity")
     source = st.radio("Evaluate on", SOURCES, horizontal=True, key="sae_overview_source")
     text = text_source("sae_overview_text", "Text to evaluate on") if source == "My text" else None
     tokens = int(st.number_input("Tokens", min_value=128, max_value=65536, step=128, key="sae_overview_tokens",

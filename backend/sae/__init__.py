@@ -22,18 +22,19 @@ from interpscope.lazy import lazy_names
 
 _LAZY = {
     **dict.fromkeys(("load", "features", "feature", "steer", "circuit", "evaluate", "stores", "store", "saes",
-                     "sweep", "pareto"), "interpscope.sae.api"),
+                     "sweep", "pareto", "benchmark"), "interpscope.sae.api"),
     **dict.fromkeys(("SAEConfig", "SparseAutoencoder", "architecture_class", "build_sae", "canonical_architecture",
                      "registered"), "interpscope.sae.architectures"),
     **dict.fromkeys(("check_compatible", "load_sae", "save_sae"), "interpscope.sae.folder"),
 }
 
-__all__ = ["SAEConfig", "SparseAutoencoder", "architecture_class", "build_sae", "canonical_architecture",
+__all__ = ["SAEConfig", "SparseAutoencoder", "architecture_class", "benchmark", "build_sae", "canonical_architecture",
            "check_compatible", "circuit", "evaluate", "feature", "features", "load", "load_sae", "pareto", "registered",
            "saes", "save_sae", "steer", "store", "stores", "sweep"]
 
 if TYPE_CHECKING:
     from interpscope.sae.api import (
+        benchmark,
         circuit,
         evaluate,
         feature,

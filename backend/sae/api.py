@@ -167,3 +167,14 @@ def pareto(sweep_or_table, baseline: str = "relu") -> ParetoAnalysis:
 
     table = sweep_or_table if isinstance(sweep_or_table, SweepTable) else load_table(sweep_or_table)
     return pareto_analysis(table, baseline=baseline)
+
+
+def benchmark(lm: LoadedModel, sae: str | Path, metrics: str | list[str] | None = None, *, seed: int = 0,
+              **options):
+    """SAEBench-style metrics of the SAE folder `sae`, each beside its control: first-letter feature absorption,
+    sparse probing on the Austen-novel tasks, explanation detection and fuzzing scores with the bundled LM as the
+    simulator (`interpscope sae bench`, the SAE overview page). `options`: per-metric sizes, e.g.
+    absorption={"n_words": 800}. Schema interpscope.sae_bench."""
+    from interpscope.sae.bench import bench_sae
+
+    return bench_sae(lm, sae, metric_names=metrics, seed=seed, options=options)
