@@ -66,14 +66,20 @@ def run_patch(args: argparse.Namespace) -> int:
 
     from interpscope.causal.run import patch
 
-    with tqdm(total=0, desc="patched runs", file=sys.stderr, disable="real" not in methods) as bar:
-        def progress(done: int, total: int) -> None:
-            bar.total = total
-            bar.n = done
-            bar.refresh()
+    bars: list = []  # made at the first progress call: a pair refused before any patched run leaves no bar behind
 
+    def progress(done: int, total: int) -> None:
+        if not bars:
+            bars.append(tqdm(total=total, desc="patched runs", file=sys.stderr))
+        bars[0].n = done
+        bars[0].refresh()
+
+    try:
         result = patch(lm, args.clean, args.corrupt, components=components, methods=methods,
                        relp_rules=args.relp_rules, progress=progress, **common)
+    finally:
+        for bar in bars:
+            bar.close()
     if args.json:
         emit_json(result, args.json)
     if args.json != "-":
