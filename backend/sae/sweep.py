@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -182,7 +183,8 @@ def train_point(out_dir: Path, cache: ActivationCache, settings: SweepSettings, 
     output.remove("checkpoints")
     record = {"point": point_record(spec), "settings": settings.to_json(), "steps": trainer.step,
               "training_tokens": trainer.step * settings.batch_size, "cache_rows": cache.n_rows,
-              "input_scale": scale, "resampled": runs[0].resampled, "seconds_last_session": seconds}
+              "input_scale": scale, "resampled": runs[0].resampled, "seconds_last_session": seconds,
+              "process": os.getpid()}
     atomic.write_json(output.path / TRAIN_FILE, record, indent=1)
     output.record(output.path / TRAIN_FILE)
     return record
