@@ -60,4 +60,6 @@ def moe_view(lm: LoadedModel, result: RelevanceResult, labels: dict[str, str]) -
     shares = share_figure(experts.layers, experts.relevance_share(), experts.routing_share(),
                           "Share of each layer's relevance per expert, beside its share of the router's weight")
     st.plotly_chart(shares, key="relevance-experts-shares")
-    export_menu(shares, experts, key="experts-shares", filename=f"relevance-expert-shares-{method}")
+    panel = experts.panel("shares", {"layers": experts.layers, "relevance_share": experts.relevance_share(),
+                                     "routing_share": experts.routing_share()})
+    export_menu(shares, panel, key="experts-shares", filename=f"relevance-expert-shares-{method}")
