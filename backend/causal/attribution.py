@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from interpscope.adapters import ModelAdapter
-from interpscope.capture import hooks, scoped
+from interpscope.capture import EditFn, hooks, scoped
 from interpscope.causal.patching import Activations, first_argument, grid_shape, out_projections, point_names
 from interpscope.causal.prompts import Metric
 from interpscope.relevance.rules import Rule, apply_rules, attnlrp_rules, cplrp_rules
@@ -50,7 +50,8 @@ def _gradients(adapter: ModelAdapter, ids: torch.Tensor, metric: Metric, heads: 
             taps[key] = first_argument(args, kwargs)
         return fn
 
-    edits = [(name, tap(f"{kind}.{row}")) for kind in ("resid", "attn", "mlp") for row, name in enumerate(names[kind])]
+    edits: list[tuple[str, EditFn]] = [(name, tap(f"{kind}.{row}")) for kind in ("resid", "attn", "mlp")
+                                       for row, name in enumerate(names[kind])]
     projections = [(module, tap_input(f"heads.{layer}")) for layer, module in enumerate(out_projections(adapter))] \
         if heads else []
     from interpscope.relevance.engine import forward_logits

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from interpscope.adapters import ModelAdapter
-from interpscope.capture import hooks, resume_after, scoped
+from interpscope.capture import EditFn, hooks, resume_after, scoped
 from interpscope.causal.prompts import Metric
 from interpscope.progress import Progress
 
@@ -97,7 +97,7 @@ def record(adapter: ModelAdapter, ids: torch.Tensor, heads: bool = True) -> Acti
             store[f"heads.{layer}"] = first_argument(args, kwargs)[0].detach()
         return fn
 
-    edits = [(name, keep(name)) for kind in ("resid", "attn", "mlp") for name in names[kind]]
+    edits: list[tuple[str, EditFn]] = [(name, keep(name)) for kind in ("resid", "attn", "mlp") for name in names[kind]]
     projections = [(module, keep_input(layer)) for layer, module in enumerate(out_projections(adapter))] if heads \
         else []
     with torch.no_grad(), hooks(adapter, edits, role="read"), scoped(projections, role="read", kind="input"):
@@ -137,9 +137,9 @@ def _patched_run(adapter: ModelAdapter, ids: torch.Tensor, cells: list[Cell], cl
     batch = ids.expand(len(cells), -1)
     by_kind: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for kind in {cell.kind for cell in cells}:
-        rows = [b for b, cell in enumerate(cells) if cell.kind == kind]
-        by_kind[kind] = (torch.tensor(rows, device=ids.device),
-                         torch.tensor([cells[b].column for b in rows], device=ids.device))
+        members = [b for b, cell in enumerate(cells) if cell.kind == kind]
+        by_kind[kind] = (torch.tensor(members, device=ids.device),
+                         torch.tensor([cells[b].column for b in members], device=ids.device))
     with ExitStack() as stack:
         if row > 0:
             hidden = corrupt.resid[row].expand(len(cells), -1, -1).clone()

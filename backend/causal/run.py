@@ -186,7 +186,7 @@ def path_patch(lm: LoadedModel, clean: str, corrupt: str, sender: str, receiver:
         ids = ready.pair.corrupt_ids
         value = path_value(adapter, ids, ready.metric, ready.clean, ready.corrupt, first, second)
         kind = "heads" if first.kind == "head" else first.kind
-        cells = [Cell(kind, first.layer, first.head)] if first.kind == "head" else \
+        cells = [Cell(kind, first.layer, int(first.head or 0))] if first.kind == "head" else \
             [Cell(kind, first.layer, p) for p in range(ready.pair.n_tokens)]
         total = patched_together(adapter, ids, ready.metric, ready.clean, cells)
     span = ready.span
