@@ -26,6 +26,8 @@ def register(sae_sub) -> None:
     bench.add_argument("--examples", type=positive_int, default=None,
                        help="detection/fuzzing: positive examples per feature (default 4)")
     bench.add_argument("--seed", type=seed_int, default=0)
+    bench.add_argument("--threads", type=positive_int, default=None,
+                       help="torch CPU threads (default torch's own); 1 is several times faster on a busy machine")
     bench.add_argument("--no-cache", action="store_true", help="recompute the model activations instead of reusing "
                        "those kept under the data directory")
     bench.add_argument("--json", metavar="OUT", default=None, help="write the result document to OUT ('-': stdout)")
@@ -53,6 +55,10 @@ def run_bench(args: argparse.Namespace) -> int:
 
     check_out_file(args.json, "--json")
     parse_metrics(args.metrics)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     sae = load_sae(args.sae)
     loaded = load_model_for_sae(args, sae, load_from_args)
     bar = tqdm(total=1000, desc="bench", file=sys.stderr, bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import string
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -96,7 +97,7 @@ def letter_absorption(encoder: Encoder, x_train: torch.Tensor, y_train: np.ndarr
     predicted = probe.predict(x_test).numpy()
     f_train, f_test = encoder.encode(x_train), encoder.encode(x_test)
     unit_dec = encoder.W_dec / encoder.W_dec.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for letter in range(len(LETTERS)):
         pos_train, pos_test = y_train == letter, y_test == letter
         if pos_test.sum() < settings["min_test_words"] or pos_train.sum() < settings["min_test_words"]:
@@ -129,7 +130,7 @@ def letter_absorption(encoder: Encoder, x_train: torch.Tensor, y_train: np.ndarr
         rows.append({"letter": LETTERS[letter], "test_words": int(pos_test.sum()), "probe_true_positives": n,
                      "main_latents": [int(i) for i in order[:k]], "f1_by_k": f1, "split": k > 1,
                      "absorption_rate": absorbed / n if n else None, "miss_rate": misses / n if n else None})
-    rated = [r for r in rows if r["absorption_rate"] is not None]
+    rated: list[dict] = [r for r in rows if r["absorption_rate"] is not None]
     return {"rows": rows, "probe_accuracy": float((predicted == y_test).mean()),
             "absorption_rate": float(np.mean([r["absorption_rate"] for r in rated])) if rated else None,
             "miss_rate": float(np.mean([r["miss_rate"] for r in rated])) if rated else None,
@@ -171,9 +172,9 @@ def run(inputs: BenchInputs) -> MetricResult:
         control = letter_absorption(control_encoder, x_train, labels[train], x_test, labels[test], settings)
     chance = float(np.bincount(labels[test], minlength=len(LETTERS)).max() / len(test))
     spaced = sum(t.startswith(" ") for _, t in words)
-    details = [{**row, "control_absorption_rate": c.get("absorption_rate"), "control_split": c.get("split")}
-               for row in real["rows"] for c in [next((r for r in control["rows"] if r["letter"] == row["letter"]),
-                                                      {})]]
+    control_rows: dict[str, dict] = {r["letter"]: r for r in control["rows"]}
+    details = [{**row, "control_absorption_rate": control_rows.get(row["letter"], {}).get("absorption_rate"),
+                "control_split": control_rows.get(row["letter"], {}).get("split")} for row in real["rows"]]
     return MetricResult(NAME, MEANING, absorption_measures(real, control, chance, control_encoder.label),
                         settings={**settings, "words": len(words), "with_leading_space": spaced,
                                   "without_leading_space": len(words) - spaced, "letters_scored": len(real["rows"]),

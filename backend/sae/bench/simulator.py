@@ -79,9 +79,9 @@ def lm_judge(lm: LoadedModel, batch_size: int = 16, progress: Callable[[int, int
 
     def split_chat(query: Query) -> tuple[list[int], list[int]]:
         head, rest = question_parts(query)
-        chat = tokenizer.apply_chat_template([{"role": "system", "content": SYSTEM},
-                                              {"role": "user", "content": head + rest}], tokenize=False,
-                                             add_generation_prompt=True)
+        chat = str(tokenizer.apply_chat_template([{"role": "system", "content": SYSTEM},
+                                                  {"role": "user", "content": head + rest}], tokenize=False,
+                                                 add_generation_prompt=True))
         cut = chat.index(head) + len(head)
         return (tokenizer(chat[:cut], add_special_tokens=False).input_ids,
                 tokenizer(chat[cut:], add_special_tokens=False).input_ids)
