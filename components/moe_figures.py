@@ -6,6 +6,7 @@ blank too (it carried nothing: not a measured 0).
 """
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -16,8 +17,9 @@ from interpscope.components.token_heatmap import COLORSCALE
 
 
 def _tick(index: int, token: str, excluded: Sequence[int], reasons: Mapping[int, str]) -> str:
+    """A column's label, escaped (plotly reads '<|endoftext|>' as markup and drops it)."""
     label = f"{index}:{token!r}"
-    return f"{label} ({reasons.get(index, 'excluded')})" if index in excluded else label
+    return html.escape(f"{label} ({reasons.get(index, 'excluded')})" if index in excluded else label, quote=False)
 
 
 def expert_heatmaps(tokens: Sequence[str], layers: Sequence[int], relevance: np.ndarray, excluded: Sequence[int],
@@ -40,9 +42,10 @@ def expert_heatmaps(tokens: Sequence[str], layers: Sequence[int], relevance: np.
         fig.add_trace(go.Heatmap(z=z, x=list(range(len(tokens))), y=[f"E{e}" for e in range(values.shape[2])],
                                  zmin=-scale, zmax=scale, colorscale=COLORSCALE, hoverinfo="text", text=hover,
                                  showscale=row == 0, colorbar=dict(title="R")), row=row + 1, col=1)
+    fig.update_xaxes(range=[-0.5, len(tokens) - 0.5])  # an excluded (all-blank) column keeps its place and name
     fig.update_xaxes(tickmode="array", tickvals=list(range(len(tokens))), ticktext=ticks, tickangle=-45,
-                     row=len(layers), col=1)
-    fig.update_layout(title=title, height=140 + 150 * len(layers), margin=dict(l=50, r=20, t=70, b=120))
+                     automargin=True, row=len(layers), col=1)
+    fig.update_layout(title=title, height=140 + 150 * len(layers), margin=dict(l=160, r=20, t=70, b=120))
     return fig
 
 

@@ -55,7 +55,7 @@ def moe_view(lm: LoadedModel, result: RelevanceResult, labels: dict[str, str]) -
         kept = [i for i in range(len(experts.tokens)) if i not in experts.sink_positions]
         shared_total = float(experts.shared[:, kept].sum())
         routed = float(sum(experts.expert_totals().sum(1)))
-        st.caption(f"The shared expert carried {shared_total:+.3g} of the relevance beside {routed:+.3g} through the "
+        st.caption(f"The shared expert carried {shared_total:+.3f} of the relevance beside {routed:+.3f} through the "
                    "routed experts (summed over the sparse layers).")
     shares = share_figure(experts.layers, experts.relevance_share(), experts.routing_share(),
                           "Share of each layer's relevance per expert, beside its share of the router's weight")
