@@ -35,13 +35,13 @@ def _heat(values: np.ndarray, scale: float, show_scale: bool, opacity: float = 1
                       hovertemplate="row %{y}, col %{x}: %{z:.4g}<extra></extra>")
 
 
-def _patch_lines(fig: go.Figure, shape: tuple[int, int], patch: int, col: int) -> None:
+def _patch_lines(fig: go.Figure, shape: tuple[int, int], patch: int, col: int, row: int = 1) -> None:
     height, width = shape
     for x in range(patch, width, patch):
-        fig.add_shape(type="line", x0=x - 0.5, x1=x - 0.5, y0=-0.5, y1=height - 0.5, row=1, col=col,
+        fig.add_shape(type="line", x0=x - 0.5, x1=x - 0.5, y0=-0.5, y1=height - 0.5, row=row, col=col,
                       line={"color": "rgba(80,80,80,0.35)", "width": 1})
     for y in range(patch, height, patch):
-        fig.add_shape(type="line", y0=y - 0.5, y1=y - 0.5, x0=-0.5, x1=width - 0.5, row=1, col=col,
+        fig.add_shape(type="line", y0=y - 0.5, y1=y - 0.5, x0=-0.5, x1=width - 0.5, row=row, col=col,
                       line={"color": "rgba(80,80,80,0.35)", "width": 1})
 
 
@@ -72,10 +72,33 @@ def relevance_figure(image: np.ndarray | None, pixel_relevance: np.ndarray, patc
     _patch_lines(fig, (height, width), patch, col + 1)
     for index in range(1, len(titles) + 1):
         fig.update_xaxes(showticklabels=False, range=[-0.5, width - 0.5], constrain="domain", row=1, col=index)
-        fig.update_yaxes(showticklabels=False, range=[height - 0.5, -0.5], scaleanchor=f"x{index if index > 1 else ''}",
-                         constrain="domain", row=1, col=index)
+        fig.update_yaxes(showticklabels=False, range=[height - 0.5, -0.5], constrain="domain",
+                         scaleanchor=f"x{index if index > 1 else ''}", row=1, col=index)
     fig.update_layout(title={"text": title, "font": {"size": 14}}, height=360, margin={"l": 10, "r": 10, "t": 70,
                                                                                         "b": 10})
+    return fig
+
+
+def compact_figure(image: np.ndarray | None, pixel_relevance: np.ndarray, patch: int, title: str) -> go.Figure:
+    """A narrow column's view of one map: pixel relevance over the image above, the patch sums below (each on its
+    own signed scale, no colour bar), for several methods side by side."""
+    pixels = np.asarray(pixel_relevance, dtype=np.float64)
+    height, width = pixels.shape
+    rows, cols = height // patch, width // patch
+    patches = pixels[:rows * patch, :cols * patch].reshape(rows, patch, cols, patch).sum(axis=(1, 3))
+    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.06)
+    if image is not None:
+        fig.add_trace(go.Image(z=_grey(image), hoverinfo="skip"), row=1, col=1)
+    fig.add_trace(_heat(pixels, _scale(pixels), False, 0.7 if image is not None else 1.0), row=1, col=1)
+    fig.add_trace(_heat(np.kron(patches, np.ones((patch, patch))), _scale(patches), False), row=2, col=1)
+    fig.data[-1].update(hovertemplate="patch sum %{z:.4g}<extra></extra>")
+    for index in (1, 2):
+        _patch_lines(fig, (height, width), patch, 1, row=index)
+        fig.update_xaxes(showticklabels=False, range=[-0.5, width - 0.5], constrain="domain", row=index, col=1)
+        fig.update_yaxes(showticklabels=False, range=[height - 0.5, -0.5], constrain="domain",
+                         scaleanchor=f"x{index if index > 1 else ''}", row=index, col=1)
+    fig.update_layout(title={"text": title, "font": {"size": 13}}, height=430, showlegend=False,
+                      margin={"l": 4, "r": 4, "t": 36, "b": 4})
     return fig
 
 

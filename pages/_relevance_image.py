@@ -11,7 +11,7 @@ import numpy as np
 import streamlit as st
 
 from interpscope.components.export import export_menu
-from interpscope.components.image_figures import relevance_figure
+from interpscope.components.image_figures import compact_figure, relevance_figure
 from interpscope.config import InterpscopeError
 from interpscope.images import MAX_IMAGE_BYTES, check_image_size, decode_image, model_pixels, model_view
 from interpscope.models.vision import LoadedImageModel, bundled_examples, load_image_model
@@ -123,12 +123,12 @@ def show_main(result: ImageRelevance, view: np.ndarray, cached: bool) -> None:
 
 def show_baselines(results: list[ImageRelevance], view: np.ndarray) -> None:
     st.subheader("All methods side by side")
-    st.caption("Same class, same image; each map on its own signed scale (red raises the logit, blue lowers it).")
+    st.caption("Same class, same image: pixel relevance over the image, and each patch's sum below; each map on its "
+               "own signed scale (red raises the logit, blue lowers it).")
     columns = st.columns(len(results))
     for column, result in zip(columns, results, strict=True):
         with column:
-            fig = relevance_figure(view, np.asarray(result.pixel_relevance), result.patch_size, result.method_label)
-            fig.update_layout(height=260, showlegend=False)
+            fig = compact_figure(view, np.asarray(result.pixel_relevance), result.patch_size, result.method_label)
             st.plotly_chart(fig, key=f"relevance-image-{result.method}")
             st.caption(conservation_sentence(result))
 

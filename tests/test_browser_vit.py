@@ -20,6 +20,8 @@ def test_vit_relevance_in_the_browser(app_server, browser_page, artefacts, tmp_p
     page.get_by_role("option", name="vit-fashion-mnist", exact=True).click()
     wait_for_app(page)
     page.get_by_text("Relevance maps: images").wait_for(timeout=120_000)
+    page.get_by_text("Choose an image and a class").wait_for(timeout=120_000)
+    wait_for_app(page)
     page.get_by_role("button", name="Run", exact=True).click()
     try:
         page.get_by_text("Faithfulness: patch flipping").wait_for(timeout=180_000)
@@ -28,6 +30,8 @@ def test_vit_relevance_in_the_browser(app_server, browser_page, artefacts, tmp_p
         wait_for_app(page)
     finally:
         page.screenshot(path=str(artefacts / "vit-relevance-page.png"), full_page=True)
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert page.locator(".js-plotly-plot").count() >= 7  # the main map, five side by side, the flipping curves
     main = page.locator(".js-plotly-plot").filter(has_text="Pixel relevance").first
     main.screenshot(path=str(artefacts / "vit-heatmap.png"))
     curves = page.locator(".js-plotly-plot").filter(has_text="Patch flipping")
