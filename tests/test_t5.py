@@ -131,6 +131,11 @@ def test_a_decoder_prefix_moves_the_target_position(flan_folder):
                                                          later.target.token_id), rel=1e-5)
     picked = interpscope.explain_seq2seq(lm, SOURCE, "the", "attnlrp", target="cat")
     assert picked.target.token == "cat" and picked.target.position == 1
+    contrast = interpscope.explain_seq2seq(lm, SOURCE, "the", "cplrp", contrast=("cat", "dog"))
+    dog = interpscope.explain_seq2seq(lm, SOURCE, "the", "cplrp", target="dog")
+    cat = interpscope.explain_seq2seq(lm, SOURCE, "the", "cplrp", target="cat")
+    assert contrast.logit == pytest.approx(cat.logit - dog.logit, rel=1e-5)  # linear in the target under CP-LRP
+    assert contrast.source_relevance == pytest.approx(cat.source_relevance - dog.source_relevance, abs=1e-4)
 
 
 def test_baselines_run_on_both_inputs(flan_folder):
