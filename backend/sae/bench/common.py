@@ -26,6 +26,7 @@ import torch
 from interpscope import atomic
 from interpscope.capture import StopForward, hooks, model_lock
 from interpscope.config import data_dir
+from interpscope.generation import _cache_kwarg
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -185,20 +186,31 @@ def hook_rows(lm: LoadedModel, hook_name: str, windows: torch.Tensor, batch_size
     with model_lock(lm):
         for first in range(0, windows.shape[0], batch_size):
             batch = windows[first:first + batch_size].to(lm.device)
-            extra: dict[str, Any] = {"use_cache": False}
-            if prefix:  # the prefix's cache, rebuilt per batch (a few tokens) and repeated over the batch
-                cache = lm.model(input_ids=torch.tensor([prefix], device=lm.device), use_cache=True).past_key_values
-                cache.batch_repeat_interleave(batch.shape[0])
-                extra = {"use_cache": True, "past_key_values": cache}
+            batch, extra, offset = after_prefix(lm, prefix or [], batch)
             try:
                 with hooks(lm.adapter, {hook_name: grab}, role="read"):
                     lm.model(input_ids=batch, **extra)
             except StopForward:
                 pass
-            pieces.append(captured.pop("x"))
+            pieces.append(captured.pop("x")[:, offset:])
             if progress:
                 progress(min(first + batch_size, windows.shape[0]), windows.shape[0])
     return torch.cat(pieces)
+
+
+def after_prefix(lm: LoadedModel, prefix: list[int], batch: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any], int]:
+    """How to run token rows `batch` [B, T] after the same `prefix`: (input ids, forward kwargs, offset of the
+    batch's first position in the outputs). With a key/value cache the prefix runs once and its cache is repeated
+    over the batch; a model without one (Mamba) gets the prefix prepended to every row."""
+    if not prefix:
+        return batch, {"use_cache": False}, 0
+    name = _cache_kwarg(lm.model)
+    head = torch.tensor([prefix], device=batch.device)
+    if name is None:
+        return torch.cat([head.expand(batch.shape[0], -1), batch], 1), {"use_cache": False}, len(prefix)
+    cache = getattr(lm.model(input_ids=head, use_cache=True), name)
+    cache.batch_repeat_interleave(batch.shape[0])
+    return batch, {"use_cache": True, name: cache}, 0
 
 
 def cache_key(parts: dict[str, Any]) -> str:

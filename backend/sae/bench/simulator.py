@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from interpscope.capture import model_lock
-from interpscope.sae.bench.common import BenchInputs, auroc, median_accuracy
+from interpscope.sae.bench.common import BenchInputs, after_prefix, auroc, median_accuracy
 from interpscope.sae.bench.result import Measure
 from interpscope.sae_store.explain import SHOWN, WINDOW, simulate
 from interpscope.sae_store.explanation_quality import is_degenerate
@@ -101,10 +101,10 @@ def lm_judge(lm: LoadedModel, batch_size: int = 16, progress: Callable[[int, int
                     chunk = parts[first:first + batch_size]
                     width = max(len(rest) for _, rest in chunk)
                     ids = torch.tensor([rest + [pad] * (width - len(rest)) for _, rest in chunk], device=lm.device)
-                    cache = lm.model(input_ids=torch.tensor([prefix], device=lm.device), use_cache=True).past_key_values
-                    cache.batch_repeat_interleave(len(chunk))
-                    logits = lm.model(input_ids=ids, past_key_values=cache, use_cache=True).logits.float()
-                    last = logits[torch.arange(len(chunk)), torch.tensor([len(rest) - 1 for _, rest in chunk])]
+                    ids, extra, offset = after_prefix(lm, prefix, ids)
+                    logits = lm.model(input_ids=ids, **extra).logits.float()
+                    ends = torch.tensor([offset + len(rest) - 1 for _, rest in chunk])
+                    last = logits[torch.arange(len(chunk)), ends]
                     logp = torch.log_softmax(last, -1)
                     values = (torch.logsumexp(logp[:, yes], -1) - torch.logsumexp(logp[:, no], -1)).cpu().numpy()
                     scores[members[first:first + len(chunk)]] = values
