@@ -8,12 +8,14 @@ function written with the rule's stop-gradients. Hooks go through interpscope.ca
 Mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE): a sparse block computes
     y_t = sum_{e in topk(t)} w_te(x_t) * E_e(x_t),
 with w_te the (renormalised) top-k softmax of the router's logits. Two multiplicative structures meet here:
-- the router weight w_te multiplies the expert output E_e. The weights are detached in both AttnLRP and CP-LRP: the
-  weight acts as a gate on the expert (AttnLRP's handling of gates: relevance follows the gated value, as CP-LRP
-  does for the gated MLP's activated gate). The uniform (half) rule would instead send half of each expert's
-  relevance into the router, through a softmax whose Gradient x Input is not conservative and through the top-k
-  renormalisation; none of it would reach the tokens as a booked share, so the conservation readout could no
-  longer balance. With the weights detached, the weighted sum is linear in the expert outputs, the top-k selection
+- the router weight w_te multiplies the expert output E_e: a multiplicative gate. The weights are detached in both
+  AttnLRP and CP-LRP, which is CP-LRP's treatment of a gate (it detaches the activated gate of a gated MLP) applied
+  under both methods; it is a deliberate departure from AttnLRP's uniform rule for a product of two inputs, which
+  AttnLRP keeps for the dense gated MLP. That rule would send half of each expert's relevance into the router,
+  through a softmax whose Gradient x Input is not conservative and through the top-k renormalisation; none of it
+  would reach the tokens or be booked as a share, so the conservation readout could no longer balance, and the
+  router's half would say which experts were picked rather than what they computed. With the weights detached, the
+  weighted sum is linear in the expert outputs, the top-k selection
   is a fixed mask (piecewise constant: it has no gradient anyway), and every expert's share of the relevance is
   exactly w_te * E_e(x_t) . grad_y: what the per-expert view (interpscope.relevance.experts) reads;
 - inside each expert, act(gate) * up is the gated MLP of every Llama-like family: identity rule on the activation
