@@ -66,6 +66,6 @@ def grid_figure(grid: np.ndarray, score: str, chance: float | None, title: str |
     chance_text = f" · uniform causal pattern: {chance:.3f}" if chance is not None and np.isfinite(chance) else ""
     fig.update_layout(title=f"{title or label}{chance_text} (click a head to open its pattern)",
                       template="plotly_white", height=max(320, 90 + 16 * n_layers), clickmode="event+select",
-                      xaxis=dict(title="head", side="top"), yaxis=dict(title="layer", autorange="reversed"),
+                      xaxis=dict(side="top"), yaxis=dict(title="layer", autorange="reversed"),
                       margin=dict(l=60, r=20, t=90, b=30))
     return fig

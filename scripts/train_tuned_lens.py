@@ -4,7 +4,8 @@
     nice -n 15 .venv/bin/python scripts/train_tuned_lens.py --model gemma3-270m
 
 Resumable: residuals, the vocabulary subset and a checkpoint every --save-every steps live in build/tuned_lens/<model>/;
-running the same command again continues where it stopped. Lowers its own priority (nice 15) and uses 2 threads.
+running the same command again continues where it stopped. Lowers its own priority (nice 15, or $NICE) and uses
+--threads threads (1).
 The manifest records the command, the fit and the held-out KL per lens step of the tuned lens and of the logit lens
 (full vocabulary, corpus test split).
 """
@@ -54,9 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--save-every", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: best on a crowded machine)")
     args = parser.parse_args(argv)
     os.nice(max(0, int(os.environ.get("NICE", "15")) - os.nice(0)))  # priority 15 (NICE=...) however started
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     work = REPO_ROOT / "build" / "tuned_lens" / args.model
     work.mkdir(parents=True, exist_ok=True)
@@ -69,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         X = _cached(work / "train.safetensors", lambda: training.collect(lm, args.train_tokens, "train").X)
         _say(f"train residuals {tuple(X.shape)}; collecting held-out residuals (test split)")
         X_test = _cached(work / "test.safetensors", lambda: training.collect(lm, args.test_tokens, "test").X)
+        X, X_test = X[:, :args.train_tokens], X_test[:, :args.test_tokens]  # a rerun may ask for fewer
         subset = _cached(work / f"subset{args.vocab_subset}.safetensors",
                          lambda: training.vocab_subset(adapter, X[-1, :4096].float(), args.vocab_subset))
     W_sub = adapter.W_U().detach().float()[:, subset]

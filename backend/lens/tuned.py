@@ -154,14 +154,14 @@ def read_lens(folder: Path) -> TunedLens:
                      bias=tensors["bias"].float(), manifest=meta)
 
 
-_CACHE: dict[tuple[str, str], TunedLens] = {}
+_CACHE: dict[tuple, TunedLens] = {}
 
 
 def load_tuned_lens(lm: LoadedModel, folder: str | Path | None = None) -> TunedLens:
     """The shipped (or `folder`'s) tuned lens of `lm`, checked against the model; InterpscopeError when none ships
     or it was fitted on another model."""
     path = Path(folder) if folder is not None else folder_for(lm.name)
-    key = (str(path.resolve()), str(lm.name))
+    key = (str(path.resolve()), str(lm.name), tuple(fingerprint(lm.adapter)))  # checked once per model and file
     if key not in _CACHE:
         if folder is None and not available(lm.name):
             shipped = sorted(p.name for p in LENS_DIR.iterdir() if p.is_dir()) if LENS_DIR.is_dir() else []
