@@ -231,6 +231,7 @@ def cached_array(parts: dict[str, Any], compute: Callable[[], np.ndarray], use_c
     array = compute()
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_bytes(path, buffer.getvalue())
     return array
 
