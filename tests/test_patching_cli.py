@@ -108,6 +108,9 @@ def test_bundled_page_cli_and_api_give_one_document(capsys, exports, bundled_lm)
                             methods="atp,relp").to_dict()
     assert without_timings(cli) == without_timings(exports["patch-resid"]) == without_timings(api)
     assert cli["clean_value"] > 0 > cli["corrupt_value"]  # SmolLM2 does the IOI task on this pair
+    at.text_area(key="patch-corrupt").input(CORRUPT.replace("Mary gave", "Maryanne Smith gave"))
+    at.button(key="patch-run").click().run()
+    assert not at.exception and any("different lengths" in e.value for e in at.error), [e.value for e in at.error]
     assert cli["sinks"][0]["position"] == 0 and cli["sinks"][0]["prepended"]
     with model_lock(bundled_lm):  # the final residual at the last position carries the whole clean metric
         ready = prepare(bundled_lm, CLEAN, CORRUPT, "logit-diff", " Mary", " John", None)
