@@ -5,14 +5,11 @@ red adds to the class logit, blue takes from it, one scale centred on zero per m
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
-
-if TYPE_CHECKING:
-    from interpscope.relevance.image_faithfulness import ImageFaithfulness
 
 SIGNED = "RdBu_r"
 PALETTE = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
@@ -102,7 +99,7 @@ def compact_figure(image: np.ndarray | None, pixel_relevance: np.ndarray, patch:
     return fig
 
 
-def flipping_figure(result: ImageFaithfulness) -> go.Figure:
+def flipping_figure(result: Any) -> go.Figure:  # an interpscope.relevance.image_faithfulness.ImageFaithfulness
     """Target logit vs fraction of patches removed (most relevant first), one line per method, and the random
     orders' mean with a band of one standard deviation."""
     x = np.asarray(result.fractions)
