@@ -16,13 +16,27 @@ def _value(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
+def sample_size(name: str, settings: dict) -> str:
+    """How much each number rests on (small samples: a difference of a few hundredths can be noise)."""
+    if name == "absorption" and "words" in settings:
+        return (f"{settings['words']:,} tokenizer words ({settings.get('with_leading_space', 0):,} with a leading "
+                f"space), {settings.get('letters_scored', 0)} letters with enough test words")
+    if name == "probing" and "passages" in settings:
+        return f"{len(settings.get('novels', []))} one-vs-rest tasks over {settings['passages']:,} passages"
+    if "features_scored" in settings:
+        return (f"{settings['features_scored']} sampled features, {settings.get('n_examples', 0)} positive examples "
+                f"each; judge: {settings.get('judge', 'a judge')}")
+    return ""
+
+
 def show_result(result: SAEBenchResult, origin: str) -> None:
     """Each metric: its meaning, its numbers beside their controls, and the sentence each pair says."""
     st.caption(f"{origin} · {result.architecture} SAE {result.sae} on {result.hook_name} of {result.model_name}"
                + (f" · {result.seconds:.0f} s" if result.seconds else ""))
     for name, metric in result.metrics.items():
         st.markdown(f"**{name.capitalize()}**")
-        st.caption(metric.meaning)
+        size = sample_size(name, metric.settings)
+        st.caption(metric.meaning + (f" Measured on {size}." if size else ""))
         columns = st.columns(min(len(metric.measures), 5))
         for index, measure in enumerate(metric.measures):
             delta = None if measure.value is None or measure.control is None else measure.value - measure.control
