@@ -173,7 +173,10 @@ def image_page() -> None:
     view = model_view(image, lm.preprocessing)
     settings = st.columns([1, 2, 2])
     settings[0].image(np.kron(view, np.ones((4, 4) + view.shape[2:], dtype=np.uint8)) if view.shape[0] < 64 else view,
-                      caption=f"{image_name}: the model sees {view.shape[1]}x{view.shape[0]}")
+                      caption=f"{image_name}: {image.shape[1]}x{image.shape[0]}"
+                      + ("" if image.shape[:2] == view.shape[:2] else " resized")
+                      + f"; the model sees {view.shape[1]}x{view.shape[0]}"
+                      + (" grey" if view.ndim == 2 else ""))
     options = [PREDICTED, *range(lm.adapter.n_labels)]
     target = settings[1].selectbox(
         "Explain the logit of", options, key="relevance-image-class",

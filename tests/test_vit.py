@@ -176,3 +176,17 @@ def test_models_list_says_what_each_model_reads(capsys):
     models = {m["name"]: m for m in json.loads(printed)["models"]}
     assert models["smollm2-135m"]["modality"] == "text"
     assert {m["modality"] for m in models.values()} <= {"text", "image"}
+
+
+def test_a_larger_colour_image_is_resized_and_says_so(folder, tmp_path, capsys):
+    big = np.kron(sample_image(2), np.ones((2, 3, 1), dtype=np.uint8))  # 24 x 36 RGB
+    path = tmp_path / "big.png"
+    path.write_bytes(png_bytes(big))
+    out = tmp_path / "big.json"
+    code, printed, err = run_cli(capsys, "explain", "--model", str(folder), "--image", str(path), "--method",
+                                 "cplrp", "--json", str(out))
+    assert code == 0, err
+    document = json.loads(out.read_text())
+    assert document["source_size"] == [24, 36] and document["image_size"] == [12, 12]
+    assert "36x24 image was resized to the model's 12x12" in printed
+    assert document["conservation"]["relative_error"] <= 1e-3

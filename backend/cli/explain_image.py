@@ -85,6 +85,9 @@ def _flipping(args: argparse.Namespace, lm, image) -> int:
 def _print_map(result) -> None:
     print(f"{result.method_label} on {result.model}: class {result.target_label!r} ({result.target_class}; "
           f"predicted {result.predicted_label!r}), logit {result.logit:.4f}, {result.seconds:.3f} s")
+    if result.source_size != result.image_size:
+        print(f"the {result.source_size[1]}x{result.source_size[0]} image was resized to the model's "
+              f"{result.image_size[1]}x{result.image_size[0]}")
     print(f"patch relevance ({result.grid[0]} x {result.grid[1]} patches of {result.patch_size} px):")
     for row in result.patch_relevance:
         print("  " + " ".join(f"{value:+9.4f}" for value in row))

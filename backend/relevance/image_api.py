@@ -43,7 +43,8 @@ class ImageRelevance(Result):
     colour channels, in the model's input resolution) and per patch (the sum over each patch) for one target class,
     the explained logit (the unpatched model's), the conservation readout of LRP methods (input + biases + softmax =
     logit; the biases include the class token and the position embeddings) or IG's completeness, and the model's top
-    classes. `reference` (what IG starts from, what occlusion swaps in) is absent for methods without one."""
+    classes. image_size is the model's input [height, width]; source_size the given image's, before resizing.
+    `reference` (what IG starts from, what occlusion swaps in) is absent for methods without one."""
 
     SCHEMA = "interpscope.image_relevance"
     SCHEMA_VERSION = 1
@@ -60,6 +61,7 @@ class ImageRelevance(Result):
     logit: float
     top: list[ClassScore]
     image_size: list[int]
+    source_size: list[int]
     channels: int
     patch_size: int
     grid: list[int]
@@ -122,7 +124,8 @@ def explain_image(lm: LoadedImageModel, image: np.ndarray, method: str = "attnlr
         model=lm.name, method=chosen.name, method_label=chosen.label, law=chosen.law,
         through_softmax=chosen.through_softmax, target_class=target, target_label=lm.label(target),
         predicted_class=predicted, predicted_label=lm.label(predicted), logit=attribution.logit, top=top,
-        image_size=[height, width], channels=adapter.n_channels, patch_size=adapter.patch_size,
+        image_size=[height, width], source_size=[int(image.shape[0]), int(image.shape[1])],
+        channels=adapter.n_channels, patch_size=adapter.patch_size,
         grid=list(adapter.grid), image_sha256=image_digest(image), pixel_relevance=pixel_map,
         patch_relevance=patch_sums(adapter, pixel_map), seconds=seconds, conservation=attribution.conservation,
         completeness=attribution.completeness, reference=reference if chosen.uses_reference else None,
