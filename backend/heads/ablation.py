@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from interpscope.adapters.base import weight_of
 from interpscope.capture import capture, model_lock, scoped
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ def _slices(lm: LoadedModel, layer: int) -> tuple[torch.nn.Module, int]:
     out_proj = lm.adapter.attention_out_proj(layer)
     if out_proj is None:
         raise RuntimeError(f"{lm.family} models expose no attention output projection to ablate heads at")
-    width = int(out_proj.weight.shape[1]) // lm.adapter.n_heads
+    width = int(weight_of(out_proj).shape[1]) // lm.adapter.n_heads
     return out_proj, width
 
 
