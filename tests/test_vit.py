@@ -190,3 +190,17 @@ def test_a_larger_colour_image_is_resized_and_says_so(folder, tmp_path, capsys):
     assert document["source_size"] == [24, 36] and document["image_size"] == [12, 12]
     assert "36x24 image was resized to the model's 12x12" in printed
     assert document["conservation"]["relative_error"] <= 1e-3
+
+
+def test_cli_patch_flipping_is_the_api_document(folder, image_file, tmp_path, capsys):
+    import interpscope
+    from interpscope.results import without_timings
+
+    out = tmp_path / "flip.json"
+    code, printed, err = run_cli(capsys, "explain", "--model", str(folder), "--image", str(image_file),
+                                 "--patch-flipping", "--reference", "black", "--json", str(out))
+    assert code == 0, err
+    document = json.loads(out.read_text())
+    api = interpscope.patch_flipping(interpscope.load_image(str(folder)), str(image_file), reference="black")
+    assert without_timings(document) == without_timings(api.to_dict())
+    assert document["reference"] == "black" and "random orders" in printed
