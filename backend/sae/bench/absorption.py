@@ -92,7 +92,14 @@ def _sparse_f1(f_train: torch.Tensor, pos_train: np.ndarray, f_test: torch.Tenso
 
 def letter_absorption(encoder: Encoder, x_train: torch.Tensor, y_train: np.ndarray, x_test: torch.Tensor,
                       y_test: np.ndarray, settings: dict) -> dict:
-    """Absorption of one encoder on labelled activations (y = letter index 0..25): per-letter rows and means."""
+    """Absorption of one encoder on labelled activations (y = letter index 0..25): per-letter rows and means
+    (on one thread: hundreds of small probe fits)."""
+    with few_threads():
+        return _letter_absorption(encoder, x_train, y_train, x_test, y_test, settings)
+
+
+def _letter_absorption(encoder: Encoder, x_train: torch.Tensor, y_train: np.ndarray, x_test: torch.Tensor,
+                       y_test: np.ndarray, settings: dict) -> dict:
     probe = fit_logistic(x_train, torch.as_tensor(y_train), len(LETTERS))
     predicted = probe.predict(x_test).numpy()
     f_train, f_test = encoder.encode(x_train), encoder.encode(x_test)
@@ -163,13 +170,11 @@ def run(inputs: BenchInputs) -> MetricResult:
     train, test = order[:cut], order[cut:]
     x_train, x_test = x[torch.as_tensor(train)], x[torch.as_tensor(test)]
     inputs.report(0.65, "absorption: this SAE")
-    with few_threads():
-        real = letter_absorption(inputs.encoder, x_train, labels[train], x_test, labels[test], settings)
+    real = letter_absorption(inputs.encoder, x_train, labels[train], x_test, labels[test], settings)
     density = float((inputs.encoder.encode(x_train) > 0).float().mean())
     control_encoder = random_encoder(x.shape[1], inputs.encoder.d_sae, x_train, density, inputs.seed)
     inputs.report(0.85, "absorption: random SAE control")
-    with few_threads():
-        control = letter_absorption(control_encoder, x_train, labels[train], x_test, labels[test], settings)
+    control = letter_absorption(control_encoder, x_train, labels[train], x_test, labels[test], settings)
     chance = float(np.bincount(labels[test], minlength=len(LETTERS)).max() / len(test))
     spaced = sum(t.startswith(" ") for _, t in words)
     control_rows: dict[str, dict] = {r["letter"]: r for r in control["rows"]}

@@ -115,17 +115,23 @@ def full_accuracy(features: torch.Tensor, y: np.ndarray, train: np.ndarray, test
 
 def probing_tasks(activations: torch.Tensor, latents: torch.Tensor, control: torch.Tensor, labels: np.ndarray,
                   is_test: np.ndarray, names: list[str], seed: int = 0) -> list[dict]:
-    """Per binary task (one per class): accuracies of top-k latents, the random control's, all activations, chance."""
-    rows = []
-    for index, name in enumerate(names):
-        train, test = task_split(labels, is_test, index, seed)
-        y = (labels == index).astype(np.int64)
-        majority = max(y[test].mean(), 1 - y[test].mean())
-        rows.append({"task": name, "train": len(train), "test": len(test), "chance": float(majority),
-                     "full_activations": full_accuracy(activations, y, train, test),
-                     **{f"sae_top_{k}": topk_accuracy(latents, y, train, test, k) for k in KS},
-                     **{f"random_top_{k}": topk_accuracy(control, y, train, test, k) for k in KS}})
-    return rows
+    """Per binary task (one per class): accuracies of top-k latents, the random control's, all activations, chance
+    (on one thread: many small probe fits)."""
+    with few_threads():
+        return [_task(activations, latents, control, labels, is_test, index, name, seed)
+                for index, name in enumerate(names)]
+
+
+def _task(activations: torch.Tensor, latents: torch.Tensor, control: torch.Tensor, labels: np.ndarray,
+          is_test: np.ndarray, index: int, name: str, seed: int) -> dict:
+    """One task's row: 'class == index' against a balanced sample of the rest."""
+    train, test = task_split(labels, is_test, index, seed)
+    y = (labels == index).astype(np.int64)
+    majority = max(y[test].mean(), 1 - y[test].mean())
+    return {"task": name, "train": len(train), "test": len(test), "chance": float(majority),
+            "full_activations": full_accuracy(activations, y, train, test),
+            **{f"sae_top_{k}": topk_accuracy(latents, y, train, test, k) for k in KS},
+            **{f"random_top_{k}": topk_accuracy(control, y, train, test, k) for k in KS}}
 
 
 def probing_measures(rows: list[dict]) -> list[Measure]:
@@ -164,8 +170,7 @@ def run(inputs: BenchInputs) -> MetricResult:
     control_encoder: Encoder = random_encoder(rows.shape[-1], inputs.encoder.d_sae, flat, density, inputs.seed)
     control = pooled(rows, control_encoder.encode)
     inputs.report(0.8, "probing: probes")
-    with few_threads():
-        task_rows = probing_tasks(activations, latents, control, labels, is_test, names, inputs.seed)
+    task_rows = probing_tasks(activations, latents, control, labels, is_test, names, inputs.seed)
     return MetricResult(NAME, MEANING, probing_measures(task_rows),
                         settings={**settings, "ks": list(KS), "novels": names, "passages": int(len(labels)),
                                   "control": control_encoder.label},
