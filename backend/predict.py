@@ -149,7 +149,7 @@ def predict_next(lm: LoadedModel, text: str, top: int = 10, fresh: bool = False)
     assert_unedited(lm.model)
     start = time.perf_counter()
     if lm.is_encoder_decoder:  # T5: the text is the source; the prediction is the first decoder token
-        start_id = lm.model.config.decoder_start_token_id
+        start_id = int(getattr(lm.adapter.config, "decoder_start_token_id", 0) or 0)
         with torch.no_grad():
             row = lm.model(input_ids=ids, decoder_input_ids=torch.tensor([[start_id]], device=ids.device),
                            use_cache=False).logits[0, -1]
