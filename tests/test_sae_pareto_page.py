@@ -1,0 +1,66 @@
+"""The SAE Pareto page: the shipped sweep opens (figure, ratio sentences from its numbers, table), its JSON export is
+`sae pareto`'s document and `interpscope.sae.pareto(...).to_dict()`, and a sweep folder given by path (a tiny real
+sweep) opens too; a folder that is not a sweep is a message, not a crash."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import interpscope.sae
+from interpscope.cli import main
+from interpscope.results import without_timings
+from interpscope.sae.sweep import SweepSettings, grid, run_sweep
+from pages.sae_pareto import FOLDER, SHIPPED_DIR, shipped_sweeps
+from tests.apptest_util import open_page
+from tests.sae_store_tiny import HOOK, tiny_lm
+
+PAGE = "pages/sae_pareto.py"
+
+
+def _markdown(at) -> str:
+    return "\n".join(m.value for m in at.markdown) + "\n".join(c.value for c in at.caption)
+
+
+def test_the_shipped_sweep_opens_and_exports_the_pareto_document(exports, capsys):
+    sweeps = shipped_sweeps()
+    assert sweeps, f"no shipped sweep under {SHIPPED_DIR}"
+    name, folder = next(iter(sweeps.items()))
+    at = open_page(PAGE)
+    assert not at.exception, at.exception
+    assert at.selectbox(key="pareto_sweep").value == name
+    text = _markdown(at)
+    analysis = interpscope.sae.pareto(folder)
+    for sentence in analysis.sentences("loss_recovered"):
+        assert sentence in text  # the ratio sentence on the page is the one computed from the numbers
+    assert "Every SAE was evaluated on the same" in text
+    assert len(at.dataframe) == 1 and len(at.dataframe[0].value) == len(analysis.rows)
+    code = main(["sae", "pareto", "--sweep", folder, "--quiet"])
+    cli = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert without_timings(exports["sae-pareto"]) == without_timings(cli) == without_timings(analysis.to_dict())
+    rows = analysis.rows
+    assert {"relu", "gated"} <= {r["architecture"] for r in rows}
+    assert min(sum(r["architecture"] == a for r in rows) for a in ("relu", "gated")) >= 4
+    assert all(r["training_tokens"] >= 1_000_000 for r in rows)
+
+
+@pytest.fixture
+def tiny_sweep(tmp_path, monkeypatch):
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
+    torch.set_num_threads(1)
+    lm = tiny_lm()
+    settings = SweepSettings(model_name=lm.name, hook_name=HOOK, width=32, tokens=512, cache_tokens=1024,
+                             context_size=32, batch_size=256, warmup_steps=1)
+    run_sweep(lm, grid(["relu", "topk"], 32, {"*": [1.0]}, {"*": [4]}), settings, tmp_path / "s", eval_tokens=128)
+    return tmp_path / "s"
+
+
+def test_a_sweep_folder_by_path_opens_and_a_wrong_folder_is_a_message(tiny_sweep, tmp_path):
+    at = open_page(PAGE, pareto_sweep=FOLDER, pareto_path=str(tiny_sweep))
+    assert not at.exception, at.exception
+    assert "2 SAEs of width 32" in _markdown(at)
+    assert any("L0 of relu" in m.value or "no ratio to relu" in m.value for m in at.markdown)
+    at = open_page(PAGE, pareto_sweep=FOLDER, pareto_path=str(tmp_path))
+    assert not at.exception and any("No sweep table" in e.value for e in at.error)
