@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"train residuals {tuple(X.shape)}; collecting held-out residuals (test split)")
         X_test = _cached(work / "test.safetensors", lambda: training.collect(lm, args.test_tokens, "test").X)
         X, X_test = X[:, :args.train_tokens], X_test[:, :args.test_tokens]  # a rerun may ask for fewer
+        # rows that overflow float16 are massive activations outside the sink check's layer (Gemma 3, later blocks)
+        X, X_test = (x[:, torch.isfinite(x).all(dim=2).all(dim=0)] for x in (X, X_test))
         subset = _cached(work / f"subset{args.vocab_subset}.safetensors",
                          lambda: training.vocab_subset(adapter, X[-1, :4096].float(), args.vocab_subset))
     W_sub = adapter.W_U().detach().float()[:, subset]

@@ -5,7 +5,8 @@ What it costs on a CPU: the KL needs the lens's logits over the vocabulary at ev
 batch. Training therefore reads the KL over a fixed subset of the vocabulary (the `vocab_subset` tokens carrying the
 most final-layer probability on the training text, renormalised on both sides); the held-out KL that the manifest
 reports, and that the flow page shows, is always over the full vocabulary. Position 0 of every window and every
-measured sink row (interpscope.sinks.excluded_mask) are left out of both fit and evaluation.
+measured sink row (interpscope.sinks.excluded_mask) are left out of both fit and evaluation, and so are rows whose
+residual overflows float16 somewhere (the cache's type; Gemma 3 grows a few massive rows after its middle block).
 """
 from __future__ import annotations
 
