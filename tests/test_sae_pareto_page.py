@@ -1,5 +1,5 @@
 """The SAE Pareto page: the shipped sweep opens (figure, ratio sentences from its numbers, table), its JSON export is
-`sae pareto`'s document and `interpscope.sae.pareto(...).to_dict()`, and a sweep folder given by path (a tiny real
+`sae pareto`'s document and `interpscope.sae.frontiers(...).to_dict()`, and a sweep folder given by path (a tiny real
 sweep) opens too; a folder that is not a sweep is a message, not a crash."""
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_the_shipped_sweep_opens_and_exports_the_pareto_document(exports, capsys
     assert not at.exception, at.exception
     assert at.selectbox(key="pareto_sweep").value == name
     text = _markdown(at)
-    analysis = interpscope.sae.pareto(folder)
+    analysis = interpscope.sae.frontiers(folder)
     for sentence in analysis.sentences("loss_recovered"):
         assert sentence in text  # the ratio sentence on the page is the one computed from the numbers
     assert "Every SAE was evaluated on the same" in text

@@ -7,8 +7,8 @@ evaluation, and the public API over them.
     run = interpscope.sae.steer(lm, sae, 2407, text, strength=20.0)
     graph = interpscope.sae.circuit(lm, upstream, downstream, feature, text)
     figures = interpscope.sae.evaluate(lm, sae)
-    table = interpscope.sae.sweep(lm, "out/", hook="blocks.15.hook_resid_post")   # a grid of SAEs, one table
-    front = interpscope.sae.pareto("assets/sae_sweeps/<name>")                     # frontiers and L0 ratios
+    table = interpscope.sae.train_sweep(lm, "out/", hook="blocks.15.hook_resid_post")  # a grid of SAEs, one table
+    front = interpscope.sae.frontiers("assets/sae_sweeps/<name>")                      # frontiers and L0 ratios
 
 Each returns a result with `.to_dict()` (the same document as the CLI's --json and the page's JSON export),
 `.to_frame()`, `.figure()` and inline HTML in Jupyter. Names load on first use (PEP 562), so importing this package
@@ -22,15 +22,15 @@ from interpscope.lazy import lazy_names
 
 _LAZY = {
     **dict.fromkeys(("load", "features", "feature", "steer", "circuit", "evaluate", "stores", "store", "saes",
-                     "sweep", "pareto", "benchmark"), "interpscope.sae.api"),
+                     "train_sweep", "frontiers", "benchmark"), "interpscope.sae.api"),
     **dict.fromkeys(("SAEConfig", "SparseAutoencoder", "architecture_class", "build_sae", "canonical_architecture",
                      "registered"), "interpscope.sae.architectures"),
     **dict.fromkeys(("check_compatible", "load_sae", "save_sae"), "interpscope.sae.folder"),
 }
 
 __all__ = ["SAEConfig", "SparseAutoencoder", "architecture_class", "benchmark", "build_sae", "canonical_architecture",
-           "check_compatible", "circuit", "evaluate", "feature", "features", "load", "load_sae", "pareto", "registered",
-           "saes", "save_sae", "steer", "store", "stores", "sweep"]
+           "check_compatible", "circuit", "evaluate", "feature", "features", "frontiers", "load", "load_sae",
+           "registered", "saes", "save_sae", "steer", "store", "stores", "train_sweep"]
 
 if TYPE_CHECKING:
     from interpscope.sae.api import (
@@ -39,13 +39,13 @@ if TYPE_CHECKING:
         evaluate,
         feature,
         features,
+        frontiers,
         load,
-        pareto,
         saes,
         steer,
         store,
         stores,
-        sweep,
+        train_sweep,
     )
     from interpscope.sae.architectures import (
         SAEConfig,

@@ -1,5 +1,5 @@
 """The public Python API for sparse autoencoders (`interpscope.sae.load`, `.features`, `.feature`, `.steer`,
-`.circuit`, `.evaluate`, `.stores`, `.sweep`, `.pareto`): thin wrappers over the functions the SAE pages and
+`.circuit`, `.evaluate`, `.stores`, `.train_sweep`, `.frontiers`): thin wrappers over the functions the SAE pages and
 `interpscope sae ...` call, so a notebook gets the same results, as the same documents (`.to_dict()`), tables and
 figures."""
 from __future__ import annotations
@@ -131,7 +131,7 @@ def evaluate(lm: LoadedModel, sae, tokens: int = 4096, context: int = 128, corpu
     return evaluate_any(lm, _sae(sae), n_tokens=tokens, context_size=context, source=corpus, split=split)
 
 
-def sweep(lm: LoadedModel, out: str | Path, *, hook: str, archs: tuple[str, ...] = ("relu", "gated", "topk"),
+def train_sweep(lm: LoadedModel, out: str | Path, *, hook: str, archs: tuple[str, ...] = ("relu", "gated", "topk"),
           sparsity: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0), k: tuple[int, ...] = (8, 16, 32, 64),
           settings: dict[str, list[float]] | None = None, width: int = 1152, tokens: int = 1_000_000,
           target_hook: str | None = None, eval_tokens: int = 8192, **options) -> SweepTable:
@@ -157,7 +157,7 @@ def sweep(lm: LoadedModel, out: str | Path, *, hook: str, archs: tuple[str, ...]
     return run_sweep(lm, specs, config, out, eval_tokens=eval_tokens)
 
 
-def pareto(sweep_or_table, baseline: str = "relu") -> ParetoAnalysis:
+def frontiers(sweep_or_table, baseline: str = "relu") -> ParetoAnalysis:
     """Each architecture's Pareto frontiers (L0 vs loss recovered, L0 vs FVU) in a sweep (its folder, its
     sweep_table.json or a SweepTable) and its L0 ratio to `baseline` at matched loss recovered and FVU (the Pareto
     page, `interpscope sae pareto`). Schema interpscope.sae_pareto."""
