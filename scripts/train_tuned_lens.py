@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                 "optimiser": "Adam", "corpus": "bundled Austen corpus, train split; position 0 and measured sinks "
                                                "excluded", "final_subset_kl_per_step": losses[-1] if losses else None},
         "heldout": {"tokens": int(X_test.shape[1]), "split": "test", "vocabulary": "full"},
-        "heldout_kl": {"steps": steps, "tuned": [*tuned, 0.0], "logit": [*logit, 0.0]},
+        "heldout_kl": {"steps": steps, "tuned": tuned, "logit": logit},  # one per step; the last is 0
     }
     out = folder_for(lm.name)
     save_lens(out, model.U.detach(), model.V.detach(), model.bias.detach(), manifest)
