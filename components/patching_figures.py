@@ -70,7 +70,12 @@ def kind_figure(result: Any, kind: str) -> go.Figure:
 def heatmaps_figure(result: Any) -> go.Figure:
     """Every component kind (rows) by every method (columns), for a notebook or a single export."""
     kinds, methods = list(result.components), list(result.methods)
-    titles = [f"{KIND_TITLES[k]}: {method_title(result, k, m)}" for k in kinds for m in methods]
+    short = {"real": "real patching", "atp": "AtP", "relp": "RelP"}
+    titles = []
+    for k in kinds:
+        for m in methods:
+            r = result.agreement.get(k, {}).get(m) if m != "real" else None
+            titles.append(f"{KIND_TITLES[k].split(' (')[0]}: {short[m]}" + (f", r = {r:.2f}" if r is not None else ""))
     fig = make_subplots(rows=len(kinds), cols=len(methods), subplot_titles=titles, vertical_spacing=0.12,
                         horizontal_spacing=0.04)
     for r, kind in enumerate(kinds):
@@ -79,6 +84,7 @@ def heatmaps_figure(result: Any) -> go.Figure:
                           row=r + 1, col=c + 1)
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(tickangle=-60, tickfont=dict(size=9))
+    fig.update_annotations(font_size=12)
     fig.update_layout(title=f"Activation patching on {result.model}: 1 = clean {result.metric_label}, 0 = corrupt",
                       template="plotly_white", height=420 * len(kinds), width=max(900, 330 * len(methods)),
                       margin=dict(l=60, r=30, t=80, b=100))
@@ -91,8 +97,9 @@ def scatter_figure(result: Any) -> go.Figure:
     kinds = list(result.components)
     approximations = [m for m in result.methods if m != "real"]
     fig = make_subplots(rows=1, cols=len(kinds), subplot_titles=[
-        KIND_TITLES[k] + "".join(f"<br>{m} r = {result.agreement[k][m]:.2f}" for m in approximations
-                                 if result.agreement.get(k, {}).get(m) is not None) for k in kinds])
+        KIND_TITLES[k].replace(" (all positions)", "") + "<br>" + ", ".join(
+            f"{m} r = {result.agreement[k][m]:.2f}" for m in approximations
+            if result.agreement.get(k, {}).get(m) is not None) for k in kinds])
     if "real" not in result.methods or not approximations:
         fig.update_layout(title="Run real patching and an approximation to compare them", height=300)
         return fig
@@ -113,8 +120,9 @@ def scatter_figure(result: Any) -> go.Figure:
                                      name="estimate = real", showlegend=c == 0, hoverinfo="skip"), row=1, col=c + 1)
         fig.update_xaxes(title_text="real patching", row=1, col=c + 1)
     fig.update_yaxes(title_text="estimate", row=1, col=1)
-    fig.update_layout(title="Estimates against real patching (cells the patch changes)", template="plotly_white",
-                      height=420, width=max(900, 300 * len(kinds)), margin=dict(l=60, r=20, t=100, b=60),
+    fig.update_layout(title=dict(text="Estimates against real patching (cells the patch changes)", y=0.97),
+                      template="plotly_white",
+                      height=440, width=max(900, 300 * len(kinds)), margin=dict(l=60, r=20, t=120, b=60),
                       legend=dict(orientation="h", y=-0.2, x=0))
     return fig
 
