@@ -16,7 +16,7 @@ import torch
 from interpscope.cli import main
 from interpscope.results import without_timings
 from interpscope.sae.bench.absorption import DEFAULTS, letter_absorption
-from interpscope.sae.bench.common import Encoder, auroc, median_accuracy, random_encoder
+from interpscope.sae.bench.common import Encoder, auroc, few_threads, median_accuracy, random_encoder
 from interpscope.sae.bench.probing import probing_tasks
 from interpscope.sae.bench.simulator import Query, lexical_judge, lm_judge, score_features
 
@@ -130,8 +130,9 @@ def test_detection_separates_a_right_explanation_from_a_random_one_with_a_lexica
 
 def test_the_bundled_lm_judge_prefers_the_right_explanation(bundled_lm):
     shared, examples = shared_for(["cats (the animal)", "dogs (the animal)", "rain and wet weather"])
-    rows, measures = score_features(lm_judge(bundled_lm, batch_size=18), shared, examples, lambda f, t: None,
-                                    "detection")
+    with few_threads(1):  # small batches: one thread is several times faster on a busy machine
+        rows, measures = score_features(lm_judge(bundled_lm, batch_size=18), shared, examples, lambda f, t: None,
+                                        "detection")
     assert measures[0].value > measures[0].control + 0.1, rows
 
 
