@@ -5,7 +5,7 @@ Two pairs: the page's IOI default (the prompts differ at one late name, so only 
 a 32-token pair differing at its second word (nearly every cell of the grid changes: the worst case). Prints one
 JSON object with each timing, the cells run, torch's thread count and the load average before and after.
 
-Run: nice -n 10 .venv/bin/python bench/patching.py
+Run: nice -n 10 .venv/bin/python bench/patching.py [--pairs ioi]
 """
 from __future__ import annotations
 
@@ -33,12 +33,20 @@ PAIRS = {
 
 
 def main() -> None:
+    import argparse
+
     import interpscope
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", default=",".join(PAIRS), help=f"which pairs (default {','.join(PAIRS)})")
+    chosen = parser.parse_args().pairs.split(",")
 
     lm = interpscope.load("smollm2-135m", device="cpu")
     before = os.getloadavg()
     out: dict = {"model": lm.name, "threads": torch.get_num_threads(), "pairs": {}}
     for name, (clean, corrupt, answer, wrong) in PAIRS.items():
+        if name not in chosen:
+            continue
         started = time.perf_counter()
         real = interpscope.patch(lm, clean, corrupt, answer=answer, wrong=wrong, components="resid", methods="real")
         wall = time.perf_counter() - started
