@@ -23,7 +23,7 @@ from pages._common import Param, committed, current_model, progress, show_errors
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
 
-ARCHITECTURES = {cls.short_name: cls for cls in registered()}
+ARCHITECTURES = {cls.short_name: cls for cls in registered() if not cls.paired}  # transcoders: `sae sweep`
 TRAINABLE = re.compile(r"^blocks\.\d+\.(hook_resid_pre|hook_resid_post|hook_mlp_out|hook_attn_out|hook_mixer_out)$")
 PAGE = "sae-training"
 

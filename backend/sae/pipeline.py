@@ -213,6 +213,9 @@ def train_saes(lm: LoadedModel, hook_name: str, specs: list[SAESpec], out_dir: s
     scale: cache the activations on Ray workers (interpscope.scale; same bytes as one process).
     """
     check_specs(specs)
+    if any(spec.arch_class.paired for spec in specs):
+        raise InterpscopeError("A transcoder reads one activation and predicts another: train it with "
+                               "`interpscope sae sweep --archs transcoder --hook IN --target-hook OUT`.")
     if hook_name.endswith("mlp.hook_post"):
         raise InterpscopeError("Training on MLP neurons (mlp.hook_post) is not supported here; use "
                                "hook_resid_pre/post, hook_mlp_out or hook_attn_out.")

@@ -103,6 +103,7 @@ class SparseAutoencoder(nn.Module):
     density_bias: ClassVar[str | None] = None
     folder_architecture: ClassVar[str] = ""
     activation_fn: ClassVar[str] = "relu"
+    paired: ClassVar[bool] = False  # reads one activation and predicts another (a transcoder; sae sweep --target-hook)
     sparse_training = False  # exact sparse-aware kernels in the losses (see sparse_ops); same values and gradients
 
     def __init__(self, cfg: SAEConfig, dtype: torch.dtype = torch.float32, seed: int | None = 0):

@@ -47,8 +47,10 @@ class Transcoder(SparseAutoencoder):
     resample_dead = False
     density_bias = "b_enc"
     folder_architecture = "transcoder"
+    paired = True
 
     def __init__(self, cfg: SAEConfig, dtype: torch.dtype = torch.float32, seed: int | None = 0):
+        cfg.extra.setdefault("d_out", cfg.d_in)  # an MLP's output is as wide as its input unless a folder says
         super().__init__(cfg, dtype, seed)
         d_out = self.d_out
         generator = torch.Generator().manual_seed(seed + 1) if seed is not None else None
