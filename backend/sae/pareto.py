@@ -12,34 +12,15 @@ and the document says so.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
 from interpscope.results import Result
-from interpscope.sae.sweep_docs import SweepTable, setting_text
+from interpscope.sae.sweep_docs import METRICS, SweepTable, frontier, pareto_figure
 
 GRID_POINTS = 9
-METRICS = {"loss_recovered": (True, "loss recovered"), "fvu": (False, "FVU")}  # name: (higher is better, label)
-
-
-def frontier(rows: list[dict], metric: str) -> list[dict]:
-    """The non-dominated rows (L0 lower, metric better), sorted by L0."""
-    higher = METRICS[metric][0]
-    points = [r for r in rows if _finite(r.get("l0")) and _finite(r.get(metric))]
-
-    def better(a: dict, b: dict) -> bool:  # a dominates b
-        va, vb = (a[metric], b[metric]) if higher else (-a[metric], -b[metric])
-        return a["l0"] <= b["l0"] and va >= vb and (a["l0"] < b["l0"] or va > vb)
-
-    kept = [p for p in points if not any(better(q, p) for q in points if q is not p)]
-    return sorted(kept, key=lambda r: (r["l0"], r["name"]))
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def log_l0_at(front: list[dict], metric: str, values: np.ndarray) -> np.ndarray:
@@ -151,9 +132,7 @@ class ParetoAnalysis(Result):
         return body
 
     def figure(self):
-        from interpscope.sae.pareto_figure import pareto_figure
-
-        return pareto_figure(self)
+        return pareto_figure(self.rows, self.frontiers)
 
 
 def pareto_analysis(table: SweepTable, baseline: str = "relu") -> ParetoAnalysis:
@@ -172,10 +151,3 @@ def pareto_analysis(table: SweepTable, baseline: str = "relu") -> ParetoAnalysis
                     ratios.append(matched_ratio(frontier(rows, metric), base, metric, arch, baseline))
     return ParetoAnalysis(model_name=table.model_name, hook_name=table.hook_name, baseline=baseline,
                           frontiers=frontiers, ratios=ratios, rows=list(table.rows), target_hook=table.target_hook)
-
-
-def hover_text(row: dict) -> str:
-    """A point's settings and figures, for the figure's hover."""
-    return (f"{row['label']} · {setting_text(row)} · width {row['width']}<br>L0 {row['l0']:.1f} · loss recovered "
-            f"{row['loss_recovered']:.4f} · FVU {row['fvu']:.3f}<br>{row['training_tokens']:,} training tokens · "
-            f"{row['name']}")

@@ -4,11 +4,15 @@ tokens). Rows keep the figures the Pareto analysis reads (L0, FVU, loss recovere
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from interpscope.results import Result
 
+METRICS = {"loss_recovered": (True, "loss recovered"), "fvu": (False, "FVU")}  # name: (higher is better, label)
+COLOURS = {"relu": "#636efa", "gated": "#ef553b", "topk": "#00cc96", "jumprelu": "#ab63fa", "batchtopk": "#ffa15a",
+           "matryoshka": "#19d3f3", "transcoder": "#ff6692"}
 ROW_FIGURES = ("l0", "fvu", "explained_variance", "loss_recovered", "ce_increase", "kl", "shrinkage", "cosine",
                "dead_fraction", "dense_fraction", "ce_clean", "ce_zero", "ce_sae", "n_tokens")
 
@@ -31,6 +35,30 @@ def setting_text(row: dict) -> str:
         return f"k = {row['k']}"
     names = {"l1": "L1 coefficient", "l0": "L0 coefficient"}
     return f"{names.get(str(row.get('knob')), 'coefficient')} {row.get('sparsity'):g}"
+
+
+def frontier(rows: list[dict], metric: str) -> list[dict]:
+    """The non-dominated rows (L0 lower, metric better), sorted by L0."""
+    higher = METRICS[metric][0]
+    points = [r for r in rows if _finite(r.get("l0")) and _finite(r.get(metric))]
+
+    def better(a: dict, b: dict) -> bool:  # a dominates b
+        va, vb = (a[metric], b[metric]) if higher else (-a[metric], -b[metric])
+        return a["l0"] <= b["l0"] and va >= vb and (a["l0"] < b["l0"] or va > vb)
+
+    kept = [p for p in points if not any(better(q, p) for q in points if q is not p)]
+    return sorted(kept, key=lambda r: (r["l0"], r["name"]))
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def hover_text(row: dict) -> str:
+    """A point's settings and figures, for the figure's hover."""
+    return (f"{row['label']} · {setting_text(row)} · width {row['width']}<br>L0 {row['l0']:.1f} · loss recovered "
+            f"{row['loss_recovered']:.4f} · FVU {row['fvu']:.3f}<br>{row['training_tokens']:,} training tokens · "
+            f"{row['name']}")
 
 
 @dataclass
@@ -67,6 +95,42 @@ class SweepTable(Result):
                 for row in self.rows]
 
     def figure(self):
-        from interpscope.sae.pareto import pareto_analysis
+        return pareto_figure(self.rows, {metric: {arch: [r["name"] for r in frontier(
+            [r for r in self.rows if r["architecture"] == arch], metric)] for arch in self.architectures}
+            for metric in METRICS})
 
-        return pareto_analysis(self).figure()
+
+def pareto_figure(rows: list[dict], frontiers: dict[str, dict[str, list[str]]]):
+    """Two panels side by side (frontiers: metric -> architecture -> names on its frontier); hover shows a point's
+    settings and figures."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("L0 vs loss recovered (up-left is better)",
+                                                        "L0 vs FVU (down-left is better)"))
+    by_arch: dict[str, list[dict]] = {}
+    for row in rows:
+        by_arch.setdefault(row["architecture"], []).append(row)
+    for col, metric in enumerate(METRICS, start=1):
+        for arch, rows in by_arch.items():
+            colour = COLOURS.get(arch, "#888888")
+            on_front = set(frontiers[metric].get(arch, []))
+            front = sorted((r for r in rows if r["name"] in on_front), key=lambda r: r["l0"])
+            off = [r for r in rows if r["name"] not in on_front]
+            label = rows[0]["label"]
+            fig.add_trace(go.Scatter(
+                x=[r["l0"] for r in front], y=[r[metric] for r in front], mode="lines+markers", name=label,
+                legendgroup=arch, showlegend=col == 1, line={"color": colour}, marker={"size": 9},
+                customdata=[r["folder"] for r in front], hovertext=[hover_text(r) for r in front],
+                hoverinfo="text"), row=1, col=col)
+            if off:
+                fig.add_trace(go.Scatter(
+                    x=[r["l0"] for r in off], y=[r[metric] for r in off], mode="markers",
+                    name=f"{label} (off the frontier)", legendgroup=arch, showlegend=False,
+                    marker={"color": colour, "size": 7, "opacity": 0.35, "symbol": "circle-open"},
+                    customdata=[r["folder"] for r in off], hovertext=[hover_text(r) for r in off],
+                    hoverinfo="text"), row=1, col=col)
+        fig.update_xaxes(type="log", title_text="L0 (features active per token, log scale)", row=1, col=col)
+        fig.update_yaxes(title_text=METRICS[metric][1], row=1, col=col)
+    fig.update_layout(height=460, margin={"l": 50, "r": 20, "t": 50, "b": 50}, legend={"orientation": "h", "y": -0.2})
+    return fig
