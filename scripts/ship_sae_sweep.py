@@ -3,6 +3,7 @@ and the weights (cfg.json + sae_weights.safetensors + history.json) of the SAEs 
 or L0 vs FVU). Usage: python scripts/ship_sae_sweep.py SWEEP_DIR ASSET_DIR"""
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -18,8 +19,11 @@ def main(source: Path, target: Path) -> None:
     analysis = pareto_analysis(table)
     on_front = {name for per_metric in analysis.frontiers.values() for names in per_metric.values() for name in names}
     target.mkdir(parents=True, exist_ok=True)
-    for name in (TABLE_JSON, TABLE_CSV, SWEEP_FILE):
+    for name in (TABLE_JSON, TABLE_CSV):
         shutil.copy2(source / name, target / name)
+    settings = json.loads((source / SWEEP_FILE).read_text(encoding="utf-8"))  # the grid of the rows shipped
+    settings["grid"] = [point for point in settings["grid"] if point["name"] in {r["name"] for r in table.rows}]
+    (target / SWEEP_FILE).write_text(json.dumps(settings, indent=1), encoding="utf-8")
     for row in table.rows:
         folder = target / row["folder"]
         folder.mkdir(exist_ok=True)
