@@ -50,7 +50,7 @@ def current_image_model() -> LoadedImageModel | None:
 def params(examples: list[str], n_labels: int) -> list[Param]:
     return [Param("relevance-image-source", "source", SOURCES[0] if examples else SOURCES[1], choices=SOURCES),
             Param("relevance-image-example", "image", examples[0] if examples else None, choices=examples or None),
-            Param("relevance-image-method", "method", "attnlrp", choices=list(IMAGE_METHODS)),
+            Param("relevance-image-method", "method", next(iter(IMAGE_METHODS)), choices=list(IMAGE_METHODS)),
             Param("relevance-image-class", "class", PREDICTED, int, low=PREDICTED, high=n_labels - 1),
             Param("relevance-image-reference", "reference", "mean", choices=list(REFERENCES))]
 

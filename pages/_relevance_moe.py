@@ -31,7 +31,7 @@ def moe_view(lm: LoadedModel, result: RelevanceResult, labels: dict[str, str]) -
     """Per-expert relevance for the main map's input and target, beside the router's weight share (the control)."""
     adapter = lm.adapter
     st.subheader("Mixture of experts: which expert carried the relevance")
-    method = result.method if result.method in EXPERT_METHODS else "attnlrp"
+    method = result.method if result.method in EXPERT_METHODS else next(iter(EXPERT_METHODS))
     if method != result.method:
         st.info(f"Per-expert relevance needs an LRP pass: {labels.get(result.method, result.method)} has none, so "
                 f"this section uses {labels.get(method, method)} for the same target.")

@@ -41,7 +41,7 @@ def moe_folder(tmp_path_factory) -> str:
     return save("qwen2_moe", tmp_path_factory.mktemp("qwen2_moe"))
 
 
-def test_the_per_expert_section_is_the_apis_document(moe_folder, exports):
+def test_the_per_expert_section_is_the_apis_document(moe_folder, exports, capsys):
     at = run_page(moe_folder)
     assert any("Mixture of experts" in h.value for h in at.subheader)
     assert any(t.startswith("Per-expert relevance (attnlrp)") for t in titles(at))
@@ -49,6 +49,11 @@ def test_the_per_expert_section_is_the_apis_document(moe_folder, exports):
     lm = interpscope.load(moe_folder, device="cpu")
     api = interpscope.explain_experts(lm, TEXT, "attnlrp").to_dict()
     assert without_timings(exports["experts"]) == without_timings(api)
+    from interpscope.cli import main
+
+    capsys.readouterr()
+    assert main(["explain", "--model", moe_folder, "--device", "cpu", "--text", TEXT, "--experts", "--json", "-"]) == 0
+    assert without_timings(json.loads(capsys.readouterr().out)) == without_timings(api)  # the CLI's --json too
     assert api["closure"] < 1e-5
     shown = " ".join(m.value for m in at.markdown)
     result = interpscope.explain_experts(lm, TEXT, "attnlrp")

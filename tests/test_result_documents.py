@@ -240,7 +240,8 @@ def test_batch_faithfulness_is_one_document(capsys, exports, bundled_lm, tmp_pat
     data = b"She smiled at\nHe walked to the\n"
     path = tmp_path / "batch.txt"
     path.write_bytes(data)
-    at = open_page("pages/relevance.py")
+    at = open_page("pages/relevance.py", **{"relevance-text": SHORT})
+    at.button(key="relevance-run").click().run()  # the batch section sits under a computed map
     at.radio(key="relevance-batch-source").set_value("Upload a file").run()
     at.file_uploader(key="relevance-batch-upload").set_value(("batch.txt", data, "text/plain")).run()
     at.multiselect(key="relevance-batch-methods").set_value(["attnlrp", "cplrp"]).run()

@@ -5,7 +5,9 @@
 - `explain --text T --faithfulness --compare [--methods M ...]`: MoRF / LeRF curves of every method on one input
   (the page's "Curves for every method on this input"; schema interpscope.faithfulness_comparison);
 - `explain --file F --all-rows --faithfulness` or `explain --sample N --faithfulness`: mean ABPC of each method over
-  many texts (the page's "Batch faithfulness over many texts"; schema interpscope.faithfulness_batch).
+  many texts (the page's "Batch faithfulness over many texts"; schema interpscope.faithfulness_batch);
+- `explain --text T --experts` on a mixture of experts: how much relevance each expert carried per token and sparse
+  layer, beside the router's weight share (the page's per-expert section; schema interpscope.expert_relevance).
 """
 from __future__ import annotations
 
@@ -32,6 +34,9 @@ def add_arguments(explain: argparse.ArgumentParser, source) -> None:
     explain.add_argument("--ig-convergence", action="store_true",
                          help="Integrated Gradients' completeness gap at 8/16/32/64/128 steps from --baseline and the "
                               "target along the straight path (the page's convergence check)")
+    explain.add_argument("--experts", action="store_true",
+                         help="a mixture-of-experts model's per-expert relevance (each expert's share per token and "
+                              "sparse layer, beside its router-weight share), as the page's expert section")
     explain.add_argument("--compare", action="store_true",
                          help="with --faithfulness and --text: the curves of every method the model serves (or "
                               "--methods) on this input, as the page's 'Curves for every method'")
@@ -39,7 +44,7 @@ def add_arguments(explain: argparse.ArgumentParser, source) -> None:
 
 def wanted(args: argparse.Namespace) -> bool:
     """Whether one of these checks was asked for (they take over the explain command)."""
-    return bool(args.ig_convergence or args.compare or args.sample
+    return bool(args.ig_convergence or args.compare or args.sample or args.experts
                 or (args.faithfulness and args.all_rows and args.set is None))
 
 
@@ -67,13 +72,17 @@ def run(args: argparse.Namespace, text_of: Callable[[], str], load: Callable[[ar
     from interpscope.cli.common import check_out_file, emit_json
 
     if args.png or args.out:
-        raise InterpscopeError("--ig-convergence, --compare and a faithfulness batch take no --png or --out.")
+        raise InterpscopeError("--ig-convergence, --compare, --experts and a faithfulness batch take no --png or "
+                               "--out.")
     if args.ig_convergence and (args.faithfulness or args.compare):
         raise InterpscopeError("--ig-convergence is a check of its own: it takes no --faithfulness or --compare.")
+    if args.experts and (args.faithfulness or args.compare or args.ig_convergence):
+        raise InterpscopeError("--experts is a view of its own: it takes no --faithfulness, --compare or "
+                               "--ig-convergence.")
     if args.compare and not args.faithfulness:
         raise InterpscopeError("--compare goes with --faithfulness (it compares the methods' curves).")
     batch = bool(args.sample or args.all_rows)
-    if batch and (args.ig_convergence or args.compare):
+    if batch and (args.ig_convergence or args.compare or args.experts):
         raise InterpscopeError("--sample / --all-rows run the batch summary: they take no --ig-convergence or "
                                "--compare.")
     if args.sample and not args.faithfulness:
@@ -85,7 +94,24 @@ def run(args: argparse.Namespace, text_of: Callable[[], str], load: Callable[[ar
     lm = load(args)
     if args.ig_convergence:
         return _run_convergence(args, lm, text, emit_json)
+    if args.experts:
+        return _run_experts(args, lm, text, default_method(lm), emit_json)
     return _run_compare(args, lm, text, emit_json)
+
+
+def _run_experts(args, lm: LoadedModel, text: str, default: str, emit_json) -> int:
+    from interpscope.api import explain_experts
+
+    result = explain_experts(lm, text, args.method or default, target=args.target_token,
+                             contrast=tuple(args.contrast) if args.contrast else None, prepend_bos=args.prepend_bos)
+    if args.json:
+        emit_json(result, args.json)
+    if args.json != "-":
+        for sentence in result.readings():
+            print(sentence)
+        print(f"closure: the experts' shares add up to the relevance at each block's output to "
+              f"{result.closure:.1e} of the logit")
+    return 0
 
 
 def _run_convergence(args, lm: LoadedModel, text: str, emit_json) -> int:
