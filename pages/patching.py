@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from interpscope.causal.attribution import RELP_RULES
 from interpscope.causal.patching import KIND_LABELS, KINDS
 from interpscope.causal.prompts import METRIC_LABELS, METRICS
 from interpscope.causal.results import PatchingResult, PathPatchingResult
@@ -31,7 +32,7 @@ PAGE = "patching"
 PATH_PAGE = "patching-path"
 DEFAULT_CLEAN = "When Mary and John went to the store, John gave a drink to"
 DEFAULT_CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
-RULES = ("cp-lrp", "attnlrp")
+RULES = tuple(RELP_RULES)
 PARAMS = [Param("patch-clean", "clean", DEFAULT_CLEAN), Param("patch-corrupt", "corrupt", DEFAULT_CORRUPT),
           Param("patch-answer", "answer", " Mary"), Param("patch-wrong", "wrong", " John"),
           Param("patch-metric", "metric", "logit-diff", choices=METRICS),

@@ -9,6 +9,8 @@ from interpscope.cli.common import add_model_args, check_out_file, emit_json, lo
 
 
 def register(subparsers) -> None:
+    from interpscope.causal.attribution import DEFAULT_RELP_RULES, RELP_RULES
+
     patch = subparsers.add_parser(
         "patch", help="activation patching of a clean / corrupt prompt pair (and AtP / RelP estimates)",
         description="Run the corrupt prompt with one clean activation put back at a time (residual stream per layer "
@@ -30,7 +32,7 @@ def register(subparsers) -> None:
     patch.add_argument("--method", "--methods", dest="methods", default="real,atp,relp",
                        help="comma-separated: real (activation patching), atp (attribution patching), relp "
                             "(relevance patching) (default all three)")
-    patch.add_argument("--relp-rules", default="cp-lrp", choices=["cp-lrp", "attnlrp"],
+    patch.add_argument("--relp-rules", default=DEFAULT_RELP_RULES, choices=list(RELP_RULES),
                        help="LRP rules for RelP's backward pass (default cp-lrp)")
     patch.add_argument("--path", nargs=2, metavar=("SENDER", "RECEIVER"),
                        help="path patching instead of the grids: L<l>.H<h>, L<l>.attn, L<l>.mlp (receiver also "
