@@ -27,11 +27,13 @@ def test_sae_overview_shipped_gated(app_server, browser_page, artefacts):
     page.get_by_role("button", name="Evaluate").click()
     page.wait_for_selector(".js-plotly-plot", timeout=300_000)
     wait_for_app(page)
-    page.wait_for_selector("text=Loss recovered")
+    page.wait_for_selector("text=evaluation tokens", timeout=300_000)  # the evaluation's own sentence
+    wait_for_app(page)
     page.screenshot(path=str(artefacts / "sae_overview.png"), full_page=True)
-    page.locator(".js-plotly-plot").first.screenshot(path=str(artefacts / "sae_overview-density.png"))
+    # the evaluation is the page's last figure and export (the SAEBench section above has its own)
+    page.locator(".js-plotly-plot").last.screenshot(path=str(artefacts / "sae_overview-density.png"))
     with page.expect_download() as download_info:
-        page.get_by_role("button", name="JSON").first.click()
+        page.get_by_role("button", name="JSON").last.click()
     path = artefacts / "sae_overview-export.json"
     download_info.value.save_as(path)
     exported = json.loads(path.read_text())
@@ -41,7 +43,7 @@ def test_sae_overview_shipped_gated(app_server, browser_page, artefacts):
     histogram = exported["log10_density_histogram"]  # per-feature density is the CSV table's
     assert len(histogram["edges"]) == len(histogram["counts"]) + 1 and sum(histogram["counts"]) > 0
     with page.expect_download() as download_info:
-        page.get_by_role("button", name="PNG").first.click()
+        page.get_by_role("button", name="PNG").last.click()
     png = artefacts / "sae_overview-export.png"
     download_info.value.save_as(png)
     with Image.open(png) as image:

@@ -154,7 +154,8 @@ def test_scaling_factor_is_applied_as_the_library_did_or_refused_by_name(tmp_pat
 @pytest.mark.parametrize("field, value, message", [
     ("reshape_activations", "hook_z", "reshape_activations"),
     ("hook_point_head_index", 3, "hook_head_index"),
-    ("architecture", "transcoder", "field architecture is 'transcoder'"),
+    ("architecture", "crosscoder", "field architecture is 'crosscoder'"),
+    ("architecture", "transcoder", "transcoder needs a positive integer d_out"),
     ("activation_fn_str", "tanh-relu", "activation_fn_str"),
     ("apply_b_dec_to_input", "yes", "apply_b_dec_to_input"),
 ])

@@ -170,4 +170,4 @@ def test_jumprelu_threshold_gradient_is_straight_through():
 def test_architecture_names():
     assert canonical_architecture("relu") == "standard"
     with pytest.raises(ValueError, match="Unknown SAE architecture"):
-        canonical_architecture("transcoder")
+        canonical_architecture("crosscoder")

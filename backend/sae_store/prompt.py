@@ -26,6 +26,7 @@ from interpscope.capture import model_lock
 from interpscope.config import InterpscopeError
 from interpscope.relevance import attribute, get_method, methods_for
 from interpscope.relevance.api import input_ids_for
+from interpscope.results import Result
 from interpscope.sae.arch import SparseAutoencoder
 from interpscope.sae.folder import check_compatible
 from interpscope.sae.placement import on_device
@@ -134,8 +135,12 @@ class _FeatureTarget:
 
 
 @dataclass
-class FeatureAttribution:
-    """Relevance of each input token for feature `feature` at `position`."""
+class FeatureAttribution(Result):
+    """Relevance of each input token for feature `feature` at `position` (`interpscope.sae.feature_attribution`:
+    the SAE page's Attribution export; its table is one row per token)."""
+
+    SCHEMA = "interpscope.sae.feature_attribution"
+    SCHEMA_VERSION = 1
 
     feature: int
     position: int
@@ -146,6 +151,10 @@ class FeatureAttribution:
     at_hook: float
     sae_bias_share: float
     input_sum: float
+
+    def tidy(self) -> list[dict]:
+        return [{"position": i, "token": token, "relevance": float(value)}
+                for i, (token, value) in enumerate(zip(self.tokens, self.relevance, strict=True))]
 
 
 def feature_attribution(lm: LoadedModel, sae: SparseAutoencoder, text: str, feature: int, position: int,
