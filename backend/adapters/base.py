@@ -18,7 +18,7 @@ from interpscope.config import InterpscopeError
 HookKind = Literal["pre", "post"]
 
 _BLOCK_HOOK = re.compile(r"^blocks\.(\d+)\.(hook_resid_pre|hook_resid_mid|hook_resid_post|hook_attn_out|"
-                         r"hook_mlp_out|hook_mixer_out|mlp\.hook_post)$")
+                         r"hook_mlp_out|hook_mixer_out|mlp\.hook_in|mlp\.hook_post)$")
 
 
 @dataclass(frozen=True)
@@ -332,6 +332,7 @@ class ModelAdapter:
             if self.mixer(layer) is not None:
                 names.append(f"blocks.{layer}.hook_mixer_out")
             if self.has_mlp:
+                names.append(f"blocks.{layer}.mlp.hook_in")
                 names.append(f"blocks.{layer}.mlp.hook_post")
                 names.append(f"blocks.{layer}.hook_mlp_out")
             names.append(f"blocks.{layer}.hook_resid_post")
@@ -363,6 +364,7 @@ class ModelAdapter:
             "hook_resid_mid": (None if self.parallel_residual else self.mlp_norm(layer), "pre"),
             "hook_mlp_out": (self.mlp_output_norm(layer) or self.mlp(layer), "post"),
             "hook_mixer_out": (self.mixer(layer), "post"),
+            "mlp.hook_in": (self.mlp(layer), "pre"),  # what the MLP reads: after its norm (a transcoder's input)
             "mlp.hook_post": (self.mlp_down(layer), "pre"),
         }
         module, kind = lookup[point]
