@@ -1,0 +1,82 @@
+"""The attribution graph of one prompt as a result (schema interpscope.graph), and its Neuronpedia export."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from interpscope.results import Result
+
+NODE_KINDS = ("embedding", "feature", "error", "logit")
+
+
+def node_id(kind: str, layer: int | None, position: int, feature: int | None = None) -> str:
+    """Stable node ids: `E_<pos>` (embedding), `F<layer>_<feature>_<pos>`, `R<layer>_<pos>` (error, the
+    transcoder's residual), `L_<token id>` (logit; position is the predicted position)."""
+    if kind == "embedding":
+        return f"E_{position}"
+    if kind == "feature":
+        return f"F{layer}_{feature}_{position}"
+    if kind == "error":
+        return f"R{layer}_{position}"
+    if kind == "logit":
+        return f"L_{feature}"
+    raise ValueError(f"unknown node kind {kind!r}")
+
+
+@dataclass
+class AttributionGraph(Result):
+    """A pruned attribution graph over a transcoder replacement model.
+
+    nodes: dicts {id, kind (embedding|feature|error|logit), layer, position, token, feature (features; the token
+    id for a logit), activation (a feature's activation; the logit's value), influence (on the target logit through
+    the normalised adjacency, see interpscope.graphs.prune), sink (only when true)}; embeddings have layer -1 and
+    the logit layer n_layers. edges: {source, target, weight}: the source's direct (linear) effect on the target's
+    pre-activation. lrp_edges: the same nodes' edges into the logit with LRP relevance as weights (method named in
+    `lrp_method`); agreement: {spearman, moved} between direct-effect and LRP node influences.
+    logit: the target's logit from the real forward pass; logit_inputs_sum: the sum of ALL direct contributions
+    into the logit node before pruning (embeddings, every active feature, every error node); bias_sum the model's
+    biases on that path (absent for Llama, which has none): logit = logit_inputs_sum + bias_sum."""
+
+    model: str
+    transcoders: str
+    text: str
+    tokens: list[str]
+    target: dict[str, Any]
+    logit: float
+    logit_inputs_sum: float
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    edges: list[dict[str, Any]] = field(default_factory=list)
+    lrp_method: str | None = None
+    lrp_edges: list[dict[str, Any]] | None = None
+    agreement: dict[str, Any] | None = None
+    replacement_score: float | None = None
+    completeness_score: float | None = None
+    node_budget: int = 0
+    edge_budget: int = 0
+    max_feature_nodes: int = 0
+    n_active_features: int = 0
+    n_expanded_features: int = 0
+    sinks: list[dict[str, Any]] = field(default_factory=list)
+    bias_sum: float | None = None
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    SCHEMA = "interpscope.graph"
+    SCHEMA_VERSION = 1
+
+    # --- views -------------------------------------------------------------------------------------------
+    def node(self, node_id: str) -> dict[str, Any]:
+        for node in self.nodes:
+            if node["id"] == node_id:
+                return node
+        raise KeyError(node_id)
+
+    def tidy(self) -> list[dict[str, Any]]:
+        """The node table: one row per node, its fields as columns."""
+        columns = ("id", "kind", "layer", "position", "token", "feature", "activation", "influence", "sink")
+        return [{c: node.get(c) for c in columns} for node in self.nodes]
+
+    def to_neuronpedia(self, slug: str | None = None) -> dict[str, Any]:
+        from interpscope.graphs.neuronpedia import to_neuronpedia
+
+        return to_neuronpedia(self, slug)
