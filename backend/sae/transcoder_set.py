@@ -1,0 +1,198 @@
+"""A set of per-layer transcoders, one per block: each reads the MLP's input (`blocks.L.mlp.hook_in`, after the
+block's MLP norm) and predicts the MLP's output (`blocks.L.hook_mlp_out`), so the whole stack of MLPs can be
+replaced by sparse features (the replacement model of attribution graphs).
+
+On disk a set is a folder with `manifest.json` and one SAELens transcoder folder per layer, `layer_00`,
+`layer_01`, ... (cfg.json + sae_weights.safetensors, read by interpscope.sae.folder.load_sae, which refuses
+pickles). The manifest names the model, the hook templates, the width, the dtype, the tokens trained and
+evaluated on, the command that rebuilds the set, and per layer its FVU, spliced loss recovered, L0 and dead
+fraction. The shipped set for a model lives under assets/transcoders/<model>/ (default_transcoder_set).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from interpscope import atomic
+from interpscope.config import ASSETS_DIR, InterpscopeError
+from interpscope.sae.arch.base import SAEConfig
+from interpscope.sae.arch.transcoder import Transcoder
+from interpscope.sae.folder import PICKLE_SUFFIXES, hook_width, load_sae, save_sae
+
+if TYPE_CHECKING:
+    from interpscope.models.loaded import LoadedModel
+
+MANIFEST = "manifest.json"
+HOOK_IN = "blocks.{layer}.mlp.hook_in"
+HOOK_OUT = "blocks.{layer}.hook_mlp_out"
+TRANSCODERS_DIR = "transcoders"
+
+
+def layer_folder_name(layer: int) -> str:
+    return f"layer_{layer:02d}"
+
+
+@dataclass
+class TranscoderSet:
+    """One transcoder per block (index = block), all mapping hook_in(L) -> hook_out(L)."""
+
+    model_name: str
+    transcoders: list[Transcoder]  # index = block
+    hook_in: str = HOOK_IN
+    hook_out: str = HOOK_OUT
+    folder: Path | None = None
+    manifest: dict = field(default_factory=dict)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.transcoders)
+
+    @property
+    def width(self) -> int:
+        return int(self.transcoders[0].cfg.d_sae) if self.transcoders else 0
+
+    def hook_in_name(self, layer: int) -> str:
+        return self.hook_in.format(layer=layer)
+
+    def hook_out_name(self, layer: int) -> str:
+        return self.hook_out.format(layer=layer)
+
+    def __getitem__(self, layer: int) -> Transcoder:
+        return self.transcoders[layer]
+
+    def check_model(self, lm: LoadedModel) -> None:
+        """Clear errors unless this set fits the model: one transcoder per block, widths equal to the hooks'."""
+        adapter = lm.adapter
+        if adapter.n_layers != self.n_layers:
+            raise InterpscopeError(f"The transcoder set has {self.n_layers} layers but {lm.name} has "
+                                   f"{adapter.n_layers} blocks.")
+        for layer, tc in enumerate(self.transcoders):
+            d_in = hook_width(adapter, self.hook_in_name(layer))
+            d_out = hook_width(adapter, self.hook_out_name(layer))
+            if (tc.cfg.d_in, tc.d_out) != (d_in, d_out):
+                raise InterpscopeError(f"Shape mismatch at layer {layer}: the transcoder maps {tc.cfg.d_in} -> "
+                                       f"{tc.d_out}, but {lm.name} has {d_in} -> {d_out} there.")
+
+
+def _manifest(folder: Path) -> dict[str, Any]:
+    file = folder / MANIFEST
+    if not file.is_file():
+        pickles = [p.name for p in folder.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES] if folder.is_dir() else []
+        hint = f" (it holds {pickles[0]}, a pickle: Interpscope refuses pickles)" if pickles else ""
+        raise InterpscopeError(f"{folder} is not a transcoder set: it needs {MANIFEST} and one folder per layer "
+                               f"({layer_folder_name(0)}, {layer_folder_name(1)}, ...){hint}.")
+    try:
+        manifest = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InterpscopeError(f"{file} is not valid JSON ({err}).") from None
+    if not isinstance(manifest, dict):
+        raise InterpscopeError(f"{file} must hold a JSON object.")
+    return manifest
+
+
+def _n_layers(manifest: dict, folder: Path) -> int:
+    n = manifest.get("n_layers")
+    if n is None and isinstance(manifest.get("layers"), list):
+        n = len(manifest["layers"])
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise InterpscopeError(f"{folder / MANIFEST} must give n_layers (a positive integer), got {n!r}.")
+    return n
+
+
+def load_transcoder_set(folder: str | Path, dtype: str | torch.dtype | None = "float32",
+                        lm: LoadedModel | None = None) -> TranscoderSet:
+    """Read manifest.json and layer_00 ... layer_{n-1}; every layer must be a transcoder on its own hook pair with
+    the set's width and shapes. With `lm`, the set is also checked against that model's blocks."""
+    folder = Path(folder).expanduser()
+    if folder.is_file() and folder.suffix.lower() in PICKLE_SUFFIXES:
+        raise InterpscopeError(f"{folder.name} is a pickle; Interpscope refuses pickles. A transcoder set is a "
+                               f"folder with {MANIFEST} and one safetensors folder per layer.")
+    if not folder.is_dir():
+        raise InterpscopeError(f"No transcoder set folder at {folder}.")
+    manifest = _manifest(folder)
+    n_layers = _n_layers(manifest, folder)
+    hook_in = str(manifest.get("hook_in") or HOOK_IN)
+    hook_out = str(manifest.get("hook_out") or HOOK_OUT)
+    width = manifest.get("width")
+    transcoders: list[Transcoder] = []
+    for layer in range(n_layers):
+        sub = folder / layer_folder_name(layer)
+        if not sub.is_dir():
+            raise InterpscopeError(f"The transcoder set at {folder} lacks layer {layer} ({sub.name}/); the manifest "
+                                   f"lists {n_layers} layers.")
+        try:
+            tc = load_sae(sub, dtype=dtype)
+        except InterpscopeError as err:
+            raise InterpscopeError(f"Layer {layer} of the transcoder set: {err}") from None
+        if not isinstance(tc, Transcoder):
+            raise InterpscopeError(f"Layer {layer} ({sub}) is a {tc.cfg.architecture} SAE, not a transcoder.")
+        want_in, want_out = hook_in.format(layer=layer), hook_out.format(layer=layer)
+        if (tc.cfg.hook_name, tc.hook_name_out) != (want_in, want_out):
+            raise InterpscopeError(f"Layer {layer} ({sub}) maps {tc.cfg.hook_name!r} -> {tc.hook_name_out!r}; the "
+                                   f"set expects {want_in!r} -> {want_out!r}.")
+        first = transcoders[0] if transcoders else None
+        expected = (first.cfg.d_in, first.d_out) if first else (tc.cfg.d_in, tc.d_out)
+        if (tc.cfg.d_in, tc.d_out) != expected:
+            raise InterpscopeError(f"Layer {layer} ({sub}) maps {tc.cfg.d_in} -> {tc.d_out}, but layer 0 maps "
+                                   f"{expected[0]} -> {expected[1]}.")
+        if width is not None and tc.cfg.d_sae != width:
+            raise InterpscopeError(f"Layer {layer} ({sub}) has width {tc.cfg.d_sae}, but the manifest says "
+                                   f"{width}.")
+        tc.eval()
+        transcoders.append(tc)
+    result = TranscoderSet(str(manifest.get("model") or transcoders[0].cfg.model_name), transcoders, hook_in,
+                           hook_out, folder, manifest)
+    if lm is not None:
+        result.check_model(lm)
+    return result
+
+
+def save_transcoder_set(tset: TranscoderSet, folder: str | Path, dtype: str = "float16",
+                        manifest: dict | None = None) -> Path:
+    """Write layer_XX/ folders (SAELens transcoder format, in dtype) and manifest.json (written last)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for layer, tc in enumerate(tset.transcoders):
+        save_sae(tc, folder / layer_folder_name(layer), dtype=dtype)
+    document = {"model": tset.model_name, "hook_in": tset.hook_in, "hook_out": tset.hook_out,
+                "width": tset.width, "dtype": dtype, "n_layers": tset.n_layers}
+    document.update(manifest if manifest is not None else {k: v for k, v in tset.manifest.items()
+                                                           if k not in document})
+    atomic.write_json(folder / MANIFEST, document)
+    tset.folder, tset.manifest = folder, document
+    return folder
+
+
+def default_transcoder_set(model_name: str) -> Path | None:
+    """The shipped set's folder for this model (assets/transcoders/<model>/), or None when none is shipped."""
+    folder = ASSETS_DIR / TRANSCODERS_DIR / model_name
+    return folder if (folder / MANIFEST).is_file() else None
+
+
+def new_transcoder(lm: LoadedModel, layer: int, width: int, seed: int | None = 0, hook_in: str = HOOK_IN,
+                   hook_out: str = HOOK_OUT, dtype: torch.dtype = torch.float32) -> Transcoder:
+    """An untrained transcoder for one block of lm (the shapes of its hooks)."""
+    name_in, name_out = hook_in.format(layer=layer), hook_out.format(layer=layer)
+    cfg = SAEConfig(d_in=hook_width(lm.adapter, name_in), d_sae=int(width), architecture="transcoder",
+                    model_name=lm.name, hook_name=name_in, hook_layer=layer,
+                    extra={"d_out": hook_width(lm.adapter, name_out), "hook_name_out": name_out,
+                           "hook_layer_out": layer})
+    return Transcoder(cfg, dtype=dtype, seed=seed)
+
+
+def random_transcoder_set(lm: LoadedModel, width: int, seed: int = 0) -> TranscoderSet:
+    """Random transcoders (small random encoder biases, so some features fire) for every block: for tests."""
+    generator = torch.Generator().manual_seed(seed)
+    transcoders = []
+    for layer in range(lm.adapter.n_layers):
+        tc = new_transcoder(lm, layer, width, seed=seed + 2 * layer)
+        with torch.no_grad():
+            tc.b_enc.copy_(0.1 * torch.randn(width, generator=generator))
+            tc.b_dec.copy_(0.01 * torch.randn(tc.d_out, generator=generator))
+        tc.eval()
+        transcoders.append(tc)
+    return TranscoderSet(lm.name, transcoders)
