@@ -297,6 +297,15 @@ def evaluate_saes(lm: LoadedModel, saes: list[SparseAutoencoder], *, hook_name: 
     hook = hooks_of.pop()
     if ids is None:
         ids = token_chunks(lm.tokenizer, context_size, n_tokens, source=source, split=split)
+    sums = run_batches(lm, saes, EvalJob(saes, hook, batch_size), ids, batch_size, progress, scale)
+    return _figures(lm, saes, hook, sums, dense_threshold)
+
+
+def run_batches(lm: LoadedModel, saes: list[SparseAutoencoder], job, ids: torch.Tensor, batch_size: int,
+                progress: Callable[[int, int], None] | None, scale: Scale | None, d_out: int | None = None) -> _Sums:
+    """Run an evaluation job (EvalJob, TranscoderEvalJob) over the windows `ids` [N, T] in batches (on Ray when
+    `scale` says so) and add the batches' terms in batch order, so every sum equals the single-process one.
+    d_out: the width of what is reconstructed when it is not the SAE's input (a transcoder's output)."""
     if ids.dim() != 2 or ids.shape[1] < 3:
         raise InterpscopeError("Evaluation needs token windows of at least 3 tokens.")
     shards = [Shard(i, first, stop, ids[first:stop])
@@ -308,12 +317,14 @@ def evaluate_saes(lm: LoadedModel, saes: list[SparseAutoencoder], *, hook_name: 
         if progress:
             progress(min(sum(s.stop - s.first for s in shards if s.index in results), ids.shape[0]), ids.shape[0])
 
-    map_shards(EvalJob(saes, hook, batch_size), shards, collect, lm=lm, scale=scale)
+    map_shards(job, shards, collect, lm=lm, scale=scale)
     sums = _Sums(saes)
+    if d_out is not None:
+        sums.x_sum = torch.zeros(d_out, dtype=torch.float64)
     for index in range(len(shards)):
         for terms in results[index]:
             sums.add(terms)
-    return _figures(lm, saes, hook, sums, dense_threshold)
+    return sums
 
 
 def _figures(lm: LoadedModel, saes: list[SparseAutoencoder], hook: str, sums: _Sums,

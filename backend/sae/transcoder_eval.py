@@ -27,11 +27,11 @@ from interpscope.sae.evaluation import (
     SAEEvaluation,
     _figures,
     _Splice,
-    _Sums,
     batch_terms,
+    run_batches,
 )
 from interpscope.sae.folder import hook_width
-from interpscope.scale.pool import Scale, Shard, batch_shards, map_shards
+from interpscope.scale.pool import Scale, Shard
 from interpscope.sinks import sink_rows
 
 if TYPE_CHECKING:
@@ -114,23 +114,8 @@ def evaluate_transcoders(lm: LoadedModel, saes: list[SparseAutoencoder], *, n_to
     hook_in, hook_out = transcoder_hooks(saes, lm)
     if ids is None:
         ids = token_chunks(lm.tokenizer, context_size, n_tokens, source=source, split=split)
-    if ids.dim() != 2 or ids.shape[1] < 3:
-        raise InterpscopeError("Evaluation needs token windows of at least 3 tokens.")
-    shards = [Shard(i, first, stop, ids[first:stop])
-              for i, (first, stop) in enumerate(batch_shards(ids.shape[0], batch_size, scale))]
-    results: dict[int, list[BatchTerms]] = {}
-
-    def collect(shard: Shard, terms: list[BatchTerms]) -> None:
-        results[shard.index] = terms
-        if progress:
-            progress(min(sum(s.stop - s.first for s in shards if s.index in results), ids.shape[0]), ids.shape[0])
-
-    map_shards(TranscoderEvalJob(saes, hook_in, hook_out, batch_size), shards, collect, lm=lm, scale=scale)
-    sums = _Sums(saes)
-    sums.x_sum = torch.zeros(int(saes[0].cfg.extra["d_out"]), dtype=torch.float64)
-    for index in range(len(shards)):
-        for terms in results[index]:
-            sums.add(terms)
+    sums = run_batches(lm, saes, TranscoderEvalJob(saes, hook_in, hook_out, batch_size), ids, batch_size, progress,
+                       scale, d_out=int(saes[0].cfg.extra["d_out"]))
     return _figures(lm, saes, f"{hook_in}->{hook_out}", sums, dense_threshold)
 
 
