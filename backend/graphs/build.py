@@ -1,22 +1,257 @@
-"""build_graph: the public entry point (one real forward pass, the linear replay, expansion, pruning, LRP)."""
+"""build_graph: one real forward pass, the replacement model, the adjacency rows in influence order, pruning, LRP.
+
+Order of work (circuit-tracer's): the logit row first; then, in batches, the unexpanded features with the largest
+influence on the logit through the rows known so far get their rows, until `max_feature_nodes` features are
+expanded (or no feature with influence is left). Features at sink positions (interpscope.sinks: measured massive
+activations, a prepended BOS) are never expanded nor ranked; their contributions stay in the sums. Nodes not
+expanded keep their outgoing edges only.
+
+Pruning keeps the `node_budget` most influential feature and error nodes (off the sink positions), every
+embedding and the logit, and the `edge_budget` strongest edges among them by edge influence (interpscope.graphs.
+prune); kept features and errors left without an outgoing edge are dropped.
+"""
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import torch
+
+from interpscope.capture import model_lock
+from interpscope.config import InterpscopeError
+from interpscope.graphs.engine import Replacement, compute_rows, feature_reads, logit_reads, replacement
+from interpscope.graphs.prune import graph_scores, influence, normalised, prune
+from interpscope.graphs.replay import record
+from interpscope.graphs.result import AttributionGraph, node_id
+
 if TYPE_CHECKING:
-    from interpscope.graphs.result import AttributionGraph
     from interpscope.models.loaded import LoadedModel
 
 DEFAULT_NODE_BUDGET = 80
 DEFAULT_EDGE_BUDGET = 400
-DEFAULT_MAX_FEATURE_NODES = 2000
+DEFAULT_MAX_FEATURE_NODES = 256
 MAX_TOKENS = 128
+BATCH = 32  # feature rows per linear backward pass
+
+
+def _transcoder_list(lm: LoadedModel, transcoders: Any) -> tuple[list, str]:
+    """(one transcoder per block, a name for the set): a TranscoderSet, or a list of transcoders."""
+    items = list(getattr(transcoders, "transcoders", transcoders) or [])
+    folder = getattr(transcoders, "folder", None)
+    name = str(folder) if folder else f"in-memory set of width {items[0].cfg.d_sae}" if items else ""
+    n, d = lm.adapter.n_layers, lm.adapter.d_model
+    if len(items) != n:
+        raise InterpscopeError(f"Attribution graphs need one transcoder per block: {lm.name} has {n} blocks, the "
+                               f"set has {len(items)}.")
+    for layer, tc in enumerate(items):
+        if not hasattr(tc, "W_dec") or not hasattr(tc, "b_enc"):
+            raise InterpscopeError(f"Layer {layer} of the set is not a transcoder.")
+        if tc.cfg.d_in != d or int(tc.W_dec.shape[1]) != d:
+            raise InterpscopeError(f"Layer {layer}'s transcoder maps {tc.cfg.d_in} -> {int(tc.W_dec.shape[1])}; "
+                                   f"{lm.name}'s MLPs map {d} -> {d}.")
+    return items, name
+
+
+def _ids(lm: LoadedModel, text: str) -> tuple[torch.Tensor, bool]:
+    from interpscope.relevance.api import input_ids_for
+
+    if not isinstance(text, str) or not text.strip():
+        raise InterpscopeError("The text is empty: type a prompt to trace.")
+    return input_ids_for(lm, text, max_tokens=MAX_TOKENS)
+
+
+def _sinks(lm: LoadedModel, rep_run, prepended: bool):
+    from interpscope.relevance.sinks import report_from
+
+    middle = lm.adapter.n_layers // 2 + 1  # the output of the middle block (interpscope.relevance.sinks)
+    residual = rep_run.resid_pre[middle] if middle < rep_run.n_layers else rep_run.resid_final
+    return report_from(lm.adapter, residual, prepended=0 if prepended else None)
+
+
+def _target(lm: LoadedModel, logits: torch.Tensor, target: str | int | None) -> dict[str, Any]:
+    from interpscope.relevance.targets import token_id_of
+
+    token_id = int(logits.argmax()) if target is None else token_id_of(lm.tokenizer, target, int(logits.shape[0]))
+    probability = float(torch.softmax(logits.double(), -1)[token_id])
+    return {"token": str(lm.tokenizer.decode([token_id])), "id": token_id, "probability": probability,
+            "chosen": "top next token" if target is None else "named"}
+
+
+class _Adjacency:
+    """Rows computed so far: raw weights, each row's own node (-1 for the logit) and its bias."""
+
+    def __init__(self, rep: Replacement):
+        self.rep = rep
+        self.rows: list[np.ndarray] = []
+        self.row_node: list[int] = []
+        self.bias: list[float] = []
+
+    def add(self, reads_for: Sequence[int], reads) -> None:
+        rows = compute_rows(self.rep, reads)
+        self.rows.extend(rows.weights)
+        self.row_node.extend(reads_for)
+        self.bias.extend(float(b) for b in rows.bias)
+
+    def matrix(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.stack(self.rows), np.array(self.row_node)
+
+
+def _expand(adj: _Adjacency, max_feature_nodes: int, seed: np.ndarray, progress) -> None:
+    """Compute feature rows in order of influence on the logit (re-ranked after every batch)."""
+    rep = adj.rep
+    rankable = ~np.isin(rep.features.position.numpy(), rep.sinks)
+    expanded = np.zeros(rep.n_features, dtype=bool)
+    while expanded.sum() < max_feature_nodes:
+        A, row_node = adj.matrix()
+        score = influence(normalised(A), row_node, np.concatenate([seed, np.zeros(len(row_node) - seed.size)]))
+        score = score[:rep.n_features]
+        open_ = np.flatnonzero(rankable & ~expanded & (score > 0))
+        if open_.size == 0:
+            break
+        room = int(max_feature_nodes - expanded.sum())
+        chosen = open_[np.argsort(-score[open_], kind="stable")[:min(BATCH, room)]]
+        expanded[chosen] = True
+        adj.add(list(chosen), feature_reads(rep, [int(c) for c in chosen]))
+        if progress is not None:
+            progress(0.1 + 0.7 * float(expanded.sum()) / max_feature_nodes,
+                     f"Expanded {int(expanded.sum())} of up to {max_feature_nodes} features")
 
 
 def build_graph(lm: LoadedModel, transcoders: Any, text: str, *, target: str | int | None = None,
                 node_budget: int = DEFAULT_NODE_BUDGET, edge_budget: int = DEFAULT_EDGE_BUDGET,
                 max_feature_nodes: int = DEFAULT_MAX_FEATURE_NODES, lrp: str | None = "attnlrp",
                 progress: Callable[[float, str], None] | None = None) -> AttributionGraph:
-    """The attribution graph of `text`'s next-token `target` (a token string or id; None: the top next token)."""
-    raise NotImplementedError("being written (H2)")
+    """The attribution graph of `text`'s next-token `target` (a token string, an id or '#id'; None: the model's top
+    next token) over `transcoders` (a TranscoderSet or one transcoder per block). lrp: an LRP method name
+    ('attnlrp', 'cplrp') for the LRP edges into the logit beside the direct ones, or None."""
+    start = time.perf_counter()
+    for name, value in (("node_budget", node_budget), ("edge_budget", edge_budget),
+                        ("max_feature_nodes", max_feature_nodes)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise InterpscopeError(f"{name} must be a non-negative integer (got {value!r}).")
+    items, set_name = _transcoder_list(lm, transcoders)
+    ids, prepended = _ids(lm, text)
+    report = lambda fraction, message: progress(fraction, message) if progress is not None else None  # noqa: E731
+    with model_lock(lm):
+        report(0.0, "Recording the forward pass")
+        run = record(lm, ids)
+        chosen = _target(lm, run.logits, target)
+        sinks = _sinks(lm, run, prepended)
+        rep = replacement(run, items, sinks.positions)
+        report(0.05, "Computing the logit's row")
+        adj = _Adjacency(rep)
+        adj.add([-1], logit_reads(rep, [chosen["id"]]))
+        seed = np.ones(1)
+        _expand(adj, max_feature_nodes, seed, progress)
+        lrp_row = lrp_label = None
+        if lrp:
+            report(0.82, f"LRP ({lrp}) into the logit")
+            from interpscope.graphs.lrp import lrp_logit_row
+
+            lrp_row, lrp_label = lrp_logit_row(lm, rep, ids, chosen["id"], lrp)
+    report(0.9, "Pruning")
+    graph = _assemble(lm, rep, adj, seed, chosen, text, set_name, sinks, node_budget, edge_budget, max_feature_nodes)
+    if lrp_row is not None:
+        _add_lrp(graph, rep, adj, lrp_row, lrp_label or str(lrp))
+    graph.seconds = time.perf_counter() - start
+    report(1.0, "Done")
+    return graph
+
+
+def _node(rep: Replacement, column: int, tokens: list[str], value: float, direct: float,
+          sinks: set[int]) -> dict[str, Any]:
+    feats, run = rep.features, rep.run
+    if column < rep.n_features:
+        layer, position = int(feats.layer[column]), int(feats.position[column])
+        feature = int(feats.feature[column])
+        node = {"id": node_id("feature", layer, position, feature), "kind": "feature", "layer": layer,
+                "position": position, "token": tokens[position], "feature": feature,
+                "activation": float(feats.activation[column])}
+    elif column < rep.embedding_column(0):
+        layer, position = divmod(column - rep.n_features, run.n_tokens)
+        node = {"id": node_id("error", layer, position), "kind": "error", "layer": layer, "position": position,
+                "token": tokens[position], "activation": float(rep.errors[layer, position].norm())}
+    else:
+        position = column - rep.embedding_column(0)
+        node = {"id": node_id("embedding", None, position), "kind": "embedding", "layer": -1,
+                "position": position, "token": tokens[position]}
+    node["influence"] = float(value)
+    node["logit_effect"] = float(direct)
+    if node["position"] in sinks:
+        node["sink"] = True
+    return node
+
+
+def _assemble(lm: LoadedModel, rep: Replacement, adj: _Adjacency, seed: np.ndarray, chosen: dict, text: str,
+              set_name: str, sinks, node_budget: int, edge_budget: int, max_feature_nodes: int) -> AttributionGraph:
+    run = rep.run
+    A, row_node = adj.matrix()
+    tokens = lm.token_strings(run.ids)
+    T, n = run.n_tokens, run.n_layers
+    sink_set = set(rep.sinks)
+    positions = np.concatenate([rep.features.position.numpy(), np.tile(np.arange(T), n), np.arange(T)])
+    is_embedding = np.arange(rep.n_columns) >= rep.embedding_column(0)
+    ranked = np.flatnonzero(~is_embedding & ~np.isin(positions, list(sink_set)))
+    pruned = prune(A, row_node, np.concatenate([seed, np.zeros(len(row_node) - 1)]), ranked,
+                   np.flatnonzero(is_embedding), node_budget, edge_budget)
+    scores = graph_scores(A, row_node, np.concatenate([seed, np.zeros(len(row_node) - 1)]),
+                          np.arange(rep.n_features, rep.embedding_column(0)), np.flatnonzero(is_embedding))
+    token_id = chosen["id"]
+    logit_id = node_id("logit", n, T - 1, token_id)
+    logit_row = A[0]
+    nodes = [_node(rep, int(c), tokens, pruned.influence[c], logit_row[c], sink_set) for c in pruned.nodes]
+    nodes.append({"id": logit_id, "kind": "logit", "layer": n, "position": T - 1, "token": chosen["token"],
+                  "feature": token_id, "activation": float(run.logits[token_id]), "influence": float(seed[0])})
+    ids_of = {int(c): node["id"] for c, node in zip(pruned.nodes, nodes, strict=False)}
+    edges = [{"source": ids_of[c], "target": logit_id if row_node[r] < 0 else ids_of[int(row_node[r])],
+              "weight": w} for r, c, w in pruned.edges]
+    bias = adj.bias[0] + (0.0 if run.b_U is None else float(run.b_U[token_id]))
+    has_bias = run.b_U is not None or any(b is not None for b in run.attn_bias)
+    notes = [f"Error nodes hold the transcoder's reconstruction error and its decoder bias b_dec "
+             f"(mlp_out - sum of features' a * W_dec); {len(rep.sinks)} sink position(s) never ranked."]
+    return AttributionGraph(
+        model=lm.name, transcoders=set_name, text=text, tokens=tokens, target=chosen,
+        logit=float(run.logits[token_id]), logit_inputs_sum=float(logit_row.sum(dtype=np.float64)),
+        bias_sum=bias if has_bias else None, nodes=nodes, edges=edges,
+        replacement_score=scores.replacement, completeness_score=scores.completeness, node_budget=node_budget,
+        edge_budget=edge_budget, max_feature_nodes=max_feature_nodes, n_active_features=rep.n_features,
+        n_expanded_features=int((row_node >= 0).sum()), sinks=sinks.rows(tokens), notes=notes)
+
+
+def _add_lrp(graph: AttributionGraph, rep: Replacement, adj: _Adjacency, lrp_row: np.ndarray, label: str) -> None:
+    """LRP relevance into the logit for the kept nodes, and its agreement with their direct effects."""
+    from interpscope.graphs.lrp import agreement
+
+    logit = next(node for node in graph.nodes if node["kind"] == "logit")
+    columns = {node["id"]: column for column, node in _columns(rep, graph)}
+    names = list(columns)
+    values = np.array([lrp_row[columns[name]] for name in names])
+    direct = adj.rows[0][[columns[name] for name in names]]
+    graph.lrp_method = label
+    graph.lrp_edges = [{"source": name, "target": logit["id"], "weight": float(v)}
+                       for name, v in zip(names, values, strict=True) if v != 0]
+    graph.lrp_edges.sort(key=lambda e: -abs(e["weight"]))
+    graph.agreement = agreement(direct, values, names)
+    graph.agreement["over"] = "kept nodes: direct effect on the logit vs LRP relevance for it"
+
+
+def _columns(rep: Replacement, graph: AttributionGraph):
+    """(column, node) for the graph's non-logit nodes."""
+    for node in graph.nodes:
+        kind, position = node["kind"], int(node["position"])
+        if kind == "embedding":
+            yield rep.embedding_column(position), node
+        elif kind == "error":
+            yield rep.error_column(int(node["layer"]), position), node
+        elif kind == "feature":
+            yield _feature_column(rep, int(node["layer"]), position, int(node["feature"])), node
+
+
+def _feature_column(rep: Replacement, layer: int, position: int, feature: int) -> int:
+    feats = rep.features
+    start, stop = feats.starts[layer], feats.starts[layer + 1]
+    hit = np.flatnonzero((feats.position[start:stop] == position).numpy() & (feats.feature[start:stop] == feature)
+                         .numpy())
+    return start + int(hit[0])

@@ -15,25 +15,28 @@ import numpy as np
 
 
 def normalised(weights: np.ndarray) -> np.ndarray:
-    """|A| with every row scaled to sum 1 (all-zero rows stay zero)."""
-    magnitude = np.abs(weights).astype(np.float64)
-    total = magnitude.sum(1, keepdims=True)
+    """|A| with every row scaled to sum 1 (all-zero rows stay zero), in A's float precision."""
+    magnitude = np.abs(weights)
+    total = magnitude.sum(1, keepdims=True, dtype=np.float64).astype(magnitude.dtype)
     return np.divide(magnitude, total, out=np.zeros_like(magnitude), where=total > 0)
 
 
 def influence(A: np.ndarray, row_node: np.ndarray, seed: np.ndarray, max_steps: int = 1000) -> np.ndarray:
-    """Influence [n_columns] of every node: seed [R] weights the rows (the logit's probability on logit rows, 0 on
-    feature rows); row_node [R] is the column of each row's own node (-1 for a logit). A is normalised."""
-    total = np.zeros(A.shape[1])
-    weight = seed.astype(np.float64)
+    """Influence [n_columns] of every node: seed [R] weights the rows (the logit's weight on logit rows, 0 on
+    feature rows); row_node [R] is the column of each row's own node (-1 for a logit). A is normalised.
+
+    The path sum runs over the rows only (R x R: the weight reaching each computed target), then one product with
+    A spreads it over every column: (seed + w_1 + w_2 + ...) A with w_{k+1} = (w_k A) at the rows' own columns."""
     has_node = row_node >= 0
+    among_rows = np.zeros((A.shape[0], A.shape[0]), dtype=np.float64)
+    among_rows[:, has_node] = A[:, row_node[has_node]]
+    weight = seed.astype(np.float64)
+    reached = weight.copy()
     for _ in range(max_steps):
-        step = weight @ A
-        total += step
-        weight = np.zeros_like(weight)
-        weight[has_node] = step[row_node[has_node]]
+        weight = weight @ among_rows
         if not weight.any():
-            return total
+            return (reached.astype(A.dtype) @ A).astype(np.float64)
+        reached += weight
     raise RuntimeError("influence did not converge: the adjacency has a cycle")
 
 

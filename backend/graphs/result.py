@@ -30,7 +30,8 @@ class AttributionGraph(Result):
     nodes: dicts {id, kind (embedding|feature|error|logit), layer, position, token, feature (features; the token
     id for a logit), activation (a feature's activation; the logit's value), influence (on the target logit through
     the normalised adjacency, see interpscope.graphs.prune), sink (only when true)}; embeddings have layer -1 and
-    the logit layer n_layers. edges: {source, target, weight}: the source's direct (linear) effect on the target's
+    the logit layer n_layers; logit_effect: the node's direct effect on the target logit (its entry in the logit's
+    row, before pruning). edges: {source, target, weight}: the source's direct (linear) effect on the target's
     pre-activation. lrp_edges: the same nodes' edges into the logit with LRP relevance as weights (method named in
     `lrp_method`); agreement: {spearman, moved} between direct-effect and LRP node influences.
     logit: the target's logit from the real forward pass; logit_inputs_sum: the sum of ALL direct contributions
@@ -73,7 +74,8 @@ class AttributionGraph(Result):
 
     def tidy(self) -> list[dict[str, Any]]:
         """The node table: one row per node, its fields as columns."""
-        columns = ("id", "kind", "layer", "position", "token", "feature", "activation", "influence", "sink")
+        columns = ("id", "kind", "layer", "position", "token", "feature", "activation", "influence", "logit_effect",
+                   "sink")
         return [{c: node.get(c) for c in columns} for node in self.nodes]
 
     def to_neuronpedia(self, slug: str | None = None) -> dict[str, Any]:

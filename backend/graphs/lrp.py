@@ -1,0 +1,97 @@
+"""LRP beside the direct effects: the relevance of every node of the replacement model for the target logit.
+
+The real model runs once more under an LRP rule set (interpscope.relevance.rules via the relevance engine), with
+each block's MLP output replaced by its transcoder features (leaf tensors) times W_dec plus the error node (a
+constant leaf): the forward value is unchanged and the MLP's own path is cut, as in the replacement model.
+A node's relevance is its tensor x the rule-modified gradient (summed over the hidden dimension for errors and
+embeddings).
+
+CP-LRP freezes the attention pattern (no relevance through the softmax) and treats every norm scale as a
+constant, so in this linear replacement model its relevance EQUALS the direct effect into the logit (the logit
+row of the adjacency): tests/test_graphs.py checks it. AttnLRP also sends relevance through the softmax (the q/k
+path) with its rules, so a node can gain or lose relevance by how it moved attention; where the two rankings part
+is reported as `agreement`.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from interpscope.capture import hooks
+from interpscope.graphs.engine import Replacement
+from interpscope.relevance.engine import attribute
+from interpscope.relevance.methods import get_method
+from interpscope.relevance.targets import Target
+
+
+def lrp_logit_row(lm, rep: Replacement, ids: torch.Tensor, token_id: int, method: str) -> tuple[np.ndarray, str]:
+    """(relevance [n_columns] of every node for the logit of token_id, the method's label); the caller holds the
+    model's lock."""
+    spec = get_method(method, lm.adapter)
+    if spec.rules is None:
+        raise ValueError(f"{method} is not an LRP method")
+    run, feats = rep.run, rep.features
+    model_dtype = next(lm.model.parameters()).dtype
+    leaves: dict[str, torch.Tensor] = {}
+    edits = []
+    for layer, tc in enumerate(rep.transcoders):
+        mask = feats.layer == layer
+        dense = torch.zeros(run.n_tokens, tc.cfg.d_sae, dtype=run.dtype)
+        dense[feats.position[mask], feats.feature[mask]] = feats.activation[mask]
+        acts = dense.to(lm.device).requires_grad_(True)
+        error = rep.errors[layer].to(lm.device).requires_grad_(True)
+        leaves[f"features.{layer}"], leaves[f"error.{layer}"] = acts, error
+        W_dec = rep.decoder(layer).to(lm.device)
+
+        def splice(x: torch.Tensor, acts=acts, error=error, W_dec=W_dec) -> torch.Tensor:
+            return (acts @ W_dec + error).to(model_dtype)[None]
+        edits.append((f"blocks.{layer}.hook_mlp_out", splice))
+    with hooks(lm.adapter, edits):
+        result = attribute(lm.adapter, ids, Target(run.n_tokens - 1, token_id), spec.rules(lm.adapter),
+                           conservation=False, extra=leaves)
+    row = np.zeros(rep.n_columns)
+    for layer in range(run.n_layers):
+        relevance = result.points[f"features.{layer}"]
+        start, stop = feats.starts[layer], feats.starts[layer + 1]
+        row[start:stop] = relevance[feats.position[start:stop].numpy(), feats.feature[start:stop].numpy()]
+        first = rep.error_column(layer, 0)
+        row[first:first + run.n_tokens] = result.points[f"error.{layer}"].sum(-1)
+    first = rep.embedding_column(0)
+    row[first:first + run.n_tokens] = result.relevance
+    return row, spec.label
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman rank correlation (average ranks for ties); NaN with fewer than 2 values or a constant side."""
+    if a.size < 2:
+        return float("nan")
+    ra, rb = _ranks(a), _ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(values.size)
+    ranks[order] = np.arange(values.size)
+    for value in np.unique(values):  # ties share their average rank
+        tied = values == value
+        if tied.sum() > 1:
+            ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def agreement(direct: np.ndarray, lrp: np.ndarray, names: list[str], k: int = 10) -> dict:
+    """How the direct-effect and LRP rankings of the same nodes agree: Spearman over |values|, and the k nodes
+    whose rank moves most (rank 1 = the strongest), each with both ranks and both values."""
+    a, b = np.abs(direct), np.abs(lrp)
+    rank_a = np.empty(a.size, dtype=int)
+    rank_b = np.empty(b.size, dtype=int)
+    rank_a[np.argsort(-a, kind="stable")] = np.arange(1, a.size + 1)
+    rank_b[np.argsort(-b, kind="stable")] = np.arange(1, b.size + 1)
+    shift = np.abs(rank_a - rank_b)
+    moved = [{"node": names[i], "direct_rank": int(rank_a[i]), "lrp_rank": int(rank_b[i]),
+              "direct": float(direct[i]), "lrp": float(lrp[i])}
+             for i in np.argsort(-shift, kind="stable")[:k] if shift[i] > 0]
+    return {"spearman": spearman(a, b), "n_nodes": int(a.size), "moved": moved}
