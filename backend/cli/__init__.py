@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "interpscope.cli.flow_cmd",
     "interpscope.cli.heads_cmd",
     "interpscope.cli.patch_cmd",
+    "interpscope.cli.graph_cmd",
 ]
 
 

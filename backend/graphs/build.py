@@ -21,6 +21,14 @@ import torch
 
 from interpscope.capture import model_lock
 from interpscope.config import InterpscopeError
+from interpscope.graphs.defaults import (
+    BATCH,
+    CHUNK,
+    DEFAULT_EDGE_BUDGET,
+    DEFAULT_MAX_FEATURE_NODES,
+    DEFAULT_NODE_BUDGET,
+    MAX_TOKENS,
+)
 from interpscope.graphs.engine import Replacement, compute_rows, feature_reads, logit_reads, replacement
 from interpscope.graphs.prune import graph_scores, influence, normalised, prune
 from interpscope.graphs.replay import record
@@ -29,11 +37,7 @@ from interpscope.graphs.result import AttributionGraph, node_id
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
 
-DEFAULT_NODE_BUDGET = 80
-DEFAULT_EDGE_BUDGET = 400
-DEFAULT_MAX_FEATURE_NODES = 256
-MAX_TOKENS = 128
-BATCH = 32  # feature rows per linear backward pass
+__all__ = ["DEFAULT_EDGE_BUDGET", "DEFAULT_MAX_FEATURE_NODES", "DEFAULT_NODE_BUDGET", "MAX_TOKENS", "build_graph"]
 
 
 def _transcoder_list(lm: LoadedModel, transcoders: Any) -> tuple[list, str]:
@@ -85,12 +89,14 @@ class _Adjacency:
     def __init__(self, rep: Replacement):
         self.rep = rep
         self.rows: list[np.ndarray] = []
+        self.normalised: list[np.ndarray] = []  # |row| / its sum, kept as rows arrive (rows never change)
         self.row_node: list[int] = []
         self.bias: list[float] = []
 
     def add(self, reads_for: Sequence[int], reads) -> None:
         rows = compute_rows(self.rep, reads)
         self.rows.extend(rows.weights)
+        self.normalised.extend(normalised(rows.weights))
         self.row_node.extend(reads_for)
         self.bias.extend(float(b) for b in rows.bias)
 
@@ -104,8 +110,9 @@ def _expand(adj: _Adjacency, max_feature_nodes: int, seed: np.ndarray, progress)
     rankable = ~np.isin(rep.features.position.numpy(), rep.sinks)
     expanded = np.zeros(rep.n_features, dtype=bool)
     while expanded.sum() < max_feature_nodes:
-        A, row_node = adj.matrix()
-        score = influence(normalised(A), row_node, np.concatenate([seed, np.zeros(len(row_node) - seed.size)]))
+        row_node = np.array(adj.row_node)
+        weights = np.concatenate([seed, np.zeros(len(row_node) - seed.size)])
+        score = influence(np.stack(adj.normalised), row_node, weights)
         score = score[:rep.n_features]
         open_ = np.flatnonzero(rankable & ~expanded & (score > 0))
         if open_.size == 0:
@@ -113,7 +120,10 @@ def _expand(adj: _Adjacency, max_feature_nodes: int, seed: np.ndarray, progress)
         room = int(max_feature_nodes - expanded.sum())
         chosen = open_[np.argsort(-score[open_], kind="stable")[:min(BATCH, room)]]
         expanded[chosen] = True
-        adj.add(list(chosen), feature_reads(rep, [int(c) for c in chosen]))
+        # a backward pass costs rows x (highest layer + 1) x (last position + 1): passes of alike rows cost less
+        chosen = chosen[np.lexsort((rep.features.position.numpy()[chosen], rep.features.layer.numpy()[chosen]))]
+        for part in np.array_split(chosen, max(1, round(chosen.size / CHUNK))):
+            adj.add(list(part), feature_reads(rep, [int(c) for c in part]))
         if progress is not None:
             progress(0.1 + 0.7 * float(expanded.sum()) / max_feature_nodes,
                      f"Expanded {int(expanded.sum())} of up to {max_feature_nodes} features")
