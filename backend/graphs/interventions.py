@@ -1,0 +1,465 @@
+"""Interventions on an attribution graph: ablate or steer a feature node (or a supernode, a set of them) and compare
+the change of the target logit the GRAPH predicts with the ACTUAL change from a real forward pass of the real model.
+
+Predicted: the replacement model is linear once attention patterns and norm scales are frozen and each active
+feature is taken as linear in its pre-activation (the graph's own assumption; error nodes are constants). Changing
+the features in S by delta_0 (ablation: -a_s; steering by a factor: (factor - 1) a_s) moves every node downstream by
+delta = (I - A')^-1 delta_0, A' the graph's adjacency per unit of source activation, and the prediction is delta at
+the target logit. `predicted` is that over the UNPRUNED adjacency of all active features (computed as one batched
+linear replay of the frozen run: interpscope.graphs.replay), `predicted_pruned` over the edges the pruned graph keeps.
+
+Actual: one forward pass of the real model with the features' decoder contributions a_s W_dec[s] removed (or
+scaled) in `hook_mlp_out` of their block at their position, through interpscope.capture's scoped hooks. Several
+interventions run as one batch, each row with its own edit and a clean row beside them (same numerics); only numbers
+leave this module, so no edited run's output is cached anywhere.
+
+The ablation check ablates the graph's strongest feature nodes (or supernodes) one by one and reports the Pearson r
+of predicted vs actual changes (the issue's target: >= 0.8) beside a CONTROL: the same for random feature nodes.
+
+`edge_heads` splits one edge by the attention heads that carry it: with the patterns and norm scales frozen, the
+part of s -> t that passes through exactly one head (l, h) is P[l, h, t_pos, s_pos] (s_l[s_pos] gamma_l * v_s) W_V^h
+W_O^h . u_t, beside the residual path (same position) and the rest (paths through two or more heads).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from interpscope.capture import EditFn
+from interpscope.config import InterpscopeError
+from interpscope.graphs.replay import FrozenRun, attention_forward, record
+from interpscope.results import Result
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from interpscope.graphs.result import AttributionGraph
+    from interpscope.models.loaded import LoadedModel
+
+MODES = ("ablate", "steer")
+BATCH = 8  # edited rows per real forward pass (plus one clean row)
+
+
+def target_node(graph: AttributionGraph) -> str:
+    """The id of the graph's target logit node."""
+    wanted = graph.target.get("id")
+    logits = [n for n in graph.nodes if n.get("kind") == "logit"]
+    for node in logits:
+        if node.get("feature") == wanted:
+            return str(node["id"])
+    if len(logits) == 1:
+        return str(logits[0]["id"])
+    raise InterpscopeError("The graph has no node for its target logit.")
+
+
+def intervention_factor(mode: str, scale: float | None) -> float:
+    """What an intervention multiplies the features' activations by: 0 to ablate, the factor to steer."""
+    if mode not in MODES:
+        raise InterpscopeError(f"Unknown intervention {mode!r}: choose one of {', '.join(MODES)}.")
+    if mode == "ablate":
+        return 0.0
+    if scale is None or not np.isfinite(scale):
+        raise InterpscopeError("Steering needs a finite factor (2 doubles the features, -1 flips them).")
+    return float(scale)
+
+
+def feature_members(graph: AttributionGraph, node_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """The graph's feature nodes named by node_ids (a node, or a supernode's members), refusing any other kind."""
+    if not node_ids:
+        raise InterpscopeError("Choose at least one feature node to intervene on.")
+    by_id = {str(n["id"]): n for n in graph.nodes}
+    unknown = [i for i in node_ids if i not in by_id]
+    if unknown:
+        raise InterpscopeError(f"Not nodes of this graph: {', '.join(map(str, unknown[:5]))}.")
+    chosen = [by_id[i] for i in dict.fromkeys(node_ids)]
+    other = [str(n["id"]) for n in chosen if n.get("kind") != "feature"]
+    if other:
+        raise InterpscopeError(f"Only feature nodes (and supernodes of them) can be ablated or steered; "
+                               f"{', '.join(other[:5])} {'is' if len(other) == 1 else 'are'} not one.")
+    return chosen
+
+
+def graph_input_ids(lm: LoadedModel, graph: AttributionGraph) -> torch.Tensor:
+    """The graph's prompt as the model's token ids [1, T], checked against the graph's own tokens."""
+    ids = lm.encode(graph.text, max_tokens=max(len(graph.tokens), 1))
+    if ids.shape[1] != len(graph.tokens):
+        raise InterpscopeError(f"The graph's prompt tokenises to {ids.shape[1]} tokens here but the graph has "
+                               f"{len(graph.tokens)}: it was built with another tokenizer.")
+    return ids
+
+
+# --- the graph's predictions ------------------------------------------------------------------------------------
+class PrunedGraph:
+    """The pruned graph's edges as a linear map over its nodes, w[t, s] = A[t, s] / a_s for feature sources."""
+
+    def __init__(self, graph: AttributionGraph):
+        self.ids = [str(n["id"]) for n in graph.nodes]
+        self.index = {node_id: i for i, node_id in enumerate(self.ids)}
+        self.activation = np.array([float(n.get("activation") or 0.0) for n in graph.nodes])
+        kinds = [n.get("kind") for n in graph.nodes]
+        n = len(self.ids)
+        W = np.zeros((n, n))
+        for edge in graph.edges:
+            s, t = self.index.get(str(edge["source"])), self.index.get(str(edge["target"]))
+            if s is None or t is None or kinds[s] != "feature" or self.activation[s] == 0:
+                continue  # embeddings and errors are constants of the replacement model: never perturbed
+            W[t, s] += float(edge["weight"]) / self.activation[s]
+        self.system = np.eye(n) - W
+        self.target = self.index[target_node(graph)]
+
+    def predicted(self, sources: Sequence[str], factor: float) -> float:
+        start = np.zeros(len(self.ids))
+        for node_id in sources:
+            i = self.index[node_id]
+            start[i] = (factor - 1.0) * self.activation[i]
+        return float(np.linalg.solve(self.system, start)[self.target])
+
+
+class GraphRun:
+    """A built graph made ready for interventions: the frozen run of its prompt (one real forward pass, read hooks
+    only), which features are active at every layer and position, and the pruned graph's linear map. Holds no
+    edited run's output; a page keeps one per graph in its session, so each intervention costs one real pass."""
+
+    def __init__(self, lm: LoadedModel, transcoders: Any, graph: AttributionGraph):
+        from interpscope.capture import model_lock
+
+        self.lm, self.transcoders, self.graph = lm, transcoders, graph
+        ids = graph_input_ids(lm, graph)
+        with model_lock(lm):
+            self.run: FrozenRun = record(lm, ids)
+        dtype = self.run.dtype
+        self.W_enc = [tc.W_enc.detach().to("cpu", dtype) for tc in transcoders.transcoders]
+        self.W_dec = [tc.W_dec.detach().to("cpu", dtype) for tc in transcoders.transcoders]
+        with torch.no_grad():
+            self.active = [tc.encode(self.run.mlp_in[layer].to(tc.W_enc.dtype)).to("cpu") > 0
+                           for layer, tc in enumerate(transcoders.transcoders)]
+        self.target_id = int(graph.target["id"])
+        self.pruned = PrunedGraph(graph)
+
+    def predicted(self, interventions: Sequence[Sequence[dict[str, Any]]], factor: float) -> list[float]:
+        """The unpruned graph's predicted change of the target logit per intervention (rows of one batch): the
+        linear replay with every active feature following its pre-activation, error nodes constant."""
+        run = self.run
+        B, T = len(interventions), run.n_tokens
+        dx = torch.zeros(B, T, run.W_E.shape[1], dtype=run.dtype)
+        for layer in range(run.n_layers):
+            dx = dx + attention_forward(run, layer, dx)
+            normed = dx * (run.mlp_scale[layer][:, None] * run.gamma_mlp[layer])
+            dact = (normed @ self.W_enc[layer]) * self.active[layer]
+            for row, members in enumerate(interventions):
+                for node in members:
+                    if int(node["layer"]) == layer:
+                        dact[row, int(node["position"]), int(node["feature"])] += (factor - 1.0) * float(
+                            node["activation"])
+            dx = dx + dact @ self.W_dec[layer]
+        return ((dx[:, -1] @ run.logit_direction(self.target_id)).double()).tolist()
+
+    def actual(self, interventions: Sequence[Sequence[dict[str, Any]]], factor: float,
+               progress: Callable[[int, int], None] | None = None) -> tuple[list[float], float]:
+        """The target logit's change in real forward passes, one row per intervention (the features' decoder
+        contributions a W_dec[f] multiplied by `factor` in hook_mlp_out at their layer and position). Returns
+        (changes, the clean logit of the same batches)."""
+        from interpscope.capture import capture, hooks
+
+        lm, transcoders = self.lm, self.transcoders
+        ids = graph_input_ids(lm, self.graph)
+        changes: list[float] = []
+        clean = float("nan")
+        chunks = [list(interventions[i:i + BATCH]) for i in range(0, len(interventions), BATCH)]
+        for done, chunk in enumerate(chunks):
+            rows = len(chunk) + 1  # row 0: the clean run
+            edits: dict[int, torch.Tensor] = {}
+            for row, members in enumerate(chunk, start=1):
+                for node in members:
+                    layer = int(node["layer"])
+                    write = float(node["activation"]) * self.W_dec[layer][int(node["feature"])]
+                    if layer not in edits:
+                        edits[layer] = torch.zeros(rows, ids.shape[1], write.shape[0], dtype=write.dtype)
+                    edits[layer][row, int(node["position"])] += (factor - 1.0) * write
+            named: dict[str, EditFn] = {str(transcoders.hook_out_name(layer)): _adder(delta)
+                                        for layer, delta in edits.items()}
+            with hooks(lm.adapter, named):
+                logits = capture(lm.adapter, ids.expand(rows, -1), []).require_logits()
+            values = logits[:, -1, self.target_id].double()
+            clean = float(values[0])
+            changes += [float(v - values[0]) for v in values[1:]]
+            if progress is not None:
+                progress(done + 1, len(chunks))
+        return changes, clean
+
+
+def _adder(delta: torch.Tensor) -> EditFn:
+    return lambda out: out + delta.to(device=out.device, dtype=out.dtype)
+
+
+# --- results ---------------------------------------------------------------------------------------------------
+@dataclass
+class InterventionResult(Result):
+    """One intervention on a graph's feature node or supernode: the target logit's change as the graph predicts it
+    (`predicted`: the unpruned graph, all linear paths; `predicted_pruned`: only the edges the pruned graph keeps)
+    beside the actual change from a real forward pass. `factor`: what the features' activations were multiplied by
+    (0 for an ablation)."""
+
+    model: str
+    text: str
+    target: dict[str, Any]
+    mode: str
+    factor: float
+    nodes: list[str]
+    label: str
+    clean_logit: float
+    predicted: float
+    predicted_pruned: float
+    actual: float
+    seconds: float = 0.0
+
+    SCHEMA = "interpscope.graph.intervention"
+    SCHEMA_VERSION = 1
+
+    @property
+    def error(self) -> float:
+        return self.actual - self.predicted
+
+    def summary(self) -> str:
+        """One sentence from the numbers: how far the graph's prediction is from the real change."""
+        what = "Ablating" if self.mode == "ablate" else f"Steering ×{self.factor:g}"
+        gap = abs(self.error)
+        scale = max(abs(self.actual), abs(self.predicted), 1e-9)
+        if gap <= 0.1 * scale:
+            verdict = "the graph predicts it within 10%"
+        elif np.sign(self.actual) == np.sign(self.predicted):
+            verdict = f"the graph gets the sign right but is off by {gap / scale:.0%}"
+        else:
+            verdict = "the graph gets even the sign wrong"
+        return (f"{what} {self.label} moves the {self.target.get('token', 'target')!r} logit by {self.actual:+.3f} in "
+                f"the real model; the graph predicts {self.predicted:+.3f} ({self.predicted_pruned:+.3f} from the "
+                f"pruned graph's edges alone): {verdict}.")
+
+
+def node_label(members: Sequence[dict[str, Any]]) -> str:
+    if len(members) == 1:
+        node = members[0]
+        return f"L{node['layer']}#{node['feature']}@{node['position']} ({node.get('token', '')!r})"
+    return f"a supernode of {len(members)} features"
+
+
+def intervene(lm: LoadedModel, transcoders: Any, graph: AttributionGraph, node_ids: Sequence[str],
+              mode: str = "ablate", scale: float | None = None, label: str | None = None,
+              prepared: GraphRun | None = None) -> InterventionResult:
+    """Ablate (mode "ablate") or scale by `scale` (mode "steer") the feature nodes node_ids (one node or a
+    supernode's members) and compare the graph's predicted change of the target logit with the real one.
+    `prepared`: the graph's GraphRun, when the caller keeps one (else it is made here: one more forward pass)."""
+    start = time.perf_counter()
+    factor = intervention_factor(mode, scale)
+    members = feature_members(graph, node_ids)
+    prepared = prepared or GraphRun(lm, transcoders, graph)
+    (predicted,) = prepared.predicted([members], factor)
+    pruned = prepared.pruned.predicted([str(n["id"]) for n in members], factor)
+    (actual,), clean = prepared.actual([members], factor)
+    return InterventionResult(model=graph.model, text=graph.text, target=dict(graph.target), mode=mode,
+                              factor=factor, nodes=[str(n["id"]) for n in members],
+                              label=label or node_label(members), clean_logit=clean, predicted=predicted,
+                              predicted_pruned=pruned, actual=actual, seconds=time.perf_counter() - start)
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Pearson r, or None (absent) when either side has no spread or there are fewer than 3 points."""
+    a, b = np.asarray(x, float), np.asarray(y, float)
+    if len(a) < 3 or a.std() == 0 or b.std() == 0:
+        return None
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+@dataclass
+class AblationCheck(Result):
+    """The graph's strongest feature nodes (or given supernodes) ablated one by one: predicted vs actual change of
+    the target logit and their Pearson r (the issue's target >= 0.8; r_pruned: the pruned graph's predictions), and
+    the same for random feature nodes of the graph (the control). rows: {set ("strongest" | "random"), nodes, label,
+    influence, predicted, predicted_pruned, actual}. Sinks are never ranked: sinks_left_out names them."""
+
+    model: str
+    text: str
+    target: dict[str, Any]
+    n: int
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    r: float | None = None
+    r_pruned: float | None = None
+    r_control: float | None = None
+    target_r: float = 0.8
+    sinks_left_out: list[str] = field(default_factory=list)
+    seed: int = 0
+    seconds: float = 0.0
+
+    SCHEMA = "interpscope.graph.ablation_check"
+    SCHEMA_VERSION = 1
+
+    def tidy(self) -> list[dict[str, Any]]:
+        return [{**row, "nodes": " ".join(row["nodes"])} for row in self.rows]
+
+    def summary(self) -> str:
+        def said(r: float | None) -> str:
+            return "undefined (no spread)" if r is None else f"{r:.2f}"
+        strongest = [row for row in self.rows if row["set"] == "strongest"]
+        met = self.r is not None and self.r >= self.target_r
+        return (f"Over the {len(strongest)} strongest ablations the graph's predicted logit changes correlate with the "
+                f"real ones at r = {said(self.r)} ({'meets' if met else 'misses'} the target {self.target_r}; the "
+                f"pruned graph's edges alone: r = {said(self.r_pruned)}); over {len(self.rows) - len(strongest)} "
+                f"random feature nodes (the control) r = {said(self.r_control)}.")
+
+    def figure(self) -> go.Figure:
+        from interpscope.components.graph_figures import ablation_scatter
+
+        return ablation_scatter(self)
+
+
+def ablation_check(lm: LoadedModel, transcoders: Any, graph: AttributionGraph, n: int = 20, seed: int = 0,
+                   groups: Sequence[Any] | None = None, prepared: GraphRun | None = None,
+                   progress: Callable[[int, int], None] | None = None) -> AblationCheck:
+    """Ablate the n strongest feature nodes by |influence| (or, with `groups`, the n supernodes with the largest
+    summed |influence|) one by one, then n random other feature nodes of the graph (the control)."""
+    start = time.perf_counter()
+    if n < 1:
+        raise InterpscopeError("The ablation check needs at least one ablation (n >= 1).")
+    features = [node for node in graph.nodes if node.get("kind") == "feature"]
+    ranked = [node for node in features if not node.get("sink")]
+    if not ranked:
+        raise InterpscopeError("The graph has no feature nodes to ablate.")
+    by_id = {str(node["id"]): node for node in ranked}
+
+    def strength(members: Sequence[dict[str, Any]]) -> float:
+        return sum(abs(float(m.get("influence") or 0.0)) for m in members)
+
+    if groups:
+        sets = [([by_id[m] for m in g.members if m in by_id], g.label) for g in groups]
+    else:
+        sets = [([node], node_label([node])) for node in ranked]
+    strongest = sorted([s for s in sets if s[0]], key=lambda s: -strength(s[0]))[:n]
+    taken = {str(m["id"]) for members, _ in strongest for m in members}
+    pool = [node for node in ranked if str(node["id"]) not in taken] or ranked
+    picks = np.random.default_rng(seed).choice(len(pool), size=min(n, len(pool)), replace=False)
+    control = [([pool[int(i)]], node_label([pool[int(i)]])) for i in picks]
+    everything = [("strongest", s) for s in strongest] + [("random", s) for s in control]
+    sets_only = [members for _, (members, _) in everything]
+    prepared = prepared or GraphRun(lm, transcoders, graph)
+    predicted = prepared.predicted(sets_only, 0.0)
+    actual, _ = prepared.actual(sets_only, 0.0, progress=progress)
+    rows = []
+    for (which, (members, label)), pred, real in zip(everything, predicted, actual, strict=True):
+        ids = [str(m["id"]) for m in members]
+        rows.append({"set": which, "nodes": ids, "label": label, "influence": strength(members), "predicted": pred,
+                     "predicted_pruned": prepared.pruned.predicted(ids, 0.0), "actual": real})
+
+    def r_of(which: str, key: str) -> float | None:
+        chosen = [row for row in rows if row["set"] == which]
+        return pearson([row[key] for row in chosen], [row["actual"] for row in chosen])
+    return AblationCheck(model=graph.model, text=graph.text, target=dict(graph.target), n=n, rows=rows,
+                         r=r_of("strongest", "predicted"), r_pruned=r_of("strongest", "predicted_pruned"),
+                         r_control=r_of("random", "predicted"),
+                         sinks_left_out=[str(node["id"]) for node in features if node.get("sink")], seed=seed,
+                         seconds=time.perf_counter() - start)
+
+
+# --- which attention heads carry an edge ------------------------------------------------------------------------
+def _writes(run: FrozenRun, transcoders: Any, node: dict[str, Any]) -> torch.Tensor:
+    """The residual-stream vector a node adds at its position: a_f W_dec[f], an embedding row, a transcoder error."""
+    kind, position = node.get("kind"), int(node["position"])
+    if kind == "feature":
+        tc = transcoders[int(node["layer"])]
+        return float(node["activation"]) * tc.W_dec[int(node["feature"])].detach().to(run.dtype)
+    if kind == "embedding":
+        return run.W_E[int(run.ids[position])]
+    if kind == "error":
+        layer = int(node["layer"])
+        tc = transcoders[layer]
+        with torch.no_grad():
+            rebuilt = tc.decode(tc.encode(run.mlp_in[layer][position:position + 1].to(tc.W_enc.dtype)))
+        return run.mlp_out[layer][position] - rebuilt[0].to(run.dtype)
+    raise InterpscopeError(f"{node['id']} writes nothing into the residual stream (a {kind} node).")
+
+
+def _reads(run: FrozenRun, transcoders: Any, node: dict[str, Any], target_id: int) -> torch.Tensor:
+    """The residual direction whose dot product is the node's pre-activation (the frozen norm folded in)."""
+    if node.get("kind") == "feature":
+        layer, position = int(node["layer"]), int(node["position"])
+        column = transcoders[layer].W_enc[:, int(node["feature"])].detach().to(run.dtype)
+        return run.mlp_scale[layer, position] * run.gamma_mlp[layer] * column
+    if node.get("kind") == "logit":
+        return run.logit_direction(target_id)
+    raise InterpscopeError(f"{node['id']} reads nothing from the residual stream (a {node.get('kind')} node).")
+
+
+def head_parts(run: FrozenRun, layer: int, position: int, write: torch.Tensor, query: int, read: torch.Tensor
+               ) -> torch.Tensor:
+    """Per head of `layer` [H]: the part of `write` (added at key `position`) that the head's OV path moves to
+    `query`, read along `read`, under the frozen pattern and norm scale."""
+    x = write * run.attn_scale[layer, position] * run.gamma_attn[layer]
+    values = (run.W_V[layer] @ x).view(run.n_kv_heads, run.d_head)
+    values = values.repeat_interleave(run.n_heads // run.n_kv_heads, dim=0)  # grouped-query: heads share values
+    outputs = torch.einsum("hk,dhk->hd", values, run.W_O[layer].view(-1, run.n_heads, run.d_head))
+    return run.patterns[layer][:, query, position] * (outputs @ read)
+
+
+@dataclass
+class EdgeHeads(Result):
+    """One edge split by what carries it, with the attention patterns and norm scales frozen: the residual stream
+    itself (source and target at one position), each attention head's OV path (exactly one hop), and the rest
+    (paths through two or more heads). heads: {layer, head, part}, largest |part| first (the `top` largest)."""
+
+    source: str
+    target: str
+    weight: float | None
+    residual: float
+    one_hop_total: float
+    heads: list[dict[str, Any]]
+    rest: float | None = None
+
+    SCHEMA = "interpscope.graph.edge_heads"
+    SCHEMA_VERSION = 1
+
+    def tidy(self) -> list[dict[str, Any]]:
+        return list(self.heads)
+
+    def summary(self) -> str:
+        if not self.heads:
+            return f"No attention head lies between {self.source} and {self.target}: the residual stream carries it."
+        top = self.heads[0]
+        total = abs(self.one_hop_total) + abs(self.residual) + abs(self.rest or 0.0)
+        weight = f"the edge's {self.weight:+.3g}" if self.weight is not None else "this (pruned) pair"
+        rest = f"; paths through two or more heads {self.rest:+.3g}" if self.rest is not None else ""
+        return (f"Head L{top['layer']}.H{top['head']} moves the most of {self.source} → {self.target}: "
+                f"{top['part']:+.3g} of {weight}; all single heads together {self.one_hop_total:+.3g}, the residual "
+                f"stream itself {self.residual:+.3g}{rest}"
+                + (f" (the top head is {abs(top['part']) / total:.0%} of the magnitudes)." if total else "."))
+
+
+def edge_heads(run: FrozenRun, transcoders: Any, graph: AttributionGraph, source: str, target: str,
+               top: int = 10) -> EdgeHeads:
+    """Split source -> target by attention head (one hop) from the graph prompt's frozen run (replay.record)."""
+    nodes = {str(n["id"]): n for n in graph.nodes}
+    if source not in nodes or target not in nodes:
+        raise InterpscopeError(f"{source} → {target} is not a pair of nodes of this graph.")
+    src, dst = nodes[source], nodes[target]
+    write = _writes(run, transcoders, src)
+    read = _reads(run, transcoders, dst, int(graph.target["id"]))
+    ps = int(src["position"])
+    pt = run.n_tokens - 1 if dst.get("kind") == "logit" else int(dst["position"])
+    if pt < ps:
+        raise InterpscopeError(f"{source} is at position {ps}, after {target} at {pt}: no path runs backwards.")
+    first = max(int(src["layer"]) + 1, 0)  # an embedding (layer -1) is read by every attention layer
+    last = run.n_layers - 1 if dst.get("kind") == "logit" else int(dst["layer"])  # a feature reads after attention
+    heads = []
+    for layer in range(first, last + 1):
+        parts = head_parts(run, layer, ps, write, pt, read)
+        heads += [{"layer": layer, "head": h, "part": float(v)} for h, v in enumerate(parts.tolist())]
+    heads.sort(key=lambda h: -abs(h["part"]))
+    residual = float(write @ read) if ps == pt else 0.0
+    weights = [float(e["weight"]) for e in graph.edges if str(e["source"]) == source and str(e["target"]) == target]
+    weight = weights[0] if weights else None
+    one_hop = float(sum(h["part"] for h in heads))
+    return EdgeHeads(source=source, target=target, weight=weight, residual=residual, one_hop_total=one_hop,
+                     heads=heads[:top], rest=None if weight is None else weight - residual - one_hop)

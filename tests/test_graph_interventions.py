@@ -1,0 +1,239 @@
+"""Interventions on attribution graphs, the ablation check, edge heads and supernode grouping, on tiny Llamas.
+
+The exact case: a 2-layer Llama with zero query and key weights (every attention pattern is the uniform causal one,
+whatever the input), RMSNorms with a huge epsilon (the norm scale is a constant; the attention output and the
+unembedding are scaled up by sqrt(eps) so effects stay of order 1) and a zero second MLP, with a second transcoder
+whose features never fire: the replacement model's linear path is then the real model, and the
+graph's predicted change of the logit must equal the real forward pass's for an ablation and for steering, sign and
+magnitude. On an ordinary
+tiny Llama (nonlinear attention and norms) the same code must NOT agree exactly: the comparison measures something.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from interpscope.config import InterpscopeError
+from interpscope.graphs.grouping import (
+    agglomerate,
+    group_by_contexts,
+    group_by_decoder,
+    group_edges,
+    manual_group,
+)
+from interpscope.graphs.interventions import GraphRun, ablation_check, edge_heads, intervene, pearson
+from interpscope.graphs.result import AttributionGraph, node_id
+from interpscope.models.tokenizers import gpt2_tokenizer
+from interpscope.neurons.synthetic import loaded
+from interpscope.sae.transcoder_set import random_transcoder_set
+
+TEXT = "The cat sat on the mat and the dog"
+
+
+def tiny_llama_lm(eps: float, seed: int = 0, exact: bool = False):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=50257, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         rms_norm_eps=eps, tie_word_embeddings=False, initializer_range=0.3)
+    config._attn_implementation = "eager"
+    model = LlamaForCausalLM(config).to(torch.float64).eval()
+    if exact:
+        with torch.no_grad():
+            for block in model.model.layers:
+                block.self_attn.q_proj.weight.zero_()
+                block.self_attn.k_proj.weight.zero_()
+                block.self_attn.o_proj.weight.mul_(eps ** 0.5)
+            model.lm_head.weight.mul_(eps ** 0.5)
+            model.model.layers[1].mlp.down_proj.weight.zero_()
+    return loaded(model, gpt2_tokenizer(), name=f"tiny-llama-eps{eps:g}")
+
+
+def hand_graph(lm, tset, text: str = TEXT, per_layer: int = 12) -> AttributionGraph:
+    """A graph of the strongest active features per layer with their real activations (no edges: the unpruned
+    prediction does not read them), influence = activation."""
+    from interpscope.capture import capture
+
+    ids = lm.encode(text)
+    names = [tset.hook_in_name(layer) for layer in range(tset.n_layers)]
+    run = capture(lm.adapter, ids, names)
+    logits = run.require_logits()[-1]
+    target = int(logits.argmax())
+    tokens = lm.token_strings(ids[0])
+    nodes = []
+    for layer in range(tset.n_layers):
+        acts = tset[layer].encode(run.activations[names[layer]].float()).detach()
+        flat = torch.topk(acts.flatten(), per_layer)
+        for value, index in zip(flat.values.tolist(), flat.indices.tolist(), strict=True):
+            if value <= 0:
+                continue
+            position, feature = divmod(index, acts.shape[1])
+            nodes.append({"id": node_id("feature", layer, position, feature), "kind": "feature", "layer": layer,
+                          "position": position, "token": tokens[position], "feature": feature, "activation": value,
+                          "influence": value})
+    nodes.append({"id": node_id("logit", None, len(tokens) - 1, target), "kind": "logit", "layer": tset.n_layers,
+                  "position": len(tokens) - 1, "token": lm.token_strings([target])[0], "feature": target,
+                  "activation": float(logits[target])})
+    return AttributionGraph(model=lm.name, transcoders="random", text=text, tokens=tokens,
+                            target={"token": nodes[-1]["token"], "id": target, "probability": 0.0},
+                            logit=float(logits[target]), logit_inputs_sum=float(logits[target]), nodes=nodes)
+
+
+@pytest.fixture(scope="module")
+def exact():
+    lm = tiny_llama_lm(eps=1e6, exact=True)
+    tset = random_transcoder_set(lm, width=32, seed=1)
+    with torch.no_grad():
+        tset[1].W_enc.zero_()  # the zero MLP does not respond; neither may its transcoder's features
+        tset[1].b_enc.fill_(-1.0)  # (none is active: its output is a constant, the error node's)
+    graph = hand_graph(lm, tset)
+    return lm, tset, graph, GraphRun(lm, tset, graph)
+
+
+def test_predicted_equals_actual_where_the_replacement_is_exact(exact):
+    lm, tset, graph, prepared = exact
+    layer0 = [n for n in graph.nodes if n["kind"] == "feature" and n["layer"] == 0 and n["position"] < 8]
+    assert layer0, "the random transcoder must have active features at layer 0"
+    for node in layer0[:3]:
+        result = intervene(lm, tset, graph, [node["id"]], prepared=prepared)
+        assert abs(result.actual) > 1e-3  # a real effect, not 0 == 0
+        assert np.sign(result.predicted) == np.sign(result.actual)
+        assert result.predicted == pytest.approx(result.actual, rel=1e-4)
+        steered = intervene(lm, tset, graph, [node["id"]], mode="steer", scale=3.0, prepared=prepared)
+        assert steered.actual == pytest.approx(-2.0 * result.actual, rel=1e-4)  # (3 - 1) x minus the ablation
+        assert steered.predicted == pytest.approx(steered.actual, rel=1e-4)
+    both = intervene(lm, tset, graph, [n["id"] for n in layer0[:2]], label="pair", prepared=prepared)
+    assert both.predicted == pytest.approx(both.actual, rel=1e-4)
+    assert both.nodes == [n["id"] for n in layer0[:2]] and both.label == "pair"
+    assert "the graph predicts it within 10%" in both.summary()
+
+
+def test_the_ablation_check_on_the_exact_model_and_its_control(exact):
+    lm, tset, graph, prepared = exact
+    check = ablation_check(lm, tset, graph, n=4, seed=0, prepared=prepared)
+    strongest = [r for r in check.rows if r["set"] == "strongest"]
+    control = [r for r in check.rows if r["set"] == "random"]
+    assert len(strongest) == 4 and len(control) == 4
+    assert not {tuple(r["nodes"]) for r in strongest} & {tuple(r["nodes"]) for r in control}
+    influences = sorted((n["influence"] for n in graph.nodes if n["kind"] == "feature"), reverse=True)
+    assert [r["influence"] for r in strongest] == pytest.approx(influences[:4])
+    assert check.r is not None and check.r > 0.999
+    assert check.r_control is not None
+    assert check.r == pytest.approx(pearson([r["predicted"] for r in strongest], [r["actual"] for r in strongest]))
+    doc = check.to_dict()
+    assert doc["schema"] == "interpscope.graph.ablation_check" and len(doc["rows"]) == 8
+    title = check.figure().layout.title.text
+    assert f"r = {check.r:.2f}" in title and "control" in title
+
+
+def test_a_nonlinear_model_is_not_predicted_exactly():
+    lm = tiny_llama_lm(eps=1e-6)
+    tset = random_transcoder_set(lm, width=32, seed=1)
+    graph = hand_graph(lm, tset)
+    prepared = GraphRun(lm, tset, graph)
+    gaps = []
+    for node in [n for n in graph.nodes if n["kind"] == "feature"][:4]:
+        result = intervene(lm, tset, graph, [node["id"]], prepared=prepared)
+        gaps.append(abs(result.predicted - result.actual) / max(abs(result.actual), 1e-9))
+    assert max(gaps) > 1e-2  # frozen patterns and norms are an approximation here
+
+
+def test_interventions_refuse_what_they_cannot_do(exact):
+    lm, tset, graph, prepared = exact
+    logit = [n["id"] for n in graph.nodes if n["kind"] == "logit"]
+    with pytest.raises(InterpscopeError, match="Only feature nodes"):
+        intervene(lm, tset, graph, logit, prepared=prepared)
+    with pytest.raises(InterpscopeError, match="Not nodes of this graph"):
+        intervene(lm, tset, graph, ["F9_9_9"], prepared=prepared)
+    with pytest.raises(InterpscopeError, match="finite factor"):
+        intervene(lm, tset, graph, [graph.nodes[0]["id"]], mode="steer", scale=float("nan"), prepared=prepared)
+    with pytest.raises(InterpscopeError, match="Unknown intervention"):
+        intervene(lm, tset, graph, [graph.nodes[0]["id"]], mode="zap", prepared=prepared)
+
+
+def test_edge_heads_sum_to_the_direct_effect(exact):
+    """Feature -> logit at another position has no residual path: the one-hop head parts plus the rest equal the
+    linear replay's direct effect, and in a 2-layer model with the source at layer 0 only layer 1's heads carry
+    it (no two-hop path), so the rest is ~0."""
+    lm, tset, graph, prepared = exact
+    source = next(n for n in graph.nodes if n["kind"] == "feature" and n["layer"] == 0 and n["position"] < 8)
+    logit = next(n for n in graph.nodes if n["kind"] == "logit")
+    run = prepared.run
+    write = source["activation"] * tset[0].W_dec[source["feature"]].detach().to(run.dtype)
+    from interpscope.graphs.replay import attention_forward
+
+    dx = torch.zeros(run.n_tokens, run.W_E.shape[1], dtype=run.dtype)
+    dx[source["position"]] = write
+    moved = attention_forward(run, 1, dx)  # the only attention after layer 0's MLP
+    direct = float(moved[-1] @ run.logit_direction(int(graph.target["id"])))
+    graph.edges = [{"source": source["id"], "target": logit["id"], "weight": direct}]
+    split = edge_heads(run, tset, graph, source["id"], logit["id"], top=100)
+    assert {h["layer"] for h in split.heads} == {1} and len(split.heads) == 4
+    assert split.residual == 0.0
+    assert split.one_hop_total == pytest.approx(direct, rel=1e-9)
+    assert split.rest == pytest.approx(0.0, abs=1e-9 * max(abs(direct), 1e-12))
+    top = max(split.heads, key=lambda h: abs(h["part"]))
+    assert split.heads[0] == top and f"L1.H{top['head']}" in split.summary()
+    graph.edges = []
+
+
+# --- supernodes --------------------------------------------------------------------------------------------------
+class Planted:
+    """A stand-in transcoder set: layer -> an object with W_dec."""
+
+    def __init__(self, rows: dict[int, torch.Tensor]):
+        self.layers = {layer: type("T", (), {"W_dec": w})() for layer, w in rows.items()}
+
+    def __getitem__(self, layer: int):
+        return self.layers[layer]
+
+
+def feature(layer: int, f: int, position: int) -> dict:
+    return {"id": node_id("feature", layer, position, f), "kind": "feature", "layer": layer, "position": position,
+            "feature": f, "influence": 1.0}
+
+
+def test_identical_decoders_group_and_orthogonal_ones_do_not():
+    W0 = torch.eye(4, 8)  # features 0..3 of layer 0: orthonormal directions
+    W1 = torch.zeros(2, 8)
+    W1[0] = 3.0 * W0[1]  # layer 1 feature 0 writes feature (0, 1)'s direction, scaled
+    W1[1, 7] = 1.0  # orthogonal to everything
+    tset = Planted({0: W0, 1: W1})
+    nodes = [feature(0, 0, 1), feature(0, 1, 2), feature(0, 2, 2), feature(1, 0, 3), feature(1, 1, 3),
+             {"id": "E_0", "kind": "embedding", "layer": -1, "position": 0}]
+    groups = group_by_decoder(nodes, tset, threshold=0.9)
+    assert [sorted(g.members) for g in groups] == [sorted(["F0_1_2", "F1_0_3"])]
+    assert groups[0].label == "L0–L1" and groups[0].layers == [0, 1]
+    every = group_by_decoder(nodes, tset, threshold=0.9, singletons=True)
+    assert sum(len(g.members) for g in every) == 5  # every feature node once; the embedding never
+    assert group_by_decoder(nodes, tset, threshold=-1.0)[0].members.__len__() == 5  # any threshold merges all
+    labelled = group_by_decoder(nodes, tset, 0.9, tokens_of=lambda n: [" Paris", " France"] if n["layer"] else
+                                [" Paris"])
+    assert labelled[0].label == "' Paris' · L0–L1"
+
+
+def test_context_grouping_manual_groups_and_summed_edges():
+    nodes = [feature(0, 0, 1), feature(0, 1, 2), feature(1, 5, 2)]
+    contexts = {"F0_0_1": ["cat", "dog", "cow"], "F0_1_2": ["cat", "dog", "pig"], "F1_5_2": ["1", "2", "3"]}
+    groups = group_by_contexts(nodes, lambda n: contexts[n["id"]], threshold=0.4)
+    assert [g.members for g in groups] == [["F0_0_1", "F0_1_2"]]
+    assert groups[0].label.startswith("'cat' / 'dog'")
+    manual = manual_group(nodes, ["F0_0_1", "F1_5_2"], index=2)
+    assert manual.id == "manual-2" and manual.how == "selected"
+    with pytest.raises(InterpscopeError, match="Not nodes"):
+        manual_group(nodes, ["nope"])
+    edges = [{"source": "F0_0_1", "target": "L_5", "weight": 1.0}, {"source": "F1_5_2", "target": "L_5", "weight": 0.5},
+             {"source": "F0_0_1", "target": "F1_5_2", "weight": 2.0}, {"source": "E_0", "target": "F0_0_1",
+                                                                       "weight": -0.25}]
+    merged = group_edges(edges, [manual])
+    assert merged == [{"source": "manual-2", "target": "L_5", "weight": 1.5},
+                      {"source": "E_0", "target": "manual-2", "weight": -0.25}]
+
+
+def test_agglomerate_uses_average_linkage():
+    sim = np.array([[1.0, 0.9, 0.2], [0.9, 1.0, 0.8], [0.2, 0.8, 1.0]])
+    assert agglomerate(sim, 0.85) == [[0, 1], [2]]
+    assert agglomerate(sim, 0.5) == [[0, 1, 2]]  # mean of 0.2 and 0.8 is 0.5
+    assert agglomerate(sim, 0.51) == [[0, 1], [2]]
