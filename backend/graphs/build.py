@@ -31,7 +31,7 @@ from interpscope.graphs.defaults import (
 )
 from interpscope.graphs.engine import Replacement, compute_rows, feature_reads, logit_reads, replacement
 from interpscope.graphs.prune import graph_scores, influence, normalised, prune
-from interpscope.graphs.replay import record
+from interpscope.graphs.replay import check_architecture, record
 from interpscope.graphs.result import AttributionGraph, node_id
 
 if TYPE_CHECKING:
@@ -141,6 +141,7 @@ def build_graph(lm: LoadedModel, transcoders: Any, text: str, *, target: str | i
                         ("max_feature_nodes", max_feature_nodes)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise InterpscopeError(f"{name} must be a non-negative integer (got {value!r}).")
+    check_architecture(lm.adapter)
     items, set_name = _transcoder_list(lm, transcoders)
     ids, prepended = _ids(lm, text)
     report = lambda fraction, message: progress(fraction, message) if progress is not None else None  # noqa: E731
