@@ -26,6 +26,7 @@ from interpscope.graphs.interventions import GraphRun, ablation_check, edge_head
 from interpscope.graphs.result import AttributionGraph, node_id
 from interpscope.models.tokenizers import gpt2_tokenizer
 from interpscope.neurons.synthetic import loaded
+from interpscope.relevance.api import input_ids_for
 from interpscope.sae.transcoder_set import random_transcoder_set
 
 TEXT = "The cat sat on the mat and the dog"
@@ -56,7 +57,7 @@ def hand_graph(lm, tset, text: str = TEXT, per_layer: int = 12) -> AttributionGr
     prediction does not read them), influence = activation."""
     from interpscope.capture import capture
 
-    ids = lm.encode(text)
+    ids, _ = input_ids_for(lm, text)  # as build_graph tokenises (BOS first where the tokenizer adds none)
     names = [tset.hook_in_name(layer) for layer in range(tset.n_layers)]
     run = capture(lm.adapter, ids, names)
     logits = run.require_logits()[-1]

@@ -85,8 +85,12 @@ def feature_members(graph: AttributionGraph, node_ids: Sequence[str]) -> list[di
 
 
 def graph_input_ids(lm: LoadedModel, graph: AttributionGraph) -> torch.Tensor:
-    """The graph's prompt as the model's token ids [1, T], checked against the graph's own tokens."""
-    ids = lm.encode(graph.text, max_tokens=max(len(graph.tokens), 1))
+    """The graph's prompt as the model's token ids [1, T] (tokenised as build_graph does: the model's BOS put first
+    where the tokenizer adds none), checked against the graph's own tokens."""
+    from interpscope.graphs.defaults import MAX_TOKENS
+    from interpscope.relevance.api import input_ids_for
+
+    ids, _ = input_ids_for(lm, graph.text, max_tokens=MAX_TOKENS)
     if ids.shape[1] != len(graph.tokens):
         raise InterpscopeError(f"The graph's prompt tokenises to {ids.shape[1]} tokens here but the graph has "
                                f"{len(graph.tokens)}: it was built with another tokenizer.")
