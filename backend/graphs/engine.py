@@ -85,15 +85,24 @@ class Replacement:
         return layer, position, direction
 
 
+def _in_dtype(tc, dtype: torch.dtype):
+    """The transcoder in the replay's precision (a converted copy when it differs: the caller's stays as it is)."""
+    if tc.W_enc.dtype == dtype:
+        return tc
+    import copy
+
+    return copy.deepcopy(tc).to(dtype)
+
+
 def replacement(run: FrozenRun, transcoders: list, sinks: list[int]) -> Replacement:
     """Encode every block's MLP input with its transcoder; the error nodes are what the features do not write."""
     layers, positions, feats, acts, starts, padded = [], [], [], [], [0], []
     errors = []
     T = run.n_tokens
+    transcoders = [_in_dtype(tc, run.dtype) for tc in transcoders]
     for layer, tc in enumerate(transcoders):
         with torch.no_grad():
-            x = run.mlp_in[layer].to(tc.W_enc.dtype)
-            active = tc.encode(x).to(run.dtype)  # [T, width]
+            active = tc.encode(run.mlp_in[layer])  # [T, width]
         W_dec = tc.W_dec.detach().to(run.dtype)
         errors.append(run.mlp_out[layer] - active @ W_dec)
         pos, feat = torch.nonzero(active > 0, as_tuple=True)
