@@ -80,7 +80,7 @@ __all__ = [
     "faithfulness", "flow", "heldout", "ig_convergence", "list_models", "load", "methods", "patch", "path_patch",
     "predict", "without_timings", "load_image", "explain_image", "patch_flipping",
     "explain_experts", "head_patterns", "find_heads", "tuned_lens",
-    "fourier", "neurons", "sae",  # the namespaces (subpackages, imported on first access)
+    "fourier", "graphs", "neurons", "sae",  # the namespaces (subpackages, imported on first access)
 ]
 # API functions named like a submodule of the package (interpscope.predict, the prediction module): the package
 # attribute is the function; the module stays importable with `from interpscope.predict import ...`.
@@ -98,7 +98,7 @@ sys.modules[__name__].__class__ = _Package
 
 
 # The API's namespaces are subpackages: `interpscope.sae.load(...)` works after a bare `import interpscope`.
-_NAMESPACES = ("sae", "neurons", "fourier")
+_NAMESPACES = ("sae", "neurons", "fourier", "graphs")
 
 
 __getattr__, _ = lazy_names(__name__, {**_LAZY, **{name: f"{__name__}.{name}" for name in _NAMESPACES}})
