@@ -166,11 +166,11 @@ def ablation_scatter(check: Any) -> go.Figure:
 
 
 def intervention_figure(results: Sequence[Any]) -> go.Figure:
-    """Predicted (all paths), predicted (direct edges only) and actual change per intervention, side by side."""
+    """Predicted (the unpruned graph), predicted (the pruned graph's edges) and actual change per intervention."""
     fig = go.Figure()
     labels = [f"{r.label} ({'ablate' if r.mode == 'ablate' else f'×{r.factor:g}'})" for r in results]
     for name, key, colour in (("predicted (all paths)", "predicted", "#e6781e"),
-                              ("predicted (direct edges)", "predicted_direct", "#fdb863"),
+                              ("predicted (pruned graph)", "predicted_pruned", "#fdb863"),
                               ("actual (real forward pass)", "actual", "#333333")):
         fig.add_trace(go.Bar(x=labels, y=[getattr(r, key) for r in results], name=name, marker_color=colour))
     fig.update_layout(barmode="group", template="plotly_white", height=360, yaxis_title="change of the target logit",

@@ -1,0 +1,435 @@
+"""Attribution graphs: which transcoder features, at which layers and positions, produce a next-token logit; click
+nodes for their features, group them into supernodes, ablate or steer them and compare the graph's predicted logit
+change with a real forward pass; LRP edges beside the direct effects; which attention head carries an edge."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from interpscope.components.export import export_menu
+from interpscope.components.graph_figures import (
+    graph_figure,
+    intervention_figure,
+    merge_groups,
+)
+from interpscope.config import InterpscopeError
+from interpscope.graphs.defaults import DEFAULT_EDGE_BUDGET, DEFAULT_NODE_BUDGET, MAX_TOKENS
+from interpscope.graphs.grouping import (
+    Supernode,
+    decoder_top_tokens,
+    group_by_contexts,
+    group_by_decoder,
+    group_edges,
+    manual_group,
+)
+from interpscope.graphs.interventions import GraphRun, ablation_check, edge_heads, intervene
+from interpscope.inputs import check_text
+from pages._common import (
+    Param,
+    committed,
+    current_model,
+    is_shared,
+    model_key,
+    progress,
+    shared,
+    show_errors,
+    timing,
+    url_inputs,
+    write_url,
+)
+
+PAGE = "graph"
+DEFAULT_TEXT = "The capital of France is"
+SOURCES = {"shipped": "Shipped for this model", "random": "Random (a control)", "folder": "A set folder"}
+GROUPINGS = {"none": "None", "decoder": "Decoder direction (cosine)", "contexts": "Shared top contexts"}
+PARAMS = [Param("graph-text", "text", DEFAULT_TEXT), Param("graph-target", "target", "", max_length=100),
+          Param("graph-nodes", "nodes", DEFAULT_NODE_BUDGET, int, low=1, high=2000),
+          Param("graph-edges", "edges", DEFAULT_EDGE_BUDGET, int, low=1, high=50000),
+          Param("graph-source", "transcoders", "shipped", choices=tuple(SOURCES)),
+          Param("graph-folder", "folder", ""), Param("graph-width", "width", 256, int, low=1, high=65536),
+          Param("graph-group", "group", "none", choices=tuple(GROUPINGS), scope="view"),
+          Param("graph-threshold", "threshold", 0.5, float, low=-1.0, high=1.0, scope="view"),
+          Param("graph-merge", "merge", False, bool, scope="view")]
+SCORE_MEANING = {
+    "replacement_score": "the share of the graph's end-to-end influence on the logit that starts at token "
+                         "embeddings rather than error nodes (1: the transcoders explain every path)",
+    "completeness_score": "the share of the nodes' direct inputs (weighted by influence) that come from features "
+                          "and embeddings rather than error nodes",
+}
+
+
+# --- computing (shared by every session: clean runs only) -------------------------------------------------------
+def _transcoders(lm, source: str, folder: str, width: int):
+    from interpscope.sae.transcoder_set import default_transcoder_set, load_transcoder_set, random_transcoder_set
+
+    key = (*model_key(), source, folder if source == "folder" else "", width if source == "random" else 0)
+    if source == "random":
+        return shared("graph-transcoders", key, lambda: random_transcoder_set(lm, width, seed=0))
+    path = folder.strip() if source == "folder" else default_transcoder_set(lm.name)
+    if not path:
+        raise InterpscopeError(f"No transcoder set is shipped for {lm.name}: choose a set folder, or random "
+                               "transcoders (a control: they explain nothing).")
+    return shared("graph-transcoders", key, lambda: load_transcoder_set(path, lm=lm))
+
+
+def _graph_key(run: dict) -> tuple:
+    return (*model_key(), *(run[k] for k in sorted(run)))
+
+
+def _graph(lm, tset, run: dict, report=None):
+    from interpscope.graphs.build import build_graph
+
+    return shared("graph", _graph_key(run), lambda: build_graph(
+        lm, tset, run["text"], target=run["target"] or None, node_budget=run["nodes"], edge_budget=run["edges"],
+        progress=report))
+
+
+def _prepared(lm, tset, graph, key: tuple) -> GraphRun:
+    """The graph's frozen run for interventions and edge heads, kept in this session (one per graph)."""
+    state = st.session_state
+    held = state.get("_graph-prepared")
+    if held is None or held[0] != key:
+        with st.spinner("Freezing the prompt's run (one forward pass)…"):
+            state["_graph-prepared"] = (key, GraphRun(lm, tset, graph))
+    return state["_graph-prepared"][1]
+
+
+def _session(name: str, key: tuple, default: Any) -> Any:
+    """A per-graph value of this session (selection, groups, interventions): reset when the graph changes."""
+    state = st.session_state
+    if state.get(f"_graph-{name}-key") != key:
+        state[f"_graph-{name}-key"] = key
+        state[f"_graph-{name}"] = default
+    return state[f"_graph-{name}"]
+
+
+# --- feature facts ------------------------------------------------------------------------------------------------
+def _stores(lm, tset) -> dict[int, Any]:
+    """Feature stores of this set's transcoders, by layer (a store whose SAE is the layer's folder, or on its hook)."""
+    from pathlib import Path
+
+    from interpscope.sae_store import FeatureStore, list_stores
+
+    found: dict[int, Any] = {}
+    hooks = {tset.hook_in_name(layer): layer for layer in range(tset.n_layers)}
+    for path in list_stores():
+        try:
+            store = FeatureStore(path)
+        except (InterpscopeError, OSError, ValueError):
+            continue
+        spec = store.spec
+        layer = hooks.get(spec.get("hook_name"))
+        if layer is None or spec.get("model_name") != lm.name:
+            continue
+        if tset.folder is not None and Path(str(spec.get("sae_path", ""))).resolve() != (
+                Path(tset.folder) / f"layer_{layer:02d}").resolve():
+            continue
+        found[layer] = store
+    return found
+
+
+def _top_tokens(lm, tset, graph, key: tuple) -> dict[str, list[tuple[str, float]]]:
+    """Each feature node's decoder top logit tokens (W_dec[f] @ W_U), computed once per graph in this session."""
+    table = _session("tokens", key, {})
+    missing = [n for n in graph.nodes if n["kind"] == "feature" and n["id"] not in table]
+    for node in missing:
+        table[node["id"]] = decoder_top_tokens(lm, tset, node["layer"], node["feature"], k=5)
+    return table
+
+
+def _context_tokens(stores: dict[int, Any], node: dict) -> list[str]:
+    card = stores[int(node["layer"])].card(int(node["feature"]))
+    return [c.tokens[c.centre] for c in card.top_contexts if c.centre is not None and 0 <= c.centre < len(c.tokens)]
+
+
+# --- views ----------------------------------------------------------------------------------------------------------
+def _header(graph, cached: bool) -> None:
+    t = graph.target
+    st.markdown(f"**Target {t['token']!r}** (p = {t['probability']:.3f}) · logit {graph.logit:.4g}; every direct "
+                f"contribution before pruning sums to {graph.logit_inputs_sum:.4g}"
+                + (f" (+ biases {graph.bias_sum:.4g})" if graph.bias_sum is not None else "")
+                + f" · {len(graph.nodes)} nodes, {len(graph.edges)} edges kept of {graph.n_active_features} active "
+                  f"features · {timing(graph.seconds, cached)}")
+    if graph.sinks:
+        st.caption("Attention sinks, named and never ranked (their features are drawn but set no scale): "
+                   + "; ".join(f"{s.get('token', '')!r} at {s.get('position')} ({s.get('reason', 'measured')})"
+                               for s in graph.sinks) + ".")
+    for note in graph.notes:
+        st.caption(note)
+
+
+def _scores(lm, graph, run: dict, width: int) -> None:
+    cols = st.columns(2)
+    for col, name in zip(cols, SCORE_MEANING, strict=True):
+        value = getattr(graph, name)
+        col.metric(name.replace("_", " ").capitalize(), "n/a" if value is None else f"{value:.3f}",
+                   help=SCORE_MEANING[name])
+        col.caption(SCORE_MEANING[name])
+    if run["source"] == "random":
+        st.caption("These transcoders are random: the scores above ARE the control (what transcoders that learned "
+                   "nothing score on this prompt).")
+        return
+    if st.button("Control: the same graph over random transcoders", key="graph-control"):
+        st.session_state["_graph-control-for"] = _graph_key(run)
+    if st.session_state.get("_graph-control-for") == _graph_key(run):
+        control_run = {**run, "source": "random", "folder": "", "width": width}
+        with show_errors(), progress("Control graph", None) as report:
+            control = _graph(lm, _transcoders(lm, "random", "", width), control_run, report)
+        parts = []
+        for name in SCORE_MEANING:
+            real, chance = getattr(graph, name), getattr(control, name)
+            if real is not None and chance is not None:
+                parts.append(f"{name.replace('_', ' ')} {real:.3f} here vs {chance:.3f} with random transcoders of "
+                             f"width {width} ({'above' if real > chance else 'NOT above'} the control)")
+        st.markdown("Control: " + "; ".join(parts) + "." if parts else "The control graph has no scores.")
+
+
+def _lrp(graph, tokens: list[str], n_layers: int) -> None:
+    if not graph.lrp_edges:
+        return
+    st.subheader(f"Direct effects beside LRP ({graph.lrp_method})")
+    logit = [n for n in graph.nodes if n["kind"] == "logit"]
+    into = [e for e in graph.edges if e["target"] in {n["id"] for n in logit}]
+    left, right = st.columns(2)
+    left.plotly_chart(graph_figure(graph.nodes, into, tokens, n_layers, "Direct effect on the logit", height=420),
+                      key="graph-fig-direct")
+    right.plotly_chart(graph_figure(graph.nodes, graph.lrp_edges, tokens, n_layers,
+                                    f"{graph.lrp_method} relevance for the logit", height=420), key="graph-fig-lrp")
+    agreement = graph.agreement or {}
+    rho, moved = agreement.get("spearman"), agreement.get("moved") or []
+    if rho is None:
+        return
+    verdict = "mostly agree" if rho >= 0.7 else "partly agree" if rho >= 0.3 else "disagree"
+    sentence = (f"Over {agreement.get('n_nodes', len(into))} nodes the two rank contributions to the logit with "
+                f"Spearman ρ = {rho:.2f}: they {verdict}.")
+    if moved:
+        top = moved[0]
+        sentence += (f" {top['node']} moves most: rank {top['direct_rank']} by direct effect ({top['direct']:+.3g}), "
+                     f"rank {top['lrp_rank']} by LRP ({top['lrp']:+.3g}).")
+    st.markdown(sentence)
+
+
+def _selection(event, graph, key: tuple) -> list[str]:
+    selected = _session("selected", key, [])
+    points = getattr(getattr(event, "selection", None), "points", None) or []
+    ids = [p.get("customdata") for p in points if isinstance(p.get("customdata"), str)]
+    known = {n["id"] for n in graph.nodes}
+    if ids and st.session_state.get("_graph-last-event") != ids:
+        st.session_state["_graph-last-event"] = ids
+        selected[:] = [i for i in dict.fromkeys(ids) if i in known]
+    return selected
+
+
+def _groups(lm, tset, graph, key: tuple) -> list[Supernode]:
+    st.subheader("Supernodes")
+    cols = st.columns([2, 2, 1])
+    how = cols[0].radio("Automatic grouping", list(GROUPINGS), key="graph-group", format_func=GROUPINGS.get,
+                        horizontal=True)
+    threshold = cols[1].slider("Threshold (cosine, or Jaccard overlap of top-context tokens)", -1.0, 1.0,
+                               key="graph-threshold", step=0.05)
+    cols[2].checkbox("Merge in the figure", key="graph-merge")
+    groups: list[Supernode] = list(_session("manual", key, []))
+    if how == "decoder":
+        tokens = _top_tokens(lm, tset, graph, key)
+        groups += group_by_decoder(graph.nodes, tset, threshold,
+                                   tokens_of=lambda n: [t for t, _ in tokens[n["id"]][:3]])
+    elif how == "contexts":
+        stores = _stores(lm, tset)
+        nodes = [n for n in graph.nodes if n["kind"] != "feature" or int(n["layer"]) in stores]
+        if not stores:
+            st.info("No feature store exists for these transcoders' layers, so there are no top contexts to share: "
+                    "build one per layer (`interpscope sae store --sae <set>/layer_XX`), or group by decoder "
+                    "direction.")
+        else:
+            skipped = sum(1 for n in graph.nodes if n["kind"] == "feature") - sum(
+                1 for n in nodes if n["kind"] == "feature")
+            if skipped:
+                st.caption(f"{skipped} feature nodes are on layers without a store and stay ungrouped.")
+            groups += group_by_contexts(nodes, lambda n: _context_tokens(stores, n), max(threshold, 0.0))
+    if groups:
+        st.dataframe(pd.DataFrame([{"supernode": g.id, "label": g.label, "members": len(g.members),
+                                    "layers": ", ".join(map(str, g.layers)), "formed by": g.how} for g in groups]),
+                     hide_index=True, height=min(260, 38 + 35 * len(groups)))
+    return groups
+
+
+def _add_group(graph, key: tuple, features: list[str]) -> None:
+    """The button's callback: the new supernode exists before the rerun draws the groups."""
+    manual = _session("manual", key, [])
+    manual.append(manual_group(graph.nodes, features, index=len(manual)))
+
+
+def _make_group(graph, key: tuple, selected: list[str]) -> None:
+    features = [s for s in selected if graph.node(s)["kind"] == "feature"]
+    st.button(f"Make a supernode of the {len(features)} selected feature nodes", key="graph-make-group",
+              disabled=not features, on_click=_add_group, args=(graph, key, features))
+
+
+def _node_panel(lm, tset, graph, key: tuple, node_id: str) -> None:
+    node = graph.node(node_id)
+    st.markdown(f"**{node_id}** · {node['kind']} at position {node['position']} ({node.get('token', '')!r})"
+                + (f" · activation {node['activation']:.4g}" if node.get("activation") is not None else "")
+                + (" · attention SINK (never ranked)" if node.get("sink") else ""))
+    if node["kind"] == "feature":
+        stores = _stores(lm, tset)
+        store = stores.get(int(node["layer"]))
+        if store is not None:
+            from interpscope.components.feature_card import show_feature_card
+
+            show_feature_card(store.card(int(node["feature"])), store.name, lambda f: None)
+        else:
+            tokens = _top_tokens(lm, tset, graph, key)[node_id]
+            st.caption(f"No feature store for layer {node['layer']}'s transcoder, so no top contexts: its decoder's "
+                       "top logit tokens instead (W_dec[f] @ W_U, the final norm's gain folded in).")
+            st.dataframe(pd.DataFrame([{"token": t, "logit weight": v} for t, v in tokens]), hide_index=True)
+    edges = [e for e in graph.edges if node_id in (e["source"], e["target"])]
+    edges.sort(key=lambda e: -abs(e["weight"]))
+    if edges:
+        st.dataframe(pd.DataFrame(edges[:12]), hide_index=True)
+
+
+def _edge_heads(lm, tset, graph, key: tuple, node_id: str) -> None:
+    writes, reads = {"feature", "embedding", "error"}, {"feature", "logit"}
+    kinds = {n["id"]: n["kind"] for n in graph.nodes}
+    edges = sorted((e for e in graph.edges if node_id in (e["source"], e["target"]) and kinds[e["source"]] in writes
+                    and kinds[e["target"]] in reads), key=lambda e: -abs(e["weight"]))[:20]
+    if not edges:
+        return
+    names = {f"{e['source']} → {e['target']} ({e['weight']:+.3g})": e for e in edges}
+    choice = st.selectbox("Which attention heads carry this edge?", list(names), key="graph-edge")
+    edge = names[choice]
+    with show_errors():
+        split = edge_heads(_prepared(lm, tset, graph, key).run, tset, graph, edge["source"], edge["target"])
+    st.markdown(split.summary())
+    st.dataframe(pd.DataFrame(split.heads), hide_index=True, height=min(300, 38 + 35 * len(split.heads)))
+    export_menu(None, split, key="graph-edge-heads", filename="edge-heads")
+
+
+def _interventions(lm, tset, graph, key: tuple, selected: list[str], groups: list[Supernode]) -> None:
+    st.subheader("Ablate or steer")
+    options: dict[str, tuple[list[str], str | None]] = {}
+    for s in selected:
+        if graph.node(s)["kind"] == "feature":
+            options[s] = ([s], None)
+    for g in groups:
+        options[f"{g.id}: {g.label} ({len(g.members)} features)"] = (list(g.members), g.label)
+    if not options:
+        st.caption("Select feature nodes in the graph (click, or drag a box), or form supernodes, to intervene.")
+    else:
+        cols = st.columns([3, 2, 1, 1])
+        pick = cols[0].selectbox("Node or supernode", list(options), key="graph-pick")
+        mode = cols[1].radio("Intervention", ["ablate", "steer"], key="graph-mode", horizontal=True)
+        factor = cols[2].number_input("Factor", value=2.0, step=0.5, key="graph-factor", disabled=mode == "ablate")
+        done = _session("results", key, [])
+        if cols[3].button("Intervene", key="graph-intervene", type="primary"):
+            members, label = options[pick]
+            with show_errors():
+                done.append(intervene(lm, tset, graph, members, mode=mode, scale=factor, label=label,
+                                      prepared=_prepared(lm, tset, graph, key)))
+        if done:
+            st.markdown(done[-1].summary())
+            fig = intervention_figure(done[-8:])
+            st.plotly_chart(fig, key="graph-fig-interventions")
+            export_menu(fig, done[-1], key="graph-intervention", filename="graph-intervention")
+    check_groups = groups if groups and st.checkbox("Ablation check over the supernodes", key="graph-check-groups") \
+        else None
+    if st.button("Ablation check: the 20 strongest ablated one by one, and 20 random (control)", key="graph-check"):
+        with show_errors(), progress("Ablations (real forward passes)", None) as report:
+            st.session_state["_graph-check"] = (key, ablation_check(
+                lm, tset, graph, n=20, groups=check_groups, prepared=_prepared(lm, tset, graph, key),
+                progress=report))
+    held = st.session_state.get("_graph-check")
+    if held is not None and held[0] == key:
+        check = held[1]
+        st.markdown(check.summary())
+        fig = check.figure()
+        st.plotly_chart(fig, key="graph-fig-check")
+        export_menu(fig, check, key="graph-check", filename="graph-ablation-check")
+
+
+def _show(lm, tset, graph, run: dict, cached: bool, control_width: int) -> None:
+    key = _graph_key(run)
+    n_layers = lm.adapter.n_layers
+    _header(graph, cached)
+    _scores(lm, graph, run, control_width)
+    groups = _groups(lm, tset, graph, key)
+    nodes, edges = graph.nodes, graph.edges
+    if st.session_state.get("graph-merge") and groups:
+        nodes, edges = merge_groups(graph.nodes, groups), group_edges(graph.edges, groups)
+    selected = _session("selected", key, [])
+    fig = graph_figure(nodes, edges, graph.tokens, n_layers, f"Attribution graph of {graph.target['token']!r}",
+                       selected=selected)
+    event = st.plotly_chart(fig, key="graph-figure", on_select="rerun", selection_mode=("points", "box", "lasso"))
+    st.caption("x: token position; y: layer (embeddings at the bottom, the logit on top). Marker size: |influence| "
+               "on the logit; edge width: |direct effect|, red positive, blue negative; open squares: error nodes "
+               "(what the transcoders miss). Click a node or drag a box to select.")
+    export_menu(fig, graph, key="graph", filename="attribution-graph")
+    st.download_button("Neuronpedia JSON", data=lambda: json.dumps(graph.to_neuronpedia()).encode("utf-8"),
+                       file_name="attribution-graph.neuronpedia.json", mime="application/json",
+                       key="graph-neuronpedia", on_click="ignore")
+    selected = _selection(event, graph, key)
+    if selected:
+        if st.session_state.get("graph-node") not in selected:
+            st.session_state["graph-node"] = selected[0]
+        _make_group(graph, key, selected)
+        focus = st.selectbox("Selected node", selected, key="graph-node")
+        _node_panel(lm, tset, graph, key, focus)
+        _edge_heads(lm, tset, graph, key, focus)
+    _interventions(lm, tset, graph, key, selected, groups)
+    _lrp(graph, graph.tokens, n_layers)
+
+
+def main() -> None:
+    st.title("Attribution graphs")
+    st.caption("Trace one next-token logit through the transcoder replacement model (each MLP replaced by a sparse "
+               "transcoder, attention patterns and norm scales frozen from the real run, an error node per layer and "
+               "position so the logit is reproduced exactly): which features, at which layers and positions, produce "
+               "it. Edges are direct linear effects, pruned by influence to your budgets.")
+    lm = current_model()
+    if lm is None:
+        return
+    from interpscope.graphs.replay import check_architecture
+
+    try:
+        check_architecture(lm.adapter)
+    except InterpscopeError as err:
+        st.info(str(err))
+        return
+    url_inputs(PAGE, PARAMS)
+    text = st.text_area("Prompt", key="graph-text", height=80, help=f"Up to {MAX_TOKENS} tokens.")
+    cols = st.columns([2, 1, 1])
+    target = cols[0].text_input("Target token (empty: the top prediction; #id for a token id)", key="graph-target")
+    nodes = int(cols[1].number_input("Node budget", 1, 2000, key="graph-nodes"))
+    edges = int(cols[2].number_input("Edge budget", 1, 50000, key="graph-edges"))
+    cols = st.columns([2, 2, 1])
+    source = cols[0].radio("Transcoders", list(SOURCES), key="graph-source", format_func=SOURCES.get, horizontal=True)
+    folder = cols[1].text_input("Set folder (manifest.json + layer_XX/)", key="graph-folder",
+                                disabled=source != "folder")
+    width = int(cols[2].number_input("Random width", 1, 65536, key="graph-width", disabled=source != "random"))
+    submitted = st.button("Run", type="primary", key="graph-run")
+    try:
+        inputs = {"text": check_text(text), "target": target.strip(), "nodes": nodes, "edges": edges,
+                  "source": source, "folder": folder.strip() if source == "folder" else "",
+                  "width": width if source == "random" else 0}
+    except InterpscopeError as err:
+        st.warning(str(err))
+        write_url(PARAMS, run=PAGE)
+        return
+    run = committed(PAGE, inputs, submitted)
+    write_url(PARAMS, run=PAGE)
+    if run is None:
+        st.info("Press **Run**: one real forward pass, then the linear replay's backward passes for the strongest "
+                "features (about 10–60 s for a short prompt on the bundled model on a CPU).")
+        return
+    cached = is_shared("graph", _graph_key(run))
+    with show_errors():
+        tset = _transcoders(lm, run["source"], run["folder"], run["width"])
+        with progress("Attribution graph", PAGE) as report:
+            graph = _graph(lm, tset, run, report)
+    _show(lm, tset, graph, run, cached, control_width=width)
+
+
+main()

@@ -1,0 +1,107 @@
+"""The attribution-graph page on a tiny Llama folder with random transcoders (streamlit.testing): Run builds a graph
+whose export is the CLI's document, selecting nodes makes a supernode and an intervention shows predicted beside
+actual, and bad inputs get clear messages."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from interpscope.models.tokenizers import gpt2_tokenizer
+from interpscope.results import without_timings
+from tests.apptest_util import open_page
+
+TEXT = "The cat sat on the mat and the dog"
+OTHER = "Other: Hugging Face id or local folder…"
+WIDTH = 24
+
+
+@pytest.fixture(scope="module")
+def llama_folder(tmp_path_factory) -> str:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=50257, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         tie_word_embeddings=False, initializer_range=0.3)
+    folder = tmp_path_factory.mktemp("graph-llama")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    gpt2_tokenizer().save_pretrained(folder)
+    return str(folder)
+
+
+def open_graph(folder: str, **state):
+    return open_page("pages/attribution_graph.py", model_choice=OTHER, model_custom=folder, device="cpu",
+                     **{"graph-text": TEXT, "graph-source": "random", "graph-width": WIDTH, "graph-nodes": 20,
+                        "graph-edges": 60, **state})
+
+
+def test_run_builds_the_graph_and_its_export_is_the_clis(llama_folder, exports, capsys):
+    at = open_graph(llama_folder)
+    assert not at.exception, at.exception
+    assert any("Press **Run**" in i.value for i in at.info)
+    at.button(key="graph-run").click().run()
+    assert not at.exception, at.exception
+    doc = exports["graph"]
+    assert doc["schema"] == "interpscope.graph" and doc["text"] == TEXT
+    kinds = {n["kind"] for n in doc["nodes"]}
+    assert {"embedding", "feature", "logit"} <= kinds
+    assert any(m.label.startswith("Replacement score") for m in at.metric)
+    # the CLI over the same random transcoders (saved as a set folder) gives the same document
+    import interpscope
+    from interpscope.cli import main
+    from interpscope.sae.transcoder_set import random_transcoder_set, save_transcoder_set
+
+    lm = interpscope.load(llama_folder, device="cpu")
+    folder = save_transcoder_set(random_transcoder_set(lm, WIDTH, seed=0), f"{llama_folder}/tc", dtype="float32")
+    capsys.readouterr()
+    assert main(["graph", "--model", llama_folder, "--device", "cpu", "--text", TEXT, "--node-budget", "20",
+                 "--edge-budget", "60", "--transcoders", str(folder), "--json", "-"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    ignore = ("transcoders",)  # the set's name: "random" in the page, the folder on the command line
+    assert without_timings({k: v for k, v in cli.items() if k not in ignore}) == \
+        without_timings({k: v for k, v in doc.items() if k not in ignore})
+
+
+def test_select_group_and_intervene(llama_folder, exports):
+    at = open_graph(llama_folder)
+    at.button(key="graph-run").click().run()
+    doc = exports["graph"]
+    features = [n["id"] for n in doc["nodes"] if n["kind"] == "feature"][:2]
+    assert len(features) == 2
+    # a box selection, as the figure's event would report it
+    at.session_state["_graph-selected"] = list(features)
+    at.run()
+    assert not at.exception, at.exception
+    at.button(key="graph-make-group").click().run()
+    assert not at.exception, at.exception
+    assert any("manual-0" in str(df.value) for df in at.dataframe)
+    at.selectbox(key="graph-pick").select(features[0]).run()
+    at.button(key="graph-intervene").click().run()
+    assert not at.exception, at.exception
+    result = exports["graph-intervention"]
+    assert result["schema"] == "interpscope.graph.intervention" and result["nodes"] == [features[0]]
+    shown = " ".join(m.value for m in at.markdown)
+    assert f"{result['actual']:+.3f} in the real model" in shown and f"predicts {result['predicted']:+.3f}" in shown
+    # the edge split names a head from the numbers beside it
+    heads = exports["graph-edge-heads"]  # the selected node's strongest edge, split by head
+    assert heads["schema"] == "interpscope.graph.edge_heads" and heads["heads"]
+    top = heads["heads"][0]
+    assert f"Head L{top['layer']}.H{top['head']}" in shown
+    at.radio(key="graph-group").set_value("decoder").run()
+    assert not at.exception, at.exception
+
+
+@pytest.mark.parametrize("state, message", [
+    ({"graph-text": "   "}, "empty"),
+    ({"graph-target": " two tokens here"}, "token"),
+    ({"graph-source": "folder", "graph-folder": "/nonexistent/set"}, "No transcoder set folder"),
+])
+def test_bad_inputs_get_a_clear_message(llama_folder, state, message):
+    at = open_graph(llama_folder, **state)
+    if not at.warning:
+        at.button(key="graph-run").click().run()
+    assert not at.exception, at.exception
+    said = " ".join(x.value for x in [*at.warning, *at.error])
+    assert message.lower() in said.lower(), said
