@@ -331,3 +331,24 @@ def test_smollm2_logit_reproduced(bundled_lm):
     assert 10 <= len(graph.tokens) <= 20
     assert abs(graph.logit_inputs_sum - graph.logit) <= 1e-3 * abs(graph.logit)
     assert graph.sinks and all(n.get("sink") for n in graph.nodes if n["position"] == graph.sinks[0]["position"])
+
+
+def test_neuronpedia_export_and_namespace(tiny):
+    import interpscope
+
+    assert interpscope.graphs.build_graph is build_graph
+    lm, tset = tiny
+    graph = build_graph(lm, tset, TEXT, node_budget=10, edge_budget=25, max_feature_nodes=15, lrp=None)
+    document = graph.to_neuronpedia("tiny")
+    assert document["metadata"]["prompt_tokens"] == graph.tokens and document["metadata"]["slug"] == "tiny"
+    ids = {n["node_id"] for n in document["nodes"]}
+    assert len(ids) == len(graph.nodes) and len(document["links"]) == len(graph.edges)
+    assert all(link["source"] in ids and link["target"] in ids for link in document["links"])
+    kinds = {n["feature_type"] for n in document["nodes"]}
+    assert {"embedding", "logit"} <= kinds <= {"embedding", "logit", "cross layer transcoder",
+                                               "mlp reconstruction error"}
+    first = graph.tokens and document["nodes"][[n["kind"] for n in graph.nodes].index("embedding")]
+    assert first["node_id"].startswith("E_") and first["layer"] == "E"
+    shares = [n["influence"] for n in document["nodes"] if n["feature_type"] != "logit"]
+    assert max(shares) == pytest.approx(1.0) and min(shares) > 0
+    json.dumps(document)

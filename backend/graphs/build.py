@@ -223,7 +223,8 @@ def _assemble(lm: LoadedModel, rep: Replacement, adj: _Adjacency, seed: np.ndarr
     notes = [f"Error nodes hold the transcoder's reconstruction error and its decoder bias b_dec "
              f"(mlp_out - sum of features' a * W_dec); {len(rep.sinks)} sink position(s) never ranked."]
     return AttributionGraph(
-        model=lm.name, transcoders=set_name, text=text, tokens=tokens, target=chosen,
+        model=lm.name, transcoders=set_name, text=text, tokens=tokens, token_ids=[int(i) for i in run.ids],
+        target=chosen,
         logit=float(run.logits[token_id]), logit_inputs_sum=float(logit_row.sum(dtype=np.float64)),
         bias_sum=bias if has_bias else None, nodes=nodes, edges=edges,
         replacement_score=scores.replacement, completeness_score=scores.completeness, node_budget=node_budget,

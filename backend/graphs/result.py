@@ -58,6 +58,7 @@ class AttributionGraph(Result):
     n_active_features: int = 0
     n_expanded_features: int = 0
     sinks: list[dict[str, Any]] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
     bias_sum: float | None = None
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
