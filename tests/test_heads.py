@@ -180,3 +180,47 @@ def test_one_document_cli_page_api(capsys, exports, bundled_lm):
     assert cli["ablation"]["k"] == 5 and len(cli["ablation"]["random"]) == 5
     assert main(["heads", "--text", "hi", "--head", "99.0"]) == 2  # the model's size is known once it is loaded
     assert "No head 99.0" in capsys.readouterr().err
+
+
+def test_summaries_are_the_float64_definitions_on_causal_patterns():
+    from interpscope.heads.patterns import summaries
+
+    generator = torch.Generator().manual_seed(0)
+    T = 9
+    scores = torch.randn(2, 3, T, T, generator=generator).masked_fill(torch.ones(T, T).triu(1).bool(), float("-inf"))
+    pattern = torch.softmax(scores, -1).numpy()
+    p = pattern.astype(np.float64)
+    stats = summaries(pattern, [0, 2])
+    np.testing.assert_allclose(stats["previous_token"], p[..., np.arange(1, T), np.arange(T - 1)].mean(-1), atol=1e-15)
+    np.testing.assert_allclose(stats["self"], p[..., np.arange(T), np.arange(T)].mean(-1), atol=1e-15)
+    np.testing.assert_allclose(stats["sinks"], p[..., [0, 2]].sum(-1).mean(-1), atol=1e-15)
+    logs = np.log(np.where(p > 0, p, 1.0))
+    np.testing.assert_allclose(stats["entropy"], -(p * logs).sum(-1).mean(-1), atol=1e-14)
+    assert stats["entropy"].min() > 0 and np.all(summaries(pattern, [])["sinks"] == 0)
+
+
+def test_patterns_from_one_pass_stopped_after_the_last_attention_equal_a_full_pass():
+    """head_patterns reads the sinks' middle residual off the same pass and stops it after the last attention: the
+    patterns and the sinks are those of a full pass and of interpscope.relevance.sinks.sink_report."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from interpscope.heads.patterns import attention_probabilities
+    from interpscope.relevance.api import input_ids_for, model_kind
+    from interpscope.relevance.sinks import sink_report
+    from interpscope.sinks import words
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    lm = loaded(LlamaForCausalLM(config).eval(), ByteTokenizer(), name="tiny-4-layers")
+    lm.model.set_attn_implementation("eager")
+    text = "the cat sat on the mat and the cat sat"
+    result = head_patterns(lm, text, prepend_bos=True)
+    ids, prepended = input_ids_for(lm, text, True)
+    assert prepended and result.sinks  # the prepended BOS at least is named
+    full = attention_probabilities(lm, ids, stop=False)[:, 0].numpy()
+    np.testing.assert_allclose(result.patterns.astype(np.float32), full, atol=1e-3)  # stored as float16
+    np.testing.assert_array_equal(attention_probabilities(lm, ids)[:, 0].numpy(), full)
+    report = sink_report(lm.adapter, ids, 0 if prepended else None)
+    assert result.sinks == report.rows(result.tokens, words(model_kind(lm.adapter))["sink"])
+    assert foreign_hooks(lm.model) == [] and not editing(lm.model)

@@ -179,3 +179,41 @@ def test_nothing_is_left_on_the_model_and_its_outputs_are_unchanged(lm):
     assert not any(p.requires_grad and p.grad is not None for p in lm.model.parameters())
     with torch.no_grad():
         assert torch.equal(lm.model(input_ids=ids).logits, before)
+
+
+@pytest.mark.parametrize("factory", [tiny_llama, tiny_gpt2], ids=lambda f: f.__name__)
+def test_passes_resumed_from_the_corrupt_keys_and_values_equal_full_passes(factory, monkeypatch):
+    """Positions before a batch's first patched one are not run (the corrupt run's keys and values stand in): the
+    grids equal full-width passes and single hooked runs, and the passes really are shorter."""
+    from dataclasses import replace
+
+    from interpscope.causal import patching
+
+    lm = tiny(factory)
+    kinds = ["resid", "attn", "mlp", "heads"]
+    widths: list[int] = []
+    original = patching.last_logits
+
+    def spy(adapter, ids, **kwargs):
+        widths.append(int(ids.shape[1]))
+        return original(adapter, ids, **kwargs)
+
+    with model_lock(lm):
+        ready = prepare(lm, CLEAN, CORRUPT, "logit-diff", *TOKENS.values(), None)
+        ids, n = ready.pair.corrupt_ids, ready.pair.n_tokens
+        assert ready.corrupt.keys_values is not None and ready.clean.keys_values is None
+        monkeypatch.setattr(patching, "last_logits", spy)
+        reused = patching.real_grids(lm.adapter, ids, ready.metric, ready.clean, ready.corrupt, kinds, batch_size=5)
+        monkeypatch.undo()
+        full = patching.real_grids(lm.adapter, ids, ready.metric, ready.clean, replace(ready.corrupt, keys_values=None),
+                                   kinds, batch_size=5)
+        alone = {(kind, row, column): patched_together(lm.adapter, ids, ready.metric, ready.clean,
+                                                       [Cell(kind, row, column)])
+                 for kind, row, column in [("resid", 1, n - 1), ("attn", 0, 17), ("mlp", 1, n - 2)]}
+    first = min(i for i, (a, b) in enumerate(zip(CLEAN, CORRUPT, strict=True)) if a != b)
+    assert min(widths) <= n - first and max(widths) == n  # head cells run every position
+    for kind in kinds:
+        np.testing.assert_allclose(reused[kind], full[kind], rtol=0, atol=1e-12)
+        assert np.abs(full[kind] - ready.corrupt_value).max() > 1e-6  # the grid is not the corrupt run everywhere
+    for (kind, row, column), value in alone.items():
+        assert reused[kind][row, column] == pytest.approx(value, abs=1e-12)

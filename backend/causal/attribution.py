@@ -6,9 +6,13 @@ forward and one backward pass on the corrupt prompt give the gradient at every r
 output and head output at once; one plain pass on the clean prompt gives the clean activations.
 
 RelP (Rezaei Jafari et al., 2025): the same product with the gradient replaced by LRP's propagation coefficients,
-i.e. the backward pass run under the project's LRP rules (interpscope.relevance.rules: norm identity, activation
-identity, uniform rule on gated products, and for attention either CP-LRP's detached queries/keys or AttnLRP's
-scaled ones). The forward values are unchanged by the rules, so the corrupt activations are the same.
+i.e. the backward pass run under the project's LRP rules (interpscope.relevance.rules). Three rule sets:
+- 'cp-lrp': norm identity, q/k detached (attention pattern frozen), and on a gated MLP the gate detached (the whole
+  gradient through the linear branch);
+- 'relp-half': the RelP paper's choice: norm identity (LN-rule), q/k detached (attention frozen, the AH-rule),
+  identity on the activation and the half rule on the gated product (each branch of gate x up gets 1/2);
+- 'attnlrp': norm identity, AttnLRP's q/k x 1/4 and v x 1/2 (relevance through the softmax), half rule on gates.
+The forward values are unchanged by the rules, so the corrupt activations are the same.
 
 Both are estimates of the real (normalised) patching effect; the result reports their Pearson correlation with real
 patching per component kind.
@@ -25,9 +29,30 @@ from interpscope.adapters import ModelAdapter
 from interpscope.capture import EditFn, hooks, scoped
 from interpscope.causal.patching import Activations, first_argument, grid_shape, out_projections, point_names
 from interpscope.causal.prompts import Metric
-from interpscope.relevance.rules import Rule, apply_rules, attnlrp_rules, cplrp_rules
+from interpscope.relevance.rules import (
+    ActivationRule,
+    NormRule,
+    Rule,
+    apply_rules,
+    attnlrp_rules,
+    cplrp_rules,
+    mlp_up_scale,
+    qkv_scale,
+)
 
-RELP_RULES: dict[str, Callable[[ModelAdapter], Sequence[Rule]]] = {"cp-lrp": cplrp_rules, "attnlrp": attnlrp_rules}
+
+def relp_half_rules(adapter: ModelAdapter) -> list[Rule]:
+    """The RelP paper's rules: LN-rule (norm identity), attention pattern frozen (q/k detached, v full), identity on
+    the MLP activation and the half rule on a gated product (gate and up branch 1/2 each)."""
+    from interpscope.relevance.gates import gate_rules
+
+    rules: list[Rule] = [NormRule(), qkv_scale(0.0, 0.0, 1.0)]
+    rules += [ActivationRule(0.5), mlp_up_scale(0.5)] if adapter.gated_mlp else [ActivationRule(1.0)]
+    return rules + gate_rules(adapter, attnlrp=False)
+
+
+RELP_RULES: dict[str, Callable[[ModelAdapter], Sequence[Rule]]] = {"cp-lrp": cplrp_rules, "relp-half": relp_half_rules,
+                                                                   "attnlrp": attnlrp_rules}
 DEFAULT_RELP_RULES = "cp-lrp"
 APPROXIMATIONS = ("atp", "relp")
 METHOD_LABELS = {"real": "Activation patching", "atp": "Attribution patching (gradient)",

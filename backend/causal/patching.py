@@ -10,11 +10,15 @@ Grids, one forward pass per cell, many cells per batched pass:
 A cell whose clean and corrupt activations are identical (positions before the first differing token) is the
 corrupt run itself: its value is the corrupt metric, with no pass run. Every other cell starts where its patch is:
 blocks before layer l compute nothing (interpscope.capture.resume_after hands block l the corrupt residual, with the
-clean row already in place for resid cells), and only the last position is projected onto the vocabulary. All hooks
+clean row already in place for resid cells), and only the last position is projected onto the vocabulary. Positions
+before a batch's first patched position are the corrupt run's in every block, so where the model takes a key/value
+cache (decoder-only, no sliding window) they are not recomputed either: the corrupt run's keys and values up to there
+are handed in as the cache, and only the later positions run. All hooks
 go through interpscope.capture, scoped to this run; the caller holds the model's lock.
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -42,6 +46,8 @@ class Activations:
     mlp: list[torch.Tensor]
     heads: list[torch.Tensor]
     logits: torch.Tensor
+    keys_values: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # per block [1, kv_heads, T, d_head]; None
+    # where the model takes no plain key/value cache (then every patched pass runs every position)
 
 
 def point_names(adapter: ModelAdapter) -> dict[str, list[str]]:
@@ -72,18 +78,62 @@ def input_edit(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable:
     return hook
 
 
-def last_logits(adapter: ModelAdapter, ids: torch.Tensor) -> torch.Tensor:
-    """Logits [B, vocab] after the last token of ids [B, T] (only that position is projected)."""
+def cache_argument(model: torch.nn.Module) -> str | None:
+    """The keyword a decoder-only model takes its key/value cache by ('cache' in transformers 5, 'past_key_values'
+    before), or None where prefix reuse is not safe: encoder-decoders, sliding-window or hybrid attention."""
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "is_encoder_decoder", False) or getattr(config, "sliding_window", None) \
+            or any(kind != "full_attention" for kind in (getattr(config, "layer_types", None) or [])):
+        return None
+    parameters = inspect.signature(model.forward).parameters
+    return next((name for name in ("cache", "past_key_values") if name in parameters), None)
+
+
+def _last_only(model: torch.nn.Module) -> dict:
     from interpscope.relevance.engine import _supports_logits_to_keep
 
+    return {"logits_to_keep": 1} if _supports_logits_to_keep(model) else {}
+
+
+def last_logits(adapter: ModelAdapter, ids: torch.Tensor, **kwargs) -> torch.Tensor:
+    """Logits [B, vocab] after the last token of ids [B, T] (only that position is projected)."""
     model = adapter.model
-    if _supports_logits_to_keep(model):
-        return model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[:, -1]
-    return model(input_ids=ids, use_cache=False).logits[:, -1]
+    return model(input_ids=ids, use_cache=False, **_last_only(model), **kwargs).logits[:, -1]
 
 
-def record(adapter: ModelAdapter, ids: torch.Tensor, heads: bool = True) -> Activations:
-    """Every activation patching reads, from one plain forward pass on ids [1, T] (read hooks only)."""
+def _keys_values(adapter: ModelAdapter, ids: torch.Tensor) -> tuple[torch.Tensor,
+                                                                   list[tuple[torch.Tensor, torch.Tensor]] | None]:
+    """(last logits [1, vocab], each block's keys and values [1, kv_heads, T, d_head] or None) of one pass on ids."""
+    model, name = adapter.model, cache_argument(adapter.model)
+    if name is None:
+        return last_logits(adapter, ids), None
+    out = model(input_ids=ids, use_cache=True, **_last_only(model))
+    cache = getattr(out, name, None)
+    layers = getattr(cache, "layers", None)
+    n_tokens = ids.shape[1]
+    if layers is None or len(layers) != adapter.n_layers or any(
+            getattr(layer, "keys", None) is None or layer.keys.shape[-2] != n_tokens for layer in layers):
+        return out.logits[:, -1], None
+    return out.logits[:, -1], [(layer.keys.detach(), layer.values.detach()) for layer in layers]
+
+
+def prefix_cache(adapter: ModelAdapter, keys_values: list[tuple[torch.Tensor, torch.Tensor]], start: int,
+                 batch: int) -> dict:
+    """The keyword argument handing every block the first `start` positions' keys and values ([batch] copies)."""
+    from transformers import DynamicCache
+
+    name = cache_argument(adapter.model)
+    assert name is not None
+    cache = DynamicCache()
+    for layer, (keys, values) in enumerate(keys_values):
+        cache.update(keys[..., :start, :].expand(batch, -1, -1, -1).contiguous(),
+                     values[..., :start, :].expand(batch, -1, -1, -1).contiguous(), layer)
+    return {name: cache}
+
+
+def record(adapter: ModelAdapter, ids: torch.Tensor, heads: bool = True, keys_values: bool = False) -> Activations:
+    """Every activation patching reads, from one plain forward pass on ids [1, T] (read hooks only); keys_values:
+    also each block's keys and values (what patched passes resume from), where the model has a plain cache."""
     names = point_names(adapter)
     store: dict[str, torch.Tensor] = {}
 
@@ -100,12 +150,16 @@ def record(adapter: ModelAdapter, ids: torch.Tensor, heads: bool = True) -> Acti
     edits: list[tuple[str, EditFn]] = [(name, keep(name)) for kind in ("resid", "attn", "mlp") for name in names[kind]]
     projections = [(module, keep_input(layer)) for layer, module in enumerate(out_projections(adapter))] if heads \
         else []
+    cached: list[tuple[torch.Tensor, torch.Tensor]] | None = None
     with torch.no_grad(), hooks(adapter, edits, role="read"), scoped(projections, role="read", kind="input"):
-        logits = last_logits(adapter, ids)[0].detach()
+        if keys_values:
+            last, cached = _keys_values(adapter, ids)
+        else:
+            last = last_logits(adapter, ids)
     return Activations(resid=[store[n] for n in names["resid"]], attn=[store[n] for n in names["attn"]],
                        mlp=[store[n] for n in names["mlp"]],
                        heads=[store[f"heads.{layer}"] for layer in range(adapter.n_layers)] if heads else [],
-                       logits=logits)
+                       logits=last[0].detach(), keys_values=cached)
 
 
 @dataclass(frozen=True)
@@ -128,34 +182,46 @@ def _pieces(adapter: ModelAdapter, acts: Activations, cell: Cell) -> torch.Tenso
     return getattr(acts, cell.kind)[cell.row][cell.column]
 
 
+def first_patched(cells: list[Cell], corrupt: Activations) -> int:
+    """The first position a batch of cells patches: where its passes start when the corrupt run's keys and values
+    can stand in for the positions before (0 for head cells, which patch every position, or without a cache)."""
+    if corrupt.keys_values is None or any(cell.kind == "heads" for cell in cells):
+        return 0
+    return min(cell.column for cell in cells)
+
+
 def _patched_run(adapter: ModelAdapter, ids: torch.Tensor, cells: list[Cell], clean: Activations,
                  corrupt: Activations) -> torch.Tensor:
     """Logits [len(cells), vocab] of the corrupt prompt, batch row b with cells[b] patched. All cells share their row
     (layer), so every batch row starts at that block: the block before hands on the corrupt residual (with the clean
-    row in place for resid cells); the attention, MLP and head cells are patched by hooks on their own batch rows."""
-    row = cells[0].row
-    batch = ids.expand(len(cells), -1)
+    row in place for resid cells); the attention, MLP and head cells are patched by hooks on their own batch rows.
+    Positions before the first patched one are not run: the corrupt run's keys and values stand in for them."""
+    row, start = cells[0].row, first_patched(cells, corrupt)
+    batch = ids[:, start:].expand(len(cells), -1)
     by_kind: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for kind in {cell.kind for cell in cells}:
         members = [b for b, cell in enumerate(cells) if cell.kind == kind]
         by_kind[kind] = (torch.tensor(members, device=ids.device),
                          torch.tensor([cells[b].column for b in members], device=ids.device))
+    prefix = prefix_cache(adapter, corrupt.keys_values, start, len(cells)) \
+        if start > 0 and corrupt.keys_values is not None else {}
     with ExitStack() as stack:
         if row > 0:
-            hidden = corrupt.resid[row].expand(len(cells), -1, -1).clone()
+            hidden = corrupt.resid[row][start:].expand(len(cells), -1, -1).clone()
             if "resid" in by_kind:
                 rows, columns = by_kind.pop("resid")
-                hidden[rows, columns] = clean.resid[row][columns].to(hidden.dtype)
+                hidden[rows, columns - start] = clean.resid[row][columns].to(hidden.dtype)
             stack.enter_context(resume_after(adapter, row - 1, hidden))
         for kind, (rows, columns) in by_kind.items():
-            stack.enter_context(_cell_edit(adapter, kind, row, rows, columns, clean))
+            stack.enter_context(_cell_edit(adapter, kind, row, rows, columns, clean, start))
         with torch.no_grad():
-            return last_logits(adapter, batch)
+            return last_logits(adapter, batch, **prefix)
 
 
 def _cell_edit(adapter: ModelAdapter, kind: str, row: int, rows: torch.Tensor, columns: torch.Tensor,
-               clean: Activations):
-    """The edit hook putting each listed batch row's clean activation in place (resid row 0, attn, mlp, heads)."""
+               clean: Activations, start: int = 0):
+    """The edit hook putting each listed batch row's clean activation in place (resid row 0, attn, mlp, heads); the
+    pass runs positions from `start` on."""
     if kind == "heads":
         width = adapter.d_head
         index = columns[:, None] * width + torch.arange(width, device=columns.device)[None]  # [B, d_head]
@@ -172,7 +238,7 @@ def _cell_edit(adapter: ModelAdapter, kind: str, row: int, rows: torch.Tensor, c
 
     def put(tensor: torch.Tensor) -> torch.Tensor:
         out = tensor.clone()
-        out[rows, columns] = source[columns].to(out.dtype)
+        out[rows, columns - start] = source[columns].to(out.dtype)
         return out
     return hooks(adapter, [(name, put)])
 
@@ -200,13 +266,15 @@ def real_grids(adapter: ModelAdapter, corrupt_ids: torch.Tensor, metric: Metric,
     the model's lock."""
     corrupt_value = float(metric.value(corrupt.logits))
     grids: dict[str, np.ndarray] = {}
-    by_row: dict[int, list[Cell]] = {}
+    groups: dict[tuple[int, bool], list[Cell]] = {}  # (row, head cells): head cells run every position
     for kind in kinds:
         mask = changed(adapter, kind, clean, corrupt)
         grids[kind] = np.full(mask.shape, corrupt_value)
         for row in range(mask.shape[0]):
-            by_row.setdefault(row, []).extend(Cell(kind, row, int(column)) for column in np.flatnonzero(mask[row]))
-    batches = [cells[i:i + batch_size] for _, cells in sorted(by_row.items()) for i in range(0, len(cells), batch_size)]
+            groups.setdefault((row, kind == "heads"), []).extend(
+                Cell(kind, row, int(column)) for column in np.flatnonzero(mask[row]))
+    ordered = [sorted(cells, key=lambda cell: cell.column) for _, cells in sorted(groups.items())]  # later batches
+    batches = [cells[i:i + batch_size] for cells in ordered for i in range(0, len(cells), batch_size)]  # start later
     total, done = sum(len(b) for b in batches), 0
     if progress is not None:
         progress(0, total)

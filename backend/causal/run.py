@@ -107,7 +107,7 @@ def prepare(lm: LoadedModel, clean: str, corrupt: str, metric: str, answer: str 
         raise InterpscopeError(f"The prompts are {pair.n_tokens} tokens; patching takes at most {MAX_PATCH_TOKENS} "
                                f"(each grid cell is a forward pass). Shorten them.")
     clean_acts = record(adapter, pair.clean_ids, heads=heads)
-    corrupt_acts = record(adapter, pair.corrupt_ids, heads=heads)
+    corrupt_acts = record(adapter, pair.corrupt_ids, heads=heads, keys_values=True)
     report = sink_report(adapter, pair.clean_ids, 0 if pair.bos_prepended else None)
     chosen = make_metric(lm, metric, clean_acts.logits, corrupt_acts.logits, answer, wrong)
     clean_value = float(chosen.value(clean_acts.logits))
@@ -129,7 +129,7 @@ def patch(lm: LoadedModel, clean: str, corrupt: str, *, metric: str = "logit-dif
     kinds = parse_list(components, KINDS, "components")
     chosen = parse_list(methods, METHODS, "methods")
     if relp_rules not in RELP_RULES:
-        raise InterpscopeError(f"Unknown RelP rules {relp_rules!r}; choose {' or '.join(RELP_RULES)}.")
+        raise InterpscopeError(f"Unknown RelP rules {relp_rules!r}; choose one of {', '.join(RELP_RULES)}.")
     check_model(lm, chosen)
     adapter = lm.adapter
     started = time.perf_counter()

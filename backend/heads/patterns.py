@@ -41,27 +41,34 @@ def parse_head(text: str, n_layers: int, n_heads: int) -> tuple[int, int]:
     return layer, head
 
 
-def attention_probabilities(lm: LoadedModel, input_ids: torch.Tensor) -> torch.Tensor:
+def attention_probabilities(lm: LoadedModel, input_ids: torch.Tensor, stop: bool = True) -> torch.Tensor:
     """Attention probabilities [L, B, H, T, T] (float32, CPU) of one forward pass on input_ids [B, T], read off each
     attention module's output by a scoped read hook (interpscope.capture: nothing is changed, and no hook outlives
-    the pass). The eager attention implementation returns its probabilities there."""
-    from interpscope.capture import scoped
+    the pass). The eager attention implementation returns its probabilities there. With `stop`, the pass ends once the
+    last layer's attention has run: the last MLP, the final norm and the unembedding are not computed."""
+    from interpscope.capture import StopForward, scoped
 
     adapter = lm.adapter
     if "attention" not in adapter.capabilities():
         raise InterpscopeError(f"{lm.name} ({lm.family}) has no attention heads.")
     found: dict[int, torch.Tensor] = {}
+    modules = [(layer, adapter.attention(layer)) for layer in range(adapter.n_layers)]
+    last = max((layer for layer, module in modules if module is not None), default=-1)
 
     def keeper(layer: int):
         def keep(module, args, output):
             weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
             if isinstance(weights, torch.Tensor) and weights.dim() == 4:
                 found[layer] = weights.detach().float().cpu()
+            if stop and layer == last:
+                raise StopForward
         return keep
 
-    modules = [(adapter.attention(layer), keeper(layer)) for layer in range(adapter.n_layers)]
-    with torch.no_grad(), scoped([(m, fn) for m, fn in modules if m is not None], role="read"):
-        lm.model(input_ids=input_ids.to(lm.device), use_cache=False)
+    with torch.no_grad(), scoped([(m, keeper(layer)) for layer, m in modules if m is not None], role="read"):
+        try:
+            lm.model(input_ids=input_ids.to(lm.device), use_cache=False)
+        except StopForward:
+            pass
     if len(found) != adapter.n_layers:
         raise InterpscopeError("This model does not return attention probabilities (it needs the eager attention "
                                "implementation).")
@@ -78,15 +85,20 @@ def causal_chance(n_tokens: int) -> dict[str, float]:
 
 def summaries(pattern: np.ndarray, excluded: list[int]) -> dict[str, np.ndarray]:
     """Per-head summaries [L, H] of patterns [L, H, T, T]: mean previous-token, self and excluded-key attention,
-    mean row entropy (nats)."""
-    T = pattern.shape[-1]
-    p = pattern.astype(np.float64)
-    out = {"previous_token": p[..., np.arange(1, T), np.arange(T - 1)].mean(-1) if T > 1
-           else np.full(p.shape[:2], np.nan),
-           "self": p[..., np.arange(T), np.arange(T)].mean(-1)}
-    out["sinks"] = p[..., excluded].sum(-1).mean(-1) if excluded else np.zeros(p.shape[:2])
-    out["entropy"] = -(p * np.log(np.clip(p, 1e-12, None))).sum(-1).mean(-1)
-    return out
+    mean row entropy (nats; -p log p, 0 where p = 0). In float64, one layer at a time (no full float64 copy of a long
+    text's patterns)."""
+    source = torch.as_tensor(pattern)
+    T = source.shape[-1]
+    prev, self_, sinks, entropy = [], [], [], []
+    queries, keys = torch.arange(1, T), torch.arange(T - 1)
+    for layer in source:
+        p = layer.double()  # [H, T, T]
+        prev.append(p[:, queries, keys].mean(-1) if T > 1 else torch.full(p.shape[:1], float("nan")))
+        self_.append(p.diagonal(dim1=-2, dim2=-1).mean(-1))
+        sinks.append(p[..., excluded].sum(-1).mean(-1) if excluded else torch.zeros(p.shape[:1], dtype=p.dtype))
+        entropy.append(torch.special.entr(p).sum(-1).mean(-1))
+    return {name: torch.stack(values).numpy() for name, values in
+            (("previous_token", prev), ("self", self_), ("sinks", sinks), ("entropy", entropy))}
 
 
 @dataclass
@@ -171,14 +183,15 @@ def head_patterns(lm: LoadedModel, text: str, *, heads: list[str] | None = None,
     patterns the document carries). prepend_bos: put the model's BOS first (None: where the tokenizer adds none)."""
     from interpscope.capture import model_lock
     from interpscope.relevance.api import input_ids_for, model_kind
-    from interpscope.relevance.sinks import sink_report
+    from interpscope.relevance.sinks import report_from, watching
     from interpscope.sinks import words
 
     start = time.perf_counter()
     ids, prepended = input_ids_for(lm, text, prepend_bos)
-    with model_lock(lm):
-        report = sink_report(lm.adapter, ids, 0 if prepended else None)
-        attn = attention_probabilities(lm, ids)[:, 0]  # [L, H, T, T]
+    probe_before_last = lm.adapter.n_layers // 2 < lm.adapter.n_layers - 1  # interpscope.relevance.sinks' point
+    with model_lock(lm), watching(lm.adapter) as seen:  # the sinks' middle residual from the same pass
+        attn = attention_probabilities(lm, ids, stop=probe_before_last)[:, 0]  # [L, H, T, T]
+    report = report_from(lm.adapter, seen["residual"], 0 if prepended else None)
     tokens = lm.token_strings(ids[0])
     sinks = report.rows(tokens, words(model_kind(lm.adapter))["sink"])
     pattern = attn.numpy()
