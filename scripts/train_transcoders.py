@@ -8,7 +8,8 @@ Stages, all resumable in --work (build/transcoders_smollm2 by default):
    rows go to one float16 file per layer, layer_XX/acts.bin [rows, 2 d_model] ([x_in | y], an activation cache
    the project's ShuffledBuffer reads). Position 0 and measured sink rows (interpscope.sinks.sink_rows on the
    input or the output of that layer, per batch) are left out. progress.json records the windows and rows done
-   after each batch, so a rerun continues there (a half-written batch is cut off).
+   after each batch, so a rerun continues there (a half-written batch is cut off), also with another --tokens
+   (the windows of fewer tokens are the first windows of more: an interrupted build can be finished smaller).
 2. train: each layer's transcoder (the project's ReLU + L1 transcoder and Trainer) on its cache; a finished
    layer's folder (work/trained/layer_XX, float32) is not retrained. Inputs and outputs are scaled to
    E||x||^2 = d while training (the L1 coefficient then means the same at every layer); the scales are folded
@@ -28,6 +29,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -102,12 +104,14 @@ def cache_all_layers(lm, work: Path, n_tokens: int, *, context_size: int = 128, 
     specs = [_layer_spec(lm, layer, n_tokens, context_size) for layer in range(n_layers)]
     row_bytes = specs[0].d_in * 2
     progress_file = work / "cache" / PROGRESS
-    state = {"n_tokens": int(n_tokens), "context_size": int(context_size), "batch_size": int(batch_size),
-             "n_windows": int(windows.shape[0]), "windows_done": 0, "rows": [0] * n_layers}
-    if progress_file.is_file():
+    state: dict[str, Any] = {"n_tokens": int(n_tokens), "context_size": int(context_size),
+                             "batch_size": int(batch_size), "n_windows": int(windows.shape[0]), "windows_done": 0,
+                             "rows": [0] * n_layers}
+    if progress_file.is_file():  # the windows of fewer tokens are a prefix of those of more (token_chunks)
         saved = json.loads(progress_file.read_text(encoding="utf-8"))
-        if all(saved.get(key) == state[key] for key in ("n_tokens", "context_size", "batch_size", "n_windows")):
-            state = saved
+        if (all(saved.get(key) == state[key] for key in ("context_size", "batch_size"))
+                and saved["windows_done"] <= state["n_windows"]):
+            state.update(windows_done=saved["windows_done"], rows=saved["rows"])
     for folder in folders:
         folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
