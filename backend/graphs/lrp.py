@@ -14,6 +14,8 @@ is reported as `agreement`.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -22,6 +24,14 @@ from interpscope.graphs.engine import Replacement
 from interpscope.relevance.engine import attribute
 from interpscope.relevance.methods import get_method
 from interpscope.relevance.targets import Target
+
+
+def _splice(acts: torch.Tensor, W_dec: torch.Tensor, error: torch.Tensor, dtype: torch.dtype
+            ) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The edit of one MLP output: features x W_dec + error node (the same value, the MLP's own path cut)."""
+    def edit(x: torch.Tensor) -> torch.Tensor:
+        return (acts @ W_dec + error).to(dtype)[None]
+    return edit
 
 
 def lrp_logit_row(lm, rep: Replacement, ids: torch.Tensor, token_id: int, method: str) -> tuple[np.ndarray, str]:
@@ -33,7 +43,7 @@ def lrp_logit_row(lm, rep: Replacement, ids: torch.Tensor, token_id: int, method
     run, feats = rep.run, rep.features
     model_dtype = next(lm.model.parameters()).dtype
     leaves: dict[str, torch.Tensor] = {}
-    edits = []
+    edits: list[tuple[str, Callable[[torch.Tensor], torch.Tensor | None]]] = []
     for layer, tc in enumerate(rep.transcoders):
         mask = feats.layer == layer
         dense = torch.zeros(run.n_tokens, tc.cfg.d_sae, dtype=run.dtype)
@@ -41,11 +51,8 @@ def lrp_logit_row(lm, rep: Replacement, ids: torch.Tensor, token_id: int, method
         acts = dense.to(lm.device).requires_grad_(True)
         error = rep.errors[layer].to(lm.device).requires_grad_(True)
         leaves[f"features.{layer}"], leaves[f"error.{layer}"] = acts, error
-        W_dec = rep.decoder(layer).to(lm.device)
-
-        def splice(x: torch.Tensor, acts=acts, error=error, W_dec=W_dec) -> torch.Tensor:
-            return (acts @ W_dec + error).to(model_dtype)[None]
-        edits.append((f"blocks.{layer}.hook_mlp_out", splice))
+        edits.append((f"blocks.{layer}.hook_mlp_out", _splice(acts, rep.decoder(layer).to(lm.device), error,
+                                                               model_dtype)))
     with hooks(lm.adapter, edits):
         result = attribute(lm.adapter, ids, Target(run.n_tokens - 1, token_id), spec.rules(lm.adapter),
                            conservation=False, extra=leaves)

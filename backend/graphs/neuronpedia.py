@@ -28,7 +28,7 @@ _TYPES = {"feature": "cross layer transcoder", "error": "mlp reconstruction erro
 
 def _np_id(node: dict[str, Any], token_ids: list[int]) -> tuple[str, str, int, str]:
     """(node_id, jsNodeId, feature, layer) as circuit-tracer writes them."""
-    kind, position, layer = node["kind"], int(node["position"]), node.get("layer")
+    kind, position, layer = node["kind"], int(node["position"]), node["layer"]
     if kind == "feature":
         return f"{layer}_{node['feature']}_{position}", f"{layer}_{node['feature']}-0", int(node["feature"]), str(layer)
     if kind == "error":
