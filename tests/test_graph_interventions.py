@@ -238,3 +238,27 @@ def test_agglomerate_uses_average_linkage():
     assert agglomerate(sim, 0.85) == [[0, 1], [2]]
     assert agglomerate(sim, 0.5) == [[0, 1, 2]]  # mean of 0.2 and 0.8 is 0.5
     assert agglomerate(sim, 0.51) == [[0, 1], [2]]
+
+
+def test_the_replay_agrees_with_the_built_graphs_direct_effects():
+    """On a built graph (interpscope.graphs.build_graph) of an ordinary tiny Llama: with the other features held,
+    ablating a feature node moves the logit by minus its direct effect, the graph's own edge into the logit (two
+    implementations of the frozen linear model agree); with them following, the pruned graph's prediction of a
+    last-layer node (no feature downstream) is that edge too."""
+    from interpscope.graphs.build import build_graph
+
+    lm = tiny_llama_lm(eps=1e-6)
+    tset = random_transcoder_set(lm, width=32, seed=1)
+    graph = build_graph(lm, tset, TEXT, node_budget=30, edge_budget=100)
+    prepared = GraphRun(lm, tset, graph)
+    features = [n for n in graph.nodes if n["kind"] == "feature"]
+    assert len(features) >= 5
+    direct = prepared.predicted([[n] for n in features], 0.0, direct_only=True)
+    assert direct == pytest.approx([-n["logit_effect"] for n in features], rel=1e-6, abs=1e-9)
+    logit = next(n["id"] for n in graph.nodes if n["kind"] == "logit")
+    into = {e["source"]: e["weight"] for e in graph.edges if e["target"] == logit}
+    last = [n for n in features if n["layer"] == lm.adapter.n_layers - 1 and n["id"] in into]
+    assert last
+    for node in last:
+        assert prepared.pruned.predicted([node["id"]], 0.0) == pytest.approx(-into[node["id"]], rel=1e-9)
+        assert prepared.predicted([[node]], 0.0)[0] == pytest.approx(-into[node["id"]], rel=1e-6)

@@ -145,16 +145,18 @@ class GraphRun:
         self.target_id = int(graph.target["id"])
         self.pruned = PrunedGraph(graph)
 
-    def predicted(self, interventions: Sequence[Sequence[dict[str, Any]]], factor: float) -> list[float]:
+    def predicted(self, interventions: Sequence[Sequence[dict[str, Any]]], factor: float,
+                  direct_only: bool = False) -> list[float]:
         """The unpruned graph's predicted change of the target logit per intervention (rows of one batch): the
-        linear replay with every active feature following its pre-activation, error nodes constant."""
+        linear replay with every active feature following its pre-activation, error nodes constant. direct_only:
+        the other features held too (the sources' direct effects: minus their edges into the logit, ablated)."""
         run = self.run
         B, T = len(interventions), run.n_tokens
         dx = torch.zeros(B, T, run.W_E.shape[1], dtype=run.dtype)
         for layer in range(run.n_layers):
             dx = dx + attention_forward(run, layer, dx)
             normed = dx * (run.mlp_scale[layer][:, None] * run.gamma_mlp[layer])
-            dact = (normed @ self.W_enc[layer]) * self.active[layer]
+            dact = (normed @ self.W_enc[layer]) * (self.active[layer] & (not direct_only))
             for row, members in enumerate(interventions):
                 for node in members:
                     if int(node["layer"]) == layer:
