@@ -107,8 +107,16 @@ def _session(name: str, key: tuple, default: Any) -> Any:
 
 
 # --- feature facts ------------------------------------------------------------------------------------------------
-def _stores(lm, tset) -> dict[int, Any]:
-    """Feature stores of this set's transcoders, by layer (a store whose SAE is the layer's folder, or on its hook)."""
+def _stores(lm, tset, key: tuple) -> dict[int, Any]:
+    """Feature stores of this set's transcoders, by layer (a store whose SAE is the layer's folder, or on its hook);
+    looked up once per graph in this session."""
+    held = _session("stores", key, None)
+    if held is None:
+        held = st.session_state["_graph-stores"] = _find_stores(lm, tset)
+    return held
+
+
+def _find_stores(lm, tset) -> dict[int, Any]:
     from pathlib import Path
 
     from interpscope.sae_store import FeatureStore, list_stores
@@ -135,8 +143,8 @@ def _top_tokens(lm, tset, graph, key: tuple) -> dict[str, list[tuple[str, float]
     """Each feature node's decoder top logit tokens (W_dec[f] @ W_U), computed once per graph in this session."""
     table = _session("tokens", key, {})
     missing = [n for n in graph.nodes if n["kind"] == "feature" and n["id"] not in table]
-    for node in missing:
-        table[node["id"]] = decoder_top_tokens(lm, tset, node["layer"], node["feature"], k=5)
+    if missing:
+        table.update(decoder_top_tokens(lm, tset, missing, k=5))
     return table
 
 
@@ -237,7 +245,7 @@ def _groups(lm, tset, graph, key: tuple) -> list[Supernode]:
         groups += group_by_decoder(graph.nodes, tset, threshold,
                                    tokens_of=lambda n: [t for t, _ in tokens[n["id"]][:3]])
     elif how == "contexts":
-        stores = _stores(lm, tset)
+        stores = _stores(lm, tset, key)
         nodes = [n for n in graph.nodes if n["kind"] != "feature" or int(n["layer"]) in stores]
         if not stores:
             st.info("No feature store exists for these transcoders' layers, so there are no top contexts to share: "
@@ -274,7 +282,7 @@ def _node_panel(lm, tset, graph, key: tuple, node_id: str) -> None:
                 + (f" · activation {node['activation']:.4g}" if node.get("activation") is not None else "")
                 + (" · attention SINK (never ranked)" if node.get("sink") else ""))
     if node["kind"] == "feature":
-        stores = _stores(lm, tset)
+        stores = _stores(lm, tset, key)
         store = stores.get(int(node["layer"]))
         if store is not None:
             from interpscope.components.feature_card import show_feature_card

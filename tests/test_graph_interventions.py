@@ -262,3 +262,21 @@ def test_the_replay_agrees_with_the_built_graphs_direct_effects():
     for node in last:
         assert prepared.pruned.predicted([node["id"]], 0.0) == pytest.approx(-into[node["id"]], rel=1e-9)
         assert prepared.predicted([[node]], 0.0)[0] == pytest.approx(-into[node["id"]], rel=1e-6)
+
+
+def test_decoder_top_tokens_find_a_planted_logit_direction():
+    from interpscope.graphs.grouping import decoder_top_tokens
+
+    lm = tiny_llama_lm(eps=1e-6)
+    tset = random_transcoder_set(lm, width=8, seed=2)
+    with torch.no_grad():
+        lm.model.lm_head.weight[4242] *= 10.0  # (in 16 dimensions many of 50k tokens point alike: stand out)
+    W_U = lm.adapter.folded_unembedding(torch.float32)
+    with torch.no_grad():
+        tset[1].W_dec[5] = W_U[:, 4242] / W_U[:, 4242].norm()  # writes exactly token 4242's (folded) direction
+    nodes = [feature(1, 5, 0), feature(0, 5, 0), {"id": "E_0", "kind": "embedding", "layer": -1, "position": 0}]
+    tokens = decoder_top_tokens(lm, tset, nodes, k=3)
+    assert set(tokens) == {"F1_5_0", "F0_5_0"}
+    assert tokens["F1_5_0"][0][0] == lm.token_strings([4242])[0]
+    assert tokens["F1_5_0"][0][1] == pytest.approx(float(W_U[:, 4242].norm()), rel=1e-5)
+    assert len(tokens["F0_5_0"]) == 3

@@ -186,12 +186,18 @@ def group_edges(edges: Iterable[Mapping[str, Any]], groups: Sequence[Supernode])
                   key=lambda e: -abs(e["weight"]))
 
 
-def decoder_top_tokens(lm: Any, transcoders: Any, layer: int, feature: int, k: int = 5) -> list[tuple[str, float]]:
-    """A feature's decoder row through the (norm-folded) unembedding, W_dec[f] @ W_U: the tokens it promotes most,
-    with their logit weights. Exists for every transcoder, with or without a feature store."""
-    row = transcoders[int(layer)].W_dec[int(feature)].detach().float()
+def decoder_top_tokens(lm: Any, transcoders: Any, nodes: Sequence[Mapping[str, Any]], k: int = 5
+                       ) -> dict[str, list[tuple[str, float]]]:
+    """Each feature node's decoder row through the (norm-folded) unembedding, W_dec[f] @ W_U: the k tokens it
+    promotes most, with their logit weights, by node id. Exists for every transcoder, with or without a feature
+    store; one matrix product for all the nodes."""
+    found = feature_nodes(nodes)
+    if not found:
+        return {}
     W_U = lm.adapter.folded_unembedding(torch.float32)
-    logits = row.to(W_U.device) @ W_U
-    top = torch.topk(logits, min(k, logits.numel()))
-    names = lm.token_strings(top.indices.cpu())
-    return [(name, float(v)) for name, v in zip(names, top.values.cpu().tolist(), strict=True)]
+    rows = decoder_directions(transcoders, found).to(W_U.device)
+    top = torch.topk(rows @ W_U, min(k, W_U.shape[1]), dim=1)
+    out = {}
+    for node, ids, values in zip(found, top.indices.cpu(), top.values.cpu().tolist(), strict=True):
+        out[str(node["id"])] = list(zip(lm.token_strings(ids), values, strict=True))
+    return out
