@@ -152,20 +152,27 @@ def group_by_contexts(nodes: Iterable[Mapping[str, Any]], top_tokens: Callable[[
                    top_tokens, singletons)
 
 
-def manual_group(nodes: Iterable[Mapping[str, Any]], selected: Sequence[str], index: int = 0,
-                 tokens_of: Callable[[Mapping[str, Any]], Sequence[str]] | None = None) -> Supernode:
-    """A supernode of the selected feature nodes (other kinds in the selection are refused by name)."""
+def pick_features(nodes: Iterable[Mapping[str, Any]], selected: Sequence[str], purpose: str) -> list[Mapping[str, Any]]:
+    """The feature nodes named by `selected` (each once, in order), refusing an empty choice, unknown ids and other
+    node kinds by name; `purpose` says what they are for ("make a supernode", "ablate or steer")."""
+    if not selected:
+        raise InterpscopeError(f"Choose at least one feature node to {purpose}.")
     by_id = {str(n["id"]): n for n in nodes}
-    unknown = [s for s in selected if s not in by_id]
+    unknown = [str(s) for s in selected if s not in by_id]
     if unknown:
         raise InterpscopeError(f"Not nodes of this graph: {', '.join(unknown[:5])}.")
     chosen = [by_id[s] for s in dict.fromkeys(selected)]
     others = [str(n["id"]) for n in chosen if n.get("kind") != "feature"]
     if others:
-        raise InterpscopeError(f"Only feature nodes make a supernode; not {', '.join(others[:5])}.")
-    if not chosen:
-        raise InterpscopeError("Select at least one feature node to make a supernode.")
-    group = _supernode(index, chosen, "selected", tokens_of)
+        raise InterpscopeError(f"Only feature nodes (and supernodes of them) can {purpose}; not "
+                               f"{', '.join(others[:5])}.")
+    return chosen
+
+
+def manual_group(nodes: Iterable[Mapping[str, Any]], selected: Sequence[str], index: int = 0,
+                 tokens_of: Callable[[Mapping[str, Any]], Sequence[str]] | None = None) -> Supernode:
+    """A supernode of the selected feature nodes (other kinds in the selection are refused by name)."""
+    group = _supernode(index, pick_features(nodes, selected, "make a supernode"), "selected", tokens_of)
     group.id = f"manual-{index}"
     return group
 

@@ -32,6 +32,7 @@ import torch
 
 from interpscope.capture import EditFn
 from interpscope.config import InterpscopeError
+from interpscope.graphs.grouping import pick_features
 from interpscope.graphs.replay import FrozenRun, attention_forward, record
 from interpscope.results import Result
 
@@ -70,18 +71,7 @@ def intervention_factor(mode: str, scale: float | None) -> float:
 
 def feature_members(graph: AttributionGraph, node_ids: Sequence[str]) -> list[dict[str, Any]]:
     """The graph's feature nodes named by node_ids (a node, or a supernode's members), refusing any other kind."""
-    if not node_ids:
-        raise InterpscopeError("Choose at least one feature node to intervene on.")
-    by_id = {str(n["id"]): n for n in graph.nodes}
-    unknown = [i for i in node_ids if i not in by_id]
-    if unknown:
-        raise InterpscopeError(f"Not nodes of this graph: {', '.join(map(str, unknown[:5]))}.")
-    chosen = [by_id[i] for i in dict.fromkeys(node_ids)]
-    other = [str(n["id"]) for n in chosen if n.get("kind") != "feature"]
-    if other:
-        raise InterpscopeError(f"Only feature nodes (and supernodes of them) can be ablated or steered; "
-                               f"{', '.join(other[:5])} {'is' if len(other) == 1 else 'are'} not one.")
-    return chosen
+    return [dict(n) for n in pick_features(graph.nodes, node_ids, "be ablated or steered")]
 
 
 def graph_input_ids(lm: LoadedModel, graph: AttributionGraph) -> torch.Tensor:
