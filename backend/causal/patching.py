@@ -182,21 +182,30 @@ def _pieces(adapter: ModelAdapter, acts: Activations, cell: Cell) -> torch.Tenso
     return getattr(acts, cell.kind)[cell.row][cell.column]
 
 
-def first_patched(cells: list[Cell], corrupt: Activations) -> int:
-    """The first position a batch of cells patches: where its passes start when the corrupt run's keys and values
-    can stand in for the positions before (0 for head cells, which patch every position, or without a cache)."""
-    if corrupt.keys_values is None or any(cell.kind == "heads" for cell in cells):
+def first_difference(clean: Activations, corrupt: Activations) -> int:
+    """The first position whose input (the residual entering block 0) differs between the runs: every activation
+    before it is the same in both (a position sees only itself and earlier ones), so no patch changes anything there."""
+    differs = (clean.resid[0] != corrupt.resid[0]).reshape(clean.resid[0].shape[0], -1).any(-1)
+    return int(differs.nonzero()[0, 0]) if bool(differs.any()) else 0
+
+
+def first_patched(cells: list[Cell], corrupt: Activations, first: int = 0) -> int:
+    """The first position a batch of cells changes: where its passes start when the corrupt run's keys and values
+    can stand in for the positions before (0 without a cache). A head cell patches every position, of which the
+    first that differs is `first` (first_difference)."""
+    if corrupt.keys_values is None:
         return 0
-    return min(cell.column for cell in cells)
+    return min(first if cell.kind == "heads" else cell.column for cell in cells)
 
 
 def _patched_run(adapter: ModelAdapter, ids: torch.Tensor, cells: list[Cell], clean: Activations,
-                 corrupt: Activations) -> torch.Tensor:
+                 corrupt: Activations, first: int = 0) -> torch.Tensor:
     """Logits [len(cells), vocab] of the corrupt prompt, batch row b with cells[b] patched. All cells share their row
     (layer), so every batch row starts at that block: the block before hands on the corrupt residual (with the clean
     row in place for resid cells); the attention, MLP and head cells are patched by hooks on their own batch rows.
-    Positions before the first patched one are not run: the corrupt run's keys and values stand in for them."""
-    row, start = cells[0].row, first_patched(cells, corrupt)
+    Positions before the first changed one are not run: the corrupt run's keys and values stand in for them (`first`:
+    the runs' first differing position)."""
+    row, start = cells[0].row, first_patched(cells, corrupt, first)
     batch = ids[:, start:].expand(len(cells), -1)
     by_kind: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for kind in {cell.kind for cell in cells}:
@@ -228,7 +237,7 @@ def _cell_edit(adapter: ModelAdapter, kind: str, row: int, rows: torch.Tensor, c
 
         def put_heads(tensor: torch.Tensor) -> torch.Tensor:
             out = tensor.clone()
-            source = clean.heads[row].to(out.dtype)
+            source = clean.heads[row][start:].to(out.dtype)
             for b, features in zip(rows.tolist(), index, strict=True):
                 out[b][:, features] = source[:, features]
             return out
@@ -266,7 +275,7 @@ def real_grids(adapter: ModelAdapter, corrupt_ids: torch.Tensor, metric: Metric,
     the model's lock."""
     corrupt_value = float(metric.value(corrupt.logits))
     grids: dict[str, np.ndarray] = {}
-    groups: dict[tuple[int, bool], list[Cell]] = {}  # (row, head cells): head cells run every position
+    groups: dict[tuple[int, bool], list[Cell]] = {}  # (row, head cells): head cells run from the first difference
     for kind in kinds:
         mask = changed(adapter, kind, clean, corrupt)
         grids[kind] = np.full(mask.shape, corrupt_value)
@@ -275,11 +284,11 @@ def real_grids(adapter: ModelAdapter, corrupt_ids: torch.Tensor, metric: Metric,
                 Cell(kind, row, int(column)) for column in np.flatnonzero(mask[row]))
     ordered = [sorted(cells, key=lambda cell: cell.column) for _, cells in sorted(groups.items())]  # later batches
     batches = [cells[i:i + batch_size] for cells in ordered for i in range(0, len(cells), batch_size)]  # start later
-    total, done = sum(len(b) for b in batches), 0
+    total, done, first = sum(len(b) for b in batches), 0, first_difference(clean, corrupt)
     if progress is not None:
         progress(0, total)
     for cells in batches:
-        values = metric.value(_patched_run(adapter, corrupt_ids, cells, clean, corrupt)).cpu().numpy()
+        values = metric.value(_patched_run(adapter, corrupt_ids, cells, clean, corrupt, first)).cpu().numpy()
         for cell, value in zip(cells, values, strict=True):
             grids[cell.kind][cell.row, cell.column] = float(value)
         done += len(cells)

@@ -98,7 +98,7 @@ def prepare(lm: LoadedModel, clean: str, corrupt: str, metric: str, answer: str 
     """Tokenise and check the pair, run both prompts, resolve the metric; refuse a metric equal on both prompts.
     The caller holds the model's lock."""
     from interpscope.relevance.api import model_kind
-    from interpscope.relevance.sinks import sink_report
+    from interpscope.relevance.sinks import report_from, watching
     from interpscope.sinks import words
 
     adapter = lm.adapter
@@ -106,9 +106,10 @@ def prepare(lm: LoadedModel, clean: str, corrupt: str, metric: str, answer: str 
     if pair.n_tokens > MAX_PATCH_TOKENS:
         raise InterpscopeError(f"The prompts are {pair.n_tokens} tokens; patching takes at most {MAX_PATCH_TOKENS} "
                                f"(each grid cell is a forward pass). Shorten them.")
-    clean_acts = record(adapter, pair.clean_ids, heads=heads)
+    with watching(adapter) as seen:  # the sinks' middle residual off the clean pass
+        clean_acts = record(adapter, pair.clean_ids, heads=heads)
     corrupt_acts = record(adapter, pair.corrupt_ids, heads=heads, keys_values=True)
-    report = sink_report(adapter, pair.clean_ids, 0 if pair.bos_prepended else None)
+    report = report_from(adapter, seen["residual"], 0 if pair.bos_prepended else None)
     chosen = make_metric(lm, metric, clean_acts.logits, corrupt_acts.logits, answer, wrong)
     clean_value = float(chosen.value(clean_acts.logits))
     corrupt_value = float(chosen.value(corrupt_acts.logits))
