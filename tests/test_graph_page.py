@@ -89,8 +89,16 @@ def test_select_group_and_intervene(llama_folder, exports):
     assert heads["schema"] == "interpscope.graph.edge_heads" and heads["heads"]
     top = heads["heads"][0]
     assert f"Head L{top['layer']}.H{top['head']}" in shown
+    at.button(key="graph-check").click().run()
+    assert not at.exception, at.exception
+    check = exports["graph-check"]
+    assert check["schema"] == "interpscope.graph.ablation_check"
+    assert {row["set"] for row in check["rows"]} == {"strongest", "random"}  # the control is there
+    shown = " ".join(m.value for m in at.markdown)
+    assert (f"r = {check['r']:.2f}" if "r" in check else "undefined") in shown
     at.radio(key="graph-group").set_value("decoder").run()
     assert not at.exception, at.exception
+    assert any("decoder cosine" in str(df.value) for df in at.dataframe)
 
 
 @pytest.mark.parametrize("state, message", [
