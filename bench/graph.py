@@ -6,7 +6,8 @@ of the shipped script's width (768) whose encoder biases are set so each feature
 positions (a trained set's sparsity order), and says so. Prints one JSON object: per prompt length the tokens,
 seconds, active and expanded features, nodes and edges kept, the JSON size of the pruned graph (and of its
 Neuronpedia export), how far logit_inputs_sum is from the logit, both scores, the LRP agreement, torch's thread
-count and the load average before and after.
+count and the load average before and after, and the time of one plain forward pass of the same prompt just
+before (on a shared machine the ratio graph / forward pass is the figure that does not move with the load).
 
 Run: nice -n 10 .venv/bin/python bench/graph.py [--tokens 64,128] [--max-feature-nodes N]
 """
@@ -28,7 +29,9 @@ PROSE = ("The old lighthouse keeper walked down to the harbour every morning bef
          "given him when he first took the job. In winter the sea was grey and loud, and the village children said "
          "that the keeper could tell a storm was coming three days before it arrived, because his left knee ached "
          "and his tea tasted of salt. Nobody knew whether that was true, but the fishermen still asked him every "
-         "evening whether they should go out.")
+         "evening whether they should go out. One spring a young woman from the city arrived with a camera and a "
+         "notebook full of questions about the lights along the coast. She stayed in the room above the bakery, "
+         "walked the cliffs in the wind and listened to the keeper's stories until late at night.")
 
 
 def prompt(lm, n_tokens: int) -> str:
@@ -65,6 +68,7 @@ def main() -> None:
 
     import interpscope
     from interpscope.graphs.defaults import DEFAULT_MAX_FEATURE_NODES
+    from interpscope.relevance.api import input_ids_for
     from interpscope.sae.transcoder_set import default_transcoder_set, load_transcoder_set
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -83,12 +87,18 @@ def main() -> None:
         text = prompt(lm, n)
         tset = shipped if shipped is not None else sparse_random_set(lm, text)
         load = os.getloadavg()
+        ids = input_ids_for(lm, text)[0]
+        with torch.no_grad():
+            tick = time.perf_counter()
+            lm.model(input_ids=ids, use_cache=False)
+            forward = time.perf_counter() - tick  # one plain forward pass now: the load-independent yardstick
         started = time.perf_counter()
         graph = interpscope.graphs.build_graph(lm, tset, text, max_feature_nodes=args.max_feature_nodes)
         wall = time.perf_counter() - started
         size = len(graph.to_json(indent=None).encode())
         out["graphs"][str(n)] = {
             "tokens": len(graph.tokens), "seconds": round(graph.seconds, 2), "wall_seconds": round(wall, 2),
+            "one_forward_pass_seconds": round(forward, 3), "graph_in_forward_passes": round(graph.seconds / forward, 1),
             "load_at_start": load, "load_after": os.getloadavg(),
             "n_active_features": graph.n_active_features, "n_expanded_features": graph.n_expanded_features,
             "nodes": len(graph.nodes), "edges": len(graph.edges), "json_bytes": size,

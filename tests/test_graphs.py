@@ -294,23 +294,33 @@ def _assert_same(a, b, where: str = "") -> None:
         assert a == b, where
 
 
+def test_cli_empty_text_exits_2_before_loading(folders):
+    _, model_dir, set_dir = folders
+    result = _run_cli("graph", "--model", str(model_dir), "--transcoders", str(set_dir), "--text", "  ")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "empty" in lines[0], result.stderr
+
+
 @pytest.mark.parametrize("extra, message", [
-    (("--text", "  "), "empty"),
     (("--text", "word " * 140), "limit here is 128 tokens"),
     (("--text", "The cat", "--target", "not one token at all"), "pick a single token"),
     (("--text", "The cat", "--no-transcoders"), "No transcoders for"),
+    (("--text", "The cat", "--node-budget", "0"), "--node-budget"),
 ])
-def test_cli_bad_inputs_exit_2(folders, extra, message):
+def test_cli_bad_inputs_exit_2(folders, capsys, extra, message):
+    """In this process (main(argv), the command line's own entry): one line on stderr, status 2."""
+    from interpscope.cli import main
+
     _, model_dir, set_dir = folders
-    args = ["graph", "--model", str(model_dir), *extra]
+    args = ["graph", "--model", str(model_dir), "--dtype", "float64", *extra]
     if "--no-transcoders" in args:
         args.remove("--no-transcoders")
     else:
         args += ["--transcoders", str(set_dir)]
-    result = _run_cli(*args)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert main(args) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
 
 
 def test_refuses_other_families():
