@@ -228,12 +228,20 @@ def test_cplrp_edges_equal_direct_edges(tiny):
     """CP-LRP freezes the pattern and the norm scales: in the linear replacement model its relevance for the logit
     is each node's direct effect. AttnLRP also moves relevance through the softmax, so it differs."""
     lm, tset = tiny
-    cp = build_graph(lm, tset, TEXT, max_feature_nodes=20, lrp="cplrp")
+    cp = build_graph(lm, tset, TEXT, max_feature_nodes=20, lrp="cplrp", lrp_features=2)
+    logit = next(n["id"] for n in cp.nodes if n["kind"] == "logit")
     direct = {n["id"]: n["logit_effect"] for n in cp.nodes if n["kind"] != "logit"}
-    lrp = {e["source"]: e["weight"] for e in cp.lrp_edges}
+    lrp = {e["source"]: e["weight"] for e in cp.lrp_edges if e["target"] == logit}
     assert cp.lrp_method and lrp
     for node, value in direct.items():
         assert lrp.get(node, 0.0) == pytest.approx(value, rel=1e-6, abs=1e-9)
+    into_features = {(e["source"], e["target"]): e["weight"] for e in cp.lrp_edges if e["target"] != logit}
+    assert len({target for _, target in into_features}) == 2
+    shared = [(e, into_features[(e["source"], e["target"])]) for e in cp.edges
+              if (e["source"], e["target"]) in into_features]
+    assert shared  # the pruned direct edges into those features, where kept, carry the same weights
+    for edge, value in shared:
+        assert value == pytest.approx(edge["weight"], rel=1e-6, abs=1e-9)
     assert cp.agreement["spearman"] == pytest.approx(1.0)
     attn = build_graph(lm, tset, TEXT, max_feature_nodes=20, lrp="attnlrp")
     assert attn.agreement["spearman"] < 1.0 and attn.agreement["moved"]

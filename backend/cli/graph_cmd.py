@@ -36,6 +36,9 @@ def register(subparsers) -> None:
                             "model")
     graph.add_argument("--lrp", choices=["attnlrp", "cplrp", "none"], default="attnlrp",
                        help="LRP method for the LRP edges into the logit (default attnlrp)")
+    graph.add_argument("--lrp-features", type=int_at_least(0), default=0,
+                       help="also the LRP edges into this many kept features, most influential first (one more LRP "
+                            "pass each; default 0)")
     graph.add_argument("--json", metavar="OUT", help="write JSON to OUT ('-' for stdout)")
     graph.set_defaults(func=run_graph)
 
@@ -56,7 +59,7 @@ def run_graph(args: argparse.Namespace) -> int:
     transcoders = load_transcoder_set(folder, lm=lm)
     result = build_graph(lm, transcoders, args.text, target=args.target, node_budget=args.node_budget,
                          edge_budget=args.edge_budget, max_feature_nodes=args.max_feature_nodes,
-                         lrp=None if args.lrp == "none" else args.lrp)
+                         lrp=None if args.lrp == "none" else args.lrp, lrp_features=args.lrp_features)
     if args.json:
         emit_json(result, args.json)
     if args.json != "-":

@@ -132,13 +132,14 @@ def _expand(adj: _Adjacency, max_feature_nodes: int, seed: np.ndarray, progress)
 def build_graph(lm: LoadedModel, transcoders: Any, text: str, *, target: str | int | None = None,
                 node_budget: int = DEFAULT_NODE_BUDGET, edge_budget: int = DEFAULT_EDGE_BUDGET,
                 max_feature_nodes: int = DEFAULT_MAX_FEATURE_NODES, lrp: str | None = "attnlrp",
-                progress: Callable[[float, str], None] | None = None) -> AttributionGraph:
+                progress: Callable[[float, str], None] | None = None, lrp_features: int = 0) -> AttributionGraph:
     """The attribution graph of `text`'s next-token `target` (a token string, an id or '#id'; None: the model's top
     next token) over `transcoders` (a TranscoderSet or one transcoder per block). lrp: an LRP method name
-    ('attnlrp', 'cplrp') for the LRP edges into the logit beside the direct ones, or None."""
+    ('attnlrp', 'cplrp') for the LRP edges into the logit beside the direct ones, or None; lrp_features: also the
+    LRP edges into that many kept features, most influential first (one more LRP pass each)."""
     start = time.perf_counter()
     for name, value in (("node_budget", node_budget), ("edge_budget", edge_budget),
-                        ("max_feature_nodes", max_feature_nodes)):
+                        ("max_feature_nodes", max_feature_nodes), ("lrp_features", lrp_features)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise InterpscopeError(f"{name} must be a non-negative integer (got {value!r}).")
     check_architecture(lm.adapter)
@@ -156,16 +157,12 @@ def build_graph(lm: LoadedModel, transcoders: Any, text: str, *, target: str | i
         adj.add([-1], logit_reads(rep, [chosen["id"]]))
         seed = np.ones(1)
         _expand(adj, max_feature_nodes, seed, progress)
-        lrp_row = lrp_label = None
+        report(0.8, "Pruning")
+        graph = _assemble(lm, rep, adj, seed, chosen, text, set_name, sinks, node_budget, edge_budget,
+                          max_feature_nodes)
         if lrp:
-            report(0.82, f"LRP ({lrp}) into the logit")
-            from interpscope.graphs.lrp import lrp_logit_row
-
-            lrp_row, lrp_label = lrp_logit_row(lm, rep, ids, chosen["id"], lrp)
-    report(0.9, "Pruning")
-    graph = _assemble(lm, rep, adj, seed, chosen, text, set_name, sinks, node_budget, edge_budget, max_feature_nodes)
-    if lrp_row is not None:
-        _add_lrp(graph, rep, adj, lrp_row, lrp_label or str(lrp))
+            report(0.85, f"LRP ({lrp}) into the logit" + (f" and {lrp_features} features" if lrp_features else ""))
+            _add_lrp(lm, graph, rep, adj, ids, lrp, lrp_features)
     graph.seconds = time.perf_counter() - start
     report(1.0, "Done")
     return graph
@@ -232,20 +229,28 @@ def _assemble(lm: LoadedModel, rep: Replacement, adj: _Adjacency, seed: np.ndarr
         n_expanded_features=int((row_node >= 0).sum()), sinks=sinks.rows(tokens), notes=notes)
 
 
-def _add_lrp(graph: AttributionGraph, rep: Replacement, adj: _Adjacency, lrp_row: np.ndarray, label: str) -> None:
-    """LRP relevance into the logit for the kept nodes, and its agreement with their direct effects."""
-    from interpscope.graphs.lrp import agreement
+def _add_lrp(lm: LoadedModel, graph: AttributionGraph, rep: Replacement, adj: _Adjacency, ids: torch.Tensor,
+             method: str, n_features: int) -> None:
+    """LRP relevance from the kept nodes into the logit (and into the `n_features` most influential kept features),
+    and the agreement of the logit's LRP relevances with the kept nodes' direct effects on it."""
+    from interpscope.graphs.lrp import agreement, lrp_row
 
     logit = next(node for node in graph.nodes if node["kind"] == "logit")
     columns = {node["id"]: column for column, node in _columns(rep, graph)}
     names = list(columns)
-    values = np.array([lrp_row[columns[name]] for name in names])
-    direct = adj.rows[0][[columns[name] for name in names]]
+    row, label = lrp_row(lm, rep, ids, method, token_id=int(logit["feature"]))
+    values = np.array([row[columns[name]] for name in names])
+    edges = [{"source": name, "target": logit["id"], "weight": float(v)}
+             for name, v in zip(names, values, strict=True) if v != 0]
+    features = sorted((n for n in graph.nodes if n["kind"] == "feature" and not n.get("sink")),
+                      key=lambda n: -n["influence"])[:n_features]
+    for node in features:
+        feature_row, _ = lrp_row(lm, rep, ids, method, column=columns[node["id"]])
+        edges.extend({"source": name, "target": node["id"], "weight": float(feature_row[columns[name]])}
+                     for name in names if feature_row[columns[name]] != 0)
     graph.lrp_method = label
-    graph.lrp_edges = [{"source": name, "target": logit["id"], "weight": float(v)}
-                       for name, v in zip(names, values, strict=True) if v != 0]
-    graph.lrp_edges.sort(key=lambda e: -abs(e["weight"]))
-    graph.agreement = agreement(direct, values, names)
+    graph.lrp_edges = sorted(edges, key=lambda e: -abs(e["weight"]))
+    graph.agreement = agreement(adj.rows[0][[columns[name] for name in names]], values, names)
     graph.agreement["over"] = "kept nodes: direct effect on the logit vs LRP relevance for it"
 
 

@@ -34,9 +34,29 @@ def _splice(acts: torch.Tensor, W_dec: torch.Tensor, error: torch.Tensor, dtype:
     return edit
 
 
-def lrp_logit_row(lm, rep: Replacement, ids: torch.Tensor, token_id: int, method: str) -> tuple[np.ndarray, str]:
-    """(relevance [n_columns] of every node for the logit of token_id, the method's label); the caller holds the
-    model's lock."""
+class _FeatureRead:
+    """A feature's pre-activation read inside the forward pass (the engine's ExplainedValue)."""
+
+    def __init__(self, rep: Replacement, column: int):
+        self.layer, self.position, self.direction = rep.feature_read(column)
+        feats = rep.features
+        self.x_dir = rep.encoder(self.layer)[:, int(feats.feature[column])]
+        self.bias = rep.b_enc(self.layer)[int(feats.feature[column])]
+        self.captured: torch.Tensor | None = None
+
+    def read(self, x: torch.Tensor) -> None:
+        self.captured = x[0, self.position] @ self.x_dir.to(x.device, x.dtype) + self.bias.to(x.device, x.dtype)
+
+    def value(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.captured is None:
+            raise RuntimeError("the MLP input hook did not run")
+        return self.captured
+
+
+def lrp_row(lm, rep: Replacement, ids: torch.Tensor, method: str, *, token_id: int | None = None,
+            column: int | None = None) -> tuple[np.ndarray, str]:
+    """(relevance [n_columns] of every node for the logit of token_id, or for the pre-activation of the feature in
+    `column`; the method's label). The caller holds the model's lock."""
     spec = get_method(method, lm.adapter)
     if spec.rules is None:
         raise ValueError(f"{method} is not an LRP method")
@@ -53,9 +73,12 @@ def lrp_logit_row(lm, rep: Replacement, ids: torch.Tensor, token_id: int, method
         leaves[f"features.{layer}"], leaves[f"error.{layer}"] = acts, error
         edits.append((f"blocks.{layer}.hook_mlp_out", _splice(acts, rep.decoder(layer).to(lm.device), error,
                                                                model_dtype)))
+    explained: Target | _FeatureRead = Target(run.n_tokens - 1, int(token_id or 0))
+    if column is not None:
+        explained = _FeatureRead(rep, column)
+        edits.append((f"blocks.{explained.layer}.mlp.hook_in", explained.read))
     with hooks(lm.adapter, edits):
-        result = attribute(lm.adapter, ids, Target(run.n_tokens - 1, token_id), spec.rules(lm.adapter),
-                           conservation=False, extra=leaves)
+        result = attribute(lm.adapter, ids, explained, spec.rules(lm.adapter), conservation=False, extra=leaves)
     row = np.zeros(rep.n_columns)
     for layer in range(run.n_layers):
         relevance = result.points[f"features.{layer}"]
