@@ -22,6 +22,7 @@ W_O^h . u_t, beside the residual path (same position) and the rest (paths throug
 """
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -134,6 +135,8 @@ class GraphRun:
                            for layer, tc in enumerate(transcoders.transcoders)]
         self.target_id = int(graph.target["id"])
         self.pruned = PrunedGraph(graph)
+        keeps = "logits_to_keep" in inspect.signature(type(lm.model).forward).parameters
+        self.last_only = {"logits_to_keep": 1} if keeps else {}  # the unembedding of the last position only
 
     def predicted(self, interventions: Sequence[Sequence[dict[str, Any]]], factor: float,
                   direct_only: bool = False) -> list[float]:
@@ -180,7 +183,7 @@ class GraphRun:
             named: dict[str, EditFn] = {str(transcoders.hook_out_name(layer)): _adder(delta)
                                         for layer, delta in edits.items()}
             with hooks(lm.adapter, named):
-                logits = capture(lm.adapter, ids.expand(rows, -1), []).require_logits()
+                logits = capture(lm.adapter, ids.expand(rows, -1), [], **self.last_only).require_logits()
             values = logits[:, -1, self.target_id].double()
             clean = float(values[0])
             changes += [float(v - values[0]) for v in values[1:]]
