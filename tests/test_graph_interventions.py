@@ -118,6 +118,11 @@ def test_the_ablation_check_on_the_exact_model_and_its_control(exact):
     control = [r for r in check.rows if r["set"] == "random"]
     assert len(strongest) == 4 and len(control) == 4
     assert not {tuple(r["nodes"]) for r in strongest} & {tuple(r["nodes"]) for r in control}
+    in_graph = {n["id"] for n in graph.nodes}
+    assert any(r["nodes"][0] not in in_graph for r in control)  # drawn from every active feature, pruned or not
+    for row in control:
+        layer, feature, position = (int(x) for x in row["nodes"][0][1:].split("_"))
+        assert prepared.acts[layer][position, feature] > 0
     influences = sorted((n["influence"] for n in graph.nodes if n["kind"] == "feature"), reverse=True)
     assert [r["influence"] for r in strongest] == pytest.approx(influences[:4])
     assert check.r is not None and check.r > 0.999

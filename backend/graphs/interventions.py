@@ -108,9 +108,12 @@ class PrunedGraph:
         self.target = self.index[target_node(graph)]
 
     def predicted(self, sources: Sequence[str], factor: float) -> float:
+        """The change the pruned graph predicts (a node it pruned away predicts nothing)."""
         start = np.zeros(len(self.ids))
         for node_id in sources:
-            i = self.index[node_id]
+            i = self.index.get(node_id)
+            if i is None:
+                continue
             start[i] = (factor - 1.0) * self.activation[i]
         return float(np.linalg.solve(self.system, start)[self.target])
 
@@ -131,12 +134,29 @@ class GraphRun:
         self.W_enc = [tc.W_enc.detach().to("cpu", dtype) for tc in transcoders.transcoders]
         self.W_dec = [tc.W_dec.detach().to("cpu", dtype) for tc in transcoders.transcoders]
         with torch.no_grad():
-            self.active = [tc.encode(self.run.mlp_in[layer].to(tc.W_enc.dtype)).to("cpu") > 0
-                           for layer, tc in enumerate(transcoders.transcoders)]
+            self.acts = [tc.encode(self.run.mlp_in[layer].to(tc.W_enc.dtype)).to("cpu", dtype)
+                         for layer, tc in enumerate(transcoders.transcoders)]
+        self.active = [a > 0 for a in self.acts]
         self.target_id = int(graph.target["id"])
         self.pruned = PrunedGraph(graph)
         keeps = "logits_to_keep" in inspect.signature(type(lm.model).forward).parameters
         self.last_only = {"logits_to_keep": 1} if keeps else {}  # the unembedding of the last position only
+
+    def random_active(self, n: int, avoid: set[str], seed: int) -> list[dict[str, Any]]:
+        """n random active features of the prompt (any layer, any position but the graph's sinks, pruned away or
+        not) as feature nodes, none of `avoid`: the ablation check's control."""
+        from interpscope.graphs.result import node_id
+
+        sinks = {int(s["position"]) for s in self.graph.sinks if "position" in s}
+        sinks |= {int(n["position"]) for n in self.graph.nodes if n.get("sink")}
+        found = [(layer, int(p), int(f)) for layer, active in enumerate(self.active)
+                 for p, f in active.nonzero().tolist() if int(p) not in sinks]
+        found = [c for c in found if node_id("feature", c[0], c[1], c[2]) not in avoid]
+        picks = np.random.default_rng(seed).choice(len(found), size=min(n, len(found)), replace=False)
+        tokens = self.graph.tokens
+        return [{"id": node_id("feature", layer, p, f), "kind": "feature", "layer": layer, "position": p,
+                 "token": tokens[p], "feature": f, "activation": float(self.acts[layer][p, f])}
+                for layer, p, f in (found[int(i)] for i in picks)]
 
     def predicted(self, interventions: Sequence[Sequence[dict[str, Any]]], factor: float,
                   direct_only: bool = False) -> list[float]:
@@ -278,8 +298,9 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
 class AblationCheck(Result):
     """The graph's strongest feature nodes (or given supernodes) ablated one by one: predicted vs actual change of
     the target logit and their Pearson r (the issue's target >= 0.8; r_pruned: the pruned graph's predictions), and
-    the same for random feature nodes of the graph (the control). rows: {set ("strongest" | "random"), nodes, label,
-    influence, predicted, predicted_pruned, actual}. Sinks are never ranked: sinks_left_out names them."""
+    the same for random active features of the prompt, in the pruned graph or not (the control). rows: {set
+    ("strongest" | "random"), nodes, label, influence (absent for a control feature the graph pruned away),
+    predicted, predicted_pruned, actual}. Sinks are never ranked: sinks_left_out names them."""
 
     model: str
     text: str
@@ -308,7 +329,7 @@ class AblationCheck(Result):
         return (f"Over the {len(strongest)} strongest ablations the graph's predicted logit changes correlate with the "
                 f"real ones at r = {said(self.r)} ({'meets' if met else 'misses'} the target {self.target_r}; the "
                 f"pruned graph's edges alone: r = {said(self.r_pruned)}); over {len(self.rows) - len(strongest)} "
-                f"random feature nodes (the control) r = {said(self.r_control)}.")
+                f"random active features (the control) r = {said(self.r_control)}.")
 
     def figure(self) -> go.Figure:
         from interpscope.components.graph_figures import ablation_scatter
@@ -320,7 +341,8 @@ def ablation_check(lm: LoadedModel, transcoders: Any, graph: AttributionGraph, n
                    groups: Sequence[Any] | None = None, prepared: GraphRun | None = None,
                    progress: Callable[[int, int], None] | None = None) -> AblationCheck:
     """Ablate the n strongest feature nodes by |influence| (or, with `groups`, the n supernodes with the largest
-    summed |influence|) one by one, then n random other feature nodes of the graph (the control)."""
+    summed |influence|) one by one, then n random other active features of the prompt, kept by the pruned graph
+    or not (the control)."""
     start = time.perf_counter()
     if n < 1:
         raise InterpscopeError("The ablation check needs at least one ablation (n >= 1).")
@@ -339,18 +361,17 @@ def ablation_check(lm: LoadedModel, transcoders: Any, graph: AttributionGraph, n
         sets = [([node], node_label([node])) for node in ranked]
     strongest = sorted([s for s in sets if s[0]], key=lambda s: -strength(s[0]))[:n]
     taken = {str(m["id"]) for members, _ in strongest for m in members}
-    pool = [node for node in ranked if str(node["id"]) not in taken] or ranked
-    picks = np.random.default_rng(seed).choice(len(pool), size=min(n, len(pool)), replace=False)
-    control = [([pool[int(i)]], node_label([pool[int(i)]])) for i in picks]
+    prepared = prepared or GraphRun(lm, transcoders, graph)
+    control = [([node], node_label([node])) for node in prepared.random_active(n, taken, seed)]
     everything = [("strongest", s) for s in strongest] + [("random", s) for s in control]
     sets_only = [members for _, (members, _) in everything]
-    prepared = prepared or GraphRun(lm, transcoders, graph)
     predicted = prepared.predicted(sets_only, 0.0)
     actual, _ = prepared.actual(sets_only, 0.0, progress=progress)
     rows = []
     for (which, (members, label)), pred, real in zip(everything, predicted, actual, strict=True):
         ids = [str(m["id"]) for m in members]
-        rows.append({"set": which, "nodes": ids, "label": label, "influence": strength(members), "predicted": pred,
+        influence = strength(members) if all(i in by_id for i in ids) else None
+        rows.append({"set": which, "nodes": ids, "label": label, "influence": influence, "predicted": pred,
                      "predicted_pruned": prepared.pruned.predicted(ids, 0.0), "actual": real})
 
     def r_of(which: str, key: str) -> float | None:
