@@ -146,7 +146,8 @@ def main() -> None:
     with e:
         methods = _picker("Methods", "patch-methods", METHODS, METHOD_TITLES)
     rules = f.selectbox("RelP rules", RULES, key="patch-rules", help="LRP rules of RelP's backward pass: CP-LRP "
-                        "(queries/keys detached) or AttnLRP (relevance through the softmax too).")
+                        "(queries/keys detached, gate detached), relp-half (the RelP paper's: queries/keys detached, "
+                        "half rule on the gated MLP product) or AttnLRP (relevance through the softmax too).")
     prepend = bos_toggle(lm, st, key="patch-bos")
     submitted = st.button("Run", type="primary", key="patch-run")
     try:
