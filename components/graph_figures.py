@@ -152,7 +152,7 @@ def ablation_scatter(check: Any) -> go.Figure:
     for which, colour in (("strongest", "#e6781e"), ("random", "#4393c3")):
         rows = [row for row in check.rows if row["set"] == which]
         fig.add_trace(go.Scatter(x=[r["predicted"] for r in rows], y=[r["actual"] for r in rows], mode="markers",
-                                 name="strongest nodes" if which == "strongest" else "random nodes (control)",
+                                 name="strongest nodes" if which == "strongest" else "random active features (control)",
                                  marker=dict(color=colour, size=9), hovertext=[r["label"] for r in rows],
                                  hoverinfo="text+x+y"))
 
