@@ -83,6 +83,8 @@ def main() -> None:
                  "transcoders": str(folder) if shipped is not None else
                  "random, width 768, ~3% density per feature (no shipped set yet)",
                  "max_feature_nodes": args.max_feature_nodes, "graphs": {}}
+    if shipped is not None:  # which set it was (a set may be retrained later)
+        out["transcoder_manifest"] = {k: shipped.manifest.get(k) for k in ("width", "dtype", "l1", "train_tokens")}
     for n in (int(t) for t in args.tokens.split(",")):
         text = prompt(lm, n)
         tset = shipped if shipped is not None else sparse_random_set(lm, text)
