@@ -17,10 +17,7 @@ budgets, not to an influence share).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from interpscope.graphs.result import AttributionGraph
+from typing import Any
 
 _TYPES = {"feature": "cross layer transcoder", "error": "mlp reconstruction error", "embedding": "embedding",
           "logit": "logit"}
@@ -40,8 +37,9 @@ def _np_id(node: dict[str, Any], token_ids: list[int]) -> tuple[str, str, int, s
     return f"{top}_{node['feature']}_{position}", f"L_{node['feature']}-{position}", int(node["feature"]), top
 
 
-def to_neuronpedia(graph: AttributionGraph, slug: str | None = None) -> dict[str, Any]:
-    """The graph as a circuit-tracer / Neuronpedia graph document (see the module's note on what does not map)."""
+def to_neuronpedia(graph: Any, slug: str | None = None) -> dict[str, Any]:
+    """An AttributionGraph (interpscope.graphs.result; not imported here: the result imports this module) as a
+    circuit-tracer / Neuronpedia graph document (see the module's note on what does not map)."""
     ranked = sorted((n for n in graph.nodes if n["kind"] != "logit"), key=lambda n: -float(n.get("influence") or 0))
     total = sum(max(float(n.get("influence") or 0), 0.0) for n in ranked) or 1.0
     cumulative, running = {}, 0.0
