@@ -10,7 +10,9 @@ gradient includes the rule's factor: the relevance that module's output passes b
 """
 from __future__ import annotations
 
+import gc
 import inspect
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -121,6 +123,7 @@ class _Taps:
     def remove(self) -> None:
         for handle in self.handles:
             handle.remove()
+        self.handles.clear()  # the hooks' closures hold self: no cycle left for the garbage collector
 
 
 @contextmanager
@@ -134,6 +137,41 @@ def _bias_grads(biases: Sequence[nn.Parameter]) -> Iterator[None]:
     finally:
         for bias in frozen:
             bias.requires_grad_(False)
+
+
+class _CyclePause:
+    """The cyclic garbage collector held off while any relevance pass runs (a count, so overlapping passes in
+    several threads nest), then restored as it was found.
+
+    A pass keeps a few thousand small Python objects alive (hooks, their handles, the rules' autograd contexts),
+    enough to trigger collections that walk the whole heap, the model's ~370,000 objects included: measured on
+    SmolLM2, one full collection every ~10 passes and ~23 ms a pass on average. Everything the pass allocates is
+    freed by reference counting when it ends (no reference cycles: tests/test_relevance_lean.py checks), so nothing
+    is left for the collector to do afterwards.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._was_enabled = False
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            if self._depth == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._depth += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._depth -= 1
+                if self._depth == 0 and self._was_enabled:
+                    gc.enable()
+
+
+_cycle_collection_paused = _CyclePause()
 
 
 def bias_parameters(model: nn.Module) -> list[nn.Parameter]:
@@ -191,19 +229,23 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: ExplainedV
     taps = _Taps()
     biases = bias_parameters(model) if conservation else []
     with ExitStack() as stack, torch.enable_grad():
+        stack.enter_context(_cycle_collection_paused())
+        stack.callback(taps.remove)  # after the rules leave: both remove their hooks oldest first (cheapest)
         stack.enter_context(applied(adapter, rules))
-        stack.callback(taps.remove)
         stack.enter_context(_bias_grads(biases))
         position_embedding = adapter.position_embedding()
         if position_embedding is not None:
             taps.output(position_embedding, "pos_embed", leaf=True)
         attn_layers = [layer for layer in range(n_layers) if adapter.attention_out_proj(layer) is not None]
+        qkv_names: dict[int, list[str]] = {}  # per attention layer, the taps on its q/k/v projections
         if conservation or latent:
             for layer in attn_layers:
                 if (out_proj := adapter.attention_out_proj(layer)) is not None:  # always, in attn_layers
                     taps.input(out_proj, f"heads.{layer}")
-                for i, (module, _) in enumerate(adapter.attention_qkv(layer)):
-                    taps.output(module, f"qkv.{layer}.{i}")
+                projections = adapter.attention_qkv(layer)
+                qkv_names[layer] = [f"qkv.{layer}.{i}" for i in range(len(projections))]
+                for (module, _), name in zip(projections, qkv_names[layer], strict=True):
+                    taps.output(module, name)
         if latent:
             for layer in range(n_layers):
                 taps.input(adapter.blocks()[layer], f"resid.{layer}")
@@ -243,7 +285,7 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: ExplainedV
         softmax = []
         for layer in attn_layers:
             into_heads = float(per_tensor[f"heads.{layer}"].sum())
-            into_qkv = sum(float(t.sum()) for n, t in per_tensor.items() if n.startswith(f"qkv.{layer}."))
+            into_qkv = sum(float(per_tensor[name].sum()) for name in qkv_names[layer])
             softmax.append(into_heads - into_qkv)
         input_sum = float(embed_relevance.sum())
         explained = input_sum + bias_total + sum(softmax)

@@ -90,15 +90,6 @@ def scale_grad(tensor: torch.Tensor, scale: float | torch.Tensor) -> torch.Tenso
     return _ScaleGrad.apply(tensor, scale)
 
 
-def safe_divisor(x: torch.Tensor) -> torch.Tensor:
-    """x with exact zeros replaced by 1, for f(x) / x of activations with f(0) = 0 (SiLU, GELU, ReLU).
-
-    Their f(x) / x stays bounded near zero, so no epsilon is added elsewhere: the rule's value and its
-    conservation stay exact instead of being off by eps / |x|.
-    """
-    return torch.where(x == 0, torch.ones_like(x), x)
-
-
 @contextmanager
 def output_hooks(pairs: Sequence[tuple[nn.Module, Callable]]) -> Iterator[None]:
     """Register forward hooks `fn(module, args, output) -> new output` on the given modules; remove on exit.
@@ -155,7 +146,10 @@ class NormRule:
 
 class ActivationRule:
     """Identity rule on the MLP nonlinearity: y = x * stopgrad(f(x) / x); `grad_scale` 0.5 adds the uniform
-    rule of a gated product (the activated gate's half), 0 detaches the gate (CP-LRP)."""
+    rule of a gated product (the activated gate's half), 0 detaches the gate (CP-LRP).
+
+    For the nonlinearities used (SiLU, GELU, ReLU: f(0) = 0) f(x) / x stays bounded near zero and is taken as 0 at
+    an exact zero, so no epsilon is added anywhere: the rule's value and its conservation stay exact."""
 
     name = "activation-identity"
 
@@ -169,10 +163,11 @@ class ActivationRule:
             return _replace_first(output, activated.detach())
         if not activated.requires_grad:
             return None
-        with torch.no_grad():
-            factor = activated / safe_divisor(x)
+        with torch.no_grad():  # f(x) / x, 0 where x == 0 (f(0) = 0), times grad_scale: one new tensor, in place
+            factor = torch.div(activated, x)
+            factor.masked_fill_(x == 0, 0.0)
             if self.grad_scale != 1:
-                factor = factor * self.grad_scale
+                factor.mul_(self.grad_scale)
         # the native value, bit for bit, with the identity rule's gradient (times grad_scale)
         return _replace_first(output, _LinearRule.apply(x, activated, factor, None, False))
 
@@ -182,44 +177,57 @@ class ActivationRule:
 
 
 class OutputGradScale:
-    """Scale the gradient of some modules' outputs, part by part (e.g. q, k, v of a fused projection)."""
+    """Scale the gradient of some modules' outputs, part by part (e.g. q, k, v of a fused projection).
 
-    def __init__(self, name: str, select: Callable[[ModelAdapter], list[tuple[nn.Module, torch.Tensor]]]):
+    `select(adapter)` gives (module, scale) pairs: a number scales the whole output (1: no hook at all, 0: detached),
+    a tensor [width] each output feature (only fused projections whose parts get different factors need one)."""
+
+    def __init__(self, name: str, select: Callable[[ModelAdapter], list[tuple[nn.Module, float | torch.Tensor]]]):
         self.name = name
         self.select = select
 
     @staticmethod
-    def _hook(scale: torch.Tensor) -> Callable:
-        cache: dict[tuple, torch.Tensor] = {}
-        all_zero, all_one = bool((scale == 0).all()), bool((scale == 1).all())
-        uniform = float(scale.flatten()[0]) if bool((scale == scale.flatten()[0]).all()) else None
+    def _uniform(scale: float | torch.Tensor) -> float | None:
+        if not isinstance(scale, torch.Tensor):
+            return float(scale)
+        first = scale.flatten()[0]
+        return float(first) if bool((scale == first).all()) else None
 
-        def hook(module, args, output):
+    @staticmethod
+    def _hook(scale: float | torch.Tensor) -> Callable:
+        uniform = OutputGradScale._uniform(scale)
+        if uniform is not None:
+            def hook(module, args, output):
+                return _replace_first(output, scale_grad(_first(output), uniform))
+            return hook
+        assert isinstance(scale, torch.Tensor)
+        per_feature = scale
+        cache: dict[tuple, torch.Tensor] = {}
+
+        def hook_parts(module, args, output):
             out = _first(output)
-            if all_one:
-                return None
-            if all_zero:
-                return _replace_first(output, out.detach())
-            if uniform is not None:
-                return _replace_first(output, scale_grad(out, uniform))
             key = (out.dtype, out.device)
             if key not in cache:
-                cache[key] = scale.to(dtype=out.dtype, device=out.device)
+                cache[key] = per_feature.to(dtype=out.dtype, device=out.device)
             return _replace_first(output, scale_grad(out, cache[key]))
-        return hook
+        return hook_parts
 
     def apply(self, adapter: ModelAdapter):
-        return output_hooks([(module, self._hook(scale)) for module, scale in self.select(adapter)])
+        return output_hooks([(module, self._hook(scale)) for module, scale in self.select(adapter)
+                             if self._uniform(scale) != 1])
 
 
 def qkv_scale(q: float, k: float, v: float) -> OutputGradScale:
     """Gradient factors for queries, keys and values (works for separate and fused projections)."""
     factors = {"q": q, "k": k, "v": v}
 
-    def select(adapter: ModelAdapter) -> list[tuple[nn.Module, torch.Tensor]]:
-        chosen = []
+    def select(adapter: ModelAdapter) -> list[tuple[nn.Module, float | torch.Tensor]]:
+        chosen: list[tuple[nn.Module, float | torch.Tensor]] = []
         for layer in range(adapter.n_layers):
             for module, parts in adapter.attention_qkv(layer):
+                if len({factors[part] for part in parts}) == 1:  # one factor for the whole output: a number
+                    chosen.append((module, float(factors[next(iter(parts))])))
+                    continue
                 width = max(int(index.max()) for index in parts.values()) + 1
                 scale = torch.ones(width, dtype=torch.float64)
                 for part, index in parts.items():
@@ -234,12 +242,12 @@ def mlp_up_scale(factor: float) -> OutputGradScale:
     """Gradient factor on the linear branch of a gated MLP (uniform rule: 0.5); on a fused gate/up projection only
     the up half's output indices (adapter.mlp_up_parts) are scaled."""
 
-    def select(adapter: ModelAdapter) -> list[tuple[nn.Module, torch.Tensor]]:
-        chosen = []
+    def select(adapter: ModelAdapter) -> list[tuple[nn.Module, float | torch.Tensor]]:
+        chosen: list[tuple[nn.Module, float | torch.Tensor]] = []
         for layer in range(adapter.n_layers):
             for up, index in adapter.mlp_up_parts(layer):
                 if index is None:
-                    chosen.append((up, torch.tensor([factor], dtype=torch.float64)))
+                    chosen.append((up, float(factor)))
                 else:
                     scale = torch.ones(int(weight_of(up).shape[0]), dtype=torch.float64)
                     scale[index] = factor
@@ -270,10 +278,15 @@ def cplrp_rules(adapter: ModelAdapter) -> list[Rule]:
 def applied(adapter: ModelAdapter, rules: Sequence[Rule]) -> Iterator[None]:
     """Enter every rule on the adapter's model instance; all are undone on exit, also after an exception.
 
-    The caller holds the model's lock (interpscope.capture.model_lock); `apply_rules` does both.
+    The caller holds the model's lock (interpscope.capture.model_lock); `apply_rules` does both. Rules are left in
+    the order they were entered (each removes its hooks in the order it added them), so every removal finds its
+    hook first in interpscope.capture's book of active hooks instead of walking past all the later ones.
     """
-    with ExitStack() as stack:
-        for rule in rules:
+    with ExitStack() as outer:
+        inner = [ExitStack() for _ in rules]
+        for stack in reversed(inner):  # the outer stack exits last-in first-out: rule 0 leaves first
+            outer.push(stack)
+        for stack, rule in zip(inner, rules, strict=True):
             stack.enter_context(rule.apply(adapter))
         yield
 

@@ -1,0 +1,155 @@
+"""The leaner relevance pass (bench/relevance_lxt.py measures it) computes what the plain rules say: the activation
+rule's gradient is f(x) / x (0 at exact zeros) times its scale, a number scale and a per-feature scale give the same
+gradients, rules leave in the order they came, and the garbage collector is paused only while passes run."""
+from __future__ import annotations
+
+import gc
+import threading
+from contextlib import contextmanager
+
+import pytest
+import torch
+from torch import nn
+
+from interpscope.adapters import get_adapter
+from interpscope.capture import model_lock
+from interpscope.relevance.engine import _cycle_collection_paused, attribute
+from interpscope.relevance.rules import ActivationRule, OutputGradScale, applied, attnlrp_rules
+from interpscope.relevance.targets import Target
+from tests.relevance_tiny import tiny_ids, tiny_model
+
+
+def _activation_grad(scale: float, x: torch.Tensor, upstream: torch.Tensor) -> torch.Tensor:
+    """Gradient at x through ActivationRule(scale)'s hook on a SiLU."""
+    act = nn.SiLU()
+    leaf = x.clone().requires_grad_(True)
+    out = ActivationRule(scale)._hook(act, (leaf,), act(leaf))
+    assert torch.equal(out.detach(), torch.nn.functional.silu(x))  # the native value, bit for bit
+    (grad,) = torch.autograd.grad(out, [leaf], upstream)
+    return grad
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.5])
+def test_activation_rule_gradient_is_f_over_x(scale):
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 7, 11, generator=generator, dtype=torch.float64)
+    x[0, 0, :4] = 0.0  # exact zeros: f(x) / x is taken as 0 there
+    x[1, 2, 3] = -0.0
+    upstream = torch.randn(x.shape, generator=generator, dtype=torch.float64)
+    expected = upstream * torch.where(x == 0, torch.zeros_like(x), torch.nn.functional.silu(x) / x) * scale
+    grad = _activation_grad(scale, x, upstream)
+    assert torch.equal(grad, expected)
+    assert bool((grad[0, 0, :4] == 0).all()) and bool(grad[1, 2, 3] == 0)
+    assert bool(torch.isfinite(grad).all())
+
+
+def test_number_and_per_feature_scales_give_the_same_gradient():
+    generator = torch.Generator().manual_seed(1)
+    linear = nn.Linear(5, 6).double()
+    x = torch.randn(2, 3, 5, generator=generator, dtype=torch.float64)
+    upstream = torch.randn(2, 3, 6, generator=generator, dtype=torch.float64)
+
+    def grad_with(scale) -> torch.Tensor:
+        leaf = x.clone().requires_grad_(True)
+        out = OutputGradScale._hook(scale)(linear, (leaf,), linear(leaf))
+        return torch.autograd.grad(out, [leaf], upstream)[0]
+
+    reference = (upstream * 0.25) @ linear.weight.detach()
+    assert torch.allclose(grad_with(0.25), reference, rtol=0, atol=1e-15)
+    assert torch.equal(grad_with(0.25), grad_with(torch.full((6,), 0.25, dtype=torch.float64)))
+    # different factors per feature (a fused projection): each output feature's gradient scaled by its own factor
+    parts = torch.tensor([0.25, 0.25, 0.5, 0.5, 1.0, 1.0], dtype=torch.float64)
+    assert torch.allclose(grad_with(parts), (upstream * parts) @ linear.weight.detach(), rtol=0, atol=1e-15)
+    leaf = x.clone().requires_grad_(True)
+    detached = OutputGradScale._hook(0.0)(linear, (leaf,), linear(leaf))
+    assert not detached.requires_grad
+
+
+def test_a_scale_of_one_registers_no_hook():
+    model = tiny_model("llama")
+    adapter = get_adapter(model)
+    modules = [module for layer in range(adapter.n_layers) for module, _ in adapter.attention_qkv(layer)]
+    rule = OutputGradScale("v-only", lambda a: [(m, 1.0) for m in modules[:-1]] + [(modules[-1], 0.5)])
+    with model_lock(model), applied(adapter, [rule]):
+        assert [len(m._forward_hooks) for m in modules] == [0] * (len(modules) - 1) + [1]
+    assert all(len(m._forward_hooks) == 0 for m in modules)
+
+
+def test_rules_leave_in_the_order_they_came():
+    """Oldest first, so each removal finds its hook first in interpscope.capture's book of active hooks."""
+    model = tiny_model("llama")
+    adapter = get_adapter(model)
+    left: list[str] = []
+
+    class Marker:
+        def __init__(self, name: str):
+            self.name = name
+
+        def apply(self, adapter):
+            @contextmanager
+            def entered():
+                try:
+                    yield
+                finally:
+                    left.append(self.name)
+            return entered()
+
+    with model_lock(model), applied(adapter, [Marker("a"), Marker("b"), Marker("c")]):
+        pass
+    assert left == ["a", "b", "c"]
+    with pytest.raises(ValueError), model_lock(model), applied(adapter, [Marker("d"), Marker("e")]):
+        raise ValueError("inside")
+    assert left[3:] == ["d", "e"]  # all left, also after an exception
+
+
+def test_the_collector_is_paused_only_while_passes_run():
+    assert gc.isenabled()
+    model = tiny_model("llama")
+    adapter = get_adapter(model)
+    seen: list[bool] = []
+    handle = model.model.layers[0].register_forward_hook(lambda *args: seen.append(gc.isenabled()))
+    try:
+        with model_lock(model):
+            attribute(adapter, tiny_ids(), Target(position=3, token_id=5), attnlrp_rules(adapter))
+    finally:
+        handle.remove()
+    assert seen == [False] and gc.isenabled()
+    # nested and overlapping (threads): enabled again only when the last one leaves, and left off if it was off
+    inside, release = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with _cycle_collection_paused():
+            inside.set()
+            release.wait(5)
+
+    thread = threading.Thread(target=other)
+    with _cycle_collection_paused():
+        thread.start()
+        inside.wait(5)
+    assert not gc.isenabled()  # the other pass still runs
+    release.set()
+    thread.join(5)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with _cycle_collection_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("latent", [False, True])
+def test_a_pass_leaves_no_reference_cycles(latent):
+    """What a pass allocates is freed by reference counting (the collector, paused during it, has nothing to find):
+    no hook closure holding its owner, no tapped tensor kept alive for a later collection."""
+    model = tiny_model("llama")
+    adapter = get_adapter(model)
+    target = Target(position=3, token_id=5)
+    with model_lock(model):
+        attribute(adapter, tiny_ids(), target, attnlrp_rules(adapter), latent=latent)  # first-call caches
+    gc.collect()
+    with model_lock(model):
+        result = attribute(adapter, tiny_ids(), target, attnlrp_rules(adapter), latent=latent)
+    del result
+    assert gc.collect() == 0
