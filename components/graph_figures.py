@@ -53,8 +53,8 @@ def merge_groups(nodes: Sequence[Mapping[str, Any]], groups: Sequence[Any]) -> l
 
 
 def layout(nodes: Sequence[Mapping[str, Any]], n_layers: int) -> dict[str, tuple[float, float]]:
-    """x = token position (nodes sharing a layer and position spread across ±0.35), y = layer (embeddings -1,
-    logit n_layers)."""
+    """x = token position, y = layer (embeddings -1, logit n_layers); nodes sharing a layer and position spread over
+    a small grid within ±0.35 of both."""
     cells: dict[tuple[float, float], list[str]] = defaultdict(list)
     for node in sorted(nodes, key=lambda n: (str(n.get("kind")), -abs(n.get("influence") or 0.0), str(n["id"]))):
         kind = node.get("kind")
@@ -62,9 +62,12 @@ def layout(nodes: Sequence[Mapping[str, Any]], n_layers: int) -> dict[str, tuple
         cells[(float(node["position"]), y)].append(str(node["id"]))
     placed = {}
     for (x, y), ids in cells.items():
-        offsets = np.linspace(-0.35, 0.35, len(ids)) if len(ids) > 1 else [0.0]
-        for node_id, dx in zip(ids, offsets, strict=True):
-            placed[node_id] = (x + float(dx), y)
+        across = min(len(ids), 6)  # a crowded cell becomes a small grid: up to 6 across, rows within ±0.35 layer
+        rows = -(-len(ids) // across)
+        xs = np.linspace(-0.35, 0.35, across) if across > 1 else [0.0]
+        ys = np.linspace(-0.35, 0.35, rows) if rows > 1 else [0.0]
+        for k, node_id in enumerate(ids):
+            placed[node_id] = (x + float(xs[k % across]), y + float(ys[k // across]))
     return placed
 
 
