@@ -1,7 +1,7 @@
 """Defaults and limits of attribution graphs (no imports: the command line's parser reads them at start-up)."""
 DEFAULT_NODE_BUDGET = 80  # feature and error nodes kept by pruning
 DEFAULT_EDGE_BUDGET = 400  # edges kept by pruning
-DEFAULT_MAX_FEATURE_NODES = 256  # features whose inputs (adjacency rows) are computed, most influential first
+DEFAULT_MAX_FEATURE_NODES = 128  # features whose rows are computed, most influential first (64 tokens: ~60 s at load 6)
 MAX_TOKENS = 128  # longest prompt traced
 BATCH = 64  # features expanded between two rankings by influence
 CHUNK = 16  # feature rows per linear backward pass (alike rows together: a pass stops at their highest read)
