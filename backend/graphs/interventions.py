@@ -140,7 +140,7 @@ class GraphRun:
         self.target_id = int(graph.target["id"])
         self.pruned = PrunedGraph(graph)
         keeps = "logits_to_keep" in inspect.signature(type(lm.model).forward).parameters
-        self.last_only = {"logits_to_keep": 1} if keeps else {}  # the unembedding of the last position only
+        self.last_only: dict[str, Any] = {"logits_to_keep": 1} if keeps else {}  # unembed the last position only
 
     def random_active(self, n: int, avoid: set[str], seed: int) -> list[dict[str, Any]]:
         """n random active features of the prompt (any layer, any position but the graph's sinks, pruned away or
