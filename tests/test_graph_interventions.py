@@ -285,3 +285,26 @@ def test_decoder_top_tokens_find_a_planted_logit_direction():
     assert tokens["F1_5_0"][0][0] == lm.token_strings([4242])[0]
     assert tokens["F1_5_0"][0][1] == pytest.approx(float(W_U[:, 4242].norm()), rel=1e-5)
     assert len(tokens["F0_5_0"]) == 3
+
+
+def test_an_error_nodes_write_is_the_engines_error_node(exact):
+    """The per-head split writes an error node as the engine defines it: mlp_out - sum_i a_i W_dec[i], which holds
+    the transcoder's b_dec (with b_dec nonzero, decode(encode(x)) would be off by exactly b_dec)."""
+    from interpscope.graphs.engine import replacement
+    from interpscope.graphs.interventions import _writes
+
+    lm, tset, graph, prepared = exact
+    run = prepared.run
+    saved = [tc.b_dec.detach().clone() for tc in tset.transcoders]
+    try:
+        with torch.no_grad():
+            for tc in tset.transcoders:
+                tc.b_dec.normal_()
+        rep = replacement(run, tset.transcoders, [])
+        for layer in range(tset.n_layers):
+            node = {"id": f"E_{layer}_2", "kind": "error", "layer": layer, "position": 2}
+            torch.testing.assert_close(_writes(run, tset, node), rep.errors[layer, 2], rtol=1e-5, atol=1e-6)
+    finally:
+        with torch.no_grad():
+            for tc, b in zip(tset.transcoders, saved, strict=True):
+                tc.b_dec.copy_(b)

@@ -397,7 +397,8 @@ def _writes(run: FrozenRun, transcoders: Any, node: dict[str, Any]) -> torch.Ten
         layer = int(node["layer"])
         tc = transcoders[layer]
         with torch.no_grad():
-            rebuilt = tc.decode(tc.encode(run.mlp_in[layer][position:position + 1].to(tc.W_enc.dtype)))
+            # the engine's error node: mlp_out - sum_i a_i W_dec[i] (it holds b_dec, so the sums are exact)
+            rebuilt = tc.encode(run.mlp_in[layer][position:position + 1].to(tc.W_enc.dtype)) @ tc.W_dec
         return run.mlp_out[layer][position] - rebuilt[0].to(run.dtype)
     raise InterpscopeError(f"{node['id']} writes nothing into the residual stream (a {kind} node).")
 
