@@ -14,6 +14,7 @@ def register(subparsers) -> None:
         DEFAULT_NODE_BUDGET,
         MAX_TOKENS,
     )
+    from interpscope.relevance.methods import rule_methods
 
     graph = subparsers.add_parser(
         "graph", help="attribution graph of a prediction over per-layer transcoders",
@@ -34,8 +35,10 @@ def register(subparsers) -> None:
     graph.add_argument("--transcoders", metavar="DIR",
                        help="a transcoder set folder (manifest.json + layer_XX/); default: the set shipped for the "
                             "model")
-    graph.add_argument("--lrp", choices=["attnlrp", "cplrp", "none"], default="attnlrp",
-                       help="LRP method for the LRP edges into the logit (default attnlrp)")
+    # the registry's transformer LRP rule sets (the graph runs on attention models), never typed here
+    lrp_names = [m.name for m in rule_methods() if "transformer_lrp" in m.requires]
+    graph.add_argument("--lrp", choices=[*lrp_names, "none"], default=lrp_names[0],
+                       help=f"LRP method for the LRP edges into the logit (default {lrp_names[0]})")
     graph.add_argument("--lrp-features", type=int_at_least(0), default=0,
                        help="also the LRP edges into this many kept features, most influential first (one more LRP "
                             "pass each; default 0)")
