@@ -1,13 +1,14 @@
 """Evaluating transcoders: the same figures as an SAE's (interpscope.sae.evaluation), with the transcoder's output
 spliced in place of the MLP's.
 
-Per batch: the clean pass records the transcoder's input (e.g. blocks.L.mlp.hook_in, the MLP's input after its
-norm, or blocks.L.hook_resid_mid) and the MLP's output (its target, blocks.L.hook_mlp_out); the zero-ablated pass
-replaces the MLP's output by zeros; each transcoder's pass replaces it by the transcoder's prediction from the clean input (nothing before the MLP changes, so that input is
-the one the pass computes). Loss recovered = (CE_zero - CE_transcoder) / (CE_zero - CE_clean) is then the share of
-the MLP's contribution to the next-token loss the transcoder reproduces. FVU, shrinkage and cosine compare the
-prediction with the MLP's true output. Position 0 and massive-activation rows (of the input or of the output) keep
-the MLP's own output and are left out of the averages, as for SAEs.
+Per batch: the clean pass records the transcoder's input (e.g. blocks.L.mlp.hook_in, the MLP's input after its norm,
+or blocks.L.hook_resid_mid) and the MLP's output (its target, blocks.L.hook_mlp_out); the zero-ablated pass replaces
+the MLP's output by zeros; each transcoder's pass replaces it by the transcoder's prediction from the clean input
+(nothing before the MLP changes, so that input is the one the pass computes). Loss recovered = (CE_zero -
+CE_transcoder) / (CE_zero - CE_clean) is then the share of the MLP's contribution to the next-token loss the
+transcoder reproduces. FVU, shrinkage and cosine compare the prediction with the MLP's true output. Position 0 and
+massive-activation rows (of the input or of the output) keep the MLP's own output and are left out of the averages,
+as for SAEs.
 """
 from __future__ import annotations
 
