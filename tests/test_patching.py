@@ -218,3 +218,76 @@ def test_passes_resumed_from_the_corrupt_keys_and_values_equal_full_passes(facto
         assert np.abs(full[kind] - ready.corrupt_value).max() > 1e-6  # the grid is not the corrupt run everywhere
     for (kind, row, column), value in alone.items():
         assert reused[kind][row, column] == pytest.approx(value, abs=1e-12)
+
+
+def test_batches_are_cut_where_a_later_start_saves_more_than_a_pass_costs():
+    from interpscope.causal.patching import plan_batches
+
+    cells = [Cell("resid", 3, column) for column in range(1, 29)]  # 29 tokens, first difference at 1
+    start = {"resid": lambda cell: cell.column, "heads": lambda cell: 1}
+
+    def cost(batches, overhead):
+        return sum(overhead + len(b) * (29 - start["resid"](b[0])) for b in batches)
+
+    fixed = [cells[i:i + 24] for i in range(0, len(cells), 24)]
+    for overhead in (0, 16, 10_000):
+        planned = plan_batches(cells, start["resid"], 29, 24, overhead)
+        assert [cell for batch in planned for cell in batch] == cells and max(map(len, planned)) <= 24
+        assert cost(planned, overhead) <= cost(fixed, overhead)
+        if overhead == 0:  # a pass costs nothing: every distinct start runs on its own
+            assert len(planned) == len(cells)
+        if overhead == 10_000:  # passes dominate: as few as the batch size allows
+            assert len(planned) == len(fixed)
+    assert cost(plan_batches(cells, start["resid"], 29, 24, 16), 16) < cost(fixed, 16)
+    heads = [Cell("heads", 3, h) for h in range(9)]  # one start for all: only the batch size cuts
+    assert sorted(len(b) for b in plan_batches(heads, start["heads"], 29, 4, 16)) == [1, 4, 4]
+
+
+def test_logit_metrics_project_onto_their_two_tokens_and_read_the_same_value(lm):
+    from interpscope.causal.patching import last_logits, narrow_unembedding
+
+    with model_lock(lm):
+        ready = prepare(lm, CLEAN, CORRUPT, "logit-diff", *TOKENS.values(), None)
+        ids = ready.pair.corrupt_ids
+        with narrow_unembedding(lm.adapter, ready.metric) as read:
+            narrow = last_logits(lm.adapter, ids)
+        full = last_logits(lm.adapter, ids)
+        prob = prepare(lm, CLEAN, CORRUPT, "prob", *TOKENS.values(), None).metric
+        with narrow_unembedding(lm.adapter, prob) as unchanged:
+            everything = last_logits(lm.adapter, ids)
+    assert narrow.shape[-1] == 2 and full.shape[-1] == 128 and everything.shape[-1] == 128 and unchanged is prob
+    assert float(read.value(narrow)[0]) == pytest.approx(float(ready.metric.value(full)[0]), abs=1e-12)
+    probability = patch(lm, CLEAN, CORRUPT, metric="prob", **TOKENS, components="resid", methods="real")
+    assert np.asarray(probability.grids["resid"]["real"])[-1, -1] == pytest.approx(1.0, abs=1e-12)
+
+
+def _attention_only_llama(vocab: int = 128):
+    """A Llama whose MLPs compute nothing (gates zero) and whose norms divide by a constant (epsilon 1e8 against a
+    residual of squared size ~1e4, embeddings scaled up to match): every LRP rule but the attention's is the
+    gradient. Queries and keys are scaled up so the attention pattern depends strongly on the input."""
+    model = tiny_llama(vocab, rms_norm_eps=1e8)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(1e4)
+        for layer in model.model.layers:
+            layer.mlp.gate_proj.weight.zero_()
+            layer.self_attn.q_proj.weight.mul_(300)
+            layer.self_attn.k_proj.weight.mul_(300)
+    return model
+
+
+@pytest.mark.parametrize("rules, equals_atp", [("cp-lrp-qk", True), ("relp-half-qk", True), ("cp-lrp", False),
+                                               ("relp-half", False), ("relp-half-qk4", False),
+                                               ("relp-half-q", False), ("cp-lrp-q", False)])
+def test_rule_sets_that_keep_the_query_key_gradient_are_atp_where_norms_and_mlps_are_linear(rules, equals_atp):
+    """On a model whose norms and MLPs the rules leave as they are, a rule set that keeps the plain gradient through
+    queries and keys is AtP; one that freezes or scales them (detached, x 1/4, keys detached) is not."""
+    lm = tiny(_attention_only_llama)
+    result = patch(lm, CLEAN, CORRUPT, **TOKENS, components="resid,attn", methods="atp,relp", relp_rules=rules)
+    gaps = {}
+    for kind in result.components:
+        atp, relp = np.asarray(result.grids[kind]["atp"]), np.asarray(result.grids[kind]["relp"])
+        gaps[kind] = np.abs(relp - atp).max() / np.abs(atp).max()
+    if equals_atp:
+        assert max(gaps.values()) < 1e-3, gaps  # what is left: the norms' scale is constant only to ~1e-4
+    else:  # the residual stream at the changed token reaches the logits through later heads' keys
+        assert gaps["resid"] > 0.1, gaps

@@ -11,7 +11,10 @@ i.e. the backward pass run under the project's LRP rules (interpscope.relevance.
   gradient through the linear branch);
 - 'relp-half': the RelP paper's choice: norm identity (LN-rule), q/k detached (attention frozen, the AH-rule),
   identity on the activation and the half rule on the gated product (each branch of gate x up gets 1/2);
-- 'attnlrp': norm identity, AttnLRP's q/k x 1/4 and v x 1/2 (relevance through the softmax), half rule on gates.
+- 'attnlrp': norm identity, AttnLRP's q/k x 1/4 and v x 1/2 (relevance through the softmax), half rule on gates;
+- the same LRP rules on norms and MLPs with the attention pattern not frozen: 'cp-lrp-qk' and 'relp-half-qk' (the
+  plain gradient through queries and keys), 'relp-half-qk4' (q/k x 1/4, values whole), 'relp-half-q' and 'cp-lrp-q'
+  (queries kept, keys detached). Each set's docstring says why it is worth trying.
 The forward values are unchanged by the rules, so the corrupt activations are the same.
 
 Both are estimates of the real (normalised) patching effect; the result reports their Pearson correlation with real
@@ -41,18 +44,56 @@ from interpscope.relevance.rules import (
 )
 
 
-def relp_half_rules(adapter: ModelAdapter) -> list[Rule]:
-    """The RelP paper's rules: LN-rule (norm identity), attention pattern frozen (q/k detached, v full), identity on
-    the MLP activation and the half rule on a gated product (gate and up branch 1/2 each)."""
+def _lrp_mlp(adapter: ModelAdapter, q: float, k: float, *, half: bool) -> list[Rule]:
+    """Norm identity, the given query/key gradient factors (values kept whole), and on the MLP: the half rule on a
+    gated product (half) or the gate detached (not half); identity on an ungated activation."""
     from interpscope.relevance.gates import gate_rules
 
-    rules: list[Rule] = [NormRule(), qkv_scale(0.0, 0.0, 1.0)]
-    rules += [ActivationRule(0.5), mlp_up_scale(0.5)] if adapter.gated_mlp else [ActivationRule(1.0)]
+    rules: list[Rule] = [NormRule(), qkv_scale(q, k, 1.0)]
+    if not adapter.gated_mlp:
+        rules.append(ActivationRule(1.0))
+    else:
+        rules += [ActivationRule(0.5), mlp_up_scale(0.5)] if half else [ActivationRule(0.0)]
     return rules + gate_rules(adapter, attnlrp=False)
 
 
-RELP_RULES: dict[str, Callable[[ModelAdapter], Sequence[Rule]]] = {"cp-lrp": cplrp_rules, "relp-half": relp_half_rules,
-                                                                   "attnlrp": attnlrp_rules}
+def relp_half_rules(adapter: ModelAdapter) -> list[Rule]:
+    """The RelP paper's rules: LN-rule (norm identity), attention pattern frozen (q/k detached, v full), identity on
+    the MLP activation and the half rule on a gated product (gate and up branch 1/2 each)."""
+    return _lrp_mlp(adapter, 0.0, 0.0, half=True)
+
+
+def cplrp_qk_rules(adapter: ModelAdapter) -> list[Rule]:
+    """CP-LRP without the frozen pattern: norm identity and gate detached, but the plain gradient through queries and
+    keys, so an attention output's effect on later heads' patterns (S-inhibition -> name movers in IOI) is kept."""
+    return _lrp_mlp(adapter, 1.0, 1.0, half=False)
+
+
+def relp_half_qk_rules(adapter: ModelAdapter) -> list[Rule]:
+    """The RelP paper's norm and half rules with the plain gradient through queries and keys (pattern not frozen)."""
+    return _lrp_mlp(adapter, 1.0, 1.0, half=True)
+
+
+def relp_half_qk4_rules(adapter: ModelAdapter) -> list[Rule]:
+    """The half rule set with AttnLRP's softmax treatment on queries and keys only (x 1/4 each, values whole)."""
+    return _lrp_mlp(adapter, 0.25, 0.25, half=True)
+
+
+def relp_half_q_rules(adapter: ModelAdapter) -> list[Rule]:
+    """The half rule set with the gradient kept through queries and keys detached: a component's effect on what later
+    heads look for (their queries at its position) is kept, its effect on what they find there (keys) frozen."""
+    return _lrp_mlp(adapter, 1.0, 0.0, half=True)
+
+
+def cplrp_q_rules(adapter: ModelAdapter) -> list[Rule]:
+    """CP-LRP (norm identity, gate detached) with the gradient kept through queries, keys detached."""
+    return _lrp_mlp(adapter, 1.0, 0.0, half=False)
+
+
+RELP_RULES: dict[str, Callable[[ModelAdapter], Sequence[Rule]]] = {
+    "cp-lrp": cplrp_rules, "relp-half": relp_half_rules, "attnlrp": attnlrp_rules, "cp-lrp-qk": cplrp_qk_rules,
+    "relp-half-qk": relp_half_qk_rules, "relp-half-qk4": relp_half_qk4_rules, "relp-half-q": relp_half_q_rules,
+    "cp-lrp-q": cplrp_q_rules}
 DEFAULT_RELP_RULES = "cp-lrp"
 APPROXIMATIONS = ("atp", "relp")
 METHOD_LABELS = {"real": "Activation patching", "atp": "Attribution patching (gradient)",

@@ -19,15 +19,15 @@ go through interpscope.capture, scoped to this run; the caller holds the model's
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from interpscope.adapters import ModelAdapter
-from interpscope.capture import EditFn, hooks, resume_after, scoped
+from interpscope.capture import EditFn, hooks, override_forward, resume_after, scoped
 from interpscope.causal.prompts import Metric
 from interpscope.progress import Progress
 
@@ -268,6 +268,49 @@ def changed(adapter: ModelAdapter, kind: str, clean: Activations, corrupt: Activ
                     dtype=bool).reshape(n_rows, n_columns)
 
 
+PASS_OVERHEAD = 16  # what one extra patched pass costs, in batch-row positions run (an estimate; see the README)
+
+
+def plan_batches(cells: list[Cell], start_of: Callable[[Cell], int], n_tokens: int, batch_size: int,
+                 overhead: int = PASS_OVERHEAD) -> list[list[Cell]]:
+    """Cut one layer's cells (sorted by where their passes may start) into consecutive batches of at most
+    batch_size, so that the positions run (each batch row runs from its batch's first start to the end) plus
+    `overhead` per pass is least: one batch wastes the positions an early start adds to late cells, many batches
+    the fixed cost of a pass. Exact, by dynamic programming over the cut points (the cells are few)."""
+    n = len(cells)
+    best, cut = [0.0] + [float("inf")] * n, [0] * (n + 1)  # best[j]: least cost of cells[:j]; cut[j]: its last start
+    for j in range(1, n + 1):
+        for i in range(max(0, j - batch_size), j):
+            cost = best[i] + overhead + (j - i) * (n_tokens - start_of(cells[i]))
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    batches, j = [], n
+    while j > 0:
+        batches.append(cells[cut[j]:j])
+        j = cut[j]
+    return batches[::-1]
+
+
+@contextmanager
+def narrow_unembedding(adapter: ModelAdapter, metric: Metric) -> Iterator[Metric]:
+    """Inside the block this run's passes project the last position onto the metric's tokens only (the answer and
+    the wrong token), not the whole vocabulary; yields the metric that reads those columns. A probability needs
+    every logit, and an unembedding that is not a plain linear map is left alone: then the metric as given."""
+    unembedding = adapter.unembedding()
+    columns = metric.columns()
+    if columns is None or type(unembedding) is not torch.nn.Linear:
+        yield metric
+        return
+    index = torch.tensor(columns, device=unembedding.weight.device)
+
+    def project(hidden: torch.Tensor) -> torch.Tensor:
+        bias = None if unembedding.bias is None else unembedding.bias[index]
+        return torch.nn.functional.linear(hidden, unembedding.weight[index], bias)
+
+    with override_forward(unembedding, project, role="edit"):
+        yield metric.on_columns()
+
+
 def real_grids(adapter: ModelAdapter, corrupt_ids: torch.Tensor, metric: Metric, clean: Activations,
                corrupt: Activations, kinds: list[str], progress: Progress | None = None,
                batch_size: int = 24) -> dict[str, np.ndarray]:
@@ -282,16 +325,19 @@ def real_grids(adapter: ModelAdapter, corrupt_ids: torch.Tensor, metric: Metric,
         for row in range(mask.shape[0]):
             groups.setdefault((row, kind == "heads"), []).extend(
                 Cell(kind, row, int(column)) for column in np.flatnonzero(mask[row]))
-    ordered = [sorted(cells, key=lambda cell: cell.column) for _, cells in sorted(groups.items())]  # later batches
-    batches = [cells[i:i + batch_size] for cells in ordered for i in range(0, len(cells), batch_size)]  # start later
-    total, done, first = sum(len(b) for b in batches), 0, first_difference(clean, corrupt)
+    first, n_tokens = first_difference(clean, corrupt), int(corrupt_ids.shape[1])
+    batches = [batch for _, cells in sorted(groups.items())
+               for batch in plan_batches(sorted(cells, key=lambda cell: cell.column),
+                                         lambda cell: first_patched([cell], corrupt, first), n_tokens, batch_size)]
+    total, done = sum(len(b) for b in batches), 0
     if progress is not None:
         progress(0, total)
-    for cells in batches:
-        values = metric.value(_patched_run(adapter, corrupt_ids, cells, clean, corrupt, first)).cpu().numpy()
-        for cell, value in zip(cells, values, strict=True):
-            grids[cell.kind][cell.row, cell.column] = float(value)
-        done += len(cells)
-        if progress is not None:
-            progress(done, total)
+    with narrow_unembedding(adapter, metric) as read:
+        for cells in batches:
+            values = read.value(_patched_run(adapter, corrupt_ids, cells, clean, corrupt, first)).cpu().numpy()
+            for cell, value in zip(cells, values, strict=True):
+                grids[cell.kind][cell.row, cell.column] = float(value)
+            done += len(cells)
+            if progress is not None:
+                progress(done, total)
     return grids

@@ -8,7 +8,7 @@ answer is the clean run's top prediction and the wrong token the corrupt run's).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -44,6 +44,16 @@ class Metric:
         if self.kind == "logit":
             return logits[..., self.answer_id]
         return torch.softmax(logits, -1)[..., self.answer_id]
+
+    def columns(self) -> list[int] | None:
+        """The vocabulary ids the metric reads (answer, then wrong), or None when it needs every logit (prob)."""
+        if self.kind == "prob":
+            return None
+        return [self.answer_id] if self.wrong_id is None else [self.answer_id, self.wrong_id]
+
+    def on_columns(self) -> Metric:
+        """The same metric read from logits that hold only columns() (answer at 0, wrong at 1)."""
+        return replace(self, answer_id=0, wrong_id=None if self.wrong_id is None else 1)
 
     @property
     def label(self) -> str:
