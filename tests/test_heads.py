@@ -3,6 +3,7 @@ are what a uniform causal pattern scores; head ablation acts on its own run only
 input with exit 2; CLI, page export and to_dict() give one document (bundled model)."""
 from __future__ import annotations
 
+import inspect
 import json
 
 import numpy as np
@@ -11,7 +12,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from interpscope.capture import editing, foreign_hooks
-from interpscope.cli import main
+from interpscope.cli import build_parser, main
 from interpscope.heads.ablation import ablated, repetition
 from interpscope.heads.finder import KINDS, chance_levels, find_heads, score_heads
 from interpscope.heads.patterns import causal_chance, head_patterns
@@ -170,14 +171,24 @@ def test_one_document_cli_page_api(capsys, exports, bundled_lm):
     assert not at.exception, at.exception
     assert without_timings(cli) == without_timings(api) == without_timings(exports["heads-pattern"])
     assert cli["sinks"] and list(cli["patterns"]) == ["3.1"]
-    assert main(["heads", "--find", "--ablate", "5", "--json", "-"]) == 0
+    # The finder on 2 x (2 x 10) tokens: the document's equality does not depend on the size; the defaults the page
+    # shows are the CLI's and the API's, and what the user types is what all three run.
+    defaults = build_parser().parse_args(["heads", "--find"])
+    signature = inspect.signature(find_heads).parameters
+    assert main(["heads", "--find", "--ablate", "5", "--sequences", "2", "--half-len", "10", "--json", "-"]) == 0
     cli = json.loads(capsys.readouterr().out)
-    api = find_heads(bundled_lm, ablate=5).to_dict()
+    api = find_heads(bundled_lm, ablate=5, n_sequences=2, half_len=10).to_dict()
     at = open_page("pages/heads.py", **{"heads-view": "Head finder"})
+    for key, cli_default, api_default in (("heads-seqs", defaults.sequences, signature["n_sequences"].default),
+                                          ("heads-half", defaults.half_len, signature["half_len"].default)):
+        assert at.number_input(key=key).value == cli_default == api_default
+    at.number_input(key="heads-seqs").set_value(2)
+    at.number_input(key="heads-half").set_value(10)
     at.button(key="heads-find-run").click().run()
     assert not at.exception, at.exception
     assert without_timings(cli) == without_timings(api) == without_timings(exports["heads-finder"])
     assert cli["ablation"]["k"] == 5 and len(cli["ablation"]["random"]) == 5
+    assert (cli["sequences"]["n"], cli["sequences"]["half_len"]) == (2, 10)
     assert main(["heads", "--text", "hi", "--head", "99.0"]) == 2  # the model's size is known once it is loaded
     assert "No head 99.0" in capsys.readouterr().err
 

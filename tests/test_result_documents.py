@@ -222,14 +222,26 @@ def test_heldout_table_is_one_document(capsys, exports, bundled_lm):
     assert cli["schema"] == "interpscope.heldout_faithfulness" and cli["table"]
 
 
-@pytest.mark.bundled
-def test_ig_convergence_is_one_document(capsys, exports, bundled_lm):
-    at = open_page("pages/relevance.py", **{"relevance-text": SHORT, "relevance-method": "ig"})
+@pytest.fixture(scope="module")
+def tiny_model_folder(tmp_path_factory) -> str:
+    """A tiny GPT-2 saved as a local model folder: what the sidebar, --model and interpscope.load open by path."""
+    from tests.sae_store_tiny import save_tiny_lm
+
+    return str(save_tiny_lm(tmp_path_factory.mktemp("documents") / "tiny-gpt2"))
+
+
+def test_ig_convergence_is_one_document(capsys, exports, tiny_model_folder):
+    """On a tiny GPT-2 opened by path (248 gradient passes per run, three runs: the document's equality does not
+    depend on the model's size); the CLI's --model is that folder, so equal documents mean the page used it too."""
+    sidebar = {"model_choice": "Other: Hugging Face id or local folder…", "model_custom": tiny_model_folder,
+               "device": "cpu"}
+    at = open_page("pages/relevance.py", **sidebar, **{"relevance-text": SHORT, "relevance-method": "ig"})
     at.button(key="relevance-run").click().run()
     at.button(key="relevance-ig-run").click().run()
     assert not at.exception, at.exception
-    api = interpscope.ig_convergence(bundled_lm, SHORT)
-    cli = cli_document(capsys, "explain", "--ig-convergence", "--text", SHORT, "--json", "-")
+    api = interpscope.ig_convergence(interpscope.load(tiny_model_folder, device="cpu"), SHORT)
+    cli = cli_document(capsys, "explain", "--ig-convergence", "--model", tiny_model_folder, "--device", "cpu",
+                       "--text", SHORT, "--json", "-")
     same(exports["ig-convergence"], api.to_dict(), cli)
     assert api.to_dict()["schema"] == "interpscope.ig_convergence"
     assert list(api.to_frame()["steps"]) == [r["steps"] for r in api.rows]
