@@ -74,22 +74,21 @@ def test_a_row_the_model_cannot_take_is_counted_not_skipped(lm, tmp_path):
     assert len(run.errors) == 1 and "tokens long" in run.errors[0]["error"]
 
 
-def test_cli_all_rows_writes_rows_aggregates_table_and_figures(tmp_path):
-    import subprocess
-    import sys
-
-    from tests.apptest_util import ROOT
+def test_cli_all_rows_writes_rows_aggregates_table_and_figures(tmp_path, capsys):
+    """`interpscope explain --all-rows` run in this process (main(), as the console entry point calls it)."""
+    from interpscope.cli import main
     from tests.sae_store_tiny import save_tiny_lm
 
     model = save_tiny_lm(tmp_path / "model", seed=3)
     rows = tmp_path / "rows.csv"
     rows.write_bytes(CSV)
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "interpscope.cli", "explain", "--model", str(model), "--file", str(rows),
-               "--all-rows", "--out", str(out), "--method", "occlusion", "--occlusion-window", "2"]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "Label column: 'label'" in done.stderr
+    command = ["explain", "--model", str(model), "--file", str(rows), "--all-rows", "--out", str(out), "--method",
+               "occlusion", "--occlusion-window", "2"]
+    code = main(command)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "Label column: 'label'" in err
     aggregates = json.loads((out / "aggregates.json").read_text())
     assert set(aggregates["by_label"]) == {"geo", "social"}
     import pandas as pd
@@ -103,10 +102,9 @@ def test_cli_all_rows_writes_rows_aggregates_table_and_figures(tmp_path):
     logged = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     assert all(row["excluded"][0]["reason"].startswith("prepended BOS") for row in logged)
     assert (out / "by_token.png").read_bytes()[:4] == b"\x89PNG"
-    again = subprocess.run(command[:-4] + ["--method", "gradxinput"], cwd=ROOT, capture_output=True, text=True,
-                           timeout=300)
-    assert again.returncode == 2 and "method: occlusion in the folder, gradxinput now" in again.stderr
-    assert "Traceback" not in again.stderr
+    assert main(command[:-4] + ["--method", "gradxinput"]) == 2  # a message and exit 2, not an exception
+    err = capsys.readouterr().err
+    assert "method: occlusion in the folder, gradxinput now" in err and "Traceback" not in err
 
 
 def test_the_relevance_page_explains_a_whole_uploaded_file(tmp_path, monkeypatch):

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,7 +10,6 @@ import torch
 from interpscope.config import InterpscopeError
 from interpscope.neurons.synthetic import loaded
 from interpscope.relevance.flow import attention_pattern, information_flow
-from tests.apptest_util import ROOT
 from tests.tiny_models import tiny_gemma3, tiny_gpt2, tiny_llama, tiny_neox
 
 PROMPT = "The quick brown fox jumps over"
@@ -113,17 +110,20 @@ def test_mamba_is_refused_with_a_reason():
 
 
 @pytest.mark.bundled
-def test_cli_flow_json_on_the_bundled_model(bundled_lm, tmp_path):
+def test_cli_flow_json_on_the_bundled_model(bundled_lm, tmp_path, capsys):
+    """`interpscope flow` in this process (the session's SmolLM2, not a second load in a child process; the console
+    entry point itself is tests/test_cli.py's)."""
+    from interpscope.cli import main
+
     out = tmp_path / "flow.json"
-    done = subprocess.run([sys.executable, "-m", "interpscope.cli", "flow", "--text", "The capital of France is",
-                           "--threshold", "0.1", "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr
+    code = main(["flow", "--text", "The capital of France is", "--threshold", "0.1", "--json", str(out)])
+    assert code == 0, capsys.readouterr().err
     data = json.loads(out.read_text())
     assert data["target"]["token"] == " Paris" and len(data["steps"]) == 31
     assert data["steps"][-1]["rank"] == 1 and data["steps"][0]["rank"] > 1
     kept = [n for n in data["nodes"] if n["kind"] in ("head", "mlp")]
     assert kept and all(abs(n["relevance"]) >= 0.1 * abs(data["value"]) for n in kept)
-    bad = subprocess.run([sys.executable, "-m", "interpscope.cli", "flow", "--text", "x", "--threshold", "2"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    capsys.readouterr()
+    assert main(["flow", "--text", "x", "--threshold", "2"]) == 2  # a message and exit 2, not an exception
+    err = capsys.readouterr().err
+    assert "threshold" in err and err.count("\n") == 1 and "Traceback" not in err
