@@ -65,7 +65,7 @@ def hand_graph(lm, tset, text: str = TEXT, per_layer: int = 12) -> AttributionGr
     tokens = lm.token_strings(ids[0])
     nodes = []
     for layer in range(tset.n_layers):
-        acts = tset[layer].encode(run.activations[names[layer]].float()).detach()
+        acts = tset[layer].encode(run.activations[names[layer]].to(tset[layer].W_enc.dtype)).detach()
         flat = torch.topk(acts.flatten(), per_layer)
         for value, index in zip(flat.values.tolist(), flat.indices.tolist(), strict=True):
             if value <= 0:
@@ -258,7 +258,7 @@ def test_the_replay_agrees_with_the_built_graphs_direct_effects():
     prepared = GraphRun(lm, tset, graph)
     features = [n for n in graph.nodes if n["kind"] == "feature"]
     assert len(features) >= 5
-    direct = prepared.predicted([[n] for n in features], 0.0, direct_only=True)
+    direct = prepared.predicted_linear([[n] for n in features], 0.0, direct_only=True)
     assert direct == pytest.approx([-n["logit_effect"] for n in features], rel=1e-6, abs=1e-9)
     logit = next(n["id"] for n in graph.nodes if n["kind"] == "logit")
     into = {e["source"]: e["weight"] for e in graph.edges if e["target"] == logit}
@@ -266,7 +266,7 @@ def test_the_replay_agrees_with_the_built_graphs_direct_effects():
     assert last
     for node in last:
         assert prepared.pruned.predicted([node["id"]], 0.0) == pytest.approx(-into[node["id"]], rel=1e-9)
-        assert prepared.predicted([[node]], 0.0)[0] == pytest.approx(-into[node["id"]], rel=1e-6)
+        assert prepared.predicted_linear([[node]], 0.0)[0] == pytest.approx(-into[node["id"]], rel=1e-6)
 
 
 def test_decoder_top_tokens_find_a_planted_logit_direction():
@@ -308,3 +308,99 @@ def test_an_error_nodes_write_is_the_engines_error_node(exact):
         with torch.no_grad():
             for tc, b in zip(tset.transcoders, saved, strict=True):
                 tc.b_dec.copy_(b)
+
+
+# --- diagnostic readouts: the real model with parts of the replacement model imposed -----------------------------
+def all_active_set(lm, width: int = 32, seed: int = 1):
+    """Random float64 transcoders whose every feature fires at every position (a large encoder bias): the ReLU
+    never crosses zero, so the replacement model is exactly linear in the features."""
+    tset = random_transcoder_set(lm, width=width, seed=seed)
+    for tc in tset.transcoders:
+        tc.double()
+        with torch.no_grad():
+            tc.b_enc.fill_(50.0)
+    return tset
+
+
+def test_the_local_replacement_readout_is_what_the_graph_predicts():
+    """On an ordinary tiny Llama (softmax attention, RMSNorms that move) whose transcoders never switch a feature
+    off, the real model with attention patterns and norm scales frozen and its MLPs replaced by transcoders + the
+    constant error node IS the graph's linear model: predicted == that readout to 1e-6 for ablations, pairs and
+    steering, while the plain real forward pass differs (the readout imposes something)."""
+    lm = tiny_llama_lm(eps=1e-6)
+    tset = all_active_set(lm)
+    graph = hand_graph(lm, tset, per_layer=4)
+    prepared = GraphRun(lm, tset, graph)
+    nodes = [n for n in graph.nodes if n["kind"] == "feature" and n["layer"] == 0][:4]
+    sets = [[n] for n in nodes] + [nodes[:2]]
+    predicted = prepared.predicted_linear(sets, 0.0)  # the replacement readout freezes the final norm too
+    replaced, clean = prepared.actual(sets, 0.0, freeze=("final_norm", "norms", "attention", "mlps"))
+    real, real_clean = prepared.actual(sets, 0.0)
+    assert min(abs(v) for v in replaced) > 1e-3  # real effects, not 0 == 0
+    assert replaced == pytest.approx(predicted, rel=1e-6, abs=1e-9)
+    assert clean == pytest.approx(real_clean, rel=1e-6)  # the clean row of the readout is the clean model
+    assert max(abs(a - p) / abs(p) for a, p in zip(real, predicted, strict=True)) > 1e-2
+    steered, _ = prepared.actual(sets[:1], 3.0, freeze=("final_norm", "norms", "attention", "mlps"))
+    assert steered[0] == pytest.approx(prepared.predicted_linear(sets[:1], 3.0)[0], rel=1e-6)
+    from interpscope.capture import editing
+
+    assert not editing(lm.model)  # every freeze hook is gone after the passes
+
+
+def test_frozen_attention_and_norms_leave_only_the_attention_paths():
+    """With the MLPs zero (nothing responds) and attention patterns and norm scales frozen, the real forward pass is
+    linear: ablating a feature moves the logit by exactly the graph's direct-only replay (the other features held);
+    with the patterns and norms live it does not. A last-layer feature at the last position has only the final norm
+    after it: the all-linear prediction is exact once that norm's scale is frozen, and `predicted` (the graph's
+    residual change through the live final norm) is exact in the real model, nothing frozen."""
+    lm = tiny_llama_lm(eps=1e-6, seed=3)
+    with torch.no_grad():
+        for block in lm.model.model.layers:
+            block.mlp.down_proj.weight.zero_()
+    tset = random_transcoder_set(lm, width=32, seed=1)
+    graph = hand_graph(lm, tset)
+    prepared = GraphRun(lm, tset, graph)
+    early = [[n] for n in graph.nodes if n["kind"] == "feature" and n["layer"] == 0][:4]
+    assert early
+    held = prepared.predicted_linear(early, 0.0, direct_only=True)
+    frozen_run, _ = prepared.actual(early, 0.0, freeze=("final_norm", "norms", "attention"))
+    assert min(abs(v) for v in frozen_run) > 1e-4
+    assert frozen_run == pytest.approx(held, rel=1e-6, abs=1e-9)
+    live, _ = prepared.actual(early, 0.0)
+    assert max(abs(a - p) / abs(p) for a, p in zip(live, held, strict=True)) > 1e-3
+    last = len(graph.tokens) - 1
+    firing = prepared.acts[1][last].nonzero().flatten().tolist()
+    assert firing, "a layer-1 feature must fire at the last position"
+    top = [{"id": node_id("feature", 1, last, firing[0]), "kind": "feature", "layer": 1, "position": last,
+            "feature": firing[0], "activation": float(prepared.acts[1][last, firing[0]])}]
+    for factor in (0.0, 3.0):
+        only_norm, _ = prepared.actual([top], factor, freeze=("final_norm",))
+        assert only_norm[0] == pytest.approx(prepared.predicted_linear([top], factor)[0], rel=1e-6)
+        real_last, _ = prepared.actual([top], factor)
+        # (rel 1e-4: the model's own RMSNorm computes in float32 even in this float64 model)
+        assert real_last[0] == pytest.approx(prepared.predicted([top], factor)[0], rel=1e-4)
+        assert abs(real_last[0] - only_norm[0]) > 1e-3 * abs(real_last[0])  # the live final norm does move it
+
+
+def test_the_ablation_check_reports_labelled_readouts(exact):
+    lm, tset, graph, prepared = exact
+    check = ablation_check(lm, tset, graph, n=3, seed=0, prepared=prepared,
+                           readouts=["attention_norms_frozen", "replacement"])
+    assert set(check.r_readouts or {}) == {"attention_norms_frozen", "replacement"}
+    assert set(check.r_readouts_control or {}) == {"attention_norms_frozen", "replacement"}
+    for row in check.rows:
+        assert set(row["readouts"]) == {"attention_norms_frozen", "replacement"}
+        # this model has uniform attention and constant norm scales: freezing them changes nothing
+        assert row["readouts"]["attention_norms_frozen"] == pytest.approx(row["actual"], rel=1e-4, abs=1e-9)
+    summary = check.summary()
+    assert "Diagnostic readouts, not the real model" in summary and "circuit-tracer" in summary
+    assert f"r = {check.r:.2f}" in summary
+    doc = check.to_dict()
+    assert doc["r_readouts"] == check.r_readouts and doc["r"] == check.r  # the real r stays the figure of merit
+    assert "readout: replacement" in check.tidy()[0]
+    plain = ablation_check(lm, tset, graph, n=3, seed=0, prepared=prepared).to_dict()
+    assert "r_readouts" not in plain and "readouts" not in plain["rows"][0]  # absent, never empty or 0
+    with pytest.raises(InterpscopeError, match="Unknown readout"):
+        ablation_check(lm, tset, graph, n=3, prepared=prepared, readouts=["softmax_frozen"])
+    with pytest.raises(InterpscopeError, match="Unknown part"):
+        prepared.actual([[graph.nodes[0]]], 0.0, freeze=("layernorms",))

@@ -4,9 +4,20 @@ the change of the target logit the GRAPH predicts with the ACTUAL change from a 
 Predicted: the replacement model is linear once attention patterns and norm scales are frozen and each active
 feature is taken as linear in its pre-activation (the graph's own assumption; error nodes are constants). Changing
 the features in S by delta_0 (ablation: -a_s; steering by a factor: (factor - 1) a_s) moves every node downstream by
-delta = (I - A')^-1 delta_0, A' the graph's adjacency per unit of source activation, and the prediction is delta at
-the target logit. `predicted` is that over the UNPRUNED adjacency of all active features (computed as one batched
-linear replay of the frozen run: interpscope.graphs.replay), `predicted_pruned` over the edges the pruned graph keeps.
+delta = (I - A')^-1 delta_0, A' the graph's adjacency per unit of source activation. `predicted_linear` is that at
+the target logit node over the UNPRUNED adjacency of all active features (one batched linear replay of the frozen
+run: interpscope.graphs.replay), `predicted_pruned` over the edges the pruned graph keeps.
+
+`predicted` takes the same replay's change of the final residual stream at the last position and puts it through
+the LIVE final norm (logit(x + dx) - logit(x), the norm recomputed) instead of its clean scale. Why this is not a
+looser check: the final norm is the one nonlinearity after which the graph models nothing. Every node reads the
+residual stream before it; only the logit node reads through it, and its input dx is exactly what the graph's
+edges say; the frozen scale is needed for the edges (so they sum to the logit) but, for an intervention, it is a
+linearisation of a known one-line function of dx, wrong by the factor rms(x) / rms(x + dx) (measured on SmolLM2:
+the graph's strongest nodes are last-layer features at the last position, whose dx the graph gets exactly, and
+that factor alone put the prediction off by up to 0.35 logits). The norms INSIDE the model stay frozen: their
+output feeds features, whose responses are the graph's content (linear edges); recomputing them would be a
+simulation of the replacement model, not the graph's prediction.
 
 Actual: one forward pass of the real model with the features' decoder contributions a_s W_dec[s] removed (or
 scaled) in `hook_mlp_out` of their block at their position, through interpscope.capture's scoped hooks. Several
@@ -24,7 +35,8 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +45,7 @@ import torch
 
 from interpscope.capture import EditFn
 from interpscope.config import InterpscopeError
+from interpscope.graphs.freeze import check_parts, clean_projections, frozen, readout_parts
 from interpscope.graphs.grouping import pick_features
 from interpscope.graphs.replay import FrozenRun, attention_forward, record
 from interpscope.results import Result
@@ -140,6 +153,9 @@ class GraphRun:
         self.target_id = int(graph.target["id"])
         self.pruned = PrunedGraph(graph)
         keeps = "logits_to_keep" in inspect.signature(type(lm.model).forward).parameters
+        self._projections: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # for frozen-attention readouts
+        self._errors: list[torch.Tensor] | None = None  # the error nodes per layer [T, d], for transcoder readouts
+        self.final_eps = lm.adapter.norm_eps(lm.adapter.final_norm())
         self.last_only: dict[str, Any] = {"logits_to_keep": 1} if keeps else {}  # unembed the last position only
 
     def random_active(self, n: int, avoid: set[str], seed: int) -> list[dict[str, Any]]:
@@ -163,6 +179,30 @@ class GraphRun:
         """The unpruned graph's predicted change of the target logit per intervention (rows of one batch): the
         linear replay with every active feature following its pre-activation, error nodes constant. direct_only:
         the other features held too (the sources' direct effects: minus their edges into the logit, ablated)."""
+        return self.through_final_norm(self.final_delta(interventions, factor, direct_only))
+
+    def predicted_linear(self, interventions: Sequence[Sequence[dict[str, Any]]], factor: float,
+                         direct_only: bool = False) -> list[float]:
+        """As `predicted`, with the final norm's scale frozen too: the graph's logit node, every path linear (the
+        sum of the edges' effects; with direct_only, minus the sources' edges into the logit, ablated)."""
+        final = self.final_delta(interventions, factor, direct_only)
+        return ((final @ self.run.logit_direction(self.target_id)).double()).tolist()
+
+    def through_final_norm(self, delta: torch.Tensor) -> list[float]:
+        """The target logit's change when the last position's final residual moves by delta [B, d], the final
+        norm recomputed (live) rather than frozen: what the module docstring says and why."""
+        run = self.run
+        x = run.resid_final[-1]
+        read = run.gamma_final * run.W_U[:, self.target_id]
+
+        def logit(v: torch.Tensor) -> torch.Tensor:
+            return (v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + self.final_eps)) @ read
+        return (logit(x + delta) - logit(x)).double().tolist()
+
+    def final_delta(self, interventions: Sequence[Sequence[dict[str, Any]]], factor: float,
+                    direct_only: bool = False) -> torch.Tensor:
+        """The graph's predicted change of the final residual stream at the last position [B, d] (before the final
+        norm), per intervention: what `predicted` reads the logit from."""
         run = self.run
         B, T = len(interventions), run.n_tokens
         dx = torch.zeros(B, T, run.W_E.shape[1], dtype=run.dtype)
@@ -176,13 +216,27 @@ class GraphRun:
                         dact[row, int(node["position"]), int(node["feature"])] += (factor - 1.0) * float(
                             node["activation"])
             dx = dx + dact @ self.W_dec[layer]
-        return ((dx[:, -1] @ run.logit_direction(self.target_id)).double()).tolist()
+        return dx[:, -1]
+
+    def freezing(self, parts: Collection[str]) -> AbstractContextManager[None]:
+        """The real model with `parts` of the replacement model's assumptions imposed (interpscope.graphs.freeze),
+        for a diagnostic readout; the clean query/key outputs and error nodes it needs are made on first use."""
+        check_parts(parts)
+        if "attention" in parts and self._projections is None:
+            self._projections = clean_projections(self.lm, graph_input_ids(self.lm, self.graph))
+        if "mlps" in parts and self._errors is None:
+            self._errors = [self.run.mlp_out[layer] - acts @ W for layer, (acts, W) in
+                            enumerate(zip(self.acts, self.W_dec, strict=True))]
+        return frozen(self.lm, self.run, parts, errors=self._errors, transcoders=self.transcoders, W_dec=self.W_dec,
+                      projections=self._projections)
 
     def actual(self, interventions: Sequence[Sequence[dict[str, Any]]], factor: float,
-               progress: Callable[[int, int], None] | None = None) -> tuple[list[float], float]:
+               progress: Callable[[int, int], None] | None = None, freeze: Collection[str] = ()
+               ) -> tuple[list[float], float]:
         """The target logit's change in real forward passes, one row per intervention (the features' decoder
         contributions a W_dec[f] multiplied by `factor` in hook_mlp_out at their layer and position). Returns
-        (changes, the clean logit of the same batches)."""
+        (changes, the clean logit of the same batches). freeze: parts of the replacement model imposed on the
+        passes (a labelled diagnostic readout, interpscope.graphs.freeze; the clean row is run under them too)."""
         from interpscope.capture import capture, hooks
 
         lm, transcoders = self.lm, self.transcoders
@@ -202,7 +256,7 @@ class GraphRun:
                     edits[layer][row, int(node["position"])] += (factor - 1.0) * write
             named: dict[str, EditFn] = {str(transcoders.hook_out_name(layer)): _adder(delta)
                                         for layer, delta in edits.items()}
-            with hooks(lm.adapter, named):
+            with self.freezing(freeze), hooks(lm.adapter, named):  # the freeze first: edits act on its output
                 logits = capture(lm.adapter, ids.expand(rows, -1), [], **self.last_only).require_logits()
             values = logits[:, -1, self.target_id].double()
             clean = float(values[0])
@@ -222,7 +276,8 @@ class InterventionResult(Result):
     """One intervention on a graph's feature node or supernode: the target logit's change as the graph predicts it
     (`predicted`: the unpruned graph, all linear paths; `predicted_pruned`: only the edges the pruned graph keeps)
     beside the actual change from a real forward pass. `factor`: what the features' activations were multiplied by
-    (0 for an ablation)."""
+    (0 for an ablation). `predicted` puts the graph's change of the final residual through the live final norm;
+    `predicted_linear` is the graph's logit node with that norm's scale frozen as well (module docstring)."""
 
     model: str
     text: str
@@ -235,10 +290,11 @@ class InterventionResult(Result):
     predicted: float
     predicted_pruned: float
     actual: float
+    predicted_linear: float | None = None
     seconds: float = 0.0
 
     SCHEMA = "interpscope.graph.intervention"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2  # 2: `predicted` through the live final norm, the all-linear one as predicted_linear
 
     @property
     def error(self) -> float:
@@ -257,7 +313,8 @@ class InterventionResult(Result):
             verdict = "the graph gets even the sign wrong"
         return (f"{what} {self.label} moves the {self.target.get('token', 'target')!r} logit by {self.actual:+.3f} in "
                 f"the real model; the graph predicts {self.predicted:+.3f} ({self.predicted_pruned:+.3f} from the "
-                f"pruned graph's edges alone): {verdict}.")
+                f"pruned graph's edges alone" + (f", {self.predicted_linear:+.3f} with the final norm's scale frozen"
+                                                 if self.predicted_linear is not None else "") + f"): {verdict}.")
 
 
 def node_label(members: Sequence[dict[str, Any]]) -> str:
@@ -278,12 +335,14 @@ def intervene(lm: LoadedModel, transcoders: Any, graph: AttributionGraph, node_i
     members = feature_members(graph, node_ids)
     prepared = prepared or GraphRun(lm, transcoders, graph)
     (predicted,) = prepared.predicted([members], factor)
+    (linear,) = prepared.predicted_linear([members], factor)
     pruned = prepared.pruned.predicted([str(n["id"]) for n in members], factor)
     (actual,), clean = prepared.actual([members], factor)
     return InterventionResult(model=graph.model, text=graph.text, target=dict(graph.target), mode=mode,
                               factor=factor, nodes=[str(n["id"]) for n in members],
                               label=label or node_label(members), clean_logit=clean, predicted=predicted,
-                              predicted_pruned=pruned, actual=actual, seconds=time.perf_counter() - start)
+                              predicted_pruned=pruned, actual=actual, predicted_linear=linear,
+                              seconds=time.perf_counter() - start)
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
@@ -300,7 +359,15 @@ class AblationCheck(Result):
     the target logit and their Pearson r (the issue's target >= 0.8; r_pruned: the pruned graph's predictions), and
     the same for random active features of the prompt, in the pruned graph or not (the control). rows: {set
     ("strongest" | "random"), nodes, label, influence (absent for a control feature the graph pruned away),
-    predicted, predicted_pruned, actual}. Sinks are never ranked: sinks_left_out names them."""
+    predicted, predicted_linear, predicted_pruned, actual, and with diagnostic readouts `readouts`: {name: change}}.
+    r_linear: the strongest's r with the final norm's scale frozen too (the graph's logit node, all paths linear).
+    Sinks are never ranked: sinks_left_out names them.
+
+    r_readouts (present only when asked for): the r of the same predictions against DIAGNOSTIC readouts, the real
+    model with parts of the replacement model's assumptions imposed (interpscope.graphs.freeze.READOUTS, e.g.
+    "attention_norms_frozen", circuit-tracer's convention): where the prediction's error comes from (a readout
+    that freezes the final norm is compared with predicted_linear, which assumes the same). They are labelled as
+    such beside r, the real forward pass's, and never replace it."""
 
     model: str
     text: str
@@ -313,13 +380,23 @@ class AblationCheck(Result):
     target_r: float = 0.8
     sinks_left_out: list[str] = field(default_factory=list)
     seed: int = 0
+    r_linear: float | None = None
+    r_readouts: dict[str, float | None] | None = None
+    r_readouts_control: dict[str, float | None] | None = None
     seconds: float = 0.0
 
     SCHEMA = "interpscope.graph.ablation_check"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2  # 2: predicted through the live final norm; predicted_linear and r_linear beside it
 
     def tidy(self) -> list[dict[str, Any]]:
-        return [{**row, "nodes": " ".join(row["nodes"])} for row in self.rows]
+        """One flat row per ablation (a diagnostic readout as a column `readout: <name>`)."""
+        flat = []
+        for row in self.rows:
+            readouts = row.get("readouts") or {}
+            plain = {key: value for key, value in row.items() if key != "readouts"}
+            flat.append({**plain, "nodes": " ".join(row["nodes"]),
+                         **{f"readout: {name}": value for name, value in readouts.items()}})
+        return flat
 
     def summary(self) -> str:
         def said(r: float | None) -> str:
@@ -328,8 +405,17 @@ class AblationCheck(Result):
         met = self.r is not None and self.r >= self.target_r
         return (f"Over the {len(strongest)} strongest ablations the graph's predicted logit changes correlate with the "
                 f"real ones at r = {said(self.r)} ({'meets' if met else 'misses'} the target {self.target_r}; the "
-                f"pruned graph's edges alone: r = {said(self.r_pruned)}); over {len(self.rows) - len(strongest)} "
-                f"random active features (the control) r = {said(self.r_control)}.")
+                f"pruned graph's edges alone: r = {said(self.r_pruned)}; all linear, the final norm's scale frozen "
+                f"too: r = {said(self.r_linear)}); over {len(self.rows) - len(strongest)} "
+                f"random active features (the control) r = {said(self.r_control)}." + self._readouts_said(said))
+
+    def _readouts_said(self, said: Callable[[float | None], str]) -> str:
+        if not self.r_readouts:
+            return ""
+        from interpscope.graphs.freeze import READOUT_LABELS
+
+        parts = [f"{READOUT_LABELS.get(name, name)}: r = {said(r)}" for name, r in self.r_readouts.items()]
+        return f" Diagnostic readouts, not the real model ({'; '.join(parts)})."
 
     def figure(self) -> go.Figure:
         from interpscope.components.graph_figures import ablation_scatter
@@ -339,11 +425,14 @@ class AblationCheck(Result):
 
 def ablation_check(lm: LoadedModel, transcoders: Any, graph: AttributionGraph, n: int = 20, seed: int = 0,
                    groups: Sequence[Any] | None = None, prepared: GraphRun | None = None,
-                   progress: Callable[[int, int], None] | None = None) -> AblationCheck:
+                   progress: Callable[[int, int], None] | None = None, readouts: Sequence[str] = ()
+                   ) -> AblationCheck:
     """Ablate the n strongest feature nodes by |influence| (or, with `groups`, the n supernodes with the largest
     summed |influence|) one by one, then n random other active features of the prompt, kept by the pruned graph
-    or not (the control)."""
+    or not (the control). readouts: names of interpscope.graphs.freeze.READOUTS to measure as well (diagnostics:
+    the same ablations in the real model with parts of the replacement model imposed)."""
     start = time.perf_counter()
+    parts = readout_parts(readouts)
     if n < 1:
         raise InterpscopeError("The ablation check needs at least one ablation (n >= 1).")
     features = [node for node in graph.nodes if node.get("kind") == "feature"]
@@ -366,21 +455,37 @@ def ablation_check(lm: LoadedModel, transcoders: Any, graph: AttributionGraph, n
     everything = [("strongest", s) for s in strongest] + [("random", s) for s in control]
     sets_only = [members for _, (members, _) in everything]
     predicted = prepared.predicted(sets_only, 0.0)
+    linear = prepared.predicted_linear(sets_only, 0.0)
     actual, _ = prepared.actual(sets_only, 0.0, progress=progress)
+    diagnostic = {name: prepared.actual(sets_only, 0.0, freeze=frozen_parts)[0]
+                  for name, frozen_parts in parts.items()}
     rows = []
-    for (which, (members, label)), pred, real in zip(everything, predicted, actual, strict=True):
+    for k, (which, (members, label)) in enumerate(everything):
         ids = [str(m["id"]) for m in members]
         influence = strength(members) if all(i in by_id for i in ids) else None
-        rows.append({"set": which, "nodes": ids, "label": label, "influence": influence, "predicted": pred,
-                     "predicted_pruned": prepared.pruned.predicted(ids, 0.0), "actual": real})
+        row = {"set": which, "nodes": ids, "label": label, "influence": influence, "predicted": predicted[k],
+               "predicted_linear": linear[k], "predicted_pruned": prepared.pruned.predicted(ids, 0.0),
+               "actual": actual[k]}
+        if diagnostic:
+            row["readouts"] = {name: values[k] for name, values in diagnostic.items()}
+        rows.append(row)
 
-    def r_of(which: str, key: str) -> float | None:
+    def r_of(which: str, key: str, readout: str | None = None) -> float | None:
         chosen = [row for row in rows if row["set"] == which]
-        return pearson([row[key] for row in chosen], [row["actual"] for row in chosen])
+        truth = [row["readouts"][readout] if readout else row["actual"] for row in chosen]
+        return pearson([row[key] for row in chosen], truth)
+
+    def r_readouts(which: str) -> dict[str, float | None] | None:
+        if not parts:
+            return None
+        return {name: r_of(which, "predicted_linear" if "final_norm" in frozen_parts else "predicted", name)
+                for name, frozen_parts in parts.items()}
     return AblationCheck(model=graph.model, text=graph.text, target=dict(graph.target), n=n, rows=rows,
                          r=r_of("strongest", "predicted"), r_pruned=r_of("strongest", "predicted_pruned"),
+                         r_linear=r_of("strongest", "predicted_linear"),
                          r_control=r_of("random", "predicted"),
                          sinks_left_out=[str(node["id"]) for node in features if node.get("sink")], seed=seed,
+                         r_readouts=r_readouts("strongest"), r_readouts_control=r_readouts("random"),
                          seconds=time.perf_counter() - start)
 
 

@@ -1,0 +1,152 @@
+"""Diagnostic readouts of an intervention: the real model run with parts of the replacement model's assumptions
+imposed, so the gap between an attribution graph's predicted logit change and the real one can be split by cause.
+
+The graph predicts with attention patterns and norm scales frozen at the clean run's, the MLPs replaced by their
+transcoders plus a constant error node, and every active feature linear in its pre-activation. Each of those can
+be imposed on a real forward pass separately, through interpscope.capture's scoped hooks (they act on the caller's
+passes only, and nothing here is kept after the pass):
+
+- "final_norm": the final RMSNorm divides by the clean run's rms per position (its scale frozen);
+- "norms": the same for every block's attention and MLP norm;
+- "attention": every attention pattern is the clean run's (the query and key projections return the clean run's
+  outputs, so the scores and softmax are the clean ones; values still flow from the edited residual stream);
+- "mlps": every MLP is its transcoder plus the clean run's error (mlp_out - sum_i a_i W_dec[i]) at each position,
+  so features downstream of an edit respond through their ReLU and nothing else in the MLP does.
+
+With all four, the forward pass IS the local replacement model; it differs from the graph's prediction only where
+a feature crosses its threshold (the prediction keeps the clean run's active set and lets active features go
+negative). READOUTS names the combinations the ablation check can report beside the real forward pass. These are
+labelled diagnostics: the issue's figure of merit is always the real forward pass ("real").
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from interpscope.capture import scoped
+from interpscope.config import InterpscopeError
+
+if TYPE_CHECKING:
+    from interpscope.graphs.replay import FrozenRun
+    from interpscope.models.loaded import LoadedModel
+
+PARTS = ("final_norm", "norms", "attention", "mlps")
+READOUTS: dict[str, tuple[str, ...]] = {
+    "final_norm_frozen": ("final_norm",),
+    "norms_frozen": ("final_norm", "norms"),
+    "attention_frozen": ("attention",),
+    "attention_norms_frozen": ("final_norm", "norms", "attention"),  # circuit-tracer's freeze, real MLPs
+    "transcoder_mlps": ("mlps",),
+    "replacement": PARTS,  # the local replacement model itself, ReLUs live
+}
+READOUT_LABELS = {
+    "final_norm_frozen": "final norm's scale frozen",
+    "norms_frozen": "every norm's scale frozen",
+    "attention_frozen": "attention patterns frozen",
+    "attention_norms_frozen": "attention patterns and norm scales frozen (circuit-tracer's convention)",
+    "transcoder_mlps": "MLPs replaced by transcoders + constant error",
+    "replacement": "the local replacement model (all frozen, transcoders + constant error)",
+}
+
+OutputHook = Callable[[Any, tuple, torch.Tensor], torch.Tensor]
+
+
+def check_parts(parts: Collection[str]) -> None:
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        raise InterpscopeError(f"Unknown part to freeze: {', '.join(unknown)}; choose from {', '.join(PARTS)}.")
+
+
+def readout_parts(names: Collection[str]) -> dict[str, tuple[str, ...]]:
+    """The parts each named readout freezes, refusing unknown names."""
+    unknown = [n for n in names if n not in READOUTS]
+    if unknown:
+        raise InterpscopeError(f"Unknown readout {', '.join(unknown)}; choose from {', '.join(READOUTS)}.")
+    return {n: READOUTS[n] for n in names}
+
+
+def _computing(x: torch.Tensor) -> torch.dtype:
+    return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+
+
+def _frozen_norm(scale: torch.Tensor, gamma: torch.Tensor) -> OutputHook:
+    """An RMSNorm output computed with a fixed 1/rms per position (scale [T]) instead of the input's own."""
+    def hook(module: Any, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        x = args[0]
+        dtype = _computing(x)
+        s = scale[: x.shape[-2]].to(device=x.device, dtype=dtype)[:, None]
+        return ((x.to(dtype) * s) * gamma.to(device=x.device, dtype=dtype)).to(output.dtype)
+    return hook
+
+
+def _constant(value: torch.Tensor) -> OutputHook:
+    """Return the clean run's output of a projection (value [T, out]) for every row of the batch."""
+    def hook(module: Any, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        clean = value[: output.shape[-2]].to(device=output.device, dtype=output.dtype)
+        return clean.expand_as(output).contiguous()
+    return hook
+
+
+def _transcoder_mlp(transcoder: Any, W_dec: torch.Tensor, error: torch.Tensor) -> OutputHook:
+    """An MLP replaced by its transcoder's features (ReLU live) plus the clean run's error node per position."""
+    def hook(module: Any, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        x = args[0]
+        with torch.no_grad():
+            acts = transcoder.encode(x.to(transcoder.W_enc.dtype)).to(W_dec.dtype)
+        rebuilt = acts @ W_dec.to(acts.device) + error[: x.shape[-2]].to(device=acts.device)
+        return rebuilt.to(output.dtype)
+    return hook
+
+
+def clean_projections(lm: LoadedModel, ids: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The query and key projections' outputs [T, out] per block in a clean pass of ids [1, T] (read hooks only):
+    what "attention" freezing returns in later passes."""
+    adapter: Any = lm.adapter  # a Llama-style adapter (replay.check_architecture): it has attention_projections
+    seen: dict[tuple[int, str], torch.Tensor] = {}
+
+    def keep(layer: int, which: str) -> Callable[[Any, tuple, torch.Tensor], None]:
+        def read(module: Any, args: tuple, output: torch.Tensor) -> None:
+            seen[(layer, which)] = output.detach()[0].cpu()
+        return read
+
+    pairs = [(adapter.attention_projections(L)[which], keep(L, which)) for L in range(adapter.n_layers)
+             for which in ("q", "k")]
+    with torch.no_grad(), scoped(pairs, role="read"):
+        adapter.model(input_ids=ids, use_cache=False)
+    return [(seen[(L, "q")], seen[(L, "k")]) for L in range(adapter.n_layers)]
+
+
+@contextmanager
+def frozen(lm: LoadedModel, run: FrozenRun, parts: Collection[str], *, errors: list[torch.Tensor] | None = None,
+           transcoders: Any = None, W_dec: list[torch.Tensor] | None = None,
+           projections: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Iterator[None]:
+    """Impose `parts` (of PARTS) on this run's forward passes of lm for the `with` block. "mlps" needs the
+    transcoders, their decoders in the run's dtype (W_dec) and the clean error per layer [T, d]; "attention" the
+    clean query/key outputs (clean_projections). Register this BEFORE any edit on hook_mlp_out: forward hooks run
+    in registration order, so an edit then acts on the transcoder's output."""
+    check_parts(parts)
+    adapter: Any = lm.adapter
+    pairs: list[tuple[Any, OutputHook]] = []
+    if "final_norm" in parts:
+        pairs.append((adapter.final_norm(), _frozen_norm(run.final_scale, run.gamma_final)))
+    for layer in range(run.n_layers):
+        if "norms" in parts:
+            pairs.append((adapter.attention_norm(layer), _frozen_norm(run.attn_scale[layer], run.gamma_attn[layer])))
+            pairs.append((adapter.mlp_norm(layer), _frozen_norm(run.mlp_scale[layer], run.gamma_mlp[layer])))
+        if "attention" in parts:
+            if projections is None:
+                raise InterpscopeError("Freezing attention needs the clean run's query and key projections.")
+            q, k = projections[layer]
+            found = adapter.attention_projections(layer)
+            pairs += [(found["q"], _constant(q)), (found["k"], _constant(k))]
+        if "mlps" in parts:
+            if transcoders is None or errors is None or W_dec is None:
+                raise InterpscopeError("Replacing the MLPs needs the transcoders and the clean run's error nodes.")
+            pairs.append((adapter.mlp(layer), _transcoder_mlp(transcoders[layer], W_dec[layer], errors[layer])))
+    with ExitStack() as stack:
+        if pairs:
+            stack.enter_context(scoped(pairs, role="edit"))
+        yield
