@@ -340,16 +340,21 @@ def tiny_model_in(folder: Path, server_mode_root: Path, monkeypatch) -> Path:
 
 
 def test_server_mode_build_store_refuses_a_cfg_model_name_outside_the_roots(server_mode, monkeypatch):
-    from interpscope.models import load_model
-    from interpscope.models.loading import cached_models, clear_cache
-    from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
+    from dataclasses import replace
+
+    from interpscope.models.loading import cached_models
+    from tests.sae_store_tiny import random_sae_folder, save_tiny_lm, tiny_lm
 
     monkeypatch.delenv("INTERPSCOPE_SERVER_MODE")
     outside = save_tiny_lm(server_mode / "outside" / "tiny")
-    sae = random_sae_folder(load_model(str(outside), device="cpu"), server_mode / "data" / "saes" / "visitor-sae")
+    # The SAE is fitted on that folder's model under the name load_model gives it (its resolved path), without
+    # loading it through the shared model cache: the cache is not cleared (the session's other models stay loaded),
+    # and an entry for the outside folder below can only come from the page.
+    named = replace(tiny_lm(), name=str(outside.resolve()))
+    sae = random_sae_folder(named, server_mode / "data" / "saes" / "visitor-sae")
     assert str(outside.resolve()) in (sae / "cfg.json").read_text()  # cfg.json's model_name names the outside model
     monkeypatch.setenv("INTERPSCOPE_SERVER_MODE", "1")
-    clear_cache()
+    assert not [e for e in cached_models() if str(server_mode) in e["key"][0]]
     stores = server_mode / "data" / "sae_stores"
     at = open_page("pages/sae_features.py", model_choice="adder", **{"sae-build-choice": "Other folder…"})
     at.text_input(key="sae-build-path").set_value(str(sae)).run()
