@@ -17,6 +17,7 @@ from interpscope.components.graph_figures import (
 )
 from interpscope.config import InterpscopeError
 from interpscope.graphs.defaults import DEFAULT_EDGE_BUDGET, DEFAULT_NODE_BUDGET, MAX_TOKENS
+from interpscope.graphs.freeze import READOUTS
 from interpscope.graphs.grouping import (
     Supernode,
     decoder_top_tokens,
@@ -344,11 +345,14 @@ def _interventions(lm, tset, graph, key: tuple, selected: list[str], groups: lis
             export_menu(fig, done[-1], key="graph-intervention", filename="graph-intervention")
     check_groups = groups if groups and st.checkbox("Ablation check over the supernodes", key="graph-check-groups") \
         else None
+    readouts = tuple(READOUTS) if st.checkbox(
+        "Also diagnostic readouts (the real model with the graph's frozen parts imposed, labelled as such)",
+        key="graph-check-readouts") else ()
     if st.button("Ablation check: the 20 strongest ablated one by one, and 20 random (control)", key="graph-check"):
         with show_errors(), progress("Ablations (real forward passes)", None) as report:
             st.session_state["_graph-check"] = (key, ablation_check(
                 lm, tset, graph, n=20, groups=check_groups, prepared=_prepared(lm, tset, graph, key),
-                progress=report))
+                progress=report, readouts=readouts))
     held = st.session_state.get("_graph-check")
     if held is not None and held[0] == key:
         check = held[1]

@@ -384,8 +384,10 @@ def test_frozen_attention_and_norms_leave_only_the_attention_paths():
 
 def test_the_ablation_check_reports_labelled_readouts(exact):
     lm, tset, graph, prepared = exact
+    steps: list[tuple[int, int]] = []
     check = ablation_check(lm, tset, graph, n=3, seed=0, prepared=prepared,
-                           readouts=["attention_norms_frozen", "replacement"])
+                           readouts=["attention_norms_frozen", "replacement"], progress=lambda *a: steps.append(a))
+    assert steps == [(1, 3), (2, 3), (3, 3)]  # one bar over the real passes and both readouts (6 rows: one batch)
     assert set(check.r_readouts or {}) == {"attention_norms_frozen", "replacement"}
     assert set(check.r_readouts_control or {}) == {"attention_norms_frozen", "replacement"}
     for row in check.rows:

@@ -456,9 +456,15 @@ def ablation_check(lm: LoadedModel, transcoders: Any, graph: AttributionGraph, n
     sets_only = [members for _, (members, _) in everything]
     predicted = prepared.predicted(sets_only, 0.0)
     linear = prepared.predicted_linear(sets_only, 0.0)
-    actual, _ = prepared.actual(sets_only, 0.0, progress=progress)
-    diagnostic = {name: prepared.actual(sets_only, 0.0, freeze=frozen_parts)[0]
-                  for name, frozen_parts in parts.items()}
+    def stage(index: int) -> Callable[[int, int], None] | None:  # one progress bar over the real and the readouts
+        if progress is None:
+            return None
+        report = progress
+        return lambda done, total: report(index * total + done, total * (1 + len(parts)))
+
+    actual, _ = prepared.actual(sets_only, 0.0, progress=stage(0))
+    diagnostic = {name: prepared.actual(sets_only, 0.0, progress=stage(index), freeze=frozen_parts)[0]
+                  for index, (name, frozen_parts) in enumerate(parts.items(), start=1)}
     rows = []
     for k, (which, (members, label)) in enumerate(everything):
         ids = [str(m["id"]) for m in members]
