@@ -124,12 +124,12 @@ def test_flow_with_the_tuned_lens_is_one_document(capsys, exports, bundled_lm):
     from interpscope.results import without_timings
     from tests.apptest_util import open_page
 
-    text = "When Mary and John went to the store, John gave a drink to"
+    text = "The capital of France is"  # short: the document's equality does not depend on the text's length
     capsys.readouterr()
     assert main(["flow", "--text", text, "--lens", "tuned", "--json", "-"]) == 0
     cli = json.loads(capsys.readouterr().out)
     api = interpscope.flow(bundled_lm, text, lens="tuned").to_dict()
-    at = open_page("pages/flow.py")
+    at = open_page("pages/flow.py", **{"flow-text": text})
     at.checkbox(key="flow-tuned").check().run()
     at.button(key="flow-run").click().run()
     assert not at.exception, at.exception
