@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -122,7 +120,6 @@ def test_a_batch_over_the_pages_cap_is_refused_not_cut(capsys, tmp_path):
     assert code == 2 and "at most 200 texts" in stderr and "201" in stderr
 
 
-def test_unknown_method_is_a_usage_error():
-    process = subprocess.run([sys.executable, "-m", "interpscope.cli", "explain", "--text", "hi", "--method", "lime"],
-                             capture_output=True, text=True, timeout=120)
-    assert process.returncode == 2 and "invalid choice" in process.stderr
+def test_unknown_method_is_a_usage_error(capsys):
+    code, _, stderr = run_cli(capsys, "explain", "--text", "hi", "--method", "lime")
+    assert code == 2 and "invalid choice" in stderr
