@@ -268,7 +268,9 @@ def changed(adapter: ModelAdapter, kind: str, clean: Activations, corrupt: Activ
                     dtype=bool).reshape(n_rows, n_columns)
 
 
-PASS_OVERHEAD = 16  # what one extra patched pass costs, in batch-row positions run (an estimate; see the README)
+PASS_OVERHEAD = 64  # what one more patched pass costs, in batch-row positions run: fitted on SmolLM2 at ~38 with one
+# thread (CPU time, 15 blocks), about twice that with two (the same fixed cost, positions run faster); set high, so a
+# batch is cut only where that clearly saves work
 
 
 def plan_batches(cells: list[Cell], start_of: Callable[[Cell], int], n_tokens: int, batch_size: int,
