@@ -210,16 +210,27 @@ def test_faithfulness_curves_are_one_document(capsys, exports, bundled_lm):
 
 
 @pytest.mark.bundled
-def test_heldout_table_is_one_document(capsys, exports, bundled_lm):
+def test_heldout_table_is_one_document(capsys, exports, bundled_lm, tmp_path):
+    """On a tiny Llama with the bundled tokenizer, saved as a folder (the held-out set's expected tokens are single
+    tokens of that tokenizer, and it has a pad token: every baseline runs), opened by path in all three: the
+    document's equality does not depend on the model's size."""
+    from tests.tiny_models import tiny_llama
+
+    folder = tmp_path / "tiny-llama"
+    tiny_llama(vocab=len(bundled_lm.tokenizer)).save_pretrained(folder)
+    bundled_lm.tokenizer.save_pretrained(folder)
     timings = ("seconds", "cpu_seconds")
     cli = cli_document(capsys, "explain", "--faithfulness", "--set", "heldout", "--limit", "1", "--curve-steps", "5",
-                       "--ig-steps", "8", "--json", "-")
-    at = open_page("pages/relevance.py", **{"relevance-file-source": "heldout", "relevance-file-set-n": 1})
+                       "--ig-steps", "8", "--model", str(folder), "--device", "cpu", "--json", "-")
+    at = open_page("pages/relevance.py", model_choice="Other: Hugging Face id or local folder…",
+                   model_custom=str(folder), device="cpu",
+                   **{"relevance-file-source": "heldout", "relevance-file-set-n": 1})
     at.button(key="relevance-file-set-run").click().run()
     assert not at.exception, at.exception
-    api = interpscope.heldout(bundled_lm, limit=1, curve_steps=5).to_dict()
+    api = interpscope.heldout(interpscope.load(str(folder), device="cpu"), limit=1, curve_steps=5).to_dict()
     same(cli, exports["relevance-file-set-export"], api, keys=timings)
     assert cli["schema"] == "interpscope.heldout_faithfulness" and cli["table"]
+    assert set(cli["settings"]["baselines"]) == {"zero", "pad", "mean"}
 
 
 @pytest.fixture(scope="module")
