@@ -14,7 +14,7 @@ from torch import nn
 from interpscope.adapters import get_adapter
 from interpscope.capture import model_lock
 from interpscope.relevance.engine import _cycle_collection_paused, attribute
-from interpscope.relevance.rules import ActivationRule, OutputGradScale, applied, attnlrp_rules
+from interpscope.relevance.rules import ActivationRule, NormRule, OutputGradScale, applied, attnlrp_rules
 from interpscope.relevance.targets import Target
 from tests.relevance_tiny import tiny_ids, tiny_model
 
@@ -153,3 +153,68 @@ def test_a_pass_leaves_no_reference_cycles(latent):
         result = attribute(adapter, tiny_ids(), target, attnlrp_rules(adapter), latent=latent)
     del result
     assert gc.collect() == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("family", ["llama", "gemma3", "olmo", "gpt2"])
+def test_norm_rule_keeps_the_modules_output_and_the_identity_gradient(family, dtype):
+    """The value is the norm's own: a float32 RMS norm's output as it is (bit for bit), otherwise the same
+    operations written out at the input's precision (HF's RMS norms compute a float64 input in float32); the gradient
+    is centre(grad * gamma / scale(x)), the scale computed as the family computes it (RMS or centred, 1 + w gain,
+    weightless)."""
+    model = tiny_model(family).to(dtype)
+    adapter = get_adapter(model)
+    generator = torch.Generator().manual_seed(2)
+    for norm in adapter.norms()[:3]:
+        spec = adapter.norm_spec(norm)
+        x = torch.randn(2, 5, adapter.d_model, generator=generator, dtype=dtype, requires_grad=True)
+        native = norm(x)
+        out = NormRule._hook(adapter)(norm, (x,), native)
+        written = adapter.norm_forward(norm, x.detach(), detach_scale=True)
+        assert torch.equal(out.detach(), native.detach() if dtype == torch.float32 and not spec.centred else written)
+        assert torch.allclose(out.detach(), native.detach(), rtol=1e-5, atol=1e-6)
+        upstream = torch.randn(native.shape, generator=generator, dtype=dtype)
+        (grad,) = torch.autograd.grad(out, [x], upstream)
+        centred = x.detach() - x.detach().mean(-1, keepdim=True) if spec.centred else x.detach()
+        inv = torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + adapter.norm_eps(norm))
+        gamma = adapter.norm_gamma(norm)
+        expected = upstream * (1.0 if gamma is None else gamma.detach()) * inv
+        if spec.centred:
+            expected = expected - expected.mean(-1, keepdim=True)
+        tolerance = 1e-12 if dtype == torch.float64 else 1e-5
+        assert torch.allclose(grad, expected, rtol=tolerance, atol=tolerance * 1e-2)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_conservation_from_sums_equals_the_per_element_readout(family):
+    """Without latent views the readout sums h * grad directly (float64 dot products); with them it sums the
+    per-element relevance the views show: the same books to rounding, biases included (GPT-2 has them)."""
+    model = tiny_model(family)
+    adapter = get_adapter(model)
+    target = Target(position=3, token_id=5)
+    with model_lock(model):
+        lean = attribute(adapter, tiny_ids(), target, attnlrp_rules(adapter)).conservation
+        full = attribute(adapter, tiny_ids(), target, attnlrp_rules(adapter), latent=True).conservation
+    assert lean is not None and full is not None
+    assert lean.bias_sum != 0.0 if family == "gpt2" else lean.bias_sum == 0.0
+    for name in ("input_sum", "bias_sum", "softmax_sum", "target_logit"):
+        assert getattr(lean, name) == pytest.approx(getattr(full, name), rel=1e-12, abs=1e-14)
+    assert lean.softmax_by_layer == pytest.approx(full.softmax_by_layer, rel=1e-12, abs=1e-14)
+    assert abs(sum(lean.softmax_by_layer)) > 1e-6  # AttnLRP's softmax share is there to be booked
+
+
+def test_lookups_kept_per_adapter_land_on_that_models_modules():
+    """The rules look the model's structure up once per adapter: a second model gets its own hooks, never the
+    first one's modules, and leaving removes every hook from both."""
+    first, second = tiny_model("llama", seed=0), tiny_model("llama", seed=1)
+    adapters = [get_adapter(first), get_adapter(second)]
+    with model_lock(first), applied(adapters[0], attnlrp_rules(adapters[0])):
+        pass
+    for adapter in adapters:
+        with model_lock(adapter.model), applied(adapter, attnlrp_rules(adapter)):
+            hooked = [m for m in adapter.model.modules() if m._forward_hooks]
+            other = adapters[1] if adapter is adapters[0] else adapters[0]
+            assert hooked and not [m for m in other.model.modules() if m._forward_hooks]
+            q_proj = adapter.attention_qkv(0)[0][0]
+            assert len(q_proj._forward_hooks) == 1
+    assert not [m for a in adapters for m in a.model.modules() if m._forward_hooks]

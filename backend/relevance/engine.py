@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import inspect
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from torch import nn
 
 from interpscope.adapters import ModelAdapter
 from interpscope.capture import Handle, on_input, on_output
-from interpscope.relevance.rules import Rule, applied
+from interpscope.relevance.rules import Rule, adapter_memo, applied
 from interpscope.relevance.targets import ExplainedValue, PendingTarget, Target
 
 
@@ -174,15 +175,24 @@ class _CyclePause:
 _cycle_collection_paused = _CyclePause()
 
 
+_BIASES: weakref.WeakKeyDictionary[nn.Module, tuple[nn.Parameter, ...]] = weakref.WeakKeyDictionary()
+
+
 def bias_parameters(model: nn.Module) -> list[nn.Parameter]:
-    """Additive parameters (named *bias): each absorbs b * grad_b of the relevance."""
-    seen: set[int] = set()
-    found = []
-    for name, param in model.named_parameters():
-        if name.endswith("bias") and id(param) not in seen:
-            seen.add(id(param))
-            found.append(param)
-    return found
+    """Additive parameters (named *bias): each absorbs b * grad_b of the relevance.
+
+    Found once per model instance (walking every module costs ~3 ms a pass on SmolLM2) and kept while it lives:
+    Interpscope changes what a loaded model computes through hooks, never by replacing its modules or parameters."""
+    cached = _BIASES.get(model)
+    if cached is None:
+        seen: set[int] = set()
+        found = []
+        for name, param in model.named_parameters():
+            if name.endswith("bias") and id(param) not in seen:
+                seen.add(id(param))
+                found.append(param)
+        cached = _BIASES[model] = tuple(found)
+    return list(cached)
 
 
 def _supports_logits_to_keep(model: nn.Module) -> bool:
@@ -204,9 +214,21 @@ def _relevance(tensor: torch.Tensor, grad: torch.Tensor | None) -> torch.Tensor:
     return tensor.detach().double() * grad.double()
 
 
+def _relevance_sum(tensor: torch.Tensor, grad: torch.Tensor | None) -> float:
+    """sum(h * grad) in float64 (exact products of float32 numbers), without the per-element tensor."""
+    if grad is None:
+        return 0.0
+    return float(torch.dot(tensor.detach().reshape(-1).double(), grad.reshape(-1).double()))
+
+
+def _qkv(adapter: ModelAdapter, layer: int) -> list[tuple[nn.Module, dict[str, torch.Tensor]]]:
+    """adapter.attention_qkv(layer), looked up once per adapter (it builds index tensors on every call)."""
+    return adapter_memo(adapter, ("attention-qkv", layer), lambda: adapter.attention_qkv(layer))
+
+
 def _value_relevance(adapter: ModelAdapter, per_tensor: dict, layer: int, n_tokens: int) -> np.ndarray:
     """[T, n_kv_heads]: relevance at each position's value vectors, per key/value head (fused or separate v)."""
-    for i, (_, parts) in enumerate(adapter.attention_qkv(layer)):
+    for i, (_, parts) in enumerate(_qkv(adapter, layer)):
         if "v" in parts:
             values = per_tensor[f"qkv.{layer}.{i}"][0][:, parts["v"].to(per_tensor[f"qkv.{layer}.{i}"].device)]
             return values.reshape(n_tokens, -1, adapter.d_head).sum(-1).cpu().numpy()
@@ -242,7 +264,7 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: ExplainedV
             for layer in attn_layers:
                 if (out_proj := adapter.attention_out_proj(layer)) is not None:  # always, in attn_layers
                     taps.input(out_proj, f"heads.{layer}")
-                projections = adapter.attention_qkv(layer)
+                projections = _qkv(adapter, layer)
                 qkv_names[layer] = [f"qkv.{layer}.{i}" for i in range(len(projections))]
                 for (module, _), name in zip(projections, qkv_names[layer], strict=True):
                     taps.output(module, name)
@@ -272,20 +294,26 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: ExplainedV
     y = float(value.detach().double())
     embed_relevance = _relevance(embeds, grads[0])[0].sum(-1)
     tap_grads = dict(zip(names, grads[1:1 + len(names)], strict=True))
-    per_tensor = {n: _relevance(taps.tensors[n], tap_grads[n]) for n in names}
+    # per element only where a view needs it; the conservation readout needs sums alone
+    summed_only = set() if latent else {n for n in names if n.startswith(("heads.", "qkv."))}
+    per_tensor = {n: _relevance(taps.tensors[n], tap_grads[n]) for n in names if n not in summed_only}
+
+    def total(name: str) -> float:
+        if name in summed_only:
+            return _relevance_sum(taps.tensors[name], tap_grads[name])
+        return float(per_tensor[name].sum())
 
     # the token target it explained; a value read inside the pass (an SAE feature) is no token target
     result = Attribution(relevance=embed_relevance.cpu().numpy(), logit=y, conservation=None, latent=None,
                          target=resolved if isinstance(resolved, Target) else None, output_logits=logits.detach())
     if conservation:
-        bias_total = float(sum(float(_relevance(b, g).sum())
-                               for b, g in zip(biases, grads[1 + len(names):], strict=True)))
+        bias_total = float(sum(_relevance_sum(b, g) for b, g in zip(biases, grads[1 + len(names):], strict=True)))
         if "pos_embed" in per_tensor:
-            bias_total += float(per_tensor["pos_embed"].sum())
+            bias_total += total("pos_embed")
         softmax = []
         for layer in attn_layers:
-            into_heads = float(per_tensor[f"heads.{layer}"].sum())
-            into_qkv = sum(float(per_tensor[name].sum()) for name in qkv_names[layer])
+            into_heads = total(f"heads.{layer}")
+            into_qkv = sum(total(name) for name in qkv_names[layer])
             softmax.append(into_heads - into_qkv)
         input_sum = float(embed_relevance.sum())
         explained = input_sum + bias_total + sum(softmax)

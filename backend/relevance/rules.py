@@ -9,9 +9,11 @@ A rule is any object with `apply(adapter) -> context manager`; other families (e
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Protocol
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch
 from torch import nn
@@ -23,6 +25,24 @@ from interpscope.relevance.gates import gate_rules
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
+
+T = TypeVar("T")
+
+
+_MEMO: weakref.WeakKeyDictionary[ModelAdapter, dict[object, Any]] = weakref.WeakKeyDictionary()
+
+
+def adapter_memo(adapter: ModelAdapter, key: object, build: Callable[[], T]) -> T:
+    """`build()` once per adapter instance and key, kept while the adapter lives: what a rule or the engine looks up
+    in the model's structure (modules, index sets, their factors) on every pass. A loaded model's modules do not
+    change (Interpscope edits what they compute through hooks, never the modules), and the adapter of a loaded model
+    lives as long as the model."""
+    memo = _MEMO.get(adapter)
+    if memo is None:
+        memo = _MEMO[adapter] = {}
+    if key not in memo:
+        memo[key] = build()
+    return memo[key]
 
 
 class Rule(Protocol):
@@ -90,6 +110,20 @@ def scale_grad(tensor: torch.Tensor, scale: float | torch.Tensor) -> torch.Tenso
     return _ScaleGrad.apply(tensor, scale)
 
 
+def _scaled_view(tensor: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor:
+    """scale_grad for a module's output: a view of it (the same numbers) whose gradient a tensor hook multiplies by
+    `scale` (a number or a tensor that broadcasts over the last dimension; 0 detaches). The hook is torch.mul bound
+    to the scale, so the backward runs no Python frame and the forward makes no autograd Function: the cheapest of the
+    ways measured; what reaches `tensor` (and a tap holding it) is the scaled gradient, as with scale_grad."""
+    if isinstance(scale, (int, float)) and scale == 0:
+        return tensor.detach()
+    if not tensor.requires_grad:
+        return tensor
+    view = tensor.view_as(tensor)
+    view.register_hook(partial(torch.mul, other=scale))
+    return view
+
+
 @contextmanager
 def output_hooks(pairs: Sequence[tuple[nn.Module, Callable]]) -> Iterator[None]:
     """Register forward hooks `fn(module, args, output) -> new output` on the given modules; remove on exit.
@@ -113,8 +147,9 @@ class NormRule:
     """Identity on the normaliser: y = centre(x) * stopgrad(1 / scale(x)) * gamma + beta, for every norm the adapter
     lists (per-block, sandwich, query/key and final norms), computed as the adapter says its family computes it
     (LayerNorm or RMSNorm, Gemma's 1 + w gain, weightless norms). The map x -> y is then exactly linear in the
-    backward pass and conserves relevance; the forward values are the module's own (same operations, same order),
-    computed without a graph, and the backward is one product per norm (grad_x = centre(grad * gamma / scale(x))).
+    backward pass and conserves relevance; the forward values are the module's own (same operations, same order;
+    a float32 RMS norm's output is taken as it is, only the normaliser 1 / scale(x) is computed again), computed
+    without a graph, and the backward is one product per norm (grad_x = centre(grad * gamma / scale(x))).
     """
 
     name = "norm-identity"
@@ -129,7 +164,11 @@ class NormRule:
             spec = adapter.norm_spec(module)
             work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
             with torch.no_grad():
-                value = adapter.norm_forward(module, x, detach_scale=True).to(out.dtype)
+                # a float32 RMS norm's own output is already the rule's value (same operations, same order, same
+                # precision: nothing to recompute); elsewhere the module may compute at another precision than x
+                # (HF's RMS norms cast a float64 input to float32) or in a fused kernel, so the value is written out
+                value = (out.detach() if x.dtype == torch.float32 and not spec.centred
+                         else adapter.norm_forward(module, x, detach_scale=True).to(out.dtype))
                 source = x.to(work)
                 centred = source - source.mean(-1, keepdim=True) if spec.centred else source
                 inv = torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + adapter.norm_eps(module))
@@ -141,7 +180,7 @@ class NormRule:
 
     def apply(self, adapter: ModelAdapter):
         hook = self._hook(adapter)
-        return output_hooks([(norm, hook) for norm in adapter.norms()])
+        return output_hooks([(norm, hook) for norm in adapter_memo(adapter, "norms", adapter.norms)])
 
 
 class ActivationRule:
@@ -165,14 +204,15 @@ class ActivationRule:
             return None
         with torch.no_grad():  # f(x) / x, 0 where x == 0 (f(0) = 0), times grad_scale: one new tensor, in place
             factor = torch.div(activated, x)
-            factor.masked_fill_(x == 0, 0.0)
+            factor.nan_to_num_(nan=0.0)  # 0 / 0 at exact zeros (the only NaN a finite x gives): one pass, no mask
             if self.grad_scale != 1:
                 factor.mul_(self.grad_scale)
         # the native value, bit for bit, with the identity rule's gradient (times grad_scale)
         return _replace_first(output, _LinearRule.apply(x, activated, factor, None, False))
 
     def apply(self, adapter: ModelAdapter):
-        modules = [m for layer in range(adapter.n_layers) for m in adapter.mlp_activations(layer)]
+        modules = adapter_memo(adapter, "mlp-activations",
+                               lambda: [m for layer in range(adapter.n_layers) for m in adapter.mlp_activations(layer)])
         return output_hooks([(m, self._hook) for m in modules])
 
 
@@ -182,9 +222,11 @@ class OutputGradScale:
     `select(adapter)` gives (module, scale) pairs: a number scales the whole output (1: no hook at all, 0: detached),
     a tensor [width] each output feature (only fused projections whose parts get different factors need one)."""
 
-    def __init__(self, name: str, select: Callable[[ModelAdapter], list[tuple[nn.Module, float | torch.Tensor]]]):
+    def __init__(self, name: str, select: Callable[[ModelAdapter], list[tuple[nn.Module, float | torch.Tensor]]],
+                 memo_key: object = None):
         self.name = name
         self.select = select
+        self.memo_key = memo_key  # given: select's hooks are built once per adapter (select depends on nothing else)
 
     @staticmethod
     def _uniform(scale: float | torch.Tensor) -> float | None:
@@ -198,7 +240,7 @@ class OutputGradScale:
         uniform = OutputGradScale._uniform(scale)
         if uniform is not None:
             def hook(module, args, output):
-                return _replace_first(output, scale_grad(_first(output), uniform))
+                return _replace_first(output, _scaled_view(_first(output), uniform))
             return hook
         assert isinstance(scale, torch.Tensor)
         per_feature = scale
@@ -209,12 +251,16 @@ class OutputGradScale:
             key = (out.dtype, out.device)
             if key not in cache:
                 cache[key] = per_feature.to(dtype=out.dtype, device=out.device)
-            return _replace_first(output, scale_grad(out, cache[key]))
+            return _replace_first(output, _scaled_view(out, cache[key]))
         return hook_parts
 
+    def _pairs(self, adapter: ModelAdapter) -> list[tuple[nn.Module, Callable]]:
+        return [(module, self._hook(scale)) for module, scale in self.select(adapter) if self._uniform(scale) != 1]
+
     def apply(self, adapter: ModelAdapter):
-        return output_hooks([(module, self._hook(scale)) for module, scale in self.select(adapter)
-                             if self._uniform(scale) != 1])
+        if self.memo_key is None:
+            return output_hooks(self._pairs(adapter))
+        return output_hooks(adapter_memo(adapter, ("output-grad-scale", self.memo_key), lambda: self._pairs(adapter)))
 
 
 def qkv_scale(q: float, k: float, v: float) -> OutputGradScale:
@@ -235,7 +281,7 @@ def qkv_scale(q: float, k: float, v: float) -> OutputGradScale:
                 chosen.append((module, scale))
         return chosen
 
-    return OutputGradScale(f"qkv-scale(q={q},k={k},v={v})", select)
+    return OutputGradScale(f"qkv-scale(q={q},k={k},v={v})", select, memo_key=("qkv", q, k, v))
 
 
 def mlp_up_scale(factor: float) -> OutputGradScale:
@@ -254,7 +300,7 @@ def mlp_up_scale(factor: float) -> OutputGradScale:
                     chosen.append((up, scale))
         return chosen
 
-    return OutputGradScale(f"mlp-up-scale({factor})", select)
+    return OutputGradScale(f"mlp-up-scale({factor})", select, memo_key=("mlp-up", factor))
 
 
 def attnlrp_rules(adapter: ModelAdapter) -> list[Rule]:
