@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from interpscope.causal.attribution import RELP_RULES
+from interpscope.causal.attribution import DEFAULT_RELP_RULES, RELP_RULES
 from interpscope.causal.patching import KIND_LABELS, KINDS
 from interpscope.causal.prompts import METRIC_LABELS, METRICS
 from interpscope.causal.results import PatchingResult, PathPatchingResult
@@ -38,7 +38,7 @@ PARAMS = [Param("patch-clean", "clean", DEFAULT_CLEAN), Param("patch-corrupt", "
           Param("patch-metric", "metric", "logit-diff", choices=METRICS),
           Param("patch-components", "components", ",".join(KINDS)),
           Param("patch-methods", "methods", ",".join(METHODS)),
-          Param("patch-rules", "rules", "cp-lrp", choices=RULES), bos_param("patch-bos"),
+          Param("patch-rules", "rules", DEFAULT_RELP_RULES, choices=RULES), bos_param("patch-bos"),
           Param("patch-sender", "sender", "", scope="view"), Param("patch-receiver", "receiver", "logits",
                                                                      scope="view")]
 
@@ -145,9 +145,11 @@ def main() -> None:
         components = _picker("Components", "patch-components", KINDS, KIND_LABELS)
     with e:
         methods = _picker("Methods", "patch-methods", METHODS, METHOD_TITLES)
-    rules = f.selectbox("RelP rules", RULES, key="patch-rules", help="LRP rules of RelP's backward pass: CP-LRP "
-                        "(queries/keys detached, gate detached), relp-half (the RelP paper's: queries/keys detached, "
-                        "half rule on the gated MLP product) or AttnLRP (relevance through the softmax too).")
+    rules = f.selectbox("RelP rules", RULES, key="patch-rules", help="LRP rules of RelP's backward pass. relp-half-q "
+                        "(default): norm identity, half rule on the gated MLP product, gradient through queries, keys "
+                        "detached; relp-half: the RelP paper's (queries and keys detached); cp-lrp: gate detached too; "
+                        "attnlrp: relevance through the softmax; -qk / -qk4 / -q: queries and keys kept, x 1/4, "
+                        "queries only.")
     prepend = bos_toggle(lm, st, key="patch-bos")
     submitted = st.button("Run", type="primary", key="patch-run")
     try:

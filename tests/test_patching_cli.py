@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import interpscope
+from interpscope.causal.attribution import DEFAULT_RELP_RULES
 from interpscope.cli import main
 from interpscope.results import without_timings
 from tests.sae_store_tiny import save_tiny_lm, tiny_lm
@@ -61,6 +62,7 @@ def test_the_cli_document_is_the_api_document(capsys, folder):
     api = interpscope.patch(lm, CLEAN, CORRUPT, answer=" Mary", wrong=" John", components="resid,heads")
     assert without_timings(document) == without_timings(api.to_dict())
     assert document["schema"] == "interpscope.patching" and document["methods"] == ["real", "atp", "relp"]
+    assert document["relp_rules"] == DEFAULT_RELP_RULES == "relp-half-q"  # the CLI's and the API's default are one
     assert document["grids"]["resid"]["real"][-1][-1] == pytest.approx(1.0, abs=1e-4)
     assert {"atp", "relp", "cells", "chance_r95"} <= set(document["agreement"]["heads"])
     assert document["bos_prepended"] and document["sinks"][0]["prepended"]

@@ -6,7 +6,8 @@ forward and one backward pass on the corrupt prompt give the gradient at every r
 output and head output at once; one plain pass on the clean prompt gives the clean activations.
 
 RelP (Rezaei Jafari et al., 2025): the same product with the gradient replaced by LRP's propagation coefficients,
-i.e. the backward pass run under the project's LRP rules (interpscope.relevance.rules). Three rule sets:
+i.e. the backward pass run under the project's LRP rules (interpscope.relevance.rules). The rule sets
+(default 'relp-half-q'):
 - 'cp-lrp': norm identity, q/k detached (attention pattern frozen), and on a gated MLP the gate detached (the whole
   gradient through the linear branch);
 - 'relp-half': the RelP paper's choice: norm identity (LN-rule), q/k detached (attention frozen, the AH-rule),
@@ -94,7 +95,7 @@ RELP_RULES: dict[str, Callable[[ModelAdapter], Sequence[Rule]]] = {
     "cp-lrp": cplrp_rules, "relp-half": relp_half_rules, "attnlrp": attnlrp_rules, "cp-lrp-qk": cplrp_qk_rules,
     "relp-half-qk": relp_half_qk_rules, "relp-half-qk4": relp_half_qk4_rules, "relp-half-q": relp_half_q_rules,
     "cp-lrp-q": cplrp_q_rules}
-DEFAULT_RELP_RULES = "cp-lrp"
+DEFAULT_RELP_RULES = "relp-half-q"  # the best tracker of real patching in bench/patching_rules.py (README)
 APPROXIMATIONS = ("atp", "relp")
 METHOD_LABELS = {"real": "Activation patching", "atp": "Attribution patching (gradient)",
                  "relp": "Relevance patching (LRP)"}

@@ -33,7 +33,7 @@ def register(subparsers) -> None:
                        help="comma-separated: real (activation patching), atp (attribution patching), relp "
                             "(relevance patching) (default all three)")
     patch.add_argument("--relp-rules", default=DEFAULT_RELP_RULES, choices=list(RELP_RULES),
-                       help="LRP rules for RelP's backward pass (default cp-lrp)")
+                       help=f"LRP rules for RelP's backward pass (default {DEFAULT_RELP_RULES})")
     patch.add_argument("--path", nargs=2, metavar=("SENDER", "RECEIVER"),
                        help="path patching instead of the grids: L<l>.H<h>, L<l>.attn, L<l>.mlp (receiver also "
                             "'logits')")
