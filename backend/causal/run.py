@@ -18,7 +18,16 @@ from interpscope.causal.attribution import (
     chance_r,
     pearson,
 )
-from interpscope.causal.patching import KINDS, Activations, Cell, changed, real_grids, record
+from interpscope.causal.patching import (
+    KINDS,
+    Activations,
+    Cell,
+    changed,
+    last_logits,
+    narrow_unembedding,
+    real_grids,
+    record,
+)
 from interpscope.causal.paths import check_path, parse_component, patched_together, path_value
 from interpscope.causal.prompts import METRIC_LABELS, Metric, PromptPair, make_metric, prompt_pair
 from interpscope.causal.results import PatchingResult, PathPatchingResult
@@ -111,8 +120,11 @@ def prepare(lm: LoadedModel, clean: str, corrupt: str, metric: str, answer: str 
     corrupt_acts = record(adapter, pair.corrupt_ids, heads=heads, keys_values=True)
     report = report_from(adapter, seen["residual"], 0 if pair.bos_prepended else None)
     chosen = make_metric(lm, metric, clean_acts.logits, corrupt_acts.logits, answer, wrong)
-    clean_value = float(chosen.value(clean_acts.logits))
-    corrupt_value = float(chosen.value(corrupt_acts.logits))
+    with torch.no_grad(), narrow_unembedding(adapter, chosen) as read:  # read as the patched passes read it, so a
+        # patch restoring the whole final residual gives the clean value bit for bit (a product over the two metric
+        # tokens rounds differently from one over the whole vocabulary)
+        clean_value, corrupt_value = (float(read.value(last_logits(adapter, ids))[0])
+                                      for ids in (pair.clean_ids, pair.corrupt_ids))
     resolution = 16 * torch.finfo(lm.dtype).eps * max(1.0, abs(clean_value))  # what the model's dtype can tell apart
     if abs(clean_value - corrupt_value) <= resolution:
         raise InterpscopeError(f"The {METRIC_LABELS[metric]} is the same after both prompts ({clean_value:.4g}): "
