@@ -22,6 +22,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -186,6 +187,15 @@ def override_forward(module: nn.Module, forward: Callable, *, role: HookRole = "
             if not dispatch.overrides and module.__dict__.get("forward") is dispatch:
                 del module.__dict__["forward"]
         _track(module, role, owner, add=False)
+
+
+def scaled_grad_view(tensor: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor:
+    """A view of `tensor` (the same numbers, no copy) whose gradient is multiplied by `scale` on its way back: a tensor
+    hook (torch.mul bound to the scale, no Python frame in the backward) on this pass's own tensor, so it acts on the
+    caller's pass only and is gone with the tensor. Used by LRP rules that rescale a module's output gradient."""
+    view = tensor.view_as(tensor)
+    view.register_hook(partial(torch.mul, other=scale))
+    return view
 
 
 def _first_argument(*args, **kwargs) -> torch.Tensor:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch
@@ -20,7 +19,7 @@ from torch import nn
 
 from interpscope.adapters import ModelAdapter
 from interpscope.adapters.base import weight_of
-from interpscope.capture import model_lock, scoped
+from interpscope.capture import model_lock, scaled_grad_view, scoped
 from interpscope.relevance.gates import gate_rules
 
 if TYPE_CHECKING:
@@ -114,14 +113,13 @@ def _scaled_view(tensor: torch.Tensor, scale: float | torch.Tensor) -> torch.Ten
     """scale_grad for a module's output: a view of it (the same numbers) whose gradient a tensor hook multiplies by
     `scale` (a number or a tensor that broadcasts over the last dimension; 0 detaches). The hook is torch.mul bound
     to the scale, so the backward runs no Python frame and the forward makes no autograd Function: the cheapest of the
-    ways measured; what reaches `tensor` (and a tap holding it) is the scaled gradient, as with scale_grad."""
+    ways measured; what reaches `tensor` (and a tap holding it) is the scaled gradient, as with scale_grad. The hook
+    itself is registered by interpscope.capture (the one place hooks are made); it lives on this pass's tensor only."""
     if isinstance(scale, (int, float)) and scale == 0:
         return tensor.detach()
     if not tensor.requires_grad:
         return tensor
-    view = tensor.view_as(tensor)
-    view.register_hook(partial(torch.mul, other=scale))
-    return view
+    return scaled_grad_view(tensor, scale)
 
 
 @contextmanager
