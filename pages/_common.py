@@ -191,6 +191,17 @@ def url_inputs(page: str, params: Sequence[Param]) -> None:
     state["_url-params"] = list(params)
     for param in params:
         state.setdefault(param.key, param.default)
+        resend(param.key)
+
+
+def resend(key: str) -> None:
+    """Give a widget's value to the browser again on this run (before the widget is drawn). A value the page set
+    (a default, a link's, one that follows the model) reaches the browser only on the run that set it; when a rerun
+    interrupts that run before the browser drew the widget, the next run draws it at the widget's own default (a
+    toggle comes up off) while the page believes the value it set, and the click after that sends the wrong one."""
+    state = st.session_state
+    if state.get(key) is not None:
+        state[key] = state[key]
 
 
 def follow(key: str, owner: Any, default: Callable[[], Any]) -> None:
@@ -203,6 +214,8 @@ def follow(key: str, owner: Any, default: Callable[[], Any]) -> None:
     elif tag not in state or state[tag] != owner or state.get(key) is None:
         state[key] = default()
         state[tag] = owner
+    else:
+        resend(key)
 
 
 def model_params() -> dict[str, str]:
