@@ -278,3 +278,23 @@ def test_a_transcoder_folder_builds_a_feature_store_with_cards(tmp_path, monkeyp
     assert float(store.arrays["top_act"][top].max()) > 0  # top contexts of a feature
     metrics = store.manifest["metrics"]
     assert metrics["hook_name"] == "blocks.1.hook_resid_mid->blocks.1.hook_mlp_out"  # evaluated as a transcoder
+
+
+def _noisy_planted(batch: int, generator: torch.Generator) -> torch.Tensor:
+    """Planted rows plus dense noise: a JumpReLU only gets sparse by learning thresholds above the noise."""
+    return _planted(batch, generator) + 0.3 * torch.randn(batch, 16, generator=generator)
+
+
+def test_jumprelu_thresholds_learn_in_a_short_run_and_the_l0_coefficient_sets_l0():
+    """At the sweep's learning rate (7e-4) and a few hundred steps, the L0 penalty must reach the thresholds: with
+    the threshold learning at the run's rate every coefficient of the shipped sweep gave the same dense L0."""
+    x = _noisy_planted(2048, torch.Generator().manual_seed(7))
+    l0 = {}
+    for coefficient in (0.01, 1.0):
+        sae = _train(build_sae(SAEConfig(d_in=16, d_sae=32, architecture="jumprelu"), seed=0), _noisy_planted,
+                     steps=250, coefficient=coefficient, lr=7e-4)
+        with torch.no_grad():
+            l0[coefficient] = float((sae.encode(x) > 0).sum(-1).float().mean())
+            assert float(sae.threshold.max()) > 0.5  # the thresholds travelled well past their start (0.1)
+    assert l0[1.0] < 0.5 * l0[0.01], l0
+    assert l0[1.0] < 8, l0  # close to the two planted directions per row, not a dense code

@@ -134,7 +134,7 @@ class Trainer:
             else:
                 numerator = grad
             denom = (state["v"] / (1 - cfg.beta2 ** t)).sqrt_().add_(cfg.eps)
-            param.addcdiv_(numerator, denom, value=-lr)
+            param.addcdiv_(numerator, denom, value=-lr * sae.lr_scale.get(name, 1.0))
             param.grad = None
         W_dec.div_(W_dec.norm(dim=1, keepdim=True).clamp_min(1e-8))
 

@@ -99,6 +99,8 @@ class SparseAutoencoder(nn.Module):
     knob: ClassVar[Knob] = Knob("l1", "L1 coefficient", 5.0)
     selected_by_default: ClassVar[bool] = False
     per_feature: ClassVar[dict[str, PerFeature]] = {}
+    # a parameter's learning rate as a multiple of the run's (a JumpReLU threshold must travel O(1) in a short run)
+    lr_scale: ClassVar[dict[str, float]] = {}
     resample_dead: ClassVar[bool] = True
     density_bias: ClassVar[str | None] = None
     folder_architecture: ClassVar[str] = ""

@@ -12,7 +12,8 @@ from torch import nn
 
 from interpscope.sae.arch.base import Knob, LossTerms, PerFeature, SAEConfig, SparseAutoencoder, squared_error
 
-INITIAL_THRESHOLD = 0.001
+INITIAL_THRESHOLD = 0.1
+THRESHOLD_LR_SCALE = 20.0
 
 
 class _StepWithThresholdGrad(torch.autograd.Function):
@@ -61,10 +62,13 @@ class JumpReLUSAE(SparseAutoencoder):
     label = "JumpReLU (L0)"
     knob = Knob("l0", "L0 coefficient", 0.5)
     per_feature = {"b_enc": PerFeature(), "threshold": PerFeature(reset=INITIAL_THRESHOLD)}
+    # Adam moves a parameter about lr per step: at the run's lr (7e-4 over a few hundred steps) a threshold could
+    # travel ~0.2, far short of the pre-activations' O(1) scale, and every L0 coefficient gave the same L0 (~300 of 576)
+    lr_scale = {"threshold": THRESHOLD_LR_SCALE}
     folder_architecture = "jumprelu"
 
     def __init__(self, cfg: SAEConfig, dtype: torch.dtype = torch.float32, seed: int | None = 0,
-                 bandwidth: float = 0.001):
+                 bandwidth: float = 0.1):
         super().__init__(cfg, dtype, seed)
         self.b_enc = nn.Parameter(torch.zeros(cfg.d_sae, dtype=dtype))
         self.threshold = nn.Parameter(torch.full((cfg.d_sae,), INITIAL_THRESHOLD, dtype=dtype))
