@@ -101,6 +101,13 @@ def test_frontiers_and_the_matched_l0_ratio_on_a_synthetic_table():
     sentence = analysis.sentences()[0]
     assert "gated needs 0.50x the L0 of relu" in sentence and "0.900 to 0.980" in sentence
     assert "no ratio" in analysis.sentences()[1]
+    assert "fewer active features" in sentence
+    # a frontier crossing relu's (ratios 0.8 .. 1.25 along it) is "about as many", not "fewer" by its median
+    crossing = SweepTable(model_name="m", hook_name="h", width=64, tokens_per_sae=1000, cache_tokens=1000,
+                          eval={"n_tokens": 100, "split": "test"},
+                          rows=relu + [_row("cross", 8, 0.90, 0.3), _row("cross", 50, 0.98, 0.1)])
+    said = pareto_analysis(crossing).sentences()[0]
+    assert said.startswith("cross needs") and "about as many active features as the baseline" in said, said
     # an architecture with twice relu's L0 at the low end and equal L0 at the high end: the ratio moves
     other = [_row("x", 20, 0.90, 0.3), _row("x", 40, 0.98, 0.1)]
     moving = matched_ratio(other, frontier(relu, "loss_recovered"), "loss_recovered", "x", "relu")

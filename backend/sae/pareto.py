@@ -108,14 +108,16 @@ class ParetoAnalysis(Result):
             if r.ratio_median is None:
                 out.append(f"{r.architecture}: no ratio to {r.baseline} at matched {label} ({r.reason}).")
                 continue
-            fewer = "fewer" if r.ratio_median < 1 else "more"
+            fewer = ("about as many active features as the baseline (the ratio crosses 1 in that range)"
+                     if r.ratio_min < 1 < r.ratio_max else
+                     "fewer active features" if r.ratio_median < 1 else "more active features")
             spread = (f"the ratio is {r.ratio_min:.2f} across that range" if f"{r.ratio_min:.2f}" ==
                       f"{r.ratio_max:.2f}" else f"the ratio ranges from {r.ratio_min:.2f} (at {label} "
                       f"{r.value_at_min:.3f}) to {r.ratio_max:.2f} (at {r.value_at_max:.3f})")
             out.append(
                 f"{r.architecture} needs {r.ratio_median:.2f}x the L0 of {r.baseline} at matched {label} (median "
                 f"over {label} {r.overlap_low:.3f} to {r.overlap_high:.3f}, where both frontiers have SAEs): "
-                f"{fewer} active features; {spread}.")
+                f"{fewer}; {spread}.")
         return out
 
     def tidy(self) -> list[dict]:
