@@ -4,6 +4,7 @@ sweep) opens too; a folder that is not a sweep is a message, not a crash."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -41,9 +42,16 @@ def test_the_shipped_sweep_opens_and_exports_the_pareto_document(exports, capsys
     assert code == 0
     assert without_timings(exports["sae-pareto"]) == without_timings(cli) == without_timings(analysis.to_dict())
     rows = analysis.rows
-    assert {"relu", "gated"} <= {r["architecture"] for r in rows}
-    assert min(sum(r["architecture"] == a for r in rows) for a in ("relu", "gated")) >= 4
+    archs = ("relu", "gated", "topk", "jumprelu", "batchtopk", "matryoshka")  # the issue's sweep, every architecture
+    assert {r["architecture"] for r in rows} == set(archs)
+    assert min(sum(r["architecture"] == a for r in rows) for a in archs) >= 4
     assert all(r["training_tokens"] >= 1_000_000 for r in rows)
+    cache = json.loads((Path(folder) / "sweep_table.json").read_text(encoding="utf-8"))
+    assert cache["cache_tokens"] >= 250_000  # one activation cache of distinct corpus tokens, shared by every SAE
+    sentences = analysis.sentences("loss_recovered")
+    for arch in archs:  # every architecture has a frontier; each but the baseline a sentence about its ratio
+        assert analysis.frontiers["loss_recovered"][arch]
+        assert arch == "relu" or any(sentence.startswith(arch) for sentence in sentences), (arch, sentences)
 
 
 @pytest.fixture
