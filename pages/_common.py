@@ -191,14 +191,17 @@ def url_inputs(page: str, params: Sequence[Param]) -> None:
     state["_url-params"] = list(params)
     for param in params:
         state.setdefault(param.key, param.default)
-        resend(param.key)
+        if param.kind is bool:  # a toggle changes in one click: nothing half-typed for a resend to overwrite
+            resend(param.key)
 
 
 def resend(key: str) -> None:
     """Give a widget's value to the browser again on this run (before the widget is drawn). A value the page set
     (a default, a link's, one that follows the model) reaches the browser only on the run that set it; when a rerun
     interrupts that run before the browser drew the widget, the next run draws it at the widget's own default (a
-    toggle comes up off) while the page believes the value it set, and the click after that sends the wrong one."""
+    toggle comes up off) while the page believes the value it set, and the click after that sends the wrong one.
+    Only for toggles and values that follow another input: the browser takes a resent value as it is, so a text box
+    resent at the end of a run would lose what the visitor was typing meanwhile."""
     state = st.session_state
     if state.get(key) is not None:
         state[key] = state[key]
