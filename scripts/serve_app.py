@@ -112,16 +112,17 @@ def effective_address(run_args: list[str]) -> str:
 
 
 def main(argv: list[str]) -> int:
+    # pandas and transformers are imported here, once, before any session's thread can race another into a
+    # half-initialised module. pandas: plotly takes sys.modules["pandas"] as it is (get_module(should_load=False)), so a figure built
+    # while another session's thread is still importing pandas failed with "partially initialized module 'pandas'
+    # has no attribute 'Series'" (eight pages loaded at once, seen once under load)
+    import pandas  # noqa: F401
     from streamlit.runtime.pages_manager import PagesManager
     from streamlit.web import cli
 
     # transformers is a lazy module: imported here, once, before any session thread can race another into a
     # half-initialised module (seen as "cannot import name 'AutoConfig'" when a first load raced a rerun)
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: F401
-    # pandas likewise: plotly takes sys.modules["pandas"] as it is (get_module(should_load=False)), so a figure built
-    # while another session's thread is still importing pandas failed with "partially initialized module 'pandas'
-    # has no attribute 'Series'" (eight pages loaded at once, seen once under load)
-    import pandas  # noqa: F401
 
     args = [arg for arg in argv if arg != "--shared"]
     if len(args) != len(argv):
