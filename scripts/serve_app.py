@@ -113,9 +113,9 @@ def effective_address(run_args: list[str]) -> str:
 
 def main(argv: list[str]) -> int:
     # pandas and transformers are imported here, once, before any session's thread can race another into a
-    # half-initialised module. pandas: plotly takes sys.modules["pandas"] as it is (get_module(should_load=False)), so a figure built
-    # while another session's thread is still importing pandas failed with "partially initialized module 'pandas'
-    # has no attribute 'Series'" (eight pages loaded at once, seen once under load)
+    # half-initialised module. pandas: plotly takes sys.modules["pandas"] as it is (get_module(should_load=False)),
+    # so a figure built while another session's thread was still importing pandas failed with "partially
+    # initialized module 'pandas' has no attribute 'Series'" (eight pages loaded at once, seen once under load)
     import pandas  # noqa: F401
     from streamlit.runtime.pages_manager import PagesManager
     from streamlit.web import cli

@@ -109,7 +109,7 @@ class ParetoAnalysis(Result):
                 out.append(f"{r.architecture}: no ratio to {r.baseline} at matched {label} ({r.reason}).")
                 continue
             fewer = ("about as many active features as the baseline (the ratio crosses 1 in that range)"
-                     if r.ratio_min < 1 < r.ratio_max else
+                     if r.ratio_min is not None and r.ratio_max is not None and r.ratio_min < 1 < r.ratio_max else
                      "fewer active features" if r.ratio_median < 1 else "more active features")
             spread = (f"the ratio is {r.ratio_min:.2f} across that range" if f"{r.ratio_min:.2f}" ==
                       f"{r.ratio_max:.2f}" else f"the ratio ranges from {r.ratio_min:.2f} (at {label} "
