@@ -191,8 +191,6 @@ def url_inputs(page: str, params: Sequence[Param]) -> None:
     state["_url-params"] = list(params)
     for param in params:
         state.setdefault(param.key, param.default)
-        if param.kind is bool:  # a toggle changes in one click: nothing half-typed for a resend to overwrite
-            resend(param.key)
 
 
 def resend(key: str) -> None:
@@ -200,8 +198,9 @@ def resend(key: str) -> None:
     (a default, a link's, one that follows the model) reaches the browser only on the run that set it; when a rerun
     interrupts that run before the browser drew the widget, the next run draws it at the widget's own default (a
     toggle comes up off) while the page believes the value it set, and the click after that sends the wrong one.
-    Only for toggles and values that follow another input: the browser takes a resent value as it is, so a text box
-    resent at the end of a run would lose what the visitor was typing meanwhile."""
+    Called by follow(), right before the widget it serves is drawn (a value the page chose, such as Prepend BOS's
+    default for the model), never for widgets this run does not draw: with every toggle of the page resent on every
+    run, the SAE browser's click on a feature in the Prompt view now and then never reached the URL."""
     state = st.session_state
     if state.get(key) is not None:
         state[key] = state[key]
