@@ -19,8 +19,10 @@ from pages._common import Param, model_params, progress, show_errors, url_inputs
 PAGE = "sae-pareto"
 SHIPPED_DIR = ASSETS_DIR / "sae_sweeps"
 FOLDER = "A sweep folder on this machine…"
-COLUMNS = ["name", "label", "k", "sparsity", "l0", "loss_recovered", "fvu", "shrinkage", "dead_fraction",
-           "dense_fraction", "ce_increase", "training_tokens"]
+# the sparsity knob (k, or an L1 / L0 coefficient) is the "setting" column, in words: one column for every
+# architecture instead of a k column empty for L1 SAEs and a coefficient column empty for TopK ones
+COLUMNS = ["name", "label", "l0", "loss_recovered", "fvu", "shrinkage", "dead_fraction", "dense_fraction",
+           "ce_increase", "training_tokens"]
 
 
 def shipped_sweeps() -> dict[str, str]:

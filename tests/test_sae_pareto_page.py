@@ -37,6 +37,7 @@ def test_the_shipped_sweep_opens_and_exports_the_pareto_document(exports, capsys
         assert sentence in text  # the ratio sentence on the page is the one computed from the numbers
     assert "Every SAE was evaluated on the same" in text
     assert len(at.dataframe) == 1 and len(at.dataframe[0].value) == len(analysis.rows)
+    assert not at.dataframe[0].value.isna().any().any()  # no column that does not apply to some rows (None cells)
     code = main(["sae", "pareto", "--sweep", folder, "--quiet"])
     cli = json.loads(capsys.readouterr().out)
     assert code == 0
