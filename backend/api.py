@@ -207,7 +207,7 @@ def tuned_lens(lm: LoadedModel) -> TunedLens:
 
 def patch(lm: LoadedModel, clean: str, corrupt: str, *, metric: str = "logit-diff", answer: str | int | None = None,
           wrong: str | int | None = None, components: str | Sequence[str] | None = None,
-          methods: str | Sequence[str] | None = None, relp_rules: str = "relp-half-q",
+          methods: str | Sequence[str] | None = None, relp_rules: str = "relp-half-q-ig2",
           prepend_bos: bool | None = None) -> PatchingResult:
     """Activation patching of a clean / corrupt prompt pair (same token length): the corrupt run with one clean
     activation put back per cell, for the residual stream (per layer and position, plus the final residual),
@@ -215,8 +215,8 @@ def patch(lm: LoadedModel, clean: str, corrupt: str, *, metric: str = "logit-dif
     metric, 0 = the corrupt one. metric: logit-diff (answer - wrong), logit or prob of the answer; answer / wrong: one
     token each (text or '#id'; default: the clean and the corrupt prompt's top predictions). components: any of
     resid, attn, mlp, heads; methods: any of real, atp (attribution patching), relp (relevance patching, LRP rules
-    `relp_rules`: relp-half-q by default, or any of interpscope.causal.attribution.RELP_RULES), each estimate with its
-    Pearson r against real patching (schema interpscope.patching; = `interpscope patch --json` and the Activation
+    `relp_rules`: relp-half-q-ig2 by default, or any of interpscope.causal.attribution.RELP_RULES), each estimate with
+    its Pearson r against real patching (schema interpscope.patching; = `interpscope patch --json` and the Activation
     patching page's export)."""
     from interpscope.causal.run import patch as patch_pair
 

@@ -39,6 +39,7 @@ from interpscope.resume import appending, read_log  # noqa: E402
 KINDS = ["resid", "attn"]  # the issue's target kinds; --kinds adds mlp
 ROWS = Path("/tmp/patching_rules_rows.jsonl")  # real grids, shared with bench/patching_rules.py
 ESTIMATES_LOG = Path("/tmp/patching_rules_estimates.jsonl")  # estimates added against stored real grids
+CHOSEN_ON = 3  # rule sets and paths were chosen on the first 3 pairs of each task; the later ones are held out
 PAIRS = {  # the first three of each task were chosen before any rule set was compared; the rest came later (held out)
     "ioi": [
         ("When Mary and John went to the store, John gave a drink to",
@@ -51,6 +52,13 @@ PAIRS = {  # the first three of each task were chosen before any rule set was co
          "When Anna and Tom went to the beach, Anna gave a book to", " Anna", " Tom"),
         ("After Sarah and James went to the office, James gave a pen to",
          "After Sarah and James went to the office, Sarah gave a pen to", " Sarah", " James"),
+        # 6-8: other templates and names, added with the clean-run / two-point RelP variants (held out from them)
+        ("Then, Lisa and David had a quick lunch. Afterwards David handed the menu to",
+         "Then, Lisa and David had a quick lunch. Afterwards Lisa handed the menu to", " Lisa", " David"),
+        ("While Emma and Peter were at the station, Peter sent a letter to",
+         "While Emma and Peter were at the station, Emma sent a letter to", " Emma", " Peter"),
+        ("When Kate and Mark arrived at the school, Mark showed a photo to",
+         "When Kate and Mark arrived at the school, Kate showed a photo to", " Kate", " Mark"),
     ],
     "greater-than": [
         ("The war lasted from the year 1732 to the year 17", "The war lasted from the year 1701 to the year 17",
@@ -63,19 +71,27 @@ PAIRS = {  # the first three of each task were chosen before any rule set was co
          None, None),
         ("The reign lasted from the year 1476 to the year 14", "The reign lasted from the year 1401 to the year 14",
          None, None),
+        ("The siege lasted from the year 1389 to the year 13", "The siege lasted from the year 1301 to the year 13",
+         None, None),
+        ("The drought lasted from the year 1925 to the year 19",
+         "The drought lasted from the year 1901 to the year 19", None, None),
     ],
 }
 Pair = tuple[str, str, str | None, str | None]
 
 
 def estimate_grids(lm, ready: Prepared, kinds: list[str], names: list[str]) -> tuple[dict, dict]:
-    """{name: {kind: normalised grid}} and {name: seconds} for 'atp' and 'relp:<rules>' (the caller holds the lock)."""
+    """{name: {kind: normalised grid}} and {name: seconds} for 'atp' and 'relp:<rules>', each with an optional
+    '@<path>' (a key of interpscope.causal.attribution.PATHS: where the coefficients are taken; without it the
+    corrupt run, or a RelP option's own path). The caller holds the lock."""
     grids, seconds = {}, {}
     for name in names:
         start = time.perf_counter()
-        method, _, rules = name.partition(":")
+        estimate, _, path = name.partition("@")
+        method, _, rules = estimate.partition(":")
         raw = approximate_grids(lm.model, lm.adapter, ready.pair.corrupt_ids, ready.metric, ready.clean,
-                                ready.corrupt, kinds, method, rules or DEFAULT_RELP_RULES)
+                                ready.corrupt, kinds, method, rules or DEFAULT_RELP_RULES, ready.pair.clean_ids,
+                                path or None)
         grids[name] = {kind: grid / ready.span for kind, grid in raw.items()}
         seconds[name] = time.perf_counter() - start
     return grids, seconds
@@ -128,7 +144,8 @@ def pair_of(row: dict) -> Pair:
 def complete(lm, rows: list[dict], names: list[str], log: Path) -> None:
     """Give every row each named estimate and its changed masks: from the row itself, from the log, or computed now
     against the row's stored real grids (and logged). The recomputed clean and corrupt metrics must equal the
-    stored ones, else the stored real grids are not of this model."""
+    stored ones up to float32 rounding (rows from before the two-token unembedding read them through the whole
+    vocabulary: up to 1.2e-5 apart on SmolLM2), else the stored real grids are not of this model."""
     logged = {(e["clean"], e["corrupt"], e["estimate"]): e["kinds"] for e in read_log(log)}
     with appending(log) as append:
         for row in rows:
@@ -142,7 +159,7 @@ def complete(lm, rows: list[dict], names: list[str], log: Path) -> None:
                     masks = {kind: changed(lm.adapter, kind, ready.clean, ready.corrupt) for kind in kinds}
                     grids, seconds = estimate_grids(lm, ready, kinds, missing)
                 if not np.allclose([ready.clean_value, ready.corrupt_value], [row["clean_value"], row["corrupt_value"]],
-                                   rtol=1e-6, atol=1e-6):
+                                   rtol=1e-5, atol=1e-4):
                     raise SystemExit(f"stored row {row['clean']!r} is of another model state: its metrics differ")
                 new = {"changed": {kind: mask.astype(int).tolist() for kind, mask in masks.items()}}
                 new |= {name: {kind: grids[name][kind][masks[kind]].tolist() for kind in kinds} for name in missing}
@@ -171,20 +188,28 @@ def _full(block: dict, name: str) -> np.ndarray:
     return grid
 
 
+def _pooled(blocks: list[dict], name: str) -> float | None:
+    real = np.concatenate([b["real"] for b in blocks])
+    return pearson(np.concatenate([b[name] for b in blocks]), real, everything(real.size))
+
+
 def scores(rows: list[dict], names: list[str]) -> dict:
-    """Per task and kind: the pooled and per-pair r of each estimate; per template with >= 2 pairs: the mean-grid r."""
+    """Per task and kind: the pooled r of each estimate (over all pairs and over the held-out ones) and its per-pair r
+    (in the order of PAIRS, numbered from 1); per template with >= 2 pairs: the mean-grid r."""
     out: dict = {"by_task": {}, "mean_grid": {}}
     kinds = sorted({kind for row in rows for kind in row["kinds"]}, key=["resid", "attn", "mlp", "heads"].index)
     for task in PAIRS:
+        ordered = sorted((r for r in rows if r["task"] == task), key=lambda r: PAIRS[task].index(pair_of(r)))
+        index = [PAIRS[task].index(pair_of(r)) + 1 for r in ordered]
         for kind in kinds:
-            mine = [r["kinds"][kind] for r in rows if r["task"] == task and kind in r["kinds"]]
+            mine = [r["kinds"][kind] for r in ordered if kind in r["kinds"]]
             if not mine:
                 continue
-            real = np.concatenate([b["real"] for b in mine])
+            held = [b for b, i in zip(mine, index, strict=True) if i > CHOSEN_ON]
             out["by_task"].setdefault(task, {})[kind] = {
-                "pairs": len(mine), "cells": int(real.size),
-                "r_pooled": {n: pearson(np.concatenate([b[n] for b in mine]), real, everything(real.size))
-                             for n in names},
+                "pairs": len(mine), "pair_numbers": index, "cells": int(sum(len(b["real"]) for b in mine)),
+                "r_pooled": {n: _pooled(mine, n) for n in names},
+                "r_pooled_held_out": {n: _pooled(held, n) for n in names} if held else None,
                 "r_per_pair": {n: [pearson(np.asarray(b[n]), np.asarray(b["real"]), everything(len(b["real"])))
                                    for b in mine] for n in names}}
     templates: dict[tuple, list[dict]] = {}
@@ -218,6 +243,8 @@ def evaluate(names: list[str], description: str) -> None:
     parser.add_argument("--only", choices=sorted(PAIRS))
     parser.add_argument("--kinds", default=",".join(KINDS), help="components (default resid,attn)")
     args = parser.parse_args()
+    import torch
+
     import interpscope
 
     lm = interpscope.load("smollm2-135m", device="cpu")
@@ -228,7 +255,8 @@ def evaluate(names: list[str], description: str) -> None:
     wanted = {(pair[0], pair[1]) for _, pair in todo}
     rows = [r for r in rows if (r["clean"], r["corrupt"]) in wanted and set(kinds) <= set(r["kinds"])]
     complete(lm, rows, names, args.estimates_log)
-    print(json.dumps({"model": lm.name, "estimates": names, **scores(rows, names),
+    print(json.dumps({"model": lm.name, "command": " ".join([Path(sys.executable).name, *sys.argv]),
+                      "threads": torch.get_num_threads(), "estimates": names, **scores(rows, names),
                       "pairs": [{k: v for k, v in r.items() if k != "kinds"} for r in rows],
                       "load_average_before": load_before, "load_average_after": os.getloadavg()}, indent=2))
 

@@ -145,11 +145,12 @@ def main() -> None:
         components = _picker("Components", "patch-components", KINDS, KIND_LABELS)
     with e:
         methods = _picker("Methods", "patch-methods", METHODS, METHOD_TITLES)
-    rules = f.selectbox("RelP rules", RULES, key="patch-rules", help="LRP rules of RelP's backward pass. relp-half-q "
-                        "(default): norm identity, half rule on the gated MLP product, gradient through queries, keys "
-                        "detached; relp-half: the RelP paper's (queries and keys detached); cp-lrp: gate detached too; "
-                        "attnlrp: relevance through the softmax; -qk / -qk4 / -q: queries and keys kept, x 1/4, "
-                        "queries only.")
+    rules = f.selectbox("RelP rules", RULES, key="patch-rules", help="LRP rules of RelP's backward pass. relp-half-q: "
+                        "norm identity, half rule on the gated MLP product, gradient through queries, keys detached; "
+                        "relp-half-q-ig2 (default): the same rules, coefficients averaged at 1/4 and 3/4 of the way "
+                        "from the corrupt to the clean input (one pass of batch 2); relp-half: the RelP paper's "
+                        "(queries and keys detached); cp-lrp: gate detached too; attnlrp: relevance through the "
+                        "softmax; -qk / -qk4 / -q: queries and keys kept, x 1/4, queries only.")
     prepend = bos_toggle(lm, st, key="patch-bos")
     submitted = st.button("Run", type="primary", key="patch-run")
     try:

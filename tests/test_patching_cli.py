@@ -62,7 +62,7 @@ def test_the_cli_document_is_the_api_document(capsys, folder):
     api = interpscope.patch(lm, CLEAN, CORRUPT, answer=" Mary", wrong=" John", components="resid,heads")
     assert without_timings(document) == without_timings(api.to_dict())
     assert document["schema"] == "interpscope.patching" and document["methods"] == ["real", "atp", "relp"]
-    assert document["relp_rules"] == DEFAULT_RELP_RULES == "relp-half-q"  # the CLI's and the API's default are one
+    assert document["relp_rules"] == DEFAULT_RELP_RULES == "relp-half-q-ig2"  # the CLI's and the API's default are one
     assert document["grids"]["resid"]["real"][-1][-1] == pytest.approx(1.0, abs=1e-4)
     assert {"atp", "relp", "cells", "chance_r95"} <= set(document["agreement"]["heads"])
     assert document["bos_prepended"] and document["sinks"][0]["prepended"]

@@ -161,7 +161,7 @@ def patch(lm: LoadedModel, clean: str, corrupt: str, *, metric: str = "logit-dif
                     raw[kind]["real"] = (grids[kind] - ready.corrupt_value) / span
             else:
                 estimates = approximate_grids(lm.model, adapter, pair.corrupt_ids, ready.metric, ready.clean,
-                                              ready.corrupt, kinds, method, relp_rules)
+                                              ready.corrupt, kinds, method, relp_rules, pair.clean_ids)
                 for kind in kinds:
                     raw[kind][method] = estimates[kind] / span
             seconds[method] = time.perf_counter() - start
