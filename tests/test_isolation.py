@@ -37,22 +37,27 @@ def _top(lm, text: str = PROMPT) -> tuple[list[int], np.ndarray]:
 def race(lm, edit_once: Callable[[], None], text: str = PROMPT) -> tuple[int, int, int]:
     """(wrong predictions, predictions, edits completed) while `edit_once` loops in another thread."""
     expected_ids, expected_probs = _top(lm, text)
-    stop, errors, edits = threading.Event(), [], [0]
+    stop, started, errors, edits = threading.Event(), threading.Event(), [], [0]
 
     def editor() -> None:
         try:
             while not stop.is_set():
                 edit_once()
                 edits[0] += 1
+                started.set()
         except BaseException as err:  # noqa: BLE001 - reported by the test
             errors.append(err)
+        finally:
+            started.set()  # an editor that failed wakes the wait below too (its error is reported)
 
     thread = threading.Thread(target=editor, daemon=True)
     thread.start()
     wrong = 0
     try:
-        while edits[0] < 1 and thread.is_alive():  # make sure edits are running before predictions start
-            pass
+        # edits are running before predictions start; waited for on an event, not a busy loop: a spinning thread holds
+        # the GIL, and every torch op of the editor (which releases it) then waits a switch interval to get it back
+        # (a tiny model's patching grid took 36 s instead of 0.1 s)
+        started.wait(timeout=600)
         for _ in range(N_PREDICTIONS):
             ids, probs = _top(lm, text)
             wrong += ids != expected_ids or not np.allclose(probs, expected_probs, rtol=0, atol=1e-6)
