@@ -57,12 +57,18 @@ def test_the_shipped_sweep_opens_and_exports_the_pareto_document(exports, capsys
 
 @pytest.fixture
 def tiny_sweep(tmp_path, monkeypatch):
-    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
-    torch.set_num_threads(1)
-    lm = tiny_lm()
-    settings = SweepSettings(model_name=lm.name, hook_name=HOOK, width=32, tokens=512, cache_tokens=1024,
-                             context_size=32, batch_size=256, warmup_steps=1)
-    run_sweep(lm, grid(["relu", "topk"], 32, {"*": [1.0]}, {"*": [4]}), settings, tmp_path / "s", eval_tokens=128)
+    # the sweep's caches go to a data dir of its own; the page then opens with the session's data dir, where the
+    # bundled model the app's sidebar loads is already converted (in the tmp one it was converted again: ~20 s)
+    threads = torch.get_num_threads()
+    with monkeypatch.context() as patched:
+        patched.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
+        torch.set_num_threads(1)
+        lm = tiny_lm()
+        settings = SweepSettings(model_name=lm.name, hook_name=HOOK, width=32, tokens=512, cache_tokens=1024,
+                                 context_size=32, batch_size=256, warmup_steps=1)
+        run_sweep(lm, grid(["relu", "topk"], 32, {"*": [1.0]}, {"*": [4]}), settings, tmp_path / "s",
+                  eval_tokens=128)
+        torch.set_num_threads(threads)
     return tmp_path / "s"
 
 
