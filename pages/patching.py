@@ -123,8 +123,9 @@ def main() -> None:
     st.caption("Run the corrupt prompt with one clean activation put back (a layer's residual stream, attention or "
                "MLP output at one position, or one head) and see how much of the clean answer returns: 1 = the "
                "clean metric, 0 = the corrupt one. Attribution patching (gradients) and relevance patching (LRP "
-               "coefficients) estimate the same grids from one backward pass; their Pearson r against real patching "
-               "is shown beside each, with a shuffled control.")
+               "coefficients) estimate the same grids from one backward pass each (RelP's default rules average their "
+               "coefficients over two points between the corrupt and the clean input: one pass over a batch of two); "
+               "their Pearson r against real patching is shown beside each, with a shuffled control.")
     lm = current_model()
     if lm is None:
         return
