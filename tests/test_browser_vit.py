@@ -49,11 +49,18 @@ def test_vit_relevance_in_the_browser(app_server, browser_page, artefacts, tmp_p
 
     example = bundled_examples(load_image_model("vit-fashion-mnist"))[-1]
     page.get_by_text("Upload an image").click()
+    # waited for by what the page shows, not by the status widget alone: right after a click the rerun may not have
+    # started yet, and the first run's map and curves stay on the page (a file set before the uploader was drawn
+    # was lost once, and Run then explained the bundled example again, CI 2026-12-02)
+    page.get_by_text("Upload an image to explain.").wait_for(timeout=120_000)
     wait_for_app(page)
     page.locator("input[type='file']").set_input_files(str(example.path))
+    page.get_by_text(f"{example.path.name}: ").first.wait_for(timeout=120_000)  # the image's caption: the page read it
     wait_for_app(page)
     page.get_by_role("button", name="Run", exact=True).click()
+    explained = page.get_by_text(f"relevance for '{example.label_name}'")  # the new map's title (predicted = true)
+    explained.first.wait_for(timeout=180_000)
     page.get_by_text("Faithfulness: patch flipping").wait_for(timeout=180_000)
     wait_for_app(page)
     page.screenshot(path=str(artefacts / "vit-upload.png"), full_page=True)
-    assert page.get_by_text(example.label_name).count() >= 1
+    assert explained.count() >= 1
