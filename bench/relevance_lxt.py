@@ -184,6 +184,7 @@ def measure(lm, lxt, length: int, rounds: int, rng: random.Random) -> dict:
         "spread": {"attnlrp_over_gradient": spread("ours_attnlrp", "gradient"),
                    "attnlrp_over_lxt": spread("ours_attnlrp", "lxt_attnlrp"),
                    "cplrp_over_lxt": spread("ours_cplrp", "lxt_cplrp")},
+        "cpu_seconds_per_round": cpu,  # every round's figures, in order: runs can be pooled or re-read later
         "maps": {"attnlrp_pearson": float(np.corrcoef(ours, theirs)[0, 1]),
                  "attnlrp_max_abs_gap": float(np.abs(ours - theirs).max()),
                  "cplrp_pearson": float(np.corrcoef(ours_cp, theirs_cp)[0, 1]),
