@@ -28,7 +28,8 @@ def _node_label(node: Mapping[str, Any]) -> str:
     if kind == "error":
         return f"err L{node['layer']}"
     if kind == "logit":
-        return f"logit {node.get('token', '')!r}"
+        share = f" p {node['probability']:.2f}" if node.get("probability") is not None else ""
+        return f"logit {node.get('token', '')!r}{share}"
     if kind == "group":
         return str(node.get("label", node["id"]))
     return ""
@@ -61,6 +62,14 @@ def layout(nodes: Sequence[Mapping[str, Any]], n_layers: int) -> dict[str, tuple
         y = -1.0 if kind == "embedding" else float(n_layers) if kind == "logit" else float(node["layer"])
         cells[(float(node["position"]), y)].append(str(node["id"]))
     placed = {}
+    logits = [n for n in nodes if n.get("kind") == "logit"]
+    if len(logits) > 1:  # top logits: one row above the last layer, the target at its position, the rest leftwards
+        logits.sort(key=lambda n: (not n.get("target", False), -abs(n.get("influence") or 0.0), str(n["id"])))
+        last = max(float(n["position"]) for n in logits)
+        step = min(1.0, (last + 0.6) / len(logits))  # within the token axis, however short the prompt
+        for k, node in enumerate(logits):
+            placed[str(node["id"])] = (float(node["position"]) - k * step, float(n_layers))
+        cells = {cell: ids for cell, ids in cells.items() if not any(i in placed for i in ids)}
     for (x, y), ids in cells.items():
         across = min(len(ids), 6)  # a crowded cell becomes a small grid: up to 6 across, rows within ±0.35 layer
         rows = -(-len(ids) // across)
@@ -110,8 +119,8 @@ def graph_figure(nodes: Sequence[Mapping[str, Any]], edges: Sequence[Mapping[str
         members = [n for n in nodes if n.get("kind") == kind]
         if not members:
             continue
-        sizes = [22.0 if kind == "logit" else 7 + 17 * min(1.0, abs(n.get("influence") or 0.0) / scale)
-                 for n in members]
+        sizes = [(12 + 10 * min(1.0, abs(n.get("influence") or 0.0)) if n.get("probability") is not None else 22.0)
+                 if kind == "logit" else 7 + 17 * min(1.0, abs(n.get("influence") or 0.0) / scale) for n in members]
         hover = []
         for n in members:
             sink = " · attention SINK (never ranked; size not scaled by it)" if n.get("sink") else ""

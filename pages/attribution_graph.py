@@ -16,7 +16,14 @@ from interpscope.components.graph_figures import (
     merge_groups,
 )
 from interpscope.config import InterpscopeError
-from interpscope.graphs.defaults import DEFAULT_EDGE_BUDGET, DEFAULT_NODE_BUDGET, MAX_TOKENS
+from interpscope.graphs.defaults import (
+    DEFAULT_EDGE_BUDGET,
+    DEFAULT_LOGIT_PROBABILITY,
+    DEFAULT_MAX_LOGITS,
+    DEFAULT_NODE_BUDGET,
+    MAX_LOGITS,
+    MAX_TOKENS,
+)
 from interpscope.graphs.freeze import READOUTS
 from interpscope.graphs.grouping import (
     Supernode,
@@ -26,7 +33,7 @@ from interpscope.graphs.grouping import (
     group_edges,
     manual_group,
 )
-from interpscope.graphs.interventions import GraphRun, ablation_check, edge_heads, intervene
+from interpscope.graphs.interventions import GraphRun, ablation_check, edge_heads, intervene, target_node
 from interpscope.inputs import check_text
 from pages._common import (
     Param,
@@ -49,6 +56,8 @@ GROUPINGS = {"none": "None", "decoder": "Decoder direction (cosine)", "contexts"
 PARAMS = [Param("graph-text", "text", DEFAULT_TEXT), Param("graph-target", "target", "", max_length=100),
           Param("graph-nodes", "nodes", DEFAULT_NODE_BUDGET, int, low=1, high=2000),
           Param("graph-edges", "edges", DEFAULT_EDGE_BUDGET, int, low=1, high=50000),
+          Param("graph-logits", "logits", DEFAULT_MAX_LOGITS, int, low=1, high=MAX_LOGITS),
+          Param("graph-cover", "cover", DEFAULT_LOGIT_PROBABILITY, float, low=0.01, high=1.0),
           Param("graph-source", "transcoders", "shipped", choices=tuple(SOURCES)),
           Param("graph-folder", "folder", ""), Param("graph-width", "width", 256, int, low=1, high=65536),
           Param("graph-group", "group", "none", choices=tuple(GROUPINGS), scope="view"),
@@ -83,9 +92,10 @@ def _graph_key(run: dict) -> tuple:
 def _graph(lm, tset, run: dict, report=None):
     from interpscope.graphs.build import build_graph
 
+    logits = run.get("logits", DEFAULT_MAX_LOGITS)  # a one-logit run names no coverage
     return shared("graph", _graph_key(run), lambda: build_graph(
         lm, tset, run["text"], target=run["target"] or None, node_budget=run["nodes"], edge_budget=run["edges"],
-        progress=report))
+        progress=report, max_logits=logits, logit_probability=run.get("cover", DEFAULT_LOGIT_PROBABILITY)))
 
 
 def _prepared(lm, tset, graph, key: tuple) -> GraphRun:
@@ -166,6 +176,15 @@ def _header(graph, cached: bool) -> None:
         st.caption("Attention sinks, named and never ranked (their features are drawn but set no scale): "
                    + "; ".join(f"{s.get('token', '')!r} at {s.get('position')} ({s.get('reason', 'measured')})"
                                for s in graph.sinks) + ".")
+    if graph.logits:
+        covered = sum(entry["probability"] for entry in graph.logits)
+        st.markdown(f"**{len(graph.logits)} logit nodes** cover p = {covered:.3f} of the next token; influence is on "
+                    "their probability-weighted sum, interventions and LRP explain the target alone:")
+        st.dataframe(pd.DataFrame([{"token": e["token"], "id": e["id"], "probability": e["probability"],
+                                    "weight": e["weight"], "logit": e["logit"],
+                                    "contributions sum": e["logit_inputs_sum"],
+                                    "target": e["node"] == target_node(graph)} for e in graph.logits]),
+                     hide_index=True, height=38 + 35 * len(graph.logits))
     for note in graph.notes:
         st.caption(note)
 
@@ -200,8 +219,7 @@ def _lrp(graph, tokens: list[str], n_layers: int) -> None:
     if not graph.lrp_edges:
         return
     st.subheader(f"Direct effects beside LRP ({graph.lrp_method})")
-    logit = [n for n in graph.nodes if n["kind"] == "logit"]
-    into = [e for e in graph.edges if e["target"] in {n["id"] for n in logit}]
+    into = [e for e in graph.edges if e["target"] == target_node(graph)]  # the target's logit: what LRP explains
     left, right = st.columns(2)
     left.plotly_chart(graph_figure(graph.nodes, into, tokens, n_layers, "Direct effect on the logit", height=420),
                       key="graph-fig-direct")
@@ -416,6 +434,13 @@ def main() -> None:
     target = cols[0].text_input("Target token (empty: the top prediction; #id for a token id)", key="graph-target")
     nodes = int(cols[1].number_input("Node budget", 1, 2000, key="graph-nodes"))
     edges = int(cols[2].number_input("Edge budget", 1, 50000, key="graph-edges"))
+    cols = st.columns([1, 1, 2])
+    n_logits = int(cols[0].number_input("Logit nodes", 1, MAX_LOGITS, key="graph-logits",
+                                        help="1: the target alone. More: the target and the most probable other next "
+                                             "tokens until they cover the probability beside (circuit-tracer's top "
+                                             "logits); influence is weighted by their probabilities."))
+    cover = float(cols[1].number_input("…covering p", 0.01, 1.0, key="graph-cover", step=0.05,
+                                       disabled=n_logits == 1))
     cols = st.columns([2, 2, 1])
     source = cols[0].radio("Transcoders", list(SOURCES), key="graph-source", format_func=SOURCES.get, horizontal=True)
     folder = cols[1].text_input("Set folder (manifest.json + layer_XX/)", key="graph-folder",
@@ -426,6 +451,8 @@ def main() -> None:
         inputs = {"text": check_text(text), "target": target.strip(), "nodes": nodes, "edges": edges,
                   "source": source, "folder": folder.strip() if source == "folder" else "",
                   "width": width if source == "random" else 0}
+        if n_logits > 1:  # a one-logit run keeps its old key (and its shared cache entry)
+            inputs.update(logits=n_logits, cover=cover)
     except InterpscopeError as err:
         st.warning(str(err))
         write_url(PARAMS, run=PAGE)

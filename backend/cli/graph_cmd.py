@@ -10,8 +10,11 @@ from interpscope.cli.common import add_model_args, check_out_file, emit_json, lo
 def register(subparsers) -> None:
     from interpscope.graphs.defaults import (
         DEFAULT_EDGE_BUDGET,
+        DEFAULT_LOGIT_PROBABILITY,
         DEFAULT_MAX_FEATURE_NODES,
+        DEFAULT_MAX_LOGITS,
         DEFAULT_NODE_BUDGET,
+        MAX_LOGITS,
         MAX_TOKENS,
     )
     from interpscope.relevance.methods import rule_methods
@@ -32,6 +35,13 @@ def register(subparsers) -> None:
     graph.add_argument("--max-feature-nodes", type=int_at_least(1), default=DEFAULT_MAX_FEATURE_NODES,
                        help=f"features whose inputs are computed, most influential first "
                             f"(default {DEFAULT_MAX_FEATURE_NODES})")
+    graph.add_argument("--max-logits", type=int_at_least(1), default=DEFAULT_MAX_LOGITS,
+                       help=f"logit nodes: 1 (default) traces the target alone; up to {MAX_LOGITS} adds the most "
+                            f"probable other next tokens until they cover --logit-probability, influence weighted by "
+                            f"their probabilities (circuit-tracer's top logits)")
+    graph.add_argument("--logit-probability", type=float, default=DEFAULT_LOGIT_PROBABILITY,
+                       help=f"with --max-logits above 1: the next-token probability the logit nodes cover "
+                            f"(default {DEFAULT_LOGIT_PROBABILITY})")
     graph.add_argument("--transcoders", metavar="DIR",
                        help="a transcoder set folder (manifest.json + layer_XX/); default: the set shipped for the "
                             "model")
@@ -62,7 +72,8 @@ def run_graph(args: argparse.Namespace) -> int:
     transcoders = load_transcoder_set(folder, lm=lm)
     result = build_graph(lm, transcoders, args.text, target=args.target, node_budget=args.node_budget,
                          edge_budget=args.edge_budget, max_feature_nodes=args.max_feature_nodes,
-                         lrp=None if args.lrp == "none" else args.lrp, lrp_features=args.lrp_features)
+                         lrp=None if args.lrp == "none" else args.lrp, lrp_features=args.lrp_features,
+                         max_logits=args.max_logits, logit_probability=args.logit_probability)
     if args.json:
         emit_json(result, args.json)
     if args.json != "-":
@@ -73,4 +84,8 @@ def run_graph(args: argparse.Namespace) -> int:
               f"features ({result.n_expanded_features} expanded); replacement score "
               f"{result.replacement_score:.3f}, completeness {result.completeness_score:.3f}; "
               f"{result.seconds:.1f} s")
+        if result.logits:
+            print(f"{len(result.logits)} logit nodes: " + ", ".join(
+                f"{entry['token']!r} p {entry['probability']:.3f} (weight {entry['weight']:.3f})"
+                for entry in result.logits))
     return 0

@@ -25,8 +25,11 @@ from interpscope.graphs.defaults import (
     BATCH,
     CHUNK,
     DEFAULT_EDGE_BUDGET,
+    DEFAULT_LOGIT_PROBABILITY,
     DEFAULT_MAX_FEATURE_NODES,
+    DEFAULT_MAX_LOGITS,
     DEFAULT_NODE_BUDGET,
+    MAX_LOGITS,
     MAX_TOKENS,
 )
 from interpscope.graphs.engine import Replacement, compute_rows, feature_reads, logit_reads, replacement
@@ -37,7 +40,8 @@ from interpscope.graphs.result import AttributionGraph, node_id
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
 
-__all__ = ["DEFAULT_EDGE_BUDGET", "DEFAULT_MAX_FEATURE_NODES", "DEFAULT_NODE_BUDGET", "MAX_TOKENS", "build_graph"]
+__all__ = ["DEFAULT_EDGE_BUDGET", "DEFAULT_LOGIT_PROBABILITY", "DEFAULT_MAX_FEATURE_NODES", "DEFAULT_MAX_LOGITS",
+           "DEFAULT_NODE_BUDGET", "MAX_LOGITS", "MAX_TOKENS", "build_graph"]
 
 
 def _transcoder_list(lm: LoadedModel, transcoders: Any) -> tuple[list, str]:
@@ -81,6 +85,35 @@ def _target(lm: LoadedModel, logits: torch.Tensor, target: str | int | None) -> 
     probability = float(torch.softmax(logits.double(), -1)[token_id])
     return {"token": str(lm.tokenizer.decode([token_id])), "id": token_id, "probability": probability,
             "chosen": "top next token" if target is None else "named"}
+
+
+def _logit_nodes(lm: LoadedModel, logits: torch.Tensor, chosen: dict[str, Any], max_logits: int,
+                 logit_probability: float) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """The logit nodes (the target first) and the weights that seed influence on them.
+
+    One node (max_logits 1): the target, weight 1, as before. More (circuit-tracer's top logits): the target, then
+    the most probable other next tokens until the nodes cover `logit_probability` of the next-token distribution
+    or there are `max_logits` of them; each weighted by its probability over the nodes' summed probability, so the
+    weights sum to 1 and influence stays on the scale of a one-logit graph."""
+    if max_logits == 1:
+        return [dict(chosen)], np.ones(1)
+    probabilities = torch.softmax(logits.double(), -1)
+    picked, covered = [int(chosen["id"])], float(chosen["probability"])
+    for token_id in torch.argsort(probabilities, descending=True)[:max_logits + 1].tolist():
+        if len(picked) >= max_logits or covered >= logit_probability:
+            break
+        if int(token_id) in picked:
+            continue
+        picked.append(int(token_id))
+        covered += float(probabilities[token_id])
+    entries = [{"token": str(lm.tokenizer.decode([t])), "id": t, "probability": float(probabilities[t])}
+               for t in picked]
+    weights = np.array([e["probability"] for e in entries], dtype=np.float64)
+    weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(entries), 1.0 / len(entries))
+    for entry, weight in zip(entries, weights, strict=True):
+        entry["weight"] = float(weight)
+    entries[0] = {**chosen, "weight": float(weights[0])}
+    return entries, weights
 
 
 class _Adjacency:
@@ -132,16 +165,26 @@ def _expand(adj: _Adjacency, max_feature_nodes: int, seed: np.ndarray, progress)
 def build_graph(lm: LoadedModel, transcoders: Any, text: str, *, target: str | int | None = None,
                 node_budget: int = DEFAULT_NODE_BUDGET, edge_budget: int = DEFAULT_EDGE_BUDGET,
                 max_feature_nodes: int = DEFAULT_MAX_FEATURE_NODES, lrp: str | None = "attnlrp",
-                progress: Callable[[float, str], None] | None = None, lrp_features: int = 0) -> AttributionGraph:
+                progress: Callable[[float, str], None] | None = None, lrp_features: int = 0,
+                max_logits: int = DEFAULT_MAX_LOGITS, logit_probability: float = DEFAULT_LOGIT_PROBABILITY
+                ) -> AttributionGraph:
     """The attribution graph of `text`'s next-token `target` (a token string, an id or '#id'; None: the model's top
     next token) over `transcoders` (a TranscoderSet or one transcoder per block). lrp: an LRP method name
     ('attnlrp', 'cplrp') for the LRP edges into the logit beside the direct ones, or None; lrp_features: also the
-    LRP edges into that many kept features, most influential first (one more LRP pass each)."""
+    LRP edges into that many kept features, most influential first (one more LRP pass each). max_logits: logit
+    nodes (1: the target alone; up to MAX_LOGITS: the target and the top next tokens until they cover
+    `logit_probability`, influence seeded by their probabilities, as circuit-tracer does); the target stays the
+    graph's `logit`, its interventions' and LRP's token."""
     start = time.perf_counter()
     for name, value in (("node_budget", node_budget), ("edge_budget", edge_budget),
                         ("max_feature_nodes", max_feature_nodes), ("lrp_features", lrp_features)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise InterpscopeError(f"{name} must be a non-negative integer (got {value!r}).")
+    if not isinstance(max_logits, int) or isinstance(max_logits, bool) or not 1 <= max_logits <= MAX_LOGITS:
+        raise InterpscopeError(f"max_logits must be a whole number from 1 to {MAX_LOGITS} (got {max_logits!r}).")
+    if isinstance(logit_probability, bool) or not isinstance(logit_probability, (int, float)) or not (
+            0.0 < float(logit_probability) <= 1.0):
+        raise InterpscopeError(f"logit_probability must be above 0 and at most 1 (got {logit_probability!r}).")
     check_architecture(lm.adapter)
     items, set_name = _transcoder_list(lm, transcoders)
     ids, prepended = _ids(lm, text)
@@ -150,15 +193,16 @@ def build_graph(lm: LoadedModel, transcoders: Any, text: str, *, target: str | i
         report(0.0, "Recording the forward pass")
         run = record(lm, ids)
         chosen = _target(lm, run.logits, target)
+        logit_nodes, seed = _logit_nodes(lm, run.logits, chosen, max_logits, float(logit_probability))
         sinks = _sinks(lm, run, prepended)
         rep = replacement(run, items, sinks.positions)
-        report(0.05, "Computing the logit's row")
+        report(0.05, "Computing the logit's row" if len(logit_nodes) == 1 else
+               f"Computing the rows of {len(logit_nodes)} logits")
         adj = _Adjacency(rep)
-        adj.add([-1], logit_reads(rep, [chosen["id"]]))
-        seed = np.ones(1)
+        adj.add([-1] * len(logit_nodes), logit_reads(rep, [int(e["id"]) for e in logit_nodes]))
         _expand(adj, max_feature_nodes, seed, progress)
         report(0.8, "Pruning")
-        graph = _assemble(lm, rep, adj, seed, chosen, text, set_name, sinks, node_budget, edge_budget,
+        graph = _assemble(lm, rep, adj, seed, logit_nodes, text, set_name, sinks, node_budget, edge_budget,
                           max_feature_nodes)
         if lrp:
             report(0.85, f"LRP ({lrp}) into the logit" + (f" and {lrp_features} features" if lrp_features else ""))
@@ -192,50 +236,76 @@ def _node(rep: Replacement, column: int, tokens: list[str], value: float, direct
     return node
 
 
-def _assemble(lm: LoadedModel, rep: Replacement, adj: _Adjacency, seed: np.ndarray, chosen: dict, text: str,
+def _assemble(lm: LoadedModel, rep: Replacement, adj: _Adjacency, seed: np.ndarray, logit_nodes: list[dict], text: str,
               set_name: str, sinks, node_budget: int, edge_budget: int, max_feature_nodes: int) -> AttributionGraph:
+    """The pruned graph; rows 0..k-1 of the adjacency are the k logit nodes (logit_nodes, the target first)."""
     run = rep.run
     A, row_node = adj.matrix()
     tokens = lm.token_strings(run.ids)
     T, n = run.n_tokens, run.n_layers
+    k = len(logit_nodes)
+    weights = np.concatenate([seed, np.zeros(len(row_node) - k)])
     sink_set = set(rep.sinks)
     positions = np.concatenate([rep.features.position.numpy(), np.tile(np.arange(T), n), np.arange(T)])
     is_embedding = np.arange(rep.n_columns) >= rep.embedding_column(0)
     ranked = np.flatnonzero(~is_embedding & ~np.isin(positions, list(sink_set)))
-    pruned = prune(A, row_node, np.concatenate([seed, np.zeros(len(row_node) - 1)]), ranked,
-                   np.flatnonzero(is_embedding), node_budget, edge_budget)
-    scores = graph_scores(A, row_node, np.concatenate([seed, np.zeros(len(row_node) - 1)]),
-                          np.arange(rep.n_features, rep.embedding_column(0)), np.flatnonzero(is_embedding))
-    token_id = chosen["id"]
-    logit_id = node_id("logit", n, T - 1, token_id)
+    pruned = prune(A, row_node, weights, ranked, np.flatnonzero(is_embedding), node_budget, edge_budget)
+    scores = graph_scores(A, row_node, weights, np.arange(rep.n_features, rep.embedding_column(0)),
+                          np.flatnonzero(is_embedding))
+    chosen = logit_nodes[0]
+    token_id = int(chosen["id"])
     logit_row = A[0]
     nodes = [_node(rep, int(c), tokens, pruned.influence[c], logit_row[c], sink_set) for c in pruned.nodes]
-    nodes.append({"id": logit_id, "kind": "logit", "layer": n, "position": T - 1, "token": chosen["token"],
-                  "feature": token_id, "activation": float(run.logits[token_id]), "influence": float(seed[0])})
     ids_of = {int(c): node["id"] for c, node in zip(pruned.nodes, nodes, strict=False)}
-    edges = [{"source": ids_of[c], "target": logit_id if row_node[r] < 0 else ids_of[int(row_node[r])],
+    logit_ids = [node_id("logit", n, T - 1, int(e["id"])) for e in logit_nodes]
+    for r, (entry, logit_id) in enumerate(zip(logit_nodes, logit_ids, strict=True)):
+        node = {"id": logit_id, "kind": "logit", "layer": n, "position": T - 1, "token": entry["token"],
+                "feature": int(entry["id"]), "activation": float(run.logits[int(entry["id"])]),
+                "influence": float(seed[r])}
+        if k > 1:
+            node.update(probability=float(entry["probability"]), target=r == 0)
+        nodes.append(node)
+    edges = [{"source": ids_of[c], "target": logit_ids[r] if row_node[r] < 0 else ids_of[int(row_node[r])],
               "weight": w} for r, c, w in pruned.edges]
-    bias = adj.bias[0] + (0.0 if run.b_U is None else float(run.b_U[token_id]))
     has_bias = run.b_U is not None or any(b is not None for b in run.attn_bias)
+
+    def bias_of(r: int) -> float:
+        return adj.bias[r] + (0.0 if run.b_U is None else float(run.b_U[int(logit_nodes[r]["id"])]))
+
+    logits = None
+    if k > 1:
+        logits = []
+        for r, entry in enumerate(logit_nodes):
+            row = {"token": entry["token"], "id": int(entry["id"]), "probability": float(entry["probability"]),
+                   "weight": float(seed[r]), "logit": float(run.logits[int(entry["id"])]),
+                   "logit_inputs_sum": float(A[r].sum(dtype=np.float64)), "node": logit_ids[r]}
+            if has_bias:
+                row["bias_sum"] = bias_of(r)
+            logits.append(row)
     notes = [f"Error nodes hold the transcoder's reconstruction error and its decoder bias b_dec "
              f"(mlp_out - sum of features' a * W_dec); {len(rep.sinks)} sink position(s) never ranked."]
+    if k > 1:
+        covered = sum(float(e["probability"]) for e in logit_nodes)
+        notes.append(f"{k} logit nodes (the target first) cover p = {covered:.3f} of the next token; influence is "
+                     f"seeded by their probabilities, normalised to sum 1.")
     return AttributionGraph(
         model=lm.name, transcoders=set_name, text=text, tokens=tokens, token_ids=[int(i) for i in run.ids],
-        target=chosen,
+        target={key: value for key, value in chosen.items() if key != "weight"},
         logit=float(run.logits[token_id]), logit_inputs_sum=float(logit_row.sum(dtype=np.float64)),
-        bias_sum=bias if has_bias else None, nodes=nodes, edges=edges,
+        bias_sum=bias_of(0) if has_bias else None, nodes=nodes, edges=edges,
         replacement_score=scores.replacement, completeness_score=scores.completeness, node_budget=node_budget,
         edge_budget=edge_budget, max_feature_nodes=max_feature_nodes, n_active_features=rep.n_features,
-        n_expanded_features=int((row_node >= 0).sum()), sinks=sinks.rows(tokens), notes=notes)
+        n_expanded_features=int((row_node >= 0).sum()), sinks=sinks.rows(tokens), notes=notes, logits=logits)
 
 
 def _add_lrp(lm: LoadedModel, graph: AttributionGraph, rep: Replacement, adj: _Adjacency, ids: torch.Tensor,
              method: str, n_features: int) -> None:
     """LRP relevance from the kept nodes into the logit (and into the `n_features` most influential kept features),
     and the agreement of the logit's LRP relevances with the kept nodes' direct effects on it."""
+    from interpscope.graphs.interventions import target_node
     from interpscope.graphs.lrp import agreement, lrp_row
 
-    logit = next(node for node in graph.nodes if node["kind"] == "logit")
+    logit = graph.node(target_node(graph))
     columns = {node["id"]: column for column, node in _columns(rep, graph)}
     names = list(columns)
     row, label = lrp_row(lm, rep, ids, method, token_id=int(logit["feature"]))

@@ -5,3 +5,6 @@ DEFAULT_MAX_FEATURE_NODES = 128  # features whose rows are computed, most influe
 MAX_TOKENS = 128  # longest prompt traced
 BATCH = 64  # features expanded between two rankings by influence
 CHUNK = 16  # feature rows per linear backward pass (alike rows together: a pass stops at their highest read)
+DEFAULT_MAX_LOGITS = 1  # logit nodes: the target alone (circuit-tracer's default is up to 10 covering p 0.95)
+MAX_LOGITS = 10  # most logit nodes a graph may hold (circuit-tracer's default max_n_logits)
+DEFAULT_LOGIT_PROBABILITY = 0.95  # with more than one logit node: add top tokens until they cover this probability

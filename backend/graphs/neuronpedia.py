@@ -54,10 +54,11 @@ def to_neuronpedia(graph: Any, slug: str | None = None) -> dict[str, Any]:
         entry: dict[str, Any] = {"node_id": node_id, "jsNodeId": js_id, "feature": feature, "layer": layer,
                                  "ctx_idx": int(node["position"]), "feature_type": _TYPES[node["kind"]],
                                  "reverse_ctx_idx": 0, "run_idx": 0, "clerp": ""}
-        if node["kind"] == "logit":
-            probability = float(graph.target.get("probability", 0.0))
-            entry.update(token_prob=probability, is_target_logit=True,
-                         clerp=f'Output "{graph.target.get("token", "")}" (p={probability:.3f})')
+        if node["kind"] == "logit":  # one node: the target; more (top logits): each its own probability
+            is_target = bool(node.get("target", True))
+            probability = float(node.get("probability", graph.target.get("probability", 0.0)))
+            entry.update(token_prob=probability, is_target_logit=is_target,
+                         clerp=f'Output "{node.get("token", "")}" (p={probability:.3f})')
         else:
             entry.update(token_prob=0.0, is_target_logit=False, influence=cumulative.get(node["id"]))
             if node["kind"] == "feature":

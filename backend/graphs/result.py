@@ -36,7 +36,11 @@ class AttributionGraph(Result):
     `lrp_method`); agreement: {spearman, moved} between direct-effect and LRP node influences.
     logit: the target's logit from the real forward pass; logit_inputs_sum: the sum of ALL direct contributions
     into the logit node before pruning (embeddings, every active feature, every error node); bias_sum the model's
-    biases on that path (absent for Llama, which has none): logit = logit_inputs_sum + bias_sum."""
+    biases on that path (absent for Llama, which has none): logit = logit_inputs_sum + bias_sum.
+    logits: only when the graph has more than one logit node (build_graph's max_logits): one entry per logit node,
+    the target first, {token, id, probability, weight (its share of the influence seed), logit, logit_inputs_sum,
+    bias_sum (only where the model has biases), node (its node id)}; those logit nodes carry `probability` and
+    `target` (true for the target's) too, and influence is on their weighted sum."""
 
     model: str
     transcoders: str
@@ -62,6 +66,7 @@ class AttributionGraph(Result):
     bias_sum: float | None = None
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    logits: list[dict[str, Any]] | None = None
 
     SCHEMA = "interpscope.graph"
     SCHEMA_VERSION = 1
