@@ -129,7 +129,7 @@ def graph_figure(nodes: Sequence[Mapping[str, Any]], edges: Sequence[Mapping[str
             hover.append(f"{n['id']} · {kind} at {n.get('position')} ({n.get('token', '')!r}){act}{inf}{sink}")
         fig.add_trace(go.Scatter(
             x=[placed[str(n["id"])][0] for n in members], y=[placed[str(n["id"])][1] for n in members],
-            mode="markers+text" if kind in ("logit", "group") else "markers", name=kind,
+            mode="markers+text" if kind in ("logit", "group") else "markers", name=kind, cliponaxis=False,
             text=[_node_label(n) for n in members], textposition="top center",
             customdata=[str(n["id"]) for n in members],
             hovertext=hover, hoverinfo="text", selectedpoints=None,
@@ -141,13 +141,14 @@ def graph_figure(nodes: Sequence[Mapping[str, Any]], edges: Sequence[Mapping[str
     for n in sinks:
         x, y = placed[str(n["id"])]
         fig.add_annotation(x=x, y=y, text="sink", showarrow=False, yshift=-14, font=dict(size=10, color="#762a83"))
+    top_room = 1.8 if sum(n.get("kind") == "logit" for n in nodes) > 1 else 0.9  # room for a row of logit labels
     fig.update_layout(title=title, template="plotly_white", height=height, clickmode="event+select",
                       dragmode="select", margin=dict(l=60, r=20, t=60, b=100),
                       legend=dict(orientation="h", yanchor="bottom", y=1.0, x=1, xanchor="right"),
                       xaxis=token_axis(list(tokens)),
                       yaxis=dict(title="layer", tickvals=[-1, *range(0, n_layers, max(1, n_layers // 10)), n_layers],
                                  ticktext=["emb", *[str(i) for i in range(0, n_layers, max(1, n_layers // 10))],
-                                           "logit"], range=[-1.8, n_layers + 0.9], zeroline=False))
+                                           "logit"], range=[-1.8, n_layers + top_room], zeroline=False))
     fig.update_xaxes(range=[-0.7, len(tokens) - 0.3])
     return fig
 

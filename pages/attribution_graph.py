@@ -177,10 +177,9 @@ def _header(graph, cached: bool) -> None:
                    + "; ".join(f"{s.get('token', '')!r} at {s.get('position')} ({s.get('reason', 'measured')})"
                                for s in graph.sinks) + ".")
     if graph.logits:
-        covered = sum(entry["probability"] for entry in graph.logits)
-        st.markdown(f"**{len(graph.logits)} logit nodes** cover p = {covered:.3f} of the next token; influence is on "
-                    "their probability-weighted sum, interventions and LRP explain the target alone:")
-        st.dataframe(pd.DataFrame([{"token": e["token"], "id": e["id"], "probability": e["probability"],
+        st.markdown(f"**{len(graph.logits)} logit nodes** (influence on their weighted sum; interventions, the "
+                    "ablation check and LRP explain the target alone):")
+        st.dataframe(pd.DataFrame([{"token": repr(e["token"]), "id": e["id"], "probability": e["probability"],
                                     "weight": e["weight"], "logit": e["logit"],
                                     "contributions sum": e["logit_inputs_sum"],
                                     "target": e["node"] == target_node(graph)} for e in graph.logits]),

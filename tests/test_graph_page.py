@@ -101,6 +101,28 @@ def test_select_group_and_intervene(llama_folder, exports):
     assert any("decoder cosine" in str(df.value) for df in at.dataframe)
 
 
+def test_top_logit_nodes_from_the_page(llama_folder, exports):
+    """'Logit nodes' 3 covering p 1: three logit nodes in the export (the target first, marked), their table on the
+    page with each row's contributions sum, the settings in the URL; back to 1 gives the one-logit document."""
+    at = open_graph(llama_folder, **{"graph-logits": 3, "graph-cover": 1.0})
+    at.button(key="graph-run").click().run()
+    assert not at.exception, at.exception
+    doc = exports["graph"]
+    logits = [n for n in doc["nodes"] if n["kind"] == "logit"]
+    assert len(logits) == 3 == len(doc["logits"]) and [n["target"] for n in logits] == [True, False, False]
+    assert doc["logits"][0]["id"] == doc["target"]["id"]
+    assert "**3 logit nodes**" in " ".join(m.value for m in at.markdown)
+    covered = sum(e["probability"] for e in doc["logits"])  # three nodes short of the asked 1.0: said as it is
+    assert any(f"3 logit nodes (the target first) cover p = {covered:.3f}" in c.value for c in at.caption)
+    table = next(df.value for df in at.dataframe if "contributions sum" in df.value.columns)
+    assert list(table["id"]) == [e["id"] for e in doc["logits"]] and list(table["target"]) == [True, False, False]
+    assert at.query_params.get("logits") in ("3", ["3"])
+    at.number_input(key="graph-logits").set_value(1).run()
+    at.button(key="graph-run").click().run()
+    assert not at.exception, at.exception
+    assert "logits" not in exports["graph"] and sum(n["kind"] == "logit" for n in exports["graph"]["nodes"]) == 1
+
+
 @pytest.mark.parametrize("state, message", [
     ({"graph-text": "   "}, "empty"),
     ({"graph-target": " two tokens here"}, "token"),
