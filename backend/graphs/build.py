@@ -272,7 +272,7 @@ def _assemble(lm: LoadedModel, rep: Replacement, adj: _Adjacency, seed: np.ndarr
     def bias_of(r: int) -> float:
         return adj.bias[r] + (0.0 if run.b_U is None else float(run.b_U[int(logit_nodes[r]["id"])]))
 
-    logits = None
+    logits: list[dict[str, Any]] | None = None
     if k > 1:
         logits = []
         for r, entry in enumerate(logit_nodes):
