@@ -1,6 +1,7 @@
 """The ablation check (issue 27: r >= 0.8 of predicted vs actual logit changes over the 20 strongest ablations) on
 more prompts than bench/graph_interventions.py's one: per prompt, singles and supernodes (decoder grouping at the
-page's 0.5, singletons included), r (prediction through the live final norm), r_linear, r_pruned and the control.
+page's 0.5, singletons included), r (prediction through the live final norm), r_linear, r_pruned and the control,
+and how many of the strongest are last-block features (exact by construction) with r over the others.
 Prints one JSON line per prompt with the load average at start and end.
 
 Run: nice -n 10 .venv/bin/python bench/graph_ablation_prompts.py
@@ -15,7 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-PROMPTS = ("The capital of France is", "When Mary and John went to the store, John gave a drink to")
+PROMPTS = ("The Eiffel Tower is in the city of", "The capital of France is",
+           "When Mary and John went to the store, John gave a drink to")
 
 
 def main() -> None:
@@ -37,7 +39,7 @@ def main() -> None:
         singles = ablation_check(lm, tset, graph, n=20, prepared=prepared)
         groups = group_by_decoder(graph.nodes, tset, 0.5, singletons=True)
         supers = ablation_check(lm, tset, graph, n=20, groups=groups, prepared=prepared)
-        keys = ("r", "r_linear", "r_pruned", "r_control")
+        keys = ("r", "r_linear", "r_pruned", "r_control", "n_last_layer", "r_beyond_last_layer")
         print(json.dumps({"text": text, "target": graph.target, "tokens": len(graph.tokens), "load_start": load,
                           "load_end": os.getloadavg(), "seconds": time.perf_counter() - start,
                           "singles": {k: getattr(singles, k) for k in keys},

@@ -69,7 +69,7 @@ def main() -> int:
         def pick(check, which: str) -> dict:
             row = next(r for r in check.rows if r["set"] == which)
             return {k: row[k] for k in ("nodes", "label", "predicted", "predicted_linear", "predicted_pruned",
-                                        "actual")}
+                                        "actual", "last_layer") if k in row}
 
         row = {"id": prompt["id"], "category": prompt["category"], "text": prompt["text"],
                "target": graph.target["token"], "p": graph.target["probability"], "tokens": len(graph.tokens),
@@ -82,7 +82,14 @@ def main() -> int:
     def r(kind: str, key: str) -> float | None:
         return pearson([row[kind][key] for row in rows], [row[kind]["actual"] for row in rows])
 
+    def beyond(kind: str) -> dict:
+        """r over the prompts whose ablated nodes are not all last-block features (those are exact by
+        construction), and how many there are."""
+        rest = [row[kind] for row in rows if not row[kind].get("last_layer")]
+        return {"n": len(rest), "r": pearson([x["predicted"] for x in rest], [x["actual"] for x in rest])}
+
     summary = {kind: {"r": r(kind, "predicted"), "r_linear": r(kind, "predicted_linear"),
+                      "beyond_last_layer": beyond(kind),
                       "r_pruned": r(kind, "predicted_pruned"),
                       "median_abs_error": sorted(abs(row[kind]["predicted"] - row[kind]["actual"])
                                                  for row in rows)[len(rows) // 2],

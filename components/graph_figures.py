@@ -162,16 +162,26 @@ def ablation_scatter(check: Any) -> go.Figure:
     pad = 0.05 * (high - low or 1.0)
     fig.add_trace(go.Scatter(x=[low - pad, high + pad], y=[low - pad, high + pad], mode="lines", name="y = x",
                              line=dict(color="#999999", dash="dash")))
-    for which, colour in (("strongest", "#e6781e"), ("random", "#4393c3")):
-        rows = [row for row in check.rows if row["set"] == which]
+    groups = (("strongest nodes, before the last block", "#e6781e", "circle",
+               lambda r: r["set"] == "strongest" and not r.get("last_layer")),
+              ("strongest nodes, last block (exact by construction)", "#e6781e", "circle-open",
+               lambda r: r["set"] == "strongest" and bool(r.get("last_layer"))),
+              ("random active features (control)", "#4393c3", "circle", lambda r: r["set"] == "random"))
+    for name, colour, symbol, member in groups:
+        rows = [row for row in check.rows if member(row)]
+        if not rows:
+            continue
         fig.add_trace(go.Scatter(x=[r["predicted"] for r in rows], y=[r["actual"] for r in rows], mode="markers",
-                                 name="strongest nodes" if which == "strongest" else "random active features (control)",
-                                 marker=dict(color=colour, size=9), hovertext=[r["label"] for r in rows],
-                                 hoverinfo="text+x+y"))
+                                 name=name, marker=dict(color=colour, size=9, symbol=symbol,
+                                                        line=dict(width=2, color=colour)),
+                                 hovertext=[r["label"] for r in rows], hoverinfo="text+x+y"))
 
     def said(r: float | None) -> str:
         return "n/a" if r is None else f"{r:.2f}"
-    fig.update_layout(title=f"Ablations: predicted vs actual logit change · r = {said(check.r)} (strongest), "
+    beyond = getattr(check, "r_beyond_last_layer", None)
+    before = (f", {said(beyond)} (strongest before the last block)"
+              if getattr(check, "n_last_layer", 0) and beyond is not None else "")
+    fig.update_layout(title=f"Ablations: predicted vs actual logit change · r = {said(check.r)} (strongest){before}, "
                             f"{said(check.r_control)} (random control)", template="plotly_white", height=460,
                       xaxis_title="predicted by the graph", yaxis_title="actual (real forward pass)",
                       margin=dict(l=60, r=20, t=60, b=60))

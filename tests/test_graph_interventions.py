@@ -146,6 +146,35 @@ def test_a_nonlinear_model_is_not_predicted_exactly():
     assert max(gaps) > 1e-2  # frozen patterns and norms are an approximation here
 
 
+def test_the_ablation_check_names_the_last_block_rows_and_their_r_apart():
+    """In an ordinary (nonlinear) tiny Llama: rows of last-block features are flagged and predicted to float
+    rounding, the others are not exact, and r_beyond_last_layer is r over the unflagged strongest rows alone."""
+    lm = tiny_llama_lm(eps=1e-6)
+    tset = random_transcoder_set(lm, width=32, seed=1)
+    graph = hand_graph(lm, tset, per_layer=6)
+    last = lm.adapter.n_layers - 1
+    check = ablation_check(lm, tset, graph, n=len([n for n in graph.nodes if n["kind"] == "feature"]))
+    strongest = [r for r in check.rows if r["set"] == "strongest"]
+    flagged = [r for r in strongest if r.get("last_layer")]
+    others = [r for r in strongest if not r.get("last_layer")]
+    assert flagged and len(others) >= 3 and check.n_last_layer == len(flagged)
+    layer_of = {n["id"]: n["layer"] for n in graph.nodes}
+    for row in flagged:
+        assert all(layer_of[i] == last for i in row["nodes"])
+        assert row["predicted"] == pytest.approx(row["actual"], rel=1e-4, abs=1e-6)
+    assert all(any(layer_of[i] < last for i in row["nodes"]) for row in others)
+    assert max(abs(r["predicted"] - r["actual"]) / max(abs(r["actual"]), 1e-9) for r in others) > 1e-2
+    assert check.r_beyond_last_layer == pytest.approx(pearson([r["predicted"] for r in others],
+                                                              [r["actual"] for r in others]))
+    assert f"{len(flagged)} of the {len(strongest)} strongest are last-block features" in check.summary()
+    assert "last_layer" not in {k for r in others for k in r}  # absent where it does not apply, never false
+    figure = check.figure()
+    traces = {trace.name: trace for trace in figure.data}
+    assert len(traces["strongest nodes, last block (exact by construction)"].x) == len(flagged)
+    assert len(traces["strongest nodes, before the last block"].x) == len(others)
+    assert f"{check.r_beyond_last_layer:.2f} (strongest before the last block)" in figure.layout.title.text
+
+
 def test_interventions_refuse_what_they_cannot_do(exact):
     lm, tset, graph, prepared = exact
     logit = [n["id"] for n in graph.nodes if n["kind"] == "logit"]

@@ -363,6 +363,11 @@ class AblationCheck(Result):
     r_linear: the strongest's r with the final norm's scale frozen too (the graph's logit node, all paths linear).
     Sinks are never ranked: sinks_left_out names them.
 
+    A row whose nodes are all features of the LAST block carries `last_layer: true`: after them come only the final
+    norm and the unembedding, which the prediction runs live, so it matches the real change by construction (up to
+    float rounding). n_last_layer counts such rows among the strongest; r_beyond_last_layer is r over the other
+    strongest rows (absent with fewer than 3), so a reader sees how much of r such rows make.
+
     r_readouts (present only when asked for): the r of the same predictions against DIAGNOSTIC readouts, the real
     model with parts of the replacement model's assumptions imposed (interpscope.graphs.freeze.READOUTS, e.g.
     "attention_norms_frozen", circuit-tracer's convention): where the prediction's error comes from (a readout
@@ -384,6 +389,8 @@ class AblationCheck(Result):
     r_readouts: dict[str, float | None] | None = None
     r_readouts_control: dict[str, float | None] | None = None
     seconds: float = 0.0
+    n_last_layer: int = 0
+    r_beyond_last_layer: float | None = None
 
     SCHEMA = "interpscope.graph.ablation_check"
     SCHEMA_VERSION = 2  # 2: predicted through the live final norm; predicted_linear and r_linear beside it
@@ -407,7 +414,18 @@ class AblationCheck(Result):
                 f"real ones at r = {said(self.r)} ({'meets' if met else 'misses'} the target {self.target_r}; the "
                 f"pruned graph's edges alone: r = {said(self.r_pruned)}; all linear, the final norm's scale frozen "
                 f"too: r = {said(self.r_linear)}); over {len(self.rows) - len(strongest)} "
-                f"random active features (the control) r = {said(self.r_control)}." + self._readouts_said(said))
+                f"random active features (the control) r = {said(self.r_control)}." + self._last_layer_said(said)
+                + self._readouts_said(said))
+
+    def _last_layer_said(self, said: Callable[[float | None], str]) -> str:
+        if not self.n_last_layer:
+            return ""
+        strongest = sum(row["set"] == "strongest" for row in self.rows)
+        rest = strongest - self.n_last_layer
+        beyond = f"over the other {rest}, r = {said(self.r_beyond_last_layer)}" if rest >= 3 else (
+            f"the other {rest} are too few for an r" if rest else "none is left to test the graph beyond them")
+        return (f" {self.n_last_layer} of the {strongest} strongest are last-block features, which the prediction gets "
+                f"right by construction (only the final norm, run live, comes after them); {beyond}.")
 
     def _readouts_said(self, said: Callable[[float | None], str]) -> str:
         if not self.r_readouts:
@@ -466,12 +484,15 @@ def ablation_check(lm: LoadedModel, transcoders: Any, graph: AttributionGraph, n
     diagnostic = {name: prepared.actual(sets_only, 0.0, progress=stage(index), freeze=frozen_parts)[0]
                   for index, (name, frozen_parts) in enumerate(parts.items(), start=1)}
     rows = []
+    last_block = lm.adapter.n_layers - 1
     for k, (which, (members, label)) in enumerate(everything):
         ids = [str(m["id"]) for m in members]
         influence = strength(members) if all(i in by_id for i in ids) else None
         row = {"set": which, "nodes": ids, "label": label, "influence": influence, "predicted": predicted[k],
                "predicted_linear": linear[k], "predicted_pruned": prepared.pruned.predicted(ids, 0.0),
                "actual": actual[k]}
+        if all(int(m["layer"]) == last_block for m in members):
+            row["last_layer"] = True
         if diagnostic:
             row["readouts"] = {name: values[k] for name, values in diagnostic.items()}
         rows.append(row)
@@ -486,13 +507,17 @@ def ablation_check(lm: LoadedModel, transcoders: Any, graph: AttributionGraph, n
             return None
         return {name: r_of(which, "predicted_linear" if "final_norm" in frozen_parts else "predicted", name)
                 for name, frozen_parts in parts.items()}
+    beyond = [row for row in rows if row["set"] == "strongest" and not row.get("last_layer")]
     return AblationCheck(model=graph.model, text=graph.text, target=dict(graph.target), n=n, rows=rows,
                          r=r_of("strongest", "predicted"), r_pruned=r_of("strongest", "predicted_pruned"),
                          r_linear=r_of("strongest", "predicted_linear"),
                          r_control=r_of("random", "predicted"),
                          sinks_left_out=[str(node["id"]) for node in features if node.get("sink")], seed=seed,
                          r_readouts=r_readouts("strongest"), r_readouts_control=r_readouts("random"),
-                         seconds=time.perf_counter() - start)
+                         seconds=time.perf_counter() - start,
+                         n_last_layer=sum(1 for row in rows if row["set"] == "strongest" and row.get("last_layer")),
+                         r_beyond_last_layer=pearson([row["predicted"] for row in beyond],
+                                                     [row["actual"] for row in beyond]))
 
 
 # --- which attention heads carry an edge ------------------------------------------------------------------------
