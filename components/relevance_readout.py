@@ -81,15 +81,16 @@ def readout(result) -> Readout:
         parts = [("input tokens", c.input_sum)]
         if softmax_matters:
             parts.append(("softmax (dropped by AttnLRP)", c.softmax_sum))
-        parts.append(("biases", c.bias_sum))
+        if c.bias_sum is not None:  # a model without biases has no bias share to draw (absent, not 0)
+            parts.append(("biases", c.bias_sum))
         parts.append(("rest (numerical error)",
-                      y - c.input_sum - c.bias_sum - (c.softmax_sum if softmax_matters else 0)))
+                      y - c.input_sum - (c.bias_sum or 0.0) - (c.softmax_sum if softmax_matters else 0)))
         words = [f"The input tokens carry {c.input_sum:.3g} of the {name} {y:.3g}{_share(c.input_sum, y)}"
                  f"{excluded_words(result, c.input_sum)}"]
         if softmax_matters:
             words.append(f"the softmaxes drop {c.softmax_sum:.3g}{_share(c.softmax_sum, y)}: AttnLRP does not "
                          "conserve through them on its own")
-        if abs(c.bias_sum) > 1e-6 * max(abs(y), 1e-12):
+        if c.bias_sum is not None and abs(c.bias_sum) > 1e-6 * max(abs(y), 1e-12):
             words.append(f"biases{kind['bias_extra']} absorb {c.bias_sum:.3g}{_share(c.bias_sum, y)}")
         sentence = "; ".join(words) + f". What is left over is numerical (relative error {c.relative_error:.1e})."
         return Readout(label, y, parts, sentence, "relative error", c.relative_error)

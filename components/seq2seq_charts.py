@@ -155,7 +155,8 @@ def seq2seq_readout(result) -> Readout:
             words.append(f"the softmaxes (self- and cross-attention) drop {c.softmax_sum:.3g}{share(c.softmax_sum)} "
                          f"and the relative position bias takes {c.position_bias_sum:.3g}"
                          f"{share(c.position_bias_sum)}: AttnLRP does not conserve through them on its own")
-        parts.append(("biases", c.bias_sum))
+        if c.bias_sum is not None:  # a model without biases (T5) has no bias share to draw
+            parts.append(("biases", c.bias_sum))
         rest = y - sum(value for _, value in parts)
         parts.append(("rest (numerical error)", rest))
         sentence = "; ".join(words) + f". What is left over is numerical (relative error {c.relative_error:.1e})."

@@ -92,11 +92,13 @@ def show_circuit(store: FeatureStore, lm: LoadedModel, text: str, open_in_store:
         return
     c = circuit.conservation
     softmax = c.softmax or 0.0  # absent (None) where the rules send nothing through the softmaxes
+    model_biases = c.model_biases or 0.0  # absent (None) where the model has no bias to absorb any
     parts = [("input tokens", c.input_tokens), ("SAE error node", c.error_node),
              ("SAE biases", c.sae_biases + c.target_sae_biases),
-             *([("softmax (AttnLRP)", softmax)] if c.softmax is not None else []), ("model biases", c.model_biases),
+             *([("softmax (AttnLRP)", softmax)] if c.softmax is not None else []),
+             *([("model biases", model_biases)] if c.model_biases is not None else []),
              ("rest", c.value - c.input_tokens - c.error_node - c.sae_biases - c.target_sae_biases - softmax
-              - c.model_biases)]
+              - model_biases)]
     st.markdown(f"**{circuit.method} circuit to {circuit.target}** · value {circuit.value:.4g} · "
                 f"{timing(circuit.seconds, cached)}")
     fig = circuit_figure(circuit.nodes, circuit.edges, f"Strongest edges into {circuit.target} through "

@@ -76,7 +76,8 @@ def test_the_planted_copy_edge_comes_first_and_the_readout_adds_up(planted, meth
         assert c.softmax is None and "softmax" not in circuit.to_dict()["conservation"]
     else:
         assert c.softmax is not None and "softmax" in circuit.to_dict()["conservation"]
-    total = c.input_tokens + c.model_biases + (c.softmax or 0.0) + c.error_node + c.sae_biases + c.target_sae_biases
+    total = (c.input_tokens + (c.model_biases or 0.0) + (c.softmax or 0.0) + c.error_node + c.sae_biases
+             + c.target_sae_biases)
     assert total == pytest.approx(circuit.value, rel=1e-6) and c.relative_error < 1e-6
 
 
@@ -98,7 +99,8 @@ def test_the_logit_target_and_the_errors(planted):
     circuit = feature_circuit(lm, upstream, None, "abcdefgh", method="cplrp")
     c = circuit.conservation
     assert c.softmax is None
-    assert c.input_tokens + c.model_biases + c.error_node + c.sae_biases == pytest.approx(circuit.value, rel=1e-6)
+    explained = c.input_tokens + (c.model_biases or 0.0) + c.error_node + c.sae_biases
+    assert explained == pytest.approx(circuit.value, rel=1e-6)
     with pytest.raises(InterpscopeError, match="after the upstream"):
         feature_circuit(lm, downstream, upstream, "abcdefgh", feature=1)
     with pytest.raises(InterpscopeError, match="LRP rules"):

@@ -154,7 +154,8 @@ def _print_human(result) -> None:
     if result.conservation is not None:
         c = result.conservation
         softmax = "" if c.softmax_sum is None else f" + softmax {c.softmax_sum:.4f}"  # None: no attention (Mamba)
-        print(f"conservation: inputs {c.input_sum:.4f} + biases {c.bias_sum:.4f}{softmax} "
+        biases = "" if c.bias_sum is None else f" + biases {c.bias_sum:.4f}"  # None: the model has none
+        print(f"conservation: inputs {c.input_sum:.4f}{biases}{softmax} "
               f"vs {c.target_logit:.4f} (relative error {c.relative_error:.2e})")
 
 

@@ -58,7 +58,8 @@ def _print_human(result) -> None:
     if c is not None:
         softmax = "" if c.softmax_sum is None else (f" + softmax {c.softmax_sum:.4f} + position bias "
                                                     f"{c.position_bias_sum:.4f}")
-        print(f"conservation: source {c.source_sum:.4f} + decoder {c.decoder_sum:.4f} + biases {c.bias_sum:.4f}"
+        biases = "" if c.bias_sum is None else f" + biases {c.bias_sum:.4f}"  # None: the model has none (T5)
+        print(f"conservation: source {c.source_sum:.4f} + decoder {c.decoder_sum:.4f}{biases}"
               f"{softmax} vs {c.target_logit:.4f} (relative error {c.relative_error:.2e})")
     k = result.completeness
     if k is not None:

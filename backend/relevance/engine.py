@@ -34,11 +34,13 @@ class Conservation:
     """Where the explained value y went: inputs, biases (incl. position embeddings), softmax (AttnLRP only).
 
     softmax_sum, softmax_by_layer and gap_without_softmax are None for a model without attention (Mamba): there is
-    no softmax to drop a share, so the value does not apply (absent from the JSON document, not 0)."""
+    no softmax to drop a share, so the value does not apply (absent from the JSON document, not 0). bias_sum is None
+    for a model with no bias parameter and no learned position embedding (Llama, SmolLM2): nothing there can absorb
+    relevance, so the share does not apply either."""
 
     target_logit: float
     input_sum: float
-    bias_sum: float
+    bias_sum: float | None
     softmax_sum: float | None
     relative_error: float
     gap_without_softmax: float | None
@@ -363,7 +365,7 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: ExplainedV
         scale = abs(y) if y != 0 else 1.0
         has_softmax = bool(attn_layers)  # no attention, no softmax share: absent, not 0
         result.conservation = Conservation(
-            target_logit=y, input_sum=input_sum, bias_sum=bias_total,
+            target_logit=y, input_sum=input_sum, bias_sum=bias_total if biases or "pos_embed" in per_tensor else None,
             softmax_sum=float(sum(softmax)) if has_softmax else None, relative_error=abs(explained - y) / scale,
             gap_without_softmax=(y - input_sum - bias_total) / scale if has_softmax else None,
             softmax_by_layer=softmax if has_softmax else None)

@@ -41,7 +41,7 @@ class Seq2SeqConservation:
     source_sum: float
     decoder_sum: float
     input_sum: float
-    bias_sum: float
+    bias_sum: float | None  # None (absent) for a model without bias parameters (T5)
     relative_error: float
     softmax_sum: float | None = None
     position_bias_sum: float | None = None
@@ -153,11 +153,12 @@ def attribute_seq2seq(adapter: T5Adapter, source_ids: torch.Tensor, decoder_ids:
     per_tensor = {n: float(_relevance(taps.tensors[n], g).sum())
                   for n, g in zip(tapped, grads[2:2 + len(tapped)], strict=True)}
     bias_sum = float(sum(float(_relevance(b, g).sum()) for b, g in zip(biases, grads[2 + len(tapped):], strict=True)))
+    has_biases = bool(biases)  # T5 has none: its bias share does not apply (absent, not 0)
     source_sum, decoder_sum = float(source_relevance.sum()), float(decoder_relevance.sum())
     input_sum = source_sum + decoder_sum
     scale = abs(y) if y != 0 else 1.0
     conserved = Seq2SeqConservation(target_logit=y, source_sum=source_sum, decoder_sum=decoder_sum,
-                                    input_sum=input_sum, bias_sum=bias_sum,
+                                    input_sum=input_sum, bias_sum=bias_sum if has_biases else None,
                                     relative_error=abs(input_sum + bias_sum - y) / scale)
     if through_softmax:
         scores = {name: per_tensor[f"heads.{name}"] - sum(per_tensor[f"qkv.{name}.{p}"] for p in ("q", "k", "v"))

@@ -190,7 +190,7 @@ def feature_circuit(lm: LoadedModel, upstream, downstream=None, text: str = "", 
         sae_biases = x_hat_relevance - reaching_x  # the decoder bias and the encoder's biases/thresholds
         target_biases = (result.logit - float(result.points["target_input"].sum())
                          if "target_input" in result.points else 0.0)  # the downstream SAE's encoder biases
-        explained_sum = inputs + c.bias_sum + (c.softmax_sum or 0.0) + error_sum + sae_biases + target_biases
+        explained_sum = inputs + (c.bias_sum or 0.0) + (c.softmax_sum or 0.0) + error_sum + sae_biases + target_biases
         circuit.conservation = CircuitConservation(
             value=result.logit, input_tokens=inputs, upstream_features=feature_sum, error_node=error_sum,
             sae_biases=sae_biases, target_sae_biases=target_biases, model_biases=c.bias_sum,

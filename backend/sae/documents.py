@@ -29,7 +29,7 @@ class CircuitConservation:
     error_node: float
     sae_biases: float
     target_sae_biases: float
-    model_biases: float
+    model_biases: float | None  # None (absent) for a model with no bias and no learned position embedding
     softmax: float | None  # what the attention softmaxes drop; None (absent) where the rules send none
     relative_error: float
 
