@@ -93,11 +93,12 @@ def show_circuit(store: FeatureStore, lm: LoadedModel, text: str, open_in_store:
     c = circuit.conservation
     softmax = c.softmax or 0.0  # absent (None) where the rules send nothing through the softmaxes
     model_biases = c.model_biases or 0.0  # absent (None) where the model has no bias to absorb any
+    target_biases = c.target_sae_biases or 0.0  # absent (None) for a logit target: no target SAE
     parts = [("input tokens", c.input_tokens), ("SAE error node", c.error_node),
-             ("SAE biases", c.sae_biases + c.target_sae_biases),
+             ("SAE biases", c.sae_biases + target_biases),
              *([("softmax (AttnLRP)", softmax)] if c.softmax is not None else []),
              *([("model biases", model_biases)] if c.model_biases is not None else []),
-             ("rest", c.value - c.input_tokens - c.error_node - c.sae_biases - c.target_sae_biases - softmax
+             ("rest", c.value - c.input_tokens - c.error_node - c.sae_biases - target_biases - softmax
               - model_biases)]
     st.markdown(f"**{circuit.method} circuit to {circuit.target}** · value {circuit.value:.4g} · "
                 f"{timing(circuit.seconds, cached)}")
@@ -109,8 +110,10 @@ def show_circuit(store: FeatureStore, lm: LoadedModel, text: str, open_in_store:
     share = c.upstream_features / circuit.value if circuit.value else 0.0
     dropped = f", the softmaxes drop {c.softmax:.3g}" if c.softmax is not None else ""
     st.caption(f"The upstream SAE's features carry {c.upstream_features:.3g} of the value ({share:.0%}); its error "
-               f"term {c.error_node:.3g}; its biases {c.sae_biases:.3g} (the target feature's own encoder biases "
-               f"{c.target_sae_biases:.3g}). Below the splice the input tokens get "
+               f"term {c.error_node:.3g}; its biases {c.sae_biases:.3g}"
+               + ("" if c.target_sae_biases is None
+                  else f" (the target feature's own encoder biases {c.target_sae_biases:.3g})")
+               + f". Below the splice the input tokens get "
                f"{c.input_tokens:.3g}{dropped}"
                f". Relative error {c.relative_error:.1e}. Click a feature to open it in {upstream.name}.")
     for point in getattr(getattr(event, "selection", None), "points", None) or []:

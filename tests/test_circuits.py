@@ -99,6 +99,8 @@ def test_the_logit_target_and_the_errors(planted):
     circuit = feature_circuit(lm, upstream, None, "abcdefgh", method="cplrp")
     c = circuit.conservation
     assert c.softmax is None
+    # a logit target has no target SAE: its biases' share does not apply and is absent, not 0
+    assert c.target_sae_biases is None and "target_sae_biases" not in circuit.to_dict()["conservation"]
     explained = c.input_tokens + (c.model_biases or 0.0) + c.error_node + c.sae_biases
     assert explained == pytest.approx(circuit.value, rel=1e-6)
     with pytest.raises(InterpscopeError, match="after the upstream"):
@@ -168,9 +170,35 @@ def test_the_circuit_view_in_the_feature_browser(tmp_path, monkeypatch):
     readout = next(s for s in specs if s["layout"].get("barmode") == "relative")
     parts = sum(float(t["x"][0]) for t in readout["data"])
     assert parts == pytest.approx(float(readout["layout"]["shapes"][0]["x0"]), rel=1e-6)
+    names = [t["name"].split(":")[0] for t in readout["data"]]
+    assert "softmax (AttnLRP)" in names
+    # CP-LRP sends nothing through the softmaxes: that part is absent, the bar still adds up and draws
+    at.radio(key="sae-circuit-method").set_value("cplrp").run()
+    at.button(key="sae-circuit-run").click().run()
+    assert not at.exception, at.exception
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    readout = next(s for s in specs if s["layout"].get("barmode") == "relative")
+    assert "softmax (AttnLRP)" not in [t["name"].split(":")[0] for t in readout["data"]]
+    parts = sum(float(t["x"][0]) for t in readout["data"])
+    assert parts == pytest.approx(float(readout["layout"]["shapes"][0]["x0"]), rel=1e-6)
     button = next(b for b in at.button if b.key and b.key.startswith("sae-circuit-open-"))
     button.click().run()
     assert at.session_state["sae_store"] == up_store.name and at.session_state["sae_view"] == "Feature"
+
+
+@pytest.mark.parametrize("absent", [(), ("softmax (AttnLRP)",), ("model biases",),
+                                    ("softmax (AttnLRP)", "model biases")])
+def test_the_circuit_readout_draws_whichever_parts_apply_each_in_its_own_colour(absent):
+    """A model without biases (SmolLM2) or CP-LRP (no softmax share) leaves parts out: the bar draws the others,
+    each in the colour it has when all are present (this raised on SmolLM2 once bias_sum became absent)."""
+    from interpscope.components.circuit_figures import READOUT_COLOURS, circuit_readout_figure
+
+    every = [("input tokens", 1.5), ("SAE error node", 0.25), ("SAE biases", -0.5), ("softmax (AttnLRP)", 2.0),
+             ("model biases", 0.125), ("rest", 1e-7)]
+    parts = [(name, value) for name, value in every if name not in absent]
+    fig = circuit_readout_figure(parts, sum(v for _, v in parts), "value")
+    drawn = [(t.name.split(":")[0], t.x[0], t.marker.color) for t in fig.data]
+    assert drawn == [(name, value, READOUT_COLOURS[name]) for name, value in parts]
 
 
 def test_a_feature_that_is_not_active_gets_a_message_naming_those_that_are(tmp_path, monkeypatch):

@@ -123,6 +123,10 @@ def test_circuit_is_one_document(sae_setting, capsys):
     api = interpscope.sae.circuit(lm, up, None, None, TEXT).to_dict()
     assert_one_document("interpscope.sae.circuit", cli, page, api)
     assert "feature_relevance" not in api and api["nodes"] and api["edges"] and api["conservation"]
+    assert "target_sae_biases" not in api["conservation"]  # a logit target has no target SAE
+    assert main(["sae", "circuit", "--upstream", str(up), "--model", str(model_dir), "--text", TEXT]) == 0
+    printed = capsys.readouterr().out
+    assert "SAE biases" in printed and "target SAE" not in printed
 
 
 def test_evaluation_is_one_document(sae_setting, capsys):

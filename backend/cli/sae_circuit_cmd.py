@@ -56,7 +56,9 @@ def run_circuit(args: argparse.Namespace) -> int:
         if c is None:  # sae_circuit always sets it
             raise RuntimeError("the circuit carries no conservation")
         print(f"  upstream features {c.upstream_features:+.4f} · error node {c.error_node:+.4f} · SAE biases "
-              f"{c.sae_biases:+.4f} (target SAE {c.target_sae_biases:+.4f}) · input tokens {c.input_tokens:+.4f} · "
+              f"{c.sae_biases:+.4f}"
+              + ("" if c.target_sae_biases is None else f" (target SAE {c.target_sae_biases:+.4f})")
+              + f" · input tokens {c.input_tokens:+.4f} · "
               + ("" if c.model_biases is None else f"model biases {c.model_biases:+.4f} · ")
               + ("" if c.softmax is None else f"softmax {c.softmax:+.4f} ")
               + f"(relative error {c.relative_error:.1e})")

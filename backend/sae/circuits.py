@@ -188,9 +188,11 @@ def feature_circuit(lm: LoadedModel, upstream, downstream=None, text: str = "", 
         inputs = float(result.relevance.sum())
         reaching_x = float(result.points["input"][keep].sum())  # what the encoder passes on to the activation
         sae_biases = x_hat_relevance - reaching_x  # the decoder bias and the encoder's biases/thresholds
+        # the downstream SAE's encoder biases; a logit target has no downstream SAE (absent, not 0)
         target_biases = (result.logit - float(result.points["target_input"].sum())
-                         if "target_input" in result.points else 0.0)  # the downstream SAE's encoder biases
-        explained_sum = inputs + (c.bias_sum or 0.0) + (c.softmax_sum or 0.0) + error_sum + sae_biases + target_biases
+                         if "target_input" in result.points else None)
+        explained_sum = (inputs + (c.bias_sum or 0.0) + (c.softmax_sum or 0.0) + error_sum + sae_biases
+                         + (target_biases or 0.0))
         circuit.conservation = CircuitConservation(
             value=result.logit, input_tokens=inputs, upstream_features=feature_sum, error_node=error_sum,
             sae_biases=sae_biases, target_sae_biases=target_biases, model_biases=c.bias_sum,

@@ -28,7 +28,7 @@ class CircuitConservation:
     upstream_features: float
     error_node: float
     sae_biases: float
-    target_sae_biases: float
+    target_sae_biases: float | None  # None (absent) for a logit target: there is no target SAE
     model_biases: float | None  # None (absent) for a model with no bias and no learned position embedding
     softmax: float | None  # what the attention softmaxes drop; None (absent) where the rules send none
     relative_error: float
