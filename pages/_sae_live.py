@@ -186,10 +186,21 @@ def show_attribution(store: FeatureStore, lm: LoadedModel, text: str, bos: bool 
     if run is None or run["store"] != store.name:
         st.info("Press **Run** (one backward pass per method).")
         return
-    text, feature, position, method = run["text"], run["feature"], run["position"], run["method"]
-    if run.get("bos") != bos:  # the positions of the last Run's text, as it was read then
-        view = prompt_view(str(store.folder), (lm.name,) + device_dtype(), text, 20, run.get("bos"))
+    ran_text = run["text"]
+    feature, position, method = run["feature"], run["position"], run["method"]
+    if run.get("bos") != bos or ran_text != text:  # the positions of the last Run's text, as it was read then
+        view = prompt_view(str(store.folder), (lm.name,) + device_dtype(), ran_text, 20, run.get("bos"))
         sinks = view.excluded_positions
+    text = ran_text
+    if 0 <= position < len(view.tokens) and not view.activations[position, feature] > 0:
+        # an inactive feature's value is 0: its maps would be all zeros, drawn as if they meant something
+        firing = ", ".join(f"#{row['feature']} ({row['activation']:.3g})"
+                           for row in view.active_at(position, limit=5))
+        st.info(f"Feature {feature} is not active at token {position} ({view.tokens[position]!r}): its activation "
+                "is 0, so there is nothing to attribute. "
+                + (f"Features active there, strongest first: {firing}." if firing else "No feature is active there.")
+                + " Pick one of those, or a token where this feature fires.")
+        return
     reasons = view.reasons()
     left, right = st.columns(2)
     # beside the rules, the registry's rule-free gradient (Gradient x Input) as a reference

@@ -232,6 +232,13 @@ def test_prepend_bos_is_in_the_url_and_off_reads_the_first_word_at_position_0(en
     assert token_pills(at).options[0] == "The" and len(token_pills(at).options) == n_words  # the BOS is no pill
     assert token_pills(at).value == n_words and at.query_params["bos"] == "1"
     at.segmented_control(key="sae_view").set_value("Attribution").run()
+    from interpscope.sae import load_sae
+    from interpscope.sae_store.prompt import prompt_features
+
+    _, model_dir, sae = env
+    view = prompt_features(load_model(str(model_dir), device="cpu"), load_sae(sae), "The cat sat on the mat",
+                           prepend_bos=True)
+    at.number_input(key="sae-attr-feature").set_value(view.active_at(1)[0]["feature"]).run()  # one that fires there
     at.selectbox(key="sae-attr-position").set_value(1).run()
     at.button(key="sae-attr-run").click().run()
     assert not at.exception, at.exception
@@ -402,3 +409,33 @@ def test_weak_explanations_are_hidden_until_asked_for(env):
         path.unlink()
         st.cache_resource.clear()
         st.cache_data.clear()
+
+
+def test_attribution_of_an_inactive_feature_says_so_and_names_those_active(env):
+    """Run at a token where the feature is 0 draws no all-zero maps: the page says the feature is not active there
+    and names the features that are, strongest first (read from the same prompt view the page shows)."""
+    from interpscope.sae import load_sae
+    from interpscope.sae_store.prompt import prompt_features
+
+    store, model_dir, sae = env
+    at = open_browser(store, "Attribution", 2)
+    text = at.text_area(key="sae-prompt-text").value
+    bos = at.toggle(key="sae-prompt-bos").value
+    view = prompt_features(load_model(str(model_dir), device="cpu"), load_sae(sae), text, prepend_bos=bos)
+    silent = [(f, p) for f in range(view.activations.shape[1]) for p in range(1, len(view.tokens))
+              if view.activations[p, f] <= 0 and view.activations[:, f].max() > 0]
+    feature, position = silent[0]
+    at.number_input(key="sae-attr-feature").set_value(feature).run()
+    at.selectbox(key="sae-attr-position").set_value(position).run()
+    at.button(key="sae-attr-run").click().run()
+    assert not at.exception, at.exception
+    (note,) = [i.value for i in at.info if "is not active" in i.value]
+    assert f"Feature {feature} is not active at token {position}" in note
+    firing = [row["feature"] for row in view.active_at(position, limit=5)]
+    assert all(f"#{f} " in note for f in firing)
+    assert not any(f"feature {feature} at token" in m.value for m in at.markdown)  # no maps drawn
+    active = int(view.activations[:, feature].argmax())
+    at.selectbox(key="sae-attr-position").set_value(active).run()
+    at.button(key="sae-attr-run").click().run()
+    assert not any("is not active" in i.value for i in at.info)
+    assert any(f"feature {feature} at token {active}" in m.value for m in at.markdown)
