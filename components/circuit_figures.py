@@ -52,7 +52,6 @@ def circuit_figure(nodes: Sequence, edges: Sequence, title: str) -> go.Figure:
 # the colour of each part of the circuit readout, by the name the circuit view gives it
 READOUT_COLOURS = {"input tokens": "#d6604d", "SAE error node": "#e6781e", "SAE biases": "#999999",
                    "softmax (AttnLRP)": "#4393c3", "model biases": "#bbbbbb", "rest": "#333333"}
-_SPARE_COLOURS = ("#8c6bb1", "#41ab5d", "#fdae61", "#74add1")
 
 
 def circuit_readout_figure(parts: Sequence[tuple[str, float]], value: float, label: str) -> go.Figure:
@@ -60,9 +59,9 @@ def circuit_readout_figure(parts: Sequence[tuple[str, float]], value: float, lab
     out by the caller (the softmax share under CP-LRP, the model's biases where it has none); each part keeps its own
     colour whichever others are present."""
     fig = go.Figure()
-    for index, (name, part) in enumerate(parts):
-        colour = READOUT_COLOURS.get(name, _SPARE_COLOURS[index % len(_SPARE_COLOURS)])
-        fig.add_trace(go.Bar(x=[part], y=[""], orientation="h", name=f"{name}: {part:.3g}", marker_color=colour,
+    for name, part in parts:
+        fig.add_trace(go.Bar(x=[part], y=[""], orientation="h", name=f"{name}: {part:.3g}",
+                          marker_color=READOUT_COLOURS[name],
                              hovertemplate=f"{name}: %{{x:.4g}}<extra></extra>"))
     fig.add_vline(x=value, line=dict(color="black", dash="dash"), annotation_text=f"{label}: {value:.3g}",
                   annotation_position="top")

@@ -13,7 +13,7 @@ from interpscope.relevance.methods import method_labels, rule_methods
 from interpscope.sae.circuits import FeatureCircuit, feature_circuit
 from interpscope.sae_store import FeatureStore, list_stores
 from pages._common import committed, is_shared, shared, show_errors, timing
-from pages._sae_models import device_dtype, prompt_view
+from pages._sae_models import device_dtype, firing_note, prompt_view
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -133,9 +133,8 @@ def _not_active(store: FeatureStore, lm: LoadedModel, run: dict) -> None:
     view = prompt_view(str(store.folder), (lm.name,) + device_dtype(), run["text"], 20, run.get("bos"))
     position = run["position"] if run["position"] >= 0 else len(view.tokens) + run["position"]
     firing = view.active_at(position, limit=5) if 0 < position < len(view.tokens) else []
-    names = ", ".join(f"#{row['feature']} ({row['activation']:.3g})" for row in firing)
     token = f" ({view.tokens[position]!r})" if 0 <= position < len(view.tokens) else ""
     st.info(f"Feature {run['feature']} is not active at token {position}{token} of this text: "
             "its value is 0, so there is nothing to propagate. "
-            + (f"Features active there, strongest first: {names}." if names else "No feature is active there.")
+            + firing_note(firing)
             + " Or explain the next-token logit.")

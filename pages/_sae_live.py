@@ -30,7 +30,7 @@ from interpscope.sinks import SINK_FACTOR
 from pages._common import committed, follow, progress, text_source
 from pages._relevance_extras import bos_toggle
 from pages._sae_circuit import show_circuit
-from pages._sae_models import device_dtype, prompt_view, store_lm, store_sae
+from pages._sae_models import device_dtype, firing_note, prompt_view, store_lm, store_sae
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -186,19 +186,15 @@ def show_attribution(store: FeatureStore, lm: LoadedModel, text: str, bos: bool 
     if run is None or run["store"] != store.name:
         st.info("Press **Run** (one backward pass per method).")
         return
-    ran_text = run["text"]
-    feature, position, method = run["feature"], run["position"], run["method"]
-    if run.get("bos") != bos or ran_text != text:  # the positions of the last Run's text, as it was read then
-        view = prompt_view(str(store.folder), (lm.name,) + device_dtype(), ran_text, 20, run.get("bos"))
+    stale = run.get("bos") != bos or run["text"] != text  # the view above reads the text box, not the last Run
+    text, feature, position, method = run["text"], run["feature"], run["position"], run["method"]
+    if stale:  # the positions of the last Run's text, as it was read then
+        view = prompt_view(str(store.folder), (lm.name,) + device_dtype(), text, 20, run.get("bos"))
         sinks = view.excluded_positions
-    text = ran_text
     if 0 <= position < len(view.tokens) and not view.activations[position, feature] > 0:
         # an inactive feature's value is 0: its maps would be all zeros, drawn as if they meant something
-        firing = ", ".join(f"#{row['feature']} ({row['activation']:.3g})"
-                           for row in view.active_at(position, limit=5))
         st.info(f"Feature {feature} is not active at token {position} ({view.tokens[position]!r}): its activation "
-                "is 0, so there is nothing to attribute. "
-                + (f"Features active there, strongest first: {firing}." if firing else "No feature is active there.")
+                "is 0, so there is nothing to attribute. " + firing_note(view.active_at(position, limit=5))
                 + " Pick one of those, or a token where this feature fires.")
         return
     reasons = view.reasons()

@@ -35,3 +35,10 @@ def prompt_view(store_path: str, model_key: tuple, text: str, n_top: int, bos: b
     """Every feature's activation on every token of `text` (see interpscope.sae_store.prompt)."""
     store = FeatureStore(store_path)
     return prompt_features(store_lm(store, model_key), store_sae(store_path), text, n_top, prepend_bos=bos)
+
+
+def firing_note(firing: list[dict]) -> str:
+    """The sentence naming the features active at a token (PromptFeatures.active_at rows, strongest first), for a
+    view that was asked about a feature that is 0 there."""
+    names = ", ".join(f"#{row['feature']} ({row['activation']:.3g})" for row in firing)
+    return f"Features active there, strongest first: {names}." if names else "No feature is active there."
