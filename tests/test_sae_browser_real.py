@@ -87,7 +87,10 @@ def _flow(store_app, page, artefacts) -> None:
     clicked = int(re.match(r"#(\d+)", feature_button.inner_text()).group(1))
     feature_button.click()
     page.get_by_text("Top activating contexts").wait_for(timeout=120_000)
-    page.wait_for_function(f"() => /feature={clicked}(&|$)/.test(window.location.search)", timeout=180_000)
+    try:
+        page.wait_for_function(f"() => /feature={clicked}(&|$)/.test(window.location.search)", timeout=180_000)
+    except Exception as err:  # a rare flake: the card is drawn, the address bar never follows; say what it held
+        raise AssertionError(f"feature {clicked} opened but the address bar stayed at {page.url!r}") from err
     wait_for_app(page)
     assert feature_in_url(page) == clicked
     card = store.card(clicked)
