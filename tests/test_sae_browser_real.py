@@ -82,6 +82,11 @@ def _flow(store_app, page, artefacts) -> None:
     page.screenshot(path=str(artefacts / "sae-browser-prompt.png"), full_page=True)
     page.get_by_role("radiogroup", name="Click a token").get_by_role("radio", name="truth", exact=True).click()
     wait_for_app(page)
+    # the buttons below are those of the token the caption names: wait for the list of 'truth', not the one drawn
+    # for the last token before the click took effect (reading the old list's first button and clicking the new
+    # one's was the flake: feature 36 read, feature 46 opened, and the URL rightly said 46)
+    page.get_by_text(re.compile(r"features active at \d+: ' ?truth'")).first.wait_for(timeout=120_000)
+    wait_for_app(page)
     feature_button = page.get_by_role("button", name=re.compile(r"^#\d+ · ")).first
     feature_button.wait_for(timeout=60_000)
     clicked = int(re.match(r"#(\d+)", feature_button.inner_text()).group(1))
@@ -89,8 +94,8 @@ def _flow(store_app, page, artefacts) -> None:
     page.get_by_text("Top activating contexts").wait_for(timeout=120_000)
     try:
         page.wait_for_function(f"() => /feature={clicked}(&|$)/.test(window.location.search)", timeout=180_000)
-    except Exception as err:  # a rare flake: the card is drawn, the address bar never follows; say what it held
-        raise AssertionError(f"feature {clicked} opened but the address bar stayed at {page.url!r}") from err
+    except Exception as err:  # say what the address bar held instead of a bare timeout
+        raise AssertionError(f"feature {clicked} clicked but the address bar stayed at {page.url!r}") from err
     wait_for_app(page)
     assert feature_in_url(page) == clicked
     card = store.card(clicked)
