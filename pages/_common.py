@@ -266,12 +266,8 @@ def write_url(params: Sequence[Param], run: str | None = None) -> list[str]:
         elif state.get("_link-run"):  # a link's run=1 waiting for the Run it commits: keep the link as it came
             values = {k: st.query_params.get(k) for k in st.query_params}
     values.update(model_params())
-    # sent on every write, also when the server's copy of the query already equals `values`: the browser answers
-    # a rerun with the query it last RECEIVED (its own state), not with its address bar, so an address bar that
-    # missed an update (seen now and then in Chromium after a click that opens a feature: the card drawn, the URL
-    # never following) would otherwise never be corrected; the browser compares with its address bar and only then
-    # rewrites it
-    st.query_params.from_dict(values)
+    if dict(st.query_params) != values:
+        st.query_params.from_dict(values)
     state["_url-wrote"] = values
     return too_long
 

@@ -30,26 +30,3 @@ def test_an_unknown_model_or_device_in_a_link_is_said_not_raised(tmp_path):
     assert not at.exception, at.exception
     assert at.selectbox(key="device").value == "auto"  # a device the picker does not offer is ignored
     assert any("Could not load model" in e.value for e in at.error)
-
-
-def test_every_run_sends_the_url_even_when_the_server_believes_it_current(monkeypatch):
-    """The browser answers a rerun with the query it last received, not with its address bar, so a page that wrote
-    the URL only when its own copy differed could never repair an address bar that missed an update (the SAE
-    browser's click on a feature: card drawn, URL stale for good). Every run of a page sends the query again; the
-    browser rewrites its address bar only where it differs."""
-    from streamlit.runtime.state.query_params import QueryParams
-
-    sent: list[dict] = []
-    original = QueryParams.from_dict
-
-    def counting(self, values):
-        sent.append(dict(values))
-        return original(self, values)
-
-    monkeypatch.setattr(QueryParams, "from_dict", counting)
-    at = open_app(model="adder", text="12 + 30 =")
-    assert not at.exception, at.exception
-    first = len(sent)
-    assert first >= 1 and sent[-1]["text"] == "12 + 30 ="
-    at.run()  # nothing changed: the same query, sent again
-    assert len(sent) > first and sent[-1] == sent[first - 1]
