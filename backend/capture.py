@@ -17,7 +17,6 @@ the activations asked for, optionally stopping the forward pass as soon as it ha
 from __future__ import annotations
 
 import contextvars
-import inspect
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -188,71 +187,6 @@ def override_forward(module: nn.Module, forward: Callable, *, role: HookRole = "
             if not dispatch.overrides and module.__dict__.get("forward") is dispatch:
                 del module.__dict__["forward"]
         _track(module, role, owner, add=False)
-
-
-class _AttentionDispatch:
-    """Stands in for a modeling file's `eager_attention_forward` (the function its attention modules look up when
-    they run, as a global of that file): for an attention module the current owner has overridden, the owner's
-    function; for every other module and owner, the original, so other sessions' passes compute what they did."""
-
-    def __init__(self, original: Callable):
-        self.original = original
-        self.overrides: dict[object, dict[int, Callable]] = {}
-
-    def __call__(self, module: nn.Module, *args, **kwargs):
-        override = self.overrides.get(current_owner(), {}).get(id(module))
-        return (override or self.original)(module, *args, **kwargs)
-
-
-ATTENTION_GLOBAL = "eager_attention_forward"
-
-
-def _forward_globals(module: nn.Module) -> dict:
-    """The globals of the file that defines the module's forward (under any decorators)."""
-    return getattr(inspect.unwrap(type(module).forward), "__globals__", {})
-
-
-def eager_attention_of(module: nn.Module) -> Callable | None:
-    """The eager attention function an attention module's forward calls (the original under an override), or None
-    when its forward looks up no such global."""
-    found = _forward_globals(module).get(ATTENTION_GLOBAL)
-    return found.original if isinstance(found, _AttentionDispatch) else found
-
-
-@contextmanager
-def override_attention(modules: Sequence[nn.Module], fn: Callable, *, role: HookRole = "rule") -> Iterator[None]:
-    """For the current owner's passes only, the attention modules `modules` compute their attention with `fn`
-    (same signature as their eager_attention_forward) instead of the eager function. The modeling file's global is
-    replaced by a dispatcher while any owner has an override there and restored after the last one leaves."""
-    owner = current_owner()
-    entered: list[tuple[dict, _AttentionDispatch, nn.Module]] = []
-    try:
-        for module in modules:
-            table = _forward_globals(module)
-            with _STATE_LOCK:
-                dispatch = table.get(ATTENTION_GLOBAL)
-                if not isinstance(dispatch, _AttentionDispatch):
-                    if dispatch is None:
-                        raise RuntimeError(f"{type(module).__name__} calls no {ATTENTION_GLOBAL}")
-                    dispatch = _AttentionDispatch(dispatch)
-                    table[ATTENTION_GLOBAL] = dispatch
-                mine = dispatch.overrides.setdefault(owner, {})
-                if id(module) in mine:
-                    raise RuntimeError(f"{type(module).__name__}'s attention is already overridden by this run")
-                mine[id(module)] = fn
-            entered.append((table, dispatch, module))
-            _track(module, role, owner, add=True)
-        yield
-    finally:
-        for table, dispatch, module in reversed(entered):
-            with _STATE_LOCK:
-                mine = dispatch.overrides.get(owner, {})
-                mine.pop(id(module), None)
-                if not mine:
-                    dispatch.overrides.pop(owner, None)
-                if not dispatch.overrides and table.get(ATTENTION_GLOBAL) is dispatch:
-                    table[ATTENTION_GLOBAL] = dispatch.original
-            _track(module, role, owner, add=False)
 
 
 def scaled_grad_view(tensor: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor:

@@ -3,8 +3,7 @@
 Every rule is "Gradient x Input with a modified backward" (METHODS.md section 1): it registers forward hooks on
 modules of the given model instance (found through the adapter, never by attribute paths) that rewrite a module's
 output into a tensor of the same value with a different gradient, or (the norm rule) swaps a module's forward for
-the run's own passes (interpscope.capture.override_forward), or (the attention rule) the attention function of the
-run's own passes (interpscope.capture.override_attention). Leaving the `with` block removes every hook and swap,
+the run's own passes (interpscope.capture.override_forward). Leaving the `with` block removes every hook and swap,
 also after an exception, so the instance computes exactly what it did before. Classes are never patched.
 
 A rule is any object with `apply(adapter) -> context manager`; other families (e.g. MambaLRP) add their own.
@@ -277,14 +276,6 @@ def qkv_scale(q: float, k: float, v: float) -> OutputGradScale:
     return OutputGradScale(f"qkv-scale(q={q},k={k},v={v})", select, memo_key=("qkv", q, k, v))
 
 
-def attention_rule(q: float, k: float, v: float) -> Rule:
-    """Gradient factors for queries, keys and values: one fused autograd node per attention layer where the family
-    runs Llama's eager attention (interpscope.relevance.attention_rule), qkv_scale's hooks elsewhere."""
-    from interpscope.relevance.attention_rule import AttentionRule
-
-    return AttentionRule(q, k, v, qkv_scale(q, k, v))
-
-
 def mlp_up_scale(factor: float) -> OutputGradScale:
     """Gradient factor on the linear branch of a gated MLP (uniform rule: 0.5); on a fused gate/up projection only
     the up half's output indices (adapter.mlp_up_parts) are scaled."""
@@ -306,7 +297,7 @@ def mlp_up_scale(factor: float) -> OutputGradScale:
 
 def attnlrp_rules(adapter: ModelAdapter) -> list[Rule]:
     """AttnLRP: norm identity, activation identity, uniform rule on gated products, q/k x 1/4 and v x 1/2."""
-    rules: list[Rule] = [NormRule(), attention_rule(0.25, 0.25, 0.5)]
+    rules: list[Rule] = [NormRule(), qkv_scale(0.25, 0.25, 0.5)]
     if adapter.gated_mlp:
         rules += [ActivationRule(0.5), mlp_up_scale(0.5)]
     else:
@@ -316,7 +307,7 @@ def attnlrp_rules(adapter: ModelAdapter) -> list[Rule]:
 
 def cplrp_rules(adapter: ModelAdapter) -> list[Rule]:
     """CP-LRP: as AttnLRP but q and k detached (no relevance through the softmax) and the gate detached."""
-    rules: list[Rule] = [NormRule(), attention_rule(0.0, 0.0, 1.0)]
+    rules: list[Rule] = [NormRule(), qkv_scale(0.0, 0.0, 1.0)]
     rules.append(ActivationRule(0.0) if adapter.gated_mlp else ActivationRule(1.0))
     return rules + gate_rules(adapter, attnlrp=False)
 
