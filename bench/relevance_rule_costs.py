@@ -5,10 +5,10 @@ torch thread. Prints one JSON object: per part, the paired median ratio over rou
 Parts: "act_up" (the activation identity rule with the gated product's half, and the up branch's half), "qkv" (the
 query/key x 1/4 and value x 1/2 gradient scales), "norm" (the norm rule: the norm's own forward with the normaliser
 detached), "cons_taps" (the conservation readout's taps and sums, no rule), "full" (AttnLRP with its readout, as
-`attribute` runs it) and "run_method" (what the relevance page calls).
+`attribute` runs it) and "run_method" (what the relevance page calls); --parts picks some.
 
 Run alone on the machine: OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/relevance_rule_costs.py [--tokens 128]
-[--rounds 50]
+[--rounds 50] [--parts qkv,norm]
 """
 from __future__ import annotations
 
@@ -29,7 +29,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--parts", default="", help="comma-separated part names to measure (default: all)")
     args = parser.parse_args()
+    names = ("act_up", "qkv", "norm", "cons_taps", "full", "run_method")
+    chosen = [name for name in args.parts.split(",") if name] or list(names)
+    unknown = sorted(set(chosen) - set(names))
+    if unknown:
+        print(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(names)}", file=sys.stderr)
+        return 2
     torch.set_num_threads(1)
 
     from interpscope.capture import model_lock
@@ -59,7 +66,9 @@ def main() -> int:
              "run_method": lambda: run_method(lm, ids, "attnlrp", target)}
     report: dict = {"model": lm.name, "tokens": args.tokens, "rounds": args.rounds, "torch_threads": 1,
                     "clock": "process CPU seconds", "load_average_start": os.getloadavg(), "parts": {}}
-    for name, part in parts.items():
+    assert set(parts) == set(names)
+    for name in chosen:
+        part = parts[name]
         for run in (part, bare, part, bare):  # warm-up
             run()
         ratios = []
