@@ -85,3 +85,18 @@ def test_binary_file_is_refused(tmp_path):
 def test_missing_subcommand_is_a_usage_error():
     result = run_cli()
     assert result.returncode != 0 and "usage" in result.stderr
+
+
+@pytest.mark.parametrize("args, command, extra", [
+    (("heads", "--text", "hi", "--layer", "9"), "heads", "--layer 9"),
+    (("sae", "search", "--store", "s", "--query", "x"), "sae search", "--query"),  # x is its positional query
+    (("neurons", "ablate", "--neurons", "1.1", "--bogus"), "neurons ablate", "--bogus"),
+    (("models", "--bogus"), "models", "--bogus"),
+])
+def test_an_unknown_option_names_the_subcommand_and_its_help(args, command, extra, capsys):
+    """argparse reports options it does not know from the top-level parser ('see interpscope --help'); the user
+    typed them to a subcommand, so its name and its own --help are what the line gives."""
+    capsys.readouterr()
+    assert main(list(args)) == 2
+    expected = f"{command}: unrecognized arguments: {extra} (usage: `interpscope {command} --help`)"
+    assert capsys.readouterr().err.strip() == f"interpscope: error: {expected}"

@@ -33,6 +33,25 @@ class Parser(argparse.ArgumentParser):
         where = f"{command}: " if command else ""
         fail(f"{where}{message} (usage: `{self.prog} --help`)")
 
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but an option the chosen subcommand does not know is reported by that subcommand (its
+        name and its --help), not by the top-level parser, which would point at `interpscope --help`."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            chosen_parser(self, parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+
+def chosen_parser(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+    """The deepest subcommand parser the parsed arguments selected (the parser itself without subcommands)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            name = getattr(parsed, action.dest, None) if action.dest != argparse.SUPPRESS else None
+            sub = action.choices.get(name) if isinstance(name, str) else None
+            if sub is not None:
+                return chosen_parser(sub, parsed)
+    return parser
+
 
 def fail(message: str) -> NoReturn:
     """Print one error line (newlines in the message folded) and exit with status 2."""
