@@ -193,6 +193,22 @@ def url_inputs(page: str, params: Sequence[Param]) -> None:
         state.setdefault(param.key, param.default)
 
 
+def bounded(key: str, low: int, high: int, what: str) -> None:
+    """Bring the integer input `key` into low..high before its widget is drawn. A value a link gave (read from the
+    URL on this run) that is out of range is named in a warning with what is shown instead: a link's request is
+    never changed silently."""
+    state = st.session_state
+    value = state.get(key)
+    if value is None:
+        return
+    fixed = int(min(max(int(value), low), high))
+    if fixed == value:
+        return
+    if key in state.get("_url-just-read", ()):
+        st.warning(f"The link asks for {what} {value}, which is not here ({what}s {low}–{high}): showing {fixed}.")
+    state[key] = fixed
+
+
 def resend(key: str) -> None:
     """Give a widget's value to the browser again on this run (before the widget is drawn). A value the page set
     (a default, a link's, one that follows the model) reaches the browser only on the run that set it; when a rerun

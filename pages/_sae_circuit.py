@@ -12,7 +12,7 @@ from interpscope.components.export import export_menu
 from interpscope.relevance.methods import method_labels, rule_methods
 from interpscope.sae.circuits import FeatureCircuit, feature_circuit
 from interpscope.sae_store import FeatureStore, list_stores
-from pages._common import committed, is_shared, shared, show_errors, timing
+from pages._common import bounded, committed, is_shared, shared, show_errors, timing
 from pages._sae_models import device_dtype, firing_note, prompt_view
 
 if TYPE_CHECKING:
@@ -70,6 +70,7 @@ def show_circuit(store: FeatureStore, lm: LoadedModel, text: str, open_in_store:
         pair = st.columns(2)
         if st.session_state.get("sae-circuit-feature") is None:
             st.session_state["sae-circuit-feature"] = int(st.session_state.get("sae_feature", 0))
+        bounded("sae-circuit-feature", 0, store.d_sae - 1, "feature")
         feature = int(pair[0].number_input(f"Feature (0–{store.d_sae - 1})", 0, store.d_sae - 1,
                                            key="sae-circuit-feature"))
         position = int(pair[1].number_input("Token position (-1 = last)", -1, 4096, key="sae-circuit-pos"))

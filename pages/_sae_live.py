@@ -27,7 +27,7 @@ from interpscope.sae_store import FeatureStore, build_store
 from interpscope.sae_store.prompt import FeatureAttribution, PromptFeatures, feature_attribution
 from interpscope.sae_store.steering import MAX_NEW_TOKENS, STRENGTH_MULTIPLE, SteeringResult, default_strength, steer
 from interpscope.sinks import SINK_FACTOR
-from pages._common import committed, follow, progress, text_source
+from pages._common import bounded, committed, follow, progress, text_source
 from pages._relevance_extras import bos_toggle
 from pages._sae_circuit import show_circuit
 from pages._sae_models import device_dtype, firing_note, prompt_view, store_lm, store_sae
@@ -74,7 +74,7 @@ def _feature_input(store: FeatureStore, key: str) -> int:
     """A live view's feature box: starts at the feature open in the browser (or the one a link names)."""
     if st.session_state.get(key) is None:
         st.session_state[key] = int(st.session_state.get("sae_feature", 0))
-    st.session_state[key] = int(np.clip(st.session_state[key], 0, store.d_sae - 1))
+    bounded(key, 0, store.d_sae - 1, "feature")
     return int(st.number_input(f"Feature (0–{store.d_sae - 1})", min_value=0, max_value=store.d_sae - 1, step=1,
                                key=key))
 
@@ -171,6 +171,10 @@ def show_attribution(store: FeatureStore, lm: LoadedModel, text: str, bos: bool 
     # a new feature or text starts at its strongest token; a link's position stays
     follow("sae-attr-position", (feature, text), lambda: best)
     if st.session_state["sae-attr-position"] not in positions:
+        if "sae-attr-position" in st.session_state.get("_url-just-read", ()):
+            st.warning(f"The link asks for position {st.session_state['sae-attr-position']}, which this text does "
+                       f"not have (positions 0–{len(positions) - 1}): showing {best}, where feature {feature} is "
+                       "strongest.")
         st.session_state["sae-attr-position"] = best
     position = st.selectbox("Position", positions, key="sae-attr-position",
                             format_func=lambda i: f"{i}: {view.tokens[i]!r} (activation {column[i]:.3g})")

@@ -24,7 +24,7 @@ from interpscope.sae_store import FeatureStore, list_stores
 from interpscope.sae_store.documents import FeatureSearch
 from interpscope.sae_store.explanation_quality import chance_score, explanation_summary, quality
 from interpscope.sae_store.search import no_match_reason, search
-from pages._common import Param, model_key, model_params, show_errors, url_inputs, url_is_new, write_url
+from pages._common import Param, bounded, model_key, model_params, show_errors, url_inputs, url_is_new, write_url
 from pages._relevance_extras import bos_param
 from pages._sae_live import BOS_KEY, DEFAULT_PROMPT, VIEWS_LIVE, build_section, live_view
 
@@ -315,7 +315,7 @@ def main() -> None:
         st.warning(f"The SAE `{sae_shown}` changed (or is missing) since this store was built: what is shown "
                    f"describes the old weights. Rebuild it: `interpscope sae store --sae {sae_shown} --force`.")
     view = st.segmented_control("View", VIEWS, key="sae_view") or "Overview"
-    st.session_state["sae_feature"] = int(np.clip(st.session_state["sae_feature"], 0, store.d_sae - 1))
+    bounded("sae_feature", 0, store.d_sae - 1, "feature")
     write_url(params, run=RUN_PAGES.get(view))  # before the slow part: a reload mid-run keeps the last Run's inputs
     if view in ("Overview", "Feature") and store.explanations:
         st.toggle("Show weak explanations", key="sae-weak-explanations",

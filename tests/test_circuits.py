@@ -228,3 +228,23 @@ def test_a_feature_that_is_not_active_gets_a_message_naming_those_that_are(tmp_p
     assert f"Feature {silent} is not active at token {len(view.tokens) - 1}" in note
     assert all(f"#{f} " in note for f in firing) and firing
     assert not any("Strongest edges" in str(c.proto.spec) for c in at.get("plotly_chart"))
+
+
+def test_a_linked_circuit_feature_the_store_lacks_is_named(tmp_path, monkeypatch):
+    """circuit_feature=99999999 in a link opened the Circuit view at feature 0 without a word: now the last feature,
+    and a note naming what the link asked for."""
+    from streamlit.testing.v1 import AppTest
+
+    from interpscope.sae_store import FeatureStore
+    from tests.apptest_util import ROOT
+
+    _, _, _, down_store = _two_stores(tmp_path, monkeypatch)
+    at = AppTest.from_file(str(ROOT / "pages/sae_features.py"), default_timeout=300)
+    at.session_state["sae-all-models"] = True  # the tiny model's stores, not the sidebar model's
+    at.query_params.update({"store": down_store.name, "view": "Circuit", "circuit_feature": "99999999"})
+    at.run()
+    assert not at.exception, at.exception
+    last = FeatureStore(down_store).d_sae - 1
+    assert at.number_input(key="sae-circuit-feature").value == last
+    assert any(f"feature 99999999, which is not here (features 0–{last}): showing {last}" in w.value
+               for w in at.warning)

@@ -148,6 +148,37 @@ def test_permalink_query_parameters_open_the_feature(env):
     assert metrics(at)["Max activation"] == f"{store.card(11).max_activation:.4g}"
 
 
+@pytest.mark.parametrize("view, param, key", [("Feature", "feature", "sae_feature"),
+                                               ("Attribution", "attr_feature", "sae-attr-feature"),
+                                               ("Steering", "steer_feature", "sae-steer-feature")])
+def test_a_linked_feature_the_store_lacks_is_named_not_changed_silently(env, view, param, key):
+    """A link to feature 99999999 of a store with fewer features opens the last one and says so; before, the views
+    clamped it without a word (the Circuit view, which needs a second store, is checked in test_circuits)."""
+    store, _, _ = env
+    at = AppTest.from_file(str(ROOT / PAGE), default_timeout=180)
+    at.query_params.update({"store": store.name, "view": view, param: "99999999"})
+    at.run()
+    assert not at.exception, at.exception
+    last = store.d_sae - 1
+    assert at.session_state[key] == last
+    notes = [w.value for w in at.warning]
+    assert f"The link asks for feature 99999999, which is not here (features 0–{last}): showing {last}." in notes
+    at.run()  # a rerun is no link: the note is gone and the feature stays
+    assert at.session_state[key] == last and not any("99999999" in w.value for w in at.warning)
+
+
+def test_a_linked_position_past_the_text_is_named(env):
+    store, _, _ = env
+    at = AppTest.from_file(str(ROOT / PAGE), default_timeout=180)
+    at.query_params.update({"store": store.name, "view": "Attribution", "text": "The cat sat on the mat",
+                            "attr_feature": "1", "position": "500"})
+    at.run()
+    assert not at.exception, at.exception
+    shown = at.session_state["sae-attr-position"]
+    assert shown != 500 and any(w.value.startswith("The link asks for position 500, which this text does not have")
+                                and f"showing {shown}," in w.value for w in at.warning)
+
+
 def test_live_view_inputs_live_in_the_url(env):
     """A steering link carries the prompt, the edit and the length; with run=1 it shows that run on open; a value
     the page cannot take is ignored with a note instead of breaking the page."""
