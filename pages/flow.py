@@ -55,8 +55,12 @@ def selected_node(event) -> str | None:
 
 def node_detail(lm: LoadedModel, flow: InformationFlow, text: str, node_id: str) -> None:
     """What a clicked node leads to: a head's attention pattern, an MLP's most relevant neurons and SAE features."""
-    node = next((n for n in flow.graph(0.0)[0] if n.id == node_id), None)
-    if node is None:
+    nodes = flow.graph(0.0)[0]
+    node = next((n for n in nodes if n.id == node_id), None)
+    if node is None:  # only a link can name a node the graph lacks (a click names a drawn one)
+        examples = [n.id for n in nodes if n.kind in ("head", "mlp")][:3]
+        st.warning(f"The link opens node {node_id!r}, which this graph does not have (its nodes are named like "
+                   f"{', '.join(examples) or 't0'}): click a node to open it.")
         return
     st.subheader(f"{node.label}: relevance {node.relevance:+.4g}")
     if node.kind == "head":

@@ -48,7 +48,12 @@ def _picker(label: str, key: str, options: tuple[str, ...], names: dict[str, str
     state = st.session_state
     pick = f"{key}-pick"
     if pick not in state or key in state.get("_url-just-read", ()):
-        state[pick] = [v for v in str(state.get(key, "")).split(",") if v in options]
+        asked = [v for v in str(state.get(key, "")).split(",") if v]
+        state[pick] = [v for v in asked if v in options]
+        unknown = [v for v in asked if v not in options]
+        if unknown and key in state.get("_url-just-read", ()):
+            st.warning(f"Ignored from the link's {label.lower()}: {', '.join(map(repr, unknown))} (this page has "
+                       f"{', '.join(options)}).")
     chosen = st.multiselect(label, list(options), key=pick, format_func=names.get)
     state[key] = ",".join(chosen)
     return chosen

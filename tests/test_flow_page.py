@@ -29,3 +29,18 @@ def test_flow_page_runs_and_the_threshold_filters_without_recomputing(bundled_lm
     assert at.query_params["threshold"] == "0.2" and at.query_params["run"] == "1"
     captions = " ".join(c.value for c in at.caption)
     assert "add up to" in captions and "first becomes the top prediction" in captions
+
+
+def test_a_linked_node_the_graph_lacks_is_named(bundled_lm):
+    """node=zzz in a link drew the graph and no node, without a word: the note names it and how nodes are named."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.apptest_util import APP, ROOT
+
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params.update({"text": "The capital of France is", "node": "zzz", "run": "1"})
+    at.switch_page(str(ROOT / "pages/flow.py"))
+    at.run()
+    assert not at.exception, at.exception
+    (note,) = [w.value for w in at.warning if "zzz" in w.value]
+    assert note.startswith("The link opens node 'zzz', which this graph does not have (its nodes are named like h")

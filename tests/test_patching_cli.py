@@ -120,3 +120,21 @@ def test_bundled_page_cli_and_api_give_one_document(capsys, exports, bundled_lm)
         value = patched_together(bundled_lm.adapter, ready.pair.corrupt_ids, ready.metric, ready.clean,
                                  [Cell("resid", bundled_lm.adapter.n_layers, last)])
     assert value == pytest.approx(ready.clean_value, abs=1e-4)
+
+
+def test_link_components_and_methods_the_page_lacks_are_named(bundled_lm):
+    """components=resid,foo&methods=nope in a link kept resid and dropped the rest without a word."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.apptest_util import APP, ROOT
+
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params.update({"components": "resid,foo", "methods": "nope"})
+    at.switch_page(str(ROOT / "pages/patching.py"))
+    at.run()
+    assert not at.exception, at.exception
+    assert at.multiselect(key="patch-components-pick").value == ["resid"]
+    assert at.multiselect(key="patch-methods-pick").value == []
+    notes = [w.value for w in at.warning]
+    assert any(n.startswith("Ignored from the link's components: 'foo' (this page has resid,") for n in notes), notes
+    assert any(n.startswith("Ignored from the link's methods: 'nope'") for n in notes), notes
