@@ -81,7 +81,12 @@ def patterns_view(lm) -> None:
         st.session_state["heads-head"] = new
     if st.session_state.get("heads-head") not in names:
         best = max(result.tidy(), key=lambda r: r["previous_token"])
+        asked = st.session_state.get("heads-head")
         st.session_state["heads-head"] = f"{best['layer']}.{best['head']}"
+        if asked:  # a link's head (or one of another model) that this model lacks: say so, never swap silently
+            st.warning(f"There is no head {asked!r} here (heads are layer.head, layers 0–{result.n_layers - 1}, "
+                       f"heads 0–{result.n_heads - 1}): showing {st.session_state['heads-head']}, the strongest "
+                       "previous-token head.")
     write_url(PARAMS, run=PAGE)
     name = st.selectbox("Head (layer.head)", names, key="heads-head")
     layer, head = parse_head(name, result.n_layers, result.n_heads)

@@ -99,8 +99,14 @@ def target_inputs(top: list[str]) -> tuple[str, str | None, tuple | None]:
     kind = st.radio("Explain", TARGETS, horizontal=True, key="relevance-target")
     token, contrast = None, None
     if kind == "A token I pick":
-        if st.session_state.get("relevance-pick") not in top:  # a link's pick from another text: the first
-            st.session_state["relevance-pick"] = top[0]
+        state = st.session_state
+        asked = state.get("relevance-pick")
+        if asked not in top:  # a pick from another text: the first of this one's
+            state["relevance-pick"] = top[0]
+            if asked and "relevance-pick" in state.get("_url-just-read", ()) and not state.get("relevance-typed"):
+                state["relevance-typed"] = asked  # a link's token is what it asks to explain, top 10 or not
+                st.info(f"The link's token {asked!r} is not among this text's 10 likeliest next tokens; it is in "
+                        "the box below, which explains any single token.")
         picked = st.selectbox("Next token (top 10)", top, format_func=repr, key="relevance-pick")
         typed = st.text_input("…or type a token (a single token; '#id' for an id)", key="relevance-typed")
         token = typed or picked

@@ -235,3 +235,20 @@ def test_patterns_from_one_pass_stopped_after_the_last_attention_equal_a_full_pa
     report = sink_report(lm.adapter, ids, 0 if prepended else None)
     assert result.sinks == report.rows(result.tokens, words(model_kind(lm.adapter))["sink"])
     assert foreign_hooks(lm.model) == [] and not editing(lm.model)
+
+
+@pytest.mark.bundled
+def test_a_linked_head_the_model_lacks_is_named(bundled_lm):
+    """head=99.0 in a link opened the strongest previous-token head instead, without a word."""
+    from tests.apptest_util import open_page
+
+    at = open_page("pages/heads.py", **{"heads-text": "The cat sat on the mat.", "heads-head": "99.0"})
+    at.button(key="heads-run").click().run()
+    assert not at.exception, at.exception
+    shown = at.selectbox(key="heads-head").value
+    layers, heads = bundled_lm.adapter.n_layers, bundled_lm.adapter.n_heads
+    assert shown != "99.0" and (f"There is no head '99.0' here (heads are layer.head, layers 0–{layers - 1}, heads "
+                                f"0–{heads - 1}): showing {shown}, the strongest previous-token head.") in [
+        w.value for w in at.warning]
+    at.run()  # said once: the head shown is now the page's own
+    assert not [w.value for w in at.warning if "99.0" in w.value]

@@ -224,3 +224,19 @@ def test_every_run_gives_the_browser_the_bos_value_the_page_chose(app):
         assert toggle.proto.set_value and toggle.proto.value is True
         app.run()
         assert not app.exception, app.exception
+
+
+def test_a_linked_token_outside_the_top_10_is_explained_not_swapped(bundled_lm):
+    """pick=' Paris' in a link whose text does not rank it in its top 10 explained the top token instead, without a
+    word; now the token goes to the typed-token box (which takes any single token) and the page says so."""
+    fresh = AppTest.from_file(APP, default_timeout=300)
+    fresh.query_params.update({"text": "The cat sat on the", "target": "A token I pick", "pick": " Paris",
+                               "run": "1"})
+    fresh.switch_page(str(ROOT / PAGE))
+    fresh.run()
+    assert not fresh.exception, fresh.exception
+    assert fresh.text_input(key="relevance-typed").value == " Paris"
+    assert any(i.value.startswith("The link's token ' Paris' is not among this text's 10 likeliest") for i in
+               fresh.info)
+    assert any(m.value.startswith("**AttnLRP: relevance for ' Paris'") for m in fresh.markdown), [
+        m.value for m in fresh.markdown][:5]
