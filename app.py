@@ -35,7 +35,8 @@ DTYPES = ["float32", "bfloat16", "float16", "float64"]
 
 def model_from_url(names: list[str]) -> None:
     """On a session's first run, the sidebar's model, device and dtype from the URL (pages write them there when
-    they differ from the defaults, so a shared link opens on the same model); unknown values are left out."""
+    they differ from the defaults, so a shared link opens on the same model); a device or dtype the picker does not
+    offer is left out with a note."""
     state = st.session_state
     if state.get("_url-read-model"):
         return
@@ -46,10 +47,15 @@ def model_from_url(names: list[str]) -> None:
         state["model_choice"] = model
     elif model and len(model) <= 500:
         state["model_choice"], state["model_custom"] = OTHER, model
-    if params.get("device") in DEVICES:
-        state["device"] = params["device"]
-    if params.get("dtype") in DTYPES:
-        state["dtype"] = params["dtype"]
+    ignored = []
+    for key, allowed in (("device", DEVICES), ("dtype", DTYPES)):
+        value = params.get(key)
+        if value in allowed:
+            state[key] = value
+        elif value is not None:
+            ignored.append(f"{key}={value!r} (one of {', '.join(allowed)})")
+    if ignored:
+        st.warning(f"Ignored link parameter(s): {'; '.join(ignored)}.")
     state.setdefault("model_choice", DEFAULT_MODEL)
 
 

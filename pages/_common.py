@@ -161,9 +161,13 @@ def url_is_new(page: str) -> bool:
     return state.get("_url-page") != page and bool(here) and here != state.get("_url-wrote")
 
 
+SIDEBAR_PARAMS = {"model", "device", "dtype", "run"}  # read by app.py (the sidebar) and by committed()
+
+
 def url_inputs(page: str, params: Sequence[Param]) -> None:
     """Before the widgets: when url_is_new(page), take each input from the URL (checked; a value the input cannot
-    take is ignored with a note), then give every input without a value its default. Registers `params` as the
+    take, or a parameter the page does not have, is ignored with a note), then give every input without a value its
+    default. Registers `params` as the
     page's inputs, for the snapshot a Run takes (committed)."""
     state = st.session_state
     state.pop("_text-upload", None)  # set again by this run's text_source
@@ -181,6 +185,8 @@ def url_inputs(page: str, params: Sequence[Param]) -> None:
             else:
                 state[param.key] = value
                 state["_url-just-read"].add(param.key)
+        known = {param.url for param in params} | SIDEBAR_PARAMS
+        ignored += [name for name in st.query_params if name not in known]  # a typo, or another page's input
         if ignored:
             st.warning(f"Ignored link parameter(s) this page cannot use: {', '.join(ignored)}.")
         # a link with run=1 commits the inputs it carries: for the first Run the page reaches on this visit only

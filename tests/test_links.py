@@ -28,5 +28,20 @@ def test_a_link_opens_on_its_model_and_dtype_and_keeps_them():
 def test_an_unknown_model_or_device_in_a_link_is_said_not_raised(tmp_path):
     at = open_app(model=str(tmp_path / "no-such-model"), device="tpu")
     assert not at.exception, at.exception
-    assert at.selectbox(key="device").value == "auto"  # a device the picker does not offer is ignored
+    assert at.selectbox(key="device").value == "auto"  # a device the picker does not offer is ignored, and said
+    assert "Ignored link parameter(s): device='tpu' (one of auto, cpu, cuda, mps)." in [w.value for w in at.warning]
     assert any("Could not load model" in e.value for e in at.error)
+
+
+def test_a_parameter_the_page_does_not_have_is_named():
+    """A typo in a link (neuron= for neurons=) was dropped without a word; the page's note now lists it beside the
+    values it cannot take."""
+    from tests.apptest_util import ROOT
+
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.query_params.update({"model": "adder", "text": "12 + 30 =", "neuron": "5", "numbers": "-3"})
+    at.switch_page(str(ROOT / "pages/fourier.py"))
+    at.run()
+    assert not at.exception, at.exception
+    notes = [w.value for w in at.warning if w.value.startswith("Ignored link parameter(s) this page cannot use")]
+    assert notes == ["Ignored link parameter(s) this page cannot use: numbers, text, neuron."], notes
