@@ -126,8 +126,12 @@ def main() -> None:
         write_url(params)
         return
     archs = table.architectures
-    if st.session_state.get("pareto_baseline") not in archs:
+    asked = st.session_state.get("pareto_baseline")
+    if asked not in archs:
         st.session_state["pareto_baseline"] = "relu" if "relu" in archs else archs[0]
+        if asked:  # a link's baseline, or one the previous sweep had: say which one the ratios use instead
+            st.warning(f"This sweep has no {asked!r} SAEs to be the baseline (it has {', '.join(archs)}): the ratios "
+                       f"are relative to {st.session_state['pareto_baseline']}.")
     baseline = st.selectbox("Baseline", archs, key="pareto_baseline", help="The ratios are relative to it.")
     write_url(params)
     analysis = pareto_analysis(table, baseline=baseline)

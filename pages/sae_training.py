@@ -68,8 +68,12 @@ def settings(lm: LoadedModel) -> dict | None:
     c1, c2, c3 = st.columns(3)
     hook = c1.selectbox("Hook point", hooks, key="sae_train_hook")
     if "sae_train_archs" not in st.session_state:
-        st.session_state["sae_train_archs"] = [a for a in st.session_state["sae_train_archs_text"].split(",")
-                                               if a in ARCHITECTURES]
+        asked = [a for a in st.session_state["sae_train_archs_text"].split(",") if a]
+        st.session_state["sae_train_archs"] = [a for a in asked if a in ARCHITECTURES]
+        unknown = [a for a in asked if a not in ARCHITECTURES]
+        if unknown:  # only a link can name one (the page writes what its picker holds)
+            st.warning(f"Ignored from the link's architectures: {', '.join(map(repr, unknown))} (this page trains "
+                       f"{', '.join(ARCHITECTURES)}).")
     archs = c2.multiselect("Architectures (trained together from one buffer)", list(ARCHITECTURES),
                            format_func=lambda name: ARCHITECTURES[name].label, key="sae_train_archs")
     st.session_state["sae_train_archs_text"] = ",".join(archs)

@@ -117,3 +117,19 @@ def test_training_page_takes_architectures_and_knobs_from_the_registry(setup):
     for cls in trainable:
         box = at.number_input(key=f"sae_train_{cls.knob.kind}_{cls.short_name}")
         assert box.value == cls.knob.default and cls.label in box.label
+
+
+def test_a_linked_architecture_the_page_lacks_is_named(setup):
+    """archs=relu,foo in a link kept relu and dropped foo without a word."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.apptest_util import APP, ROOT
+
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params.update({"archs": "relu,foo"})
+    at.switch_page(str(ROOT / "pages/sae_training.py"))
+    at.run()
+    assert not at.exception, at.exception
+    assert at.multiselect(key="sae_train_archs").value == ["relu"]
+    assert any(w.value.startswith("Ignored from the link's architectures: 'foo' (this page trains relu,")
+               for w in at.warning), [w.value for w in at.warning]

@@ -79,3 +79,19 @@ def test_a_sweep_folder_by_path_opens_and_a_wrong_folder_is_a_message(tiny_sweep
     assert any("L0 of relu" in m.value or "no ratio to relu" in m.value for m in at.markdown)
     at = open_page(PAGE, pareto_sweep=FOLDER, pareto_path=str(tmp_path))
     assert not at.exception and any("No sweep table" in e.value for e in at.error)
+
+
+def test_a_baseline_the_sweep_lacks_is_named():
+    """baseline=nope in a link gave ratios relative to relu without a word."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.apptest_util import APP, ROOT
+
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params.update({"baseline": "nope"})
+    at.switch_page(str(ROOT / PAGE))
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="pareto_baseline").value == "relu"
+    assert any(w.value.startswith("This sweep has no 'nope' SAEs to be the baseline (it has ") and
+               w.value.endswith("the ratios are relative to relu.") for w in at.warning), [w.value for w in at.warning]
