@@ -85,27 +85,6 @@ def heldout_fvu(lm, tset, skips: list[torch.Tensor], n_tokens: int) -> list[dict
     return [{"layer": layer, "fvu": a / v, "fvu_with_skip": b / v} for layer, (a, b, v) in enumerate(sums)]
 
 
-def with_skip(prepared, skips: list[torch.Tensor]):
-    """GraphRun.final_delta with the skip path in the linear replay (the frozen MLP norm scale, as the features)."""
-    from interpscope.graphs.replay import attention_forward
-
-    def final_delta(interventions, factor, direct_only=False):
-        run = prepared.run
-        dx = torch.zeros(len(interventions), run.n_tokens, run.W_E.shape[1], dtype=run.dtype)
-        for layer in range(run.n_layers):
-            dx = dx + attention_forward(run, layer, dx)
-            normed = dx * (run.mlp_scale[layer][:, None] * run.gamma_mlp[layer])
-            dact = (normed @ prepared.W_enc[layer]) * (prepared.active[layer] & (not direct_only))
-            for row, members in enumerate(interventions):
-                for node in members:
-                    if int(node["layer"]) == layer:
-                        dact[row, int(node["position"]), int(node["feature"])] += (factor - 1.0) * float(
-                            node["activation"])
-            dx = dx + dact @ prepared.W_dec[layer] + normed @ skips[layer][:-1].to(run.dtype)
-        return dx[:, -1]
-    return final_delta
-
-
 def pearson(a: np.ndarray, b: np.ndarray) -> float | None:
     return float(np.corrcoef(a, b)[0, 1]) if len(a) > 2 and a.std() > 0 and b.std() > 0 else None
 
@@ -122,8 +101,8 @@ def probe_prompt(lm, tset, skips: list[torch.Tensor], text: str, n: int) -> dict
     sets = [[node] for node in ranked + control]
     actual = np.array(prepared.actual(sets, 0.0)[0])
     plain = np.array(prepared.predicted(sets, 0.0))
-    prepared.final_delta = with_skip(prepared, skips)  # this instance only
-    skipped = np.array(prepared.predicted(sets, 0.0))
+    linear = [skip[:-1] for skip in skips]  # the fitted bias is a constant: it moves no prediction
+    skipped = np.array(prepared.through_final_norm(prepared.final_delta(sets, 0.0, skips=linear)))
     k = len(ranked)
     beyond = np.array([int(node["layer"]) != lm.adapter.n_layers - 1 for node in ranked])
     return {"text": text, "strongest": k, "beyond_last_block": int(beyond.sum()),

@@ -200,9 +200,11 @@ class GraphRun:
         return (logit(x + delta) - logit(x)).double().tolist()
 
     def final_delta(self, interventions: Sequence[Sequence[dict[str, Any]]], factor: float,
-                    direct_only: bool = False) -> torch.Tensor:
+                    direct_only: bool = False, skips: Sequence[torch.Tensor] | None = None) -> torch.Tensor:
         """The graph's predicted change of the final residual stream at the last position [B, d] (before the final
-        norm), per intervention: what `predicted` reads the logit from."""
+        norm), per intervention: what `predicted` reads the logit from. skips: per layer a linear map [d, d] from
+        the MLP's normed input to its output added to the transcoder's (a skip transcoder's W_skip; for probes
+        such as bench/graph_skip_probe.py, not the graph's own prediction)."""
         run = self.run
         B, T = len(interventions), run.n_tokens
         dx = torch.zeros(B, T, run.W_E.shape[1], dtype=run.dtype)
@@ -216,6 +218,8 @@ class GraphRun:
                         dact[row, int(node["position"]), int(node["feature"])] += (factor - 1.0) * float(
                             node["activation"])
             dx = dx + dact @ self.W_dec[layer]
+            if skips is not None:
+                dx = dx + normed @ skips[layer].to(run.dtype)
         return dx[:, -1]
 
     def freezing(self, parts: Collection[str]) -> AbstractContextManager[None]:
