@@ -20,11 +20,12 @@ PROMPTS = ("The Eiffel Tower is in the city of", "The capital of France is",
            "When Mary and John went to the store, John gave a drink to")
 
 
-def main() -> None:
+def prepared_graphs(prompts=PROMPTS):
+    """Per prompt on SmolLM2 with the shipped transcoders: (lm, tset, graph, its GraphRun, the load average and the
+    perf_counter at the prompt's start). Shared with bench/graph_linearisations.py."""
     import interpscope
     from interpscope.graphs.build import build_graph
-    from interpscope.graphs.grouping import group_by_decoder
-    from interpscope.graphs.interventions import GraphRun, ablation_check
+    from interpscope.graphs.interventions import GraphRun
     from interpscope.sae.transcoder_set import default_transcoder_set, load_transcoder_set
 
     lm = interpscope.load("smollm2-135m", device="cpu")
@@ -32,10 +33,18 @@ def main() -> None:
     if folder is None:
         raise SystemExit("no shipped transcoder set for smollm2-135m")
     tset = load_transcoder_set(folder, lm=lm)
-    for text in PROMPTS:
+    for text in prompts:
         load, start = os.getloadavg(), time.perf_counter()
         graph = build_graph(lm, tset, text)
-        prepared = GraphRun(lm, tset, graph)
+        yield lm, tset, graph, GraphRun(lm, tset, graph), load, start
+
+
+def main() -> None:
+    from interpscope.graphs.grouping import group_by_decoder
+    from interpscope.graphs.interventions import ablation_check
+
+    for lm, tset, graph, prepared, load, start in prepared_graphs():
+        text = graph.text
         singles = ablation_check(lm, tset, graph, n=20, prepared=prepared)
         groups = group_by_decoder(graph.nodes, tset, 0.5, singletons=True)
         supers = ablation_check(lm, tset, graph, n=20, groups=groups, prepared=prepared)

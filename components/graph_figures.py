@@ -157,7 +157,8 @@ def ablation_scatter(check: Any) -> go.Figure:
     """Predicted (x) vs actual (y) change of the target logit per ablation: the strongest nodes and the random
     control, the y = x line, r of each in the title."""
     fig = go.Figure()
-    every = [row[k] for row in check.rows for k in ("predicted", "actual")] or [0.0, 1.0]
+    every = [row[k] for row in check.rows for k in ("predicted", "actual", "predicted_real_linear")
+             if row.get(k) is not None] or [0.0, 1.0]
     low, high = min(every), max(every)
     pad = 0.05 * (high - low or 1.0)
     fig.add_trace(go.Scatter(x=[low - pad, high + pad], y=[low - pad, high + pad], mode="lines", name="y = x",
@@ -175,16 +176,26 @@ def ablation_scatter(check: Any) -> go.Figure:
                                  name=name, marker=dict(color=colour, size=9, symbol=symbol,
                                                         line=dict(width=2, color=colour)),
                                  hovertext=[r["label"] for r in rows], hoverinfo="text+x+y"))
+    estimated = [row for row in check.rows
+                 if row["set"] == "strongest" and row.get("predicted_real_linear") is not None]
+    if estimated:  # a reference, not the graph: off until the legend entry is clicked, so x stays the graph's
+        fig.add_trace(go.Scatter(x=[r["predicted_real_linear"] for r in estimated], y=[r["actual"] for r in estimated],
+                                 mode="markers", visible="legendonly",
+                                 name="strongest, x = the real model's first-order estimate (not the graph)",
+                                 marker=dict(color="#756bb1", size=9, symbol="x"),
+                                 hovertext=[r["label"] for r in estimated], hoverinfo="text+x+y"))
 
     def said(r: float | None) -> str:
         return "n/a" if r is None else f"{r:.2f}"
     beyond = getattr(check, "r_beyond_last_layer", None)
     before = (f", {said(beyond)} (strongest before the last block)"
               if getattr(check, "n_last_layer", 0) and beyond is not None else "")
-    fig.update_layout(title=f"Ablations: predicted vs actual logit change · r = {said(check.r)} (strongest){before}, "
-                            f"{said(check.r_control)} (random control)", template="plotly_white", height=460,
+    reference = getattr(check, "r_real_linear", None)
+    real = f"<br>the real model's own first-order estimate: r = {said(reference)} (strongest)" if estimated else ""
+    fig.update_layout(title=f"Ablations: predicted vs actual logit change<br>r = {said(check.r)} (strongest){before}, "
+                            f"{said(check.r_control)} (random control){real}", template="plotly_white", height=500,
                       xaxis_title="predicted by the graph", yaxis_title="actual (real forward pass)",
-                      margin=dict(l=60, r=20, t=60, b=60))
+                      margin=dict(l=60, r=20, t=100, b=60))
     return fig
 
 
@@ -194,8 +205,13 @@ def intervention_figure(results: Sequence[Any]) -> go.Figure:
     labels = [f"{r.label} ({'ablate' if r.mode == 'ablate' else f'×{r.factor:g}'})" for r in results]
     for name, key, colour in (("predicted (all paths)", "predicted", "#e6781e"),
                               ("predicted (pruned graph)", "predicted_pruned", "#fdb863"),
+                              ("real model's first-order estimate (not the graph)", "predicted_real_linear",
+                               "#9e9ac8"),
                               ("actual (real forward pass)", "actual", "#333333")):
-        fig.add_trace(go.Bar(x=labels, y=[getattr(r, key) for r in results], name=name, marker_color=colour))
+        values = [getattr(r, key, None) for r in results]
+        if all(v is None for v in values):  # a result made before the estimate existed: no bar, not 0
+            continue
+        fig.add_trace(go.Bar(x=labels, y=values, name=name, marker_color=colour))
     fig.update_layout(barmode="group", template="plotly_white", height=360, yaxis_title="change of the target logit",
                       margin=dict(l=60, r=20, t=40, b=80), title="Interventions")
     return fig

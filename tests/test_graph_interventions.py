@@ -435,3 +435,84 @@ def test_the_ablation_check_reports_labelled_readouts(exact):
         ablation_check(lm, tset, graph, n=3, prepared=prepared, readouts=["softmax_frozen"])
     with pytest.raises(InterpscopeError, match="Unknown part"):
         prepared.actual([[graph.nodes[0]]], 0.0, freeze=("layernorms",))
+
+
+def test_the_real_models_first_order_estimate_is_its_gradient():
+    """predicted_real_linear is the real model's own linearisation: on an ordinary (nonlinear) tiny Llama a tiny
+    steer (x 1.001) moves the real logit by what it says to first order, a full ablation does not match it
+    exactly (it is an estimate), and with every part of the replacement model imposed it IS the graph's all-linear
+    prediction (the graph is the exact linearisation of the local replacement model). Memoised per freeze set."""
+    from interpscope.graphs.freeze import PARTS
+
+    lm = tiny_llama_lm(eps=1e-6)
+    tset = random_transcoder_set(lm, width=32, seed=1)
+    graph = hand_graph(lm, tset, per_layer=4)
+    prepared = GraphRun(lm, tset, graph)
+    sets = [[n] for n in graph.nodes if n["kind"] == "feature" and n["layer"] == 0][:4]
+    assert len(sets) == 4
+    eps = 0.01  # central difference: the second-order terms cancel (the norms compute in float32: no tiny eps)
+    estimate = prepared.predicted_real_linear(sets, 1.0 + eps)
+    up, _ = prepared.actual(sets, 1.0 + eps)
+    down, _ = prepared.actual(sets, 1.0 - eps)
+    assert max(abs(e) for e in estimate) > 1e-4  # a real effect, not 0 == 0
+    for e, a, b in zip(estimate, up, down, strict=True):
+        assert e == pytest.approx((a - b) / 2, rel=2e-2, abs=1e-6)
+    ablated_estimate = prepared.predicted_real_linear(sets, 0.0)
+    assert ablated_estimate == pytest.approx([e / -eps for e in estimate], rel=1e-9)  # linear in the edit
+    ablated, _ = prepared.actual(sets, 0.0)
+    assert max(abs(e - a) / max(abs(a), 1e-9) for e, a in zip(ablated_estimate, ablated, strict=True)) > 1e-3
+    replacement = prepared.predicted_real_linear(sets, 0.0, freeze=PARTS)
+    assert replacement == pytest.approx(prepared.predicted_linear(sets, 0.0), rel=1e-6, abs=1e-9)
+    assert max(abs(r - e) for r, e in zip(replacement, ablated_estimate, strict=True)) > 1e-4  # freezing matters
+    assert prepared.real_gradients(PARTS) is prepared.real_gradients(list(reversed(PARTS)))
+
+
+def test_the_ablation_check_and_interventions_carry_the_real_estimate(exact):
+    """On the exact model the real model is linear in the edit, so its first-order estimate equals the real change;
+    the check's r over it, its sentence, the scatter's reference trace and an intervention's field all carry it."""
+    lm, tset, graph, prepared = exact
+    check = ablation_check(lm, tset, graph, n=4, seed=0, prepared=prepared)
+    for row in check.rows:
+        # (to float32 rounding: the model's norms compute in float32 even in this float64 model)
+        assert row["predicted_real_linear"] == pytest.approx(row["actual"], rel=1e-3, abs=1e-7)
+    strongest = [r for r in check.rows if r["set"] == "strongest"]
+    assert check.r_real_linear == pytest.approx(pearson([r["predicted_real_linear"] for r in strongest],
+                                                        [r["actual"] for r in strongest]))
+    doc = check.to_dict()
+    assert doc["schema_version"] == 3 and doc["r_real_linear"] == check.r_real_linear
+    assert f"reaches r = {check.r_real_linear:.2f} on the strongest" in check.summary()
+    trace = next(t for t in check.figure().data if "first-order estimate" in (t.name or ""))
+    assert trace.visible == "legendonly" and list(trace.x) == [r["predicted_real_linear"] for r in strongest]
+    node = strongest[0]["nodes"][0]
+    result = intervene(lm, tset, graph, [node], prepared=prepared)
+    assert result.predicted_real_linear == pytest.approx(result.actual, rel=1e-3)
+    assert result.to_dict()["schema_version"] == 3
+    assert f"{result.predicted_real_linear:+.3f}" in result.summary()
+
+
+def test_the_check_says_what_the_real_estimate_means_from_the_numbers():
+    """The clause after the real estimate's r follows the numbers: graph misses and the estimate meets -> the
+    graph's own miss; the estimate misses -> a non-linear answer; both meet -> no verdict."""
+    from interpscope.graphs.interventions import AblationCheck
+
+    def said(r: float, real: float) -> str:
+        return AblationCheck(model="m", text="t", target={}, n=1, r=r, r_real_linear=real).summary()
+    assert "the graph's miss is its own" in said(0.3, 0.95)
+    assert "answers these ablations non-linearly" in said(0.3, 0.5)
+    both = said(0.9, 0.95)
+    assert "miss is its own" not in both and "non-linearly" not in both and "reaches r = 0.95" in both
+    assert "first-order" not in AblationCheck(model="m", text="t", target={}, n=1, r=0.9).summary()
+
+
+def test_active_feature_rebuilds_a_member_and_refuses_the_rest(exact):
+    lm, tset, graph, prepared = exact
+    node = next(n for n in graph.nodes if n["kind"] == "feature")
+    member = prepared.active_feature(node["id"])
+    keys = ("layer", "position", "feature")
+    assert {k: member[k] for k in keys} == {k: node[k] for k in keys}
+    assert member["activation"] == pytest.approx(node["activation"], rel=1e-6)
+    assert prepared.predicted_real_linear([[member]], 0.0) == prepared.predicted_real_linear([[node]], 0.0)
+    inactive = next((L, p, f) for L, a in enumerate(prepared.active) for p, f in (~a).nonzero().tolist())
+    for bad in (f"F{inactive[0]}_{inactive[2]}_{inactive[1]}", "F0_99999_0", "R0_1", "F0_x_1", "E_3"):
+        with pytest.raises(InterpscopeError):
+            prepared.active_feature(bad)

@@ -93,9 +93,8 @@ def _constant(value: torch.Tensor) -> OutputHook:
 def _transcoder_mlp(transcoder: Any, W_dec: torch.Tensor, error: torch.Tensor) -> OutputHook:
     """An MLP replaced by its transcoder's features (ReLU live) plus the clean run's error node per position."""
     def hook(module: Any, args: tuple, output: torch.Tensor) -> torch.Tensor:
-        x = args[0]
-        with torch.no_grad():
-            acts = transcoder.encode(x.to(transcoder.W_enc.dtype)).to(W_dec.dtype)
+        x = args[0]  # differentiable (for a linearisation of this model); a plain readout runs without grad
+        acts = transcoder.encode(x.to(transcoder.W_enc.dtype)).to(W_dec.dtype)
         rebuilt = acts @ W_dec.to(acts.device) + error[: x.shape[-2]].to(device=acts.device)
         return rebuilt.to(output.dtype)
     return hook

@@ -27,6 +27,12 @@ leave this module, so no edited run's output is cached anywhere.
 The ablation check ablates the graph's strongest feature nodes (or supernodes) one by one and reports the Pearson r
 of predicted vs actual changes (the issue's target: >= 0.8) beside a CONTROL: the same for random feature nodes.
 
+`predicted_real_linear` is NOT the graph's: the real model's own first-order estimate of the same edit (the target
+logit's gradient at hook_mlp_out in one clean forward and backward pass, dotted with the edit), a reference for how
+far any linear prediction can go. Where it tracks the real changes and the graph does not, the miss is the
+replacement model's (frozen patterns and norm scales, transcoders); where it does not either, the real model
+answers non-linearly.
+
 `edge_heads` splits one edge by the attention heads that carry it: with the patterns and norm scales frozen, the
 part of s -> t that passes through exactly one head (l, h) is P[l, h, t_pos, s_pos] (s_l[s_pos] gamma_l * v_s) W_V^h
 W_O^h . u_t, beside the residual path (same position) and the rest (paths through two or more heads).
@@ -155,6 +161,7 @@ class GraphRun:
         keeps = "logits_to_keep" in inspect.signature(type(lm.model).forward).parameters
         self._projections: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # for frozen-attention readouts
         self._errors: list[torch.Tensor] | None = None  # the error nodes per layer [T, d], for transcoder readouts
+        self._gradients: dict[frozenset[str], list[torch.Tensor]] = {}  # real_gradients, per freeze set
         self.final_eps = lm.adapter.norm_eps(lm.adapter.final_norm())
         self.last_only: dict[str, Any] = {"logits_to_keep": 1} if keeps else {}  # unembed the last position only
 
@@ -173,6 +180,21 @@ class GraphRun:
         return [{"id": node_id("feature", layer, p, f), "kind": "feature", "layer": layer, "position": p,
                  "token": tokens[p], "feature": f, "activation": float(self.acts[layer][p, f])}
                 for layer, p, f in (found[int(i)] for i in picks)]
+
+    def active_feature(self, feature_id: str) -> dict[str, Any]:
+        """The feature node `F<layer>_<feature>_<position>` of this prompt (in the pruned graph or not) as a member
+        for predicted* / actual, with its activation in this run; refused unless it is active here."""
+        try:
+            layer, feature, position = (int(part) for part in feature_id.removeprefix("F").split("_"))
+        except ValueError:
+            raise InterpscopeError(f"{feature_id!r} is not a feature node id (F<layer>_<feature>_<position>)."
+                                   ) from None
+        in_range = 0 <= layer < len(self.acts) and 0 <= position < self.acts[layer].shape[0] \
+            and 0 <= feature < self.acts[layer].shape[1]
+        if not feature_id.startswith("F") or not in_range or not bool(self.active[layer][position, feature]):
+            raise InterpscopeError(f"{feature_id} is not an active feature of this prompt.")
+        return {"id": feature_id, "kind": "feature", "layer": layer, "position": position, "feature": feature,
+                "token": self.graph.tokens[position], "activation": float(self.acts[layer][position, feature])}
 
     def predicted(self, interventions: Sequence[Sequence[dict[str, Any]]], factor: float,
                   direct_only: bool = False) -> list[float]:
@@ -221,6 +243,43 @@ class GraphRun:
             if skips is not None:
                 dx = dx + normed @ skips[layer].to(run.dtype)
         return dx[:, -1]
+
+    def real_gradients(self, freeze: Collection[str] = ()) -> list[torch.Tensor]:
+        """Per block, the target logit's gradient with respect to the MLP's output [T, d] (hook_mlp_out, where the
+        interventions edit), from one forward and backward pass of the REAL model: a zero tensor is added there
+        through scoped hooks and differentiated (no parameter gradient). freeze: parts of the replacement model
+        imposed on that pass (interpscope.graphs.freeze), for a diagnostic linearisation. Kept per freeze set; it
+        is a clean run's gradient, so no edited run's output is held."""
+        from interpscope.capture import capture, hooks
+
+        key = frozenset(freeze)
+        if key in self._gradients:
+            return self._gradients[key]
+        lm = self.lm
+        ids = graph_input_ids(lm, self.graph)
+        zeros = [torch.zeros(1, ids.shape[1], W.shape[1], dtype=self.run.dtype, requires_grad=True)
+                 for W in self.W_dec]
+        named: dict[str, EditFn] = {str(self.transcoders.hook_out_name(layer)): _adder(zero)
+                                    for layer, zero in enumerate(zeros)}
+        with self.freezing(freeze), hooks(lm.adapter, named):  # as in `actual`: the freeze first
+            logits = capture(lm.adapter, ids, [], grad=True, **self.last_only).require_logits()
+            grads = torch.autograd.grad(logits[-1, self.target_id], zeros, allow_unused=True)
+        found = [torch.zeros_like(z[0]) if g is None else g[0].detach() for z, g in zip(zeros, grads, strict=True)]
+        self._gradients[key] = found
+        return found
+
+    def predicted_real_linear(self, interventions: Sequence[Sequence[dict[str, Any]]], factor: float,
+                              freeze: Collection[str] = ()) -> list[float]:
+        """The real model's own first-order estimate of each intervention's change of the target logit (attribution
+        patching: the gradient at hook_mlp_out dotted with the edit (factor - 1) a W_dec[f], summed over members),
+        through the live attention, norms and MLPs. NOT the graph's prediction: a reference for how far any
+        linear prediction of these interventions can go on this prompt. freeze: the same estimate for the real
+        model with parts of the replacement model imposed (a diagnostic)."""
+        grads = self.real_gradients(freeze)
+        return [sum((factor - 1.0) * float(node["activation"]) * float(
+            self.W_dec[int(node["layer"])][int(node["feature"])].double()
+            @ grads[int(node["layer"])][int(node["position"])].double()) for node in members)
+            for members in interventions]
 
     def freezing(self, parts: Collection[str]) -> AbstractContextManager[None]:
         """The real model with `parts` of the replacement model's assumptions imposed (interpscope.graphs.freeze),
@@ -296,9 +355,12 @@ class InterventionResult(Result):
     actual: float
     predicted_linear: float | None = None
     seconds: float = 0.0
+    predicted_real_linear: float | None = None
 
     SCHEMA = "interpscope.graph.intervention"
-    SCHEMA_VERSION = 2  # 2: `predicted` through the live final norm, the all-linear one as predicted_linear
+    # 2: `predicted` through the live final norm, the all-linear one as predicted_linear. 3: predicted_real_linear,
+    # the real model's own first-order estimate (GraphRun.predicted_real_linear; not the graph's)
+    SCHEMA_VERSION = 3
 
     @property
     def error(self) -> float:
@@ -318,7 +380,9 @@ class InterventionResult(Result):
         return (f"{what} {self.label} moves the {self.target.get('token', 'target')!r} logit by {self.actual:+.3f} in "
                 f"the real model; the graph predicts {self.predicted:+.3f} ({self.predicted_pruned:+.3f} from the "
                 f"pruned graph's edges alone" + (f", {self.predicted_linear:+.3f} with the final norm's scale frozen"
-                                                 if self.predicted_linear is not None else "") + f"): {verdict}.")
+                                                 if self.predicted_linear is not None else "") + f"): {verdict}."
+                + (f" The real model's own first-order estimate (its gradient times the edit, not the graph) is "
+                   f"{self.predicted_real_linear:+.3f}." if self.predicted_real_linear is not None else ""))
 
 
 def node_label(members: Sequence[dict[str, Any]]) -> str:
@@ -340,12 +404,14 @@ def intervene(lm: LoadedModel, transcoders: Any, graph: AttributionGraph, node_i
     prepared = prepared or GraphRun(lm, transcoders, graph)
     (predicted,) = prepared.predicted([members], factor)
     (linear,) = prepared.predicted_linear([members], factor)
+    (real_linear,) = prepared.predicted_real_linear([members], factor)
     pruned = prepared.pruned.predicted([str(n["id"]) for n in members], factor)
     (actual,), clean = prepared.actual([members], factor)
     return InterventionResult(model=graph.model, text=graph.text, target=dict(graph.target), mode=mode,
                               factor=factor, nodes=[str(n["id"]) for n in members],
                               label=label or node_label(members), clean_logit=clean, predicted=predicted,
                               predicted_pruned=pruned, actual=actual, predicted_linear=linear,
+                              predicted_real_linear=real_linear,
                               seconds=time.perf_counter() - start)
 
 
@@ -372,6 +438,13 @@ class AblationCheck(Result):
     float rounding). n_last_layer counts such rows among the strongest; r_beyond_last_layer is r over the other
     strongest rows (absent with fewer than 3), so a reader sees how much of r such rows make.
 
+    predicted_real_linear / r_real_linear (r_real_linear_control over the control rows): the REAL model's own
+    first-order estimate of each ablation (attribution patching: the target logit's gradient at hook_mlp_out in a
+    clean pass dotted with the removed write), through the live attention, norms and MLPs. It is not the graph's
+    prediction; it says how far a linear prediction of these ablations can go on this prompt at all, so a reader
+    can tell a graph that misses what a linear estimate gets (the replacement model's frozen parts and transcoders)
+    from ablations the real model answers non-linearly (where no linear graph can follow).
+
     r_readouts (present only when asked for): the r of the same predictions against DIAGNOSTIC readouts, the real
     model with parts of the replacement model's assumptions imposed (interpscope.graphs.freeze.READOUTS, e.g.
     "attention_norms_frozen", circuit-tracer's convention): where the prediction's error comes from (a readout
@@ -395,9 +468,13 @@ class AblationCheck(Result):
     seconds: float = 0.0
     n_last_layer: int = 0
     r_beyond_last_layer: float | None = None
+    r_real_linear: float | None = None
+    r_real_linear_control: float | None = None
 
     SCHEMA = "interpscope.graph.ablation_check"
-    SCHEMA_VERSION = 2  # 2: predicted through the live final norm; predicted_linear and r_linear beside it
+    # 2: predicted through the live final norm; predicted_linear and r_linear beside it. 3: the real model's own
+    # first-order estimate per row (predicted_real_linear) and its r (r_real_linear, r_real_linear_control)
+    SCHEMA_VERSION = 3
 
     def tidy(self) -> list[dict[str, Any]]:
         """One flat row per ablation (a diagnostic readout as a column `readout: <name>`)."""
@@ -419,7 +496,24 @@ class AblationCheck(Result):
                 f"pruned graph's edges alone: r = {said(self.r_pruned)}; all linear, the final norm's scale frozen "
                 f"too: r = {said(self.r_linear)}); over {len(self.rows) - len(strongest)} "
                 f"random active features (the control) r = {said(self.r_control)}." + self._last_layer_said(said)
-                + self._readouts_said(said))
+                + self._real_linear_said(said) + self._readouts_said(said))
+
+    def _real_linear_said(self, said: Callable[[float | None], str]) -> str:
+        """The real model's first-order estimate beside the graph's r, and what the pair says (from the numbers)."""
+        if self.r_real_linear is None and self.r_real_linear_control is None:
+            return ""
+        text = (f" The real model's own first-order estimate (its gradient times the removed write, not the graph) "
+                f"reaches r = {said(self.r_real_linear)} on the strongest "
+                f"(control: {said(self.r_real_linear_control)})")
+        if self.r_real_linear is None or self.r is None:
+            return text + "."
+        if self.r_real_linear >= self.target_r > self.r:
+            return text + (": these ablations are close to linear in the real model, so the graph's miss is its own "
+                           "(frozen attention patterns and norm scales, transcoders in place of the MLPs).")
+        if self.r_real_linear < self.target_r:
+            return text + (": the real model answers these ablations non-linearly, so no linear prediction, the "
+                           "graph's included, can be expected to track them all.")
+        return text + "."
 
     def _last_layer_said(self, said: Callable[[float | None], str]) -> str:
         if not self.n_last_layer:
@@ -478,6 +572,7 @@ def ablation_check(lm: LoadedModel, transcoders: Any, graph: AttributionGraph, n
     sets_only = [members for _, (members, _) in everything]
     predicted = prepared.predicted(sets_only, 0.0)
     linear = prepared.predicted_linear(sets_only, 0.0)
+    real_linear = prepared.predicted_real_linear(sets_only, 0.0)
     def stage(index: int) -> Callable[[int, int], None] | None:  # one progress bar over the real and the readouts
         if progress is None:
             return None
@@ -494,7 +589,7 @@ def ablation_check(lm: LoadedModel, transcoders: Any, graph: AttributionGraph, n
         influence = strength(members) if all(i in by_id for i in ids) else None
         row = {"set": which, "nodes": ids, "label": label, "influence": influence, "predicted": predicted[k],
                "predicted_linear": linear[k], "predicted_pruned": prepared.pruned.predicted(ids, 0.0),
-               "actual": actual[k]}
+               "predicted_real_linear": real_linear[k], "actual": actual[k]}
         if all(int(m["layer"]) == last_block for m in members):
             row["last_layer"] = True
         if diagnostic:
@@ -516,6 +611,8 @@ def ablation_check(lm: LoadedModel, transcoders: Any, graph: AttributionGraph, n
                          r=r_of("strongest", "predicted"), r_pruned=r_of("strongest", "predicted_pruned"),
                          r_linear=r_of("strongest", "predicted_linear"),
                          r_control=r_of("random", "predicted"),
+                         r_real_linear=r_of("strongest", "predicted_real_linear"),
+                         r_real_linear_control=r_of("random", "predicted_real_linear"),
                          sinks_left_out=[str(node["id"]) for node in features if node.get("sink")], seed=seed,
                          r_readouts=r_readouts("strongest"), r_readouts_control=r_readouts("random"),
                          seconds=time.perf_counter() - start,
