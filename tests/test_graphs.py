@@ -286,6 +286,50 @@ def test_cli_document_equals_api(folders):
     _assert_same(without_timings(document), without_timings(json.loads(json.dumps(api))))
 
 
+def test_cli_ablation_check_document_equals_api(folders, tmp_path):
+    """--ablation-check N --check-json OUT writes the page's / the API's ablation-check document (same rows and r's),
+    the graph's own --json unchanged beside it; --check-supernodes ranks the decoder grouping's supernodes."""
+    from interpscope.graphs.grouping import group_by_decoder
+    from interpscope.graphs.interventions import ablation_check
+    from interpscope.sae.transcoder_set import load_transcoder_set
+
+    lm, model_dir, set_dir = folders
+    text = "The cat sat on the"
+    common = ("graph", "--model", str(model_dir), "--transcoders", str(set_dir), "--text", text, "--node-budget",
+              "15", "--edge-budget", "40", "--max-feature-nodes", "20", "--dtype", "float64")
+    result = _run_cli(*common, "--json", str(tmp_path / "g.json"), "--ablation-check", "3",
+                      "--check-json", "-")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)  # stdout holds the check's document alone
+    tset = load_transcoder_set(set_dir, lm=lm)
+    graph = build_graph(lm, tset, text, node_budget=15, edge_budget=40, max_feature_nodes=20)
+    api = ablation_check(lm, tset, graph, n=3).to_dict()
+    assert document["schema"] == "interpscope.graph.ablation_check" and len(document["rows"]) == 6
+    _assert_same(without_timings(document), without_timings(json.loads(json.dumps(api))))
+    assert json.loads((tmp_path / "g.json").read_text())["schema"] == "interpscope.graph"
+    grouped = _run_cli(*common, "--ablation-check", "2", "--check-supernodes", "0.2")
+    assert grouped.returncode == 0, grouped.stderr
+    groups = group_by_decoder(graph.nodes, tset, 0.2, singletons=True)
+    summary = ablation_check(lm, tset, graph, n=2, groups=groups).summary()
+    assert summary in grouped.stdout and "Attribution graph of" in grouped.stdout
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--check-json", "-"), "need(s) --ablation-check N"),
+    (("--check-readouts",), "need(s) --ablation-check N"),
+    (("--ablation-check", "2", "--check-supernodes", "1.5"), "cosine in (0, 1]"),
+    (("--ablation-check", "2", "--json", "-", "--check-json", "-"), "two documents to stdout"),
+])
+def test_cli_ablation_check_refusals_exit_2(folders, capsys, extra, message):
+    from interpscope.cli import main
+
+    _, model_dir, set_dir = folders
+    assert main(["graph", "--model", str(model_dir), "--transcoders", str(set_dir), "--text", "The cat",
+                 *extra]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+
+
 def _assert_same(a, b, where: str = "") -> None:
     """Equal documents, floats to 1e-9 relative (the command runs one thread, this process two)."""
     if isinstance(a, dict):

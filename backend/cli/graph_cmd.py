@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from interpscope.cli.argtypes import int_at_least
 from interpscope.cli.common import add_model_args, check_out_file, emit_json, load_from_args
@@ -53,7 +54,36 @@ def register(subparsers) -> None:
                        help="also the LRP edges into this many kept features, most influential first (one more LRP "
                             "pass each; default 0)")
     graph.add_argument("--json", metavar="OUT", help="write JSON to OUT ('-' for stdout)")
+    check = graph.add_argument_group(
+        "ablation check", "ablate the graph's strongest feature nodes one by one in real forward passes and compare "
+                          "the logit changes with the graph's predictions (schema interpscope.graph.ablation_check, "
+                          "the page's export)")
+    check.add_argument("--ablation-check", type=int_at_least(0), default=0, metavar="N",
+                       help="ablate the N strongest feature nodes and N random active features (the control); "
+                            "0 (default): no check")
+    check.add_argument("--check-supernodes", type=float, metavar="THRESHOLD",
+                       help="rank and ablate supernodes instead: features grouped by decoder cosine >= THRESHOLD "
+                            "(in (0, 1]; singletons kept, as the page's automatic grouping)")
+    check.add_argument("--check-readouts", action="store_true",
+                       help="also the diagnostic readouts (the real model with the graph's frozen parts imposed)")
+    check.add_argument("--check-json", metavar="OUT", help="write the check's JSON to OUT ('-' for stdout)")
     graph.set_defaults(func=run_graph)
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuse check options that would be ignored, and two documents on one stdout, before anything runs."""
+    from interpscope.config import InterpscopeError
+
+    if not args.ablation_check:
+        given = [flag for flag, value in (("--check-supernodes", args.check_supernodes is not None),
+                                          ("--check-readouts", args.check_readouts),
+                                          ("--check-json", args.check_json)) if value]
+        if given:
+            raise InterpscopeError(f"{', '.join(given)} need(s) --ablation-check N (N >= 1).")
+    if args.check_supernodes is not None and not 0.0 < args.check_supernodes <= 1.0:
+        raise InterpscopeError(f"--check-supernodes must be a cosine in (0, 1], got {args.check_supernodes:g}.")
+    if args.json == "-" and args.check_json == "-":
+        raise InterpscopeError("--json - and --check-json - would write two documents to stdout; give one a file.")
 
 
 def run_graph(args: argparse.Namespace) -> int:
@@ -63,7 +93,9 @@ def run_graph(args: argparse.Namespace) -> int:
     from interpscope.sae.transcoder_set import default_transcoder_set, load_transcoder_set
 
     check_text(args.text)
+    _check_options(args)
     check_out_file(args.json, "--json")
+    check_out_file(args.check_json, "--check-json")
     lm = load_from_args(args)
     folder = args.transcoders or default_transcoder_set(lm.name)
     if folder is None:
@@ -76,7 +108,7 @@ def run_graph(args: argparse.Namespace) -> int:
                          max_logits=args.max_logits, logit_probability=args.logit_probability)
     if args.json:
         emit_json(result, args.json)
-    if args.json != "-":
+    if "-" not in (args.json, args.check_json):  # stdout carries at most one document and nothing else
         target = result.target
         print(f"Attribution graph of {target['token']!r} (p = {target['probability']:.3f}) on {result.model}: "
               f"logit {result.logit:.4f}, direct contributions sum to {result.logit_inputs_sum:.4f}; "
@@ -88,4 +120,29 @@ def run_graph(args: argparse.Namespace) -> int:
             print(f"{len(result.logits)} logit nodes: " + ", ".join(
                 f"{entry['token']!r} p {entry['probability']:.3f} (weight {entry['weight']:.3f})"
                 for entry in result.logits))
+    if args.ablation_check:
+        _ablation_check(lm, transcoders, result, args)
     return 0
+
+
+def _ablation_check(lm, transcoders, graph, args: argparse.Namespace) -> None:
+    from tqdm import tqdm
+
+    from interpscope.graphs.freeze import READOUTS
+    from interpscope.graphs.grouping import group_by_decoder
+    from interpscope.graphs.interventions import ablation_check
+
+    groups = None if args.check_supernodes is None else group_by_decoder(graph.nodes, transcoders,
+                                                                            args.check_supernodes, singletons=True)
+    bar = tqdm(total=1, desc="Ablation check (real forward passes)", file=sys.stderr)
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+    check = ablation_check(lm, transcoders, graph, n=args.ablation_check, groups=groups, progress=progress,
+                           readouts=tuple(READOUTS) if args.check_readouts else ())
+    bar.close()
+    if args.check_json:
+        emit_json(check, args.check_json)
+    if "-" not in (args.json, args.check_json):
+        print(check.summary())
