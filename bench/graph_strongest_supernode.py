@@ -69,7 +69,7 @@ def main() -> int:
         def pick(check, which: str) -> dict:
             row = next(r for r in check.rows if r["set"] == which)
             return {k: row[k] for k in ("nodes", "label", "predicted", "predicted_linear", "predicted_pruned",
-                                        "actual", "last_layer") if k in row}
+                                        "predicted_real_linear", "actual", "last_layer") if k in row}
 
         row = {"id": prompt["id"], "category": prompt["category"], "text": prompt["text"],
                "target": graph.target["token"], "p": graph.target["probability"], "tokens": len(graph.tokens),
@@ -86,9 +86,11 @@ def main() -> int:
         """r over the prompts whose ablated nodes are not all last-block features (those are exact by
         construction), and how many there are."""
         rest = [row[kind] for row in rows if not row[kind].get("last_layer")]
-        return {"n": len(rest), "r": pearson([x["predicted"] for x in rest], [x["actual"] for x in rest])}
+        return {"n": len(rest), "r": pearson([x["predicted"] for x in rest], [x["actual"] for x in rest]),
+                "r_real_linear": pearson([x["predicted_real_linear"] for x in rest], [x["actual"] for x in rest])}
 
     summary = {kind: {"r": r(kind, "predicted"), "r_linear": r(kind, "predicted_linear"),
+                      "r_real_linear": r(kind, "predicted_real_linear"),  # the real model's estimate, not the graph
                       "beyond_last_layer": beyond(kind),
                       "r_pruned": r(kind, "predicted_pruned"),
                       "median_abs_error": sorted(abs(row[kind]["predicted"] - row[kind]["actual"])

@@ -492,13 +492,16 @@ def test_the_ablation_check_and_interventions_carry_the_real_estimate(exact):
 
 def test_the_check_says_what_the_real_estimate_means_from_the_numbers():
     """The clause after the real estimate's r follows the numbers: graph misses and the estimate meets -> the
-    graph's own miss; the estimate misses -> a non-linear answer; both meet -> no verdict."""
+    graph's own miss; both miss -> a non-linear answer; the graph meets where the estimate misses -> the graph
+    does better; both meet -> no verdict."""
     from interpscope.graphs.interventions import AblationCheck
 
     def said(r: float, real: float) -> str:
         return AblationCheck(model="m", text="t", target={}, n=1, r=r, r_real_linear=real).summary()
     assert "the graph's miss is its own" in said(0.3, 0.95)
     assert "answers these ablations non-linearly" in said(0.3, 0.5)
+    assert "does better than the real model's own first-order estimate" in said(0.9, 0.3)
+    assert "non-linearly" not in said(0.9, 0.3)
     both = said(0.9, 0.95)
     assert "miss is its own" not in both and "non-linearly" not in both and "reaches r = 0.95" in both
     assert "first-order" not in AblationCheck(model="m", text="t", target={}, n=1, r=0.9).summary()

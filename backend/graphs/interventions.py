@@ -510,6 +510,9 @@ class AblationCheck(Result):
         if self.r_real_linear >= self.target_r > self.r:
             return text + (": these ablations are close to linear in the real model, so the graph's miss is its own "
                            "(frozen attention patterns and norm scales, transcoders in place of the MLPs).")
+        if self.r_real_linear < self.target_r <= self.r:
+            return text + (": here the graph's prediction, which runs the final norm live, does better than the real "
+                           "model's own first-order estimate.")
         if self.r_real_linear < self.target_r:
             return text + (": the real model answers these ablations non-linearly, so no linear prediction, the "
                            "graph's included, can be expected to track them all.")
