@@ -199,8 +199,10 @@ class ActivationRule:
             factor.nan_to_num_(nan=0.0)  # 0 / 0 at exact zeros (the only NaN a finite x gives): one pass, no mask
             if self.grad_scale != 1:
                 factor.mul_(self.grad_scale)
-        # the native value, bit for bit, with the identity rule's gradient (times grad_scale)
-        return _replace_first(output, _LinearRule.apply(x, activated, factor, None, False))
+        # the native value, bit for bit, with the identity rule's gradient (times grad_scale). Detached, so nothing
+        # keeps the module's own autograd node alive: it saved its input for a backward that never runs, one more
+        # [T, width] tensor held per MLP until the pass ends than a plain gradient pass holds
+        return _replace_first(output, _LinearRule.apply(x, activated.detach(), factor, None, False))
 
     def apply(self, adapter: ModelAdapter):
         modules = adapter_memo(adapter, "mlp-activations",
