@@ -18,6 +18,7 @@ import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import torch
@@ -242,6 +243,11 @@ def _relevance_sum(tensor: torch.Tensor, grad: torch.Tensor | None) -> float:
     return float(torch.sum(tensor.detach() * grad, dtype=torch.float64))
 
 
+def _sum_into(sums: dict[str, torch.Tensor], name: str, tensor: torch.Tensor, grad: torch.Tensor) -> None:
+    """A tap's tensor hook: sum(h * grad) as _relevance_sum forms it, kept (as a 0-dim float64 tensor) under name."""
+    sums[name] = torch.sum(tensor * grad, dtype=torch.float64)
+
+
 def _qkv(adapter: ModelAdapter, layer: int) -> list[tuple[nn.Module, dict[str, torch.Tensor]]]:
     """adapter.attention_qkv(layer), looked up once per adapter (it builds index tensors on every call)."""
     return adapter_memo(adapter, ("attention-qkv", layer), lambda: adapter.attention_qkv(layer))
@@ -328,20 +334,25 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: ExplainedV
         value = resolved.value(logits)
         for name, tensor in (extra or {}).items():
             taps.tensors[f"extra.{name}"] = tensor
-        names = list(taps.tensors)
+        # per element only where a view needs it; the conservation readout needs sums alone, and those are taken
+        # in the backward itself as each tap's gradient is complete (a tensor hook), so no tap's gradient is held to
+        # the end of the pass as autograd.grad's outputs would be (60 [T, d] tensors a pass on SmolLM2)
+        summed_only = set() if latent else {n for n in taps.tensors if n.startswith(("heads.", "qkv.", "attn_in."))}
+        sums: dict[str, torch.Tensor] = {}
+        for name in summed_only:
+            taps.tensors[name].register_hook(partial(_sum_into, sums, name, taps.tensors[name].detach()))
+        names = [n for n in taps.tensors if n not in summed_only]
         inputs = [embeds, *(taps.tensors[n] for n in names), *biases]
         grads = torch.autograd.grad(value, inputs, allow_unused=True)
 
     y = float(value.detach().double())
     embed_relevance = _relevance(embeds, grads[0])[0].sum(-1)
     tap_grads = dict(zip(names, grads[1:1 + len(names)], strict=True))
-    # per element only where a view needs it; the conservation readout needs sums alone
-    summed_only = set() if latent else {n for n in names if n.startswith(("heads.", "qkv.", "attn_in."))}
-    per_tensor = {n: _relevance(taps.tensors[n], tap_grads[n]) for n in names if n not in summed_only}
+    per_tensor = {n: _relevance(taps.tensors[n], tap_grads[n]) for n in names}
 
     def total(name: str) -> float:
         if name in summed_only:
-            return _relevance_sum(taps.tensors[name], tap_grads[name])
+            return float(sums[name]) if name in sums else 0.0  # no gradient reached it: nothing passed through
         return float(per_tensor[name].sum())
 
     # the token target it explained; a value read inside the pass (an SAE feature) is no token target
