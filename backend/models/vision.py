@@ -149,9 +149,8 @@ def load_image_model(name: str, device: str = "auto", dtype: str | torch.dtype =
 
         hf_logging.disable_progress_bar()
         start = time.perf_counter()
-        kwargs = {"local_files_only": local_only, "trust_remote_code": False}
         try:
-            config = AutoConfig.from_pretrained(location, **kwargs)
+            config = AutoConfig.from_pretrained(location, local_files_only=local_only, trust_remote_code=False)
         except (OSError, ValueError) as err:
             raise InterpscopeError(f"Could not read the configuration of {name!r}: {err}") from None
         modality = modality_of(config.model_type)
@@ -163,7 +162,8 @@ def load_image_model(name: str, device: str = "auto", dtype: str | torch.dtype =
             check_weight_files(folder)
         try:
             model, info = AutoModelForImageClassification.from_pretrained(
-                location, config=config, dtype=torch_dtype, use_safetensors=True, output_loading_info=True, **kwargs)
+                location, config=config, dtype=torch_dtype, use_safetensors=True, output_loading_info=True,
+                local_files_only=local_only, trust_remote_code=False)
         except (OSError, ValueError) as err:
             raise InterpscopeError(f"Could not load {name!r} from {location}: {err}") from None
         if info.get("missing_keys"):
