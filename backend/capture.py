@@ -198,6 +198,13 @@ def scaled_grad_view(tensor: torch.Tensor, scale: float | torch.Tensor) -> torch
     return view
 
 
+def on_grad(tensor: torch.Tensor, fn: Callable[[torch.Tensor], None]) -> None:
+    """Call fn with `tensor`'s gradient once the backward has completed it (all its uses summed). A tensor hook on
+    this pass's own tensor: it acts on the caller's pass only and is gone with the tensor. fn reads the gradient and
+    returns None (it never replaces it)."""
+    tensor.register_hook(fn)
+
+
 def _first_argument(*args, **kwargs) -> torch.Tensor:
     return args[0] if args else kwargs["hidden_states"]
 

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from interpscope.adapters import ModelAdapter
-from interpscope.capture import Handle, on_input, on_output
+from interpscope.capture import Handle, on_grad, on_input, on_output
 from interpscope.relevance.rules import Rule, adapter_memo, applied
 from interpscope.relevance.targets import ExplainedValue, PendingTarget, Target
 
@@ -340,7 +340,7 @@ def attribute(adapter: ModelAdapter, input_ids: torch.Tensor, target: ExplainedV
         summed_only = set() if latent else {n for n in taps.tensors if n.startswith(("heads.", "qkv.", "attn_in."))}
         sums: dict[str, torch.Tensor] = {}
         for name in summed_only:
-            taps.tensors[name].register_hook(partial(_sum_into, sums, name, taps.tensors[name].detach()))
+            on_grad(taps.tensors[name], partial(_sum_into, sums, name, taps.tensors[name].detach()))
         names = [n for n in taps.tensors if n not in summed_only]
         inputs = [embeds, *(taps.tensors[n] for n in names), *biases]
         grads = torch.autograd.grad(value, inputs, allow_unused=True)
