@@ -14,7 +14,12 @@ from pathlib import Path
 import numpy as np
 
 PAIRS = {"attnlrp_over_gradient": ("ours_attnlrp", "gradient"), "attnlrp_over_lxt": ("ours_attnlrp", "lxt_attnlrp"),
-         "cplrp_over_lxt": ("ours_cplrp", "lxt_cplrp"), "cplrp_over_gradient": ("ours_cplrp", "gradient")}
+         "cplrp_over_lxt": ("ours_cplrp", "lxt_cplrp"), "cplrp_over_gradient": ("ours_cplrp", "gradient"),
+         # kept by runs since 2026-12-03 evening only; pooled over the runs that have them
+         "attnlrp_map_only_over_gradient": ("ours_attnlrp_map_only", "gradient"),
+         "lxt_attnlrp_over_gradient_all_logits": ("lxt_attnlrp", "gradient_all_logits"),
+         "attnlrp_over_gradient_all_logits": ("ours_attnlrp", "gradient_all_logits"),
+         "gradient_all_logits_over_gradient": ("gradient_all_logits", "gradient")}
 
 
 def interval(values: np.ndarray, seed: int = 0) -> list[float]:
@@ -39,7 +44,9 @@ def pool(paths: list[str]) -> dict:
         for label, (a, b) in PAIRS.items():
             per_run = [np.array(lengths[length]["cpu_seconds_per_round"][a]) /
                        np.array(lengths[length]["cpu_seconds_per_round"][b]) for _, _, lengths in runs
-                       if length in lengths]
+                       if length in lengths and {a, b} <= set(lengths[length]["cpu_seconds_per_round"])]
+            if not per_run:
+                continue
             rounds = np.concatenate(per_run)
             medians = np.array([float(np.median(r)) for r in per_run])
             entry[label] = {"rounds": int(rounds.size), "pooled_paired_median": float(np.median(rounds)),

@@ -3,7 +3,12 @@ SmolLM2 weights; prints one JSON object.
 
 For each length and round, in a shuffled order: Interpscope's AttnLRP and CP-LRP (`run_method`, the relevance page's
 one-pass computation), lxt 2.1's efficient AttnLRP and CP-LRP (its patch maps for Llama, applied to the model classes
-for its own runs and removed after each), and a plain gradient pass (forward + backward to the input embeddings).
+for its own runs and removed after each), and a plain gradient pass (forward + backward to the input embeddings)
+in two forms: "gradient", logits at the explained position only (what Interpscope's passes compute), and
+"gradient_all_logits", lxt's own recipe with no patch on (every position's logits, as lxt's runs compute them). So
+ours / gradient and lxt / gradient_all_logits are each method's rules over the same forward work, and ours / lxt
+includes what the one-position logits save. "ours_attnlrp_map_only" is our AttnLRP map without the conservation
+readout (lxt computes no books), so ours / gradient minus it is what the readout costs.
 Each call is timed by the process CPU clock with one torch thread (on a shared machine the wall clock mostly measures
 waiting; both are reported). Reported per length: the median over rounds of the paired ratios ours / lxt and
 ours / gradient, and the agreement of the two maps (Pearson r and the largest absolute gap). Under `spread`:
@@ -43,10 +48,12 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from interpscope.capture import model_lock  # noqa: E402
 from interpscope.corpus import token_chunks  # noqa: E402
 from interpscope.models import load_model  # noqa: E402
 from interpscope.relevance.api import make_target, run_method  # noqa: E402
-from interpscope.relevance.engine import gradient_only  # noqa: E402
+from interpscope.relevance.engine import attribute, gradient_only  # noqa: E402
+from interpscope.relevance.rules import attnlrp_rules  # noqa: E402
 
 
 def import_lxt(path: str | None):
@@ -143,10 +150,19 @@ def measure(lm, lxt, length: int, rounds: int, rng: random.Random) -> dict:
                 return timed(lambda: lxt_relevance(lm, ids, target))
         return run
 
+    def map_only() -> None:
+        """Our AttnLRP map without the conservation readout (lxt computes no books): what the readout costs."""
+        with model_lock(lm.model):
+            attribute(lm.adapter, ids, target, attnlrp_rules(lm.adapter), conservation=False)
+
     calls = {"ours_attnlrp": lambda: timed(lambda: run_method(lm, ids, "attnlrp", target)),
+             "ours_attnlrp_map_only": lambda: timed(map_only),
              "ours_cplrp": lambda: timed(lambda: run_method(lm, ids, "cplrp", target)),
              "lxt_attnlrp": lxt_run("attnlrp"), "lxt_cplrp": lxt_run("cplrp"),
-             "gradient": lambda: timed(lambda: gradient_only(lm.adapter, ids, target))}
+             "gradient": lambda: timed(lambda: gradient_only(lm.adapter, ids, target)),
+             # lxt's recipe with no patch on: every position's logits (lxt's runs compute them all), so lxt / this is
+             # lxt's rules alone, beside ours / "gradient" (both sides doing the same forward work)
+             "gradient_all_logits": lambda: timed(lambda: lxt_relevance(lm, ids, target))}
     for fn in calls.values():  # warm-up
         fn()
     cpu: dict[str, list[float]] = {name: [] for name in calls}
@@ -178,12 +194,18 @@ def measure(lm, lxt, length: int, rounds: int, rng: random.Random) -> dict:
         "attnlrp_over_lxt": ratio("ours_attnlrp", "lxt_attnlrp", cpu),
         "cplrp_over_lxt": ratio("ours_cplrp", "lxt_cplrp", cpu),
         "attnlrp_over_gradient": ratio("ours_attnlrp", "gradient", cpu),
+        "attnlrp_map_only_over_gradient": ratio("ours_attnlrp_map_only", "gradient", cpu),
         "cplrp_over_gradient": ratio("ours_cplrp", "gradient", cpu),
         "lxt_attnlrp_over_gradient": ratio("lxt_attnlrp", "gradient", cpu),
+        "lxt_attnlrp_over_gradient_all_logits": ratio("lxt_attnlrp", "gradient_all_logits", cpu),
+        "lxt_cplrp_over_gradient_all_logits": ratio("lxt_cplrp", "gradient_all_logits", cpu),
+        "gradient_all_logits_over_gradient": ratio("gradient_all_logits", "gradient", cpu),
         "attnlrp_over_lxt_wall": ratio("ours_attnlrp", "lxt_attnlrp", wall),
         "spread": {"attnlrp_over_gradient": spread("ours_attnlrp", "gradient"),
+                   "attnlrp_map_only_over_gradient": spread("ours_attnlrp_map_only", "gradient"),
                    "attnlrp_over_lxt": spread("ours_attnlrp", "lxt_attnlrp"),
-                   "cplrp_over_lxt": spread("ours_cplrp", "lxt_cplrp")},
+                   "cplrp_over_lxt": spread("ours_cplrp", "lxt_cplrp"),
+                   "lxt_attnlrp_over_gradient_all_logits": spread("lxt_attnlrp", "gradient_all_logits")},
         "cpu_seconds_per_round": cpu,  # every round's figures, in order: runs can be pooled or re-read later
         "maps": {"attnlrp_pearson": float(np.corrcoef(ours, theirs)[0, 1]),
                  "attnlrp_max_abs_gap": float(np.abs(ours - theirs).max()),
