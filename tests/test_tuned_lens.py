@@ -137,3 +137,34 @@ def test_flow_with_the_tuned_lens_is_one_document(capsys, exports, bundled_lm):
     steps = cli["tuned_lens"]["steps"]
     assert len(steps) == bundled_lm.adapter.n_layers + 1 and {"kl_logit", "kl_tuned"} <= set(steps[0])
     assert "tuned_lens" not in interpscope.flow(bundled_lm, text).to_dict()  # not asked for: absent
+
+
+@pytest.mark.bundled
+def test_the_batched_comparison_is_the_per_step_definition_at_any_chunk_size(bundled_lm, monkeypatch):
+    """compare_lenses unembeds every step of both lenses in a few large products; per step and lens it must give
+    KL(final || lens) averaged over the kept positions and the last position's top token, whatever the chunking."""
+    from interpscope.capture import capture
+    from interpscope.lens import compare
+    from interpscope.lens.tuned import kl_to_final, lens_logits, load_tuned_lens, step_points
+
+    ids = bundled_lm.encode("The capital of France is Paris, and the capital of Italy is")
+    excluded = [0, 3]
+    lens, adapter = load_tuned_lens(bundled_lm), bundled_lm.adapter
+    points = step_points(adapter)
+    acts = capture(adapter, ids, points).activations
+    keep = [p for p in range(ids.shape[1]) if p not in excluded]
+    final = lens_logits(adapter, acts[points[-1]].reshape(ids.shape[1], -1)[keep])
+    expected = {"kl_logit": [], "kl_tuned": [], "top_logit": [], "top_tuned": []}
+    for step, point in enumerate(points):
+        residual = acts[point].reshape(ids.shape[1], -1)[keep]
+        shown = {"logit": lens_logits(adapter, residual), "tuned": lens.logits(adapter, step, residual)}
+        for name, logits in shown.items():
+            expected[f"kl_{name}"].append(float(kl_to_final(final, logits).mean()))
+            expected[f"top_{name}"].append(bundled_lm.token_strings([int(logits[-1].argmax())])[0])
+    for rows in (1, len(keep) * 5 + 1, 10_000):  # one row, steps split across products, all at once
+        monkeypatch.setattr(compare, "ROWS_PER_PRODUCT", rows)
+        result = compare.compare_lenses(bundled_lm, ids, excluded)
+        assert result.positions == keep
+        for key in ("kl_logit", "kl_tuned"):
+            np.testing.assert_allclose(getattr(result, key), expected[key], rtol=1e-4, atol=1e-5)
+        assert result.top_logit == expected["top_logit"] and result.top_tuned == expected["top_tuned"]
