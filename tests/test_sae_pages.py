@@ -120,15 +120,22 @@ def test_training_page_takes_architectures_and_knobs_from_the_registry(setup):
 
 
 def test_a_linked_architecture_the_page_lacks_is_named(setup):
-    """archs=relu,foo in a link kept relu and dropped foo without a word."""
+    """archs=relu,foo in a link kept relu and dropped foo without a word. (On the module's tiny model: this
+    module's data directory is fresh, where the bundled model would be converted again, ~30 s.)"""
     from streamlit.testing.v1 import AppTest
 
     from tests.apptest_util import APP, ROOT
 
+    model_dir, _ = setup
     at = AppTest.from_file(APP, default_timeout=180)
-    at.query_params.update({"archs": "relu,foo"})
+    at.query_params["model"] = str(model_dir)
+    at.run()  # the home page reads the model from the link
+    at.query_params["archs"] = "relu,foo"
     at.switch_page(str(ROOT / "pages/sae_training.py"))
     at.run()
+    assert at.title[0].value == "SAE training"
+    d_model = json.loads((model_dir / "config.json").read_text())["n_embd"]
+    assert at.number_input(key="sae_train_width").value == 8 * d_model  # the tiny model's default, not SmolLM2's
     assert not at.exception, at.exception
     assert at.multiselect(key="sae_train_archs").value == ["relu"]
     assert any(w.value.startswith("Ignored from the link's architectures: 'foo' (this page trains relu,")
