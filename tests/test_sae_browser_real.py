@@ -24,6 +24,12 @@ def store_app(tmp_path_factory, artefacts):
     """(URL of a running app whose data directory holds one tiny store, that store)."""
     root = tmp_path_factory.mktemp("browser-store")
     data = root / "data"
+    # The sidebar's default is the bundled model: link this data directory to its converted copy in the session's
+    # own data directory (converted there once), or the app converts the GGUF again (~15 s) during the flow.
+    from interpscope.models import smollm2
+
+    (data / "models").mkdir(parents=True)
+    (data / "models" / smollm2.CACHE_NAME).symlink_to(smollm2.convert(), target_is_directory=True)
     old = os.environ.get("INTERPSCOPE_DATA_DIR")
     os.environ["INTERPSCOPE_DATA_DIR"] = str(data)
     try:
