@@ -201,6 +201,7 @@ def batch_terms(passes: _Splice, saes: list[SparseAutoencoder], batch: torch.Ten
     keep = ~sinks.reshape(-1).cpu()
     zero_logits = passes.spliced(batch, torch.where(sinks[..., None], x_model, torch.zeros_like(x_model)))
     p_log = F.log_softmax(clean_logits[:, 1:-1].double(), -1)
+    p = p_log.exp()  # the clean distribution, once per batch for every SAE's KL
     del clean_logits
     ce_clean = _ce_from(p_log, targets)
     ce_zero = fixed_sum(_ce(zero_logits, targets))
@@ -224,7 +225,7 @@ def batch_terms(passes: _Splice, saes: list[SparseAutoencoder], batch: torch.Ten
         per_sae.append({"l0": fixed_sum(f > 0), "err": fixed_sum((r - rh).pow(2)),
                         "cos": fixed_sum(F.cosine_similarity(r, rh, dim=-1)), "xhxh": fixed_sum(rh.pow(2)),
                         "xhx": fixed_sum(r * rh), "ce_sae": fixed_sum(_ce_from(q_log, targets)),
-                        "kl": fixed_sum(p_log.exp() * (p_log - q_log))})
+                        "kl": fixed_sum(p * (p_log - q_log))})
         fired.append(fixed_sum(f > 0, axis=0))
         del q_log
     return BatchTerms(ce_clean=fixed_sum(ce_clean), ce_zero=ce_zero, n_ce=ce_clean.numel(), n_rows=r.shape[0],
