@@ -161,7 +161,7 @@ def test_the_batched_comparison_is_the_per_step_definition_at_any_chunk_size(bun
         for name, logits in shown.items():
             expected[f"kl_{name}"].append(float(kl_to_final(final, logits).mean()))
             expected[f"top_{name}"].append(bundled_lm.token_strings([int(logits[-1].argmax())])[0])
-    for rows in (1, len(keep) * 5 + 1, 10_000):  # one row, steps split across products, all at once
+    for rows in (1, len(keep) * 5 + 1, 10_000):  # one step a product, steps split across products, all at once
         monkeypatch.setattr(compare, "ROWS_PER_PRODUCT", rows)
         result = compare.compare_lenses(bundled_lm, ids, excluded)
         assert result.positions == keep

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from interpscope.capture import capture
-from interpscope.lens.tuned import lens_logits, lens_steps, load_tuned_lens, step_points
+from interpscope.lens.tuned import kl_to_final, lens_logits, lens_steps, load_tuned_lens, step_points
 from interpscope.results import Result, to_plain
 
 if TYPE_CHECKING:
@@ -86,8 +86,6 @@ def compare_lenses(lm: LoadedModel, ids: torch.Tensor, excluded: list[int]) -> L
     residuals = torch.stack([acts[point].reshape(ids.shape[1], -1)[keep].float() for point in points])  # [S, P, d]
     final = lens_logits(adapter, residuals[-1])
     with torch.no_grad():
-        log_p = torch.log_softmax(final, -1)
-        p = log_p.exp()
         # Both lenses' residuals of every step, unembedded in a few large products rather than one per step and
         # lens: reading the [d, vocab] unembedding once per chunk instead of 2 x n_steps times (memory-bound here).
         shown = torch.cat([residuals, torch.stack([lens.translate(s, r) for s, r in enumerate(residuals)])])
@@ -95,7 +93,7 @@ def compare_lenses(lm: LoadedModel, ids: torch.Tensor, excluded: list[int]) -> L
         kl, top = [], []
         for start in range(0, len(shown), per_chunk):
             logits = lens_logits(adapter, shown[start:start + per_chunk])  # [k, P, vocab]
-            kl.append((p * (log_p - torch.log_softmax(logits, -1))).sum(-1).mean(-1))
+            kl.append(kl_to_final(final, logits).mean(-1))  # final [P, vocab] broadcasts over the k steps
             top.append(logits[:, -1].argmax(-1))
         kls, tops = torch.cat(kl).tolist(), lm.token_strings([int(t) for t in torch.cat(top)])
     n = len(points)
