@@ -6,8 +6,7 @@ from pathlib import Path
 import streamlit as st
 
 from interpscope.config import InterpscopeError
-from interpscope.models.registry import BUNDLED, DEFAULT_MODEL
-from interpscope.paths import model_choice
+from interpscope.models.registry import BUNDLED, DEFAULT_MODEL, model_choice
 from pages._guard import run_page
 
 ROOT = Path(__file__).resolve().parent

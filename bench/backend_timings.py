@@ -107,8 +107,8 @@ def relevance_rows(lm, repeats: int) -> list[dict]:
 def sae_rows(lm, repeats: int, eval_tokens: int) -> list[dict]:
     from interpscope.sae import load_sae
     from interpscope.sae.evaluation import evaluate_sae
-    from interpscope.sae_store.prompt import feature_attribution, prompt_features
-    from interpscope.sae_store.steering import steer
+    from interpscope.sae.store.prompt import feature_attribution, prompt_features
+    from interpscope.sae.store.steering import steer
 
     sae = load_sae(SAE)
     text = _text(lm, 64)

@@ -26,24 +26,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+# On a machine where the project is not installed (the GPU machine runs this file from a copied tree), the source
+# root itself: backend/ holds the one import package, interpscope/.
+sys.path.insert(0, str(ROOT / "backend"))
 
 
-def _source_tree_package() -> None:
-    """On a machine where the project is not installed (the GPU machine runs this file from a copied tree), make
-    `import interpscope` read backend/ and `interpscope.components` read components/, as the installed package does."""
-    import importlib.util
-
-    if importlib.util.find_spec("interpscope") is not None:
-        return
-    for name, folder in (("interpscope", ROOT / "backend"), ("interpscope.components", ROOT / "components")):
-        spec = importlib.util.spec_from_file_location(name, folder / "__init__.py",
-                                                      submodule_search_locations=[str(folder)])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-
-
-_source_tree_package()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -50,7 +50,7 @@ def main() -> None:
     import argparse
 
     import interpscope
-    from interpscope.components.graph_figures import graph_figure, merge_groups
+    from interpscope.figures.graphs import graph_figure, merge_groups
     from interpscope.graphs.build import build_graph
     from interpscope.graphs.defaults import DEFAULT_MAX_FEATURE_NODES
     from interpscope.graphs.freeze import READOUTS

@@ -54,7 +54,7 @@ def plot(results: list[dict], path: Path) -> None:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from interpscope.components.export import figure_bytes
+    from components.export import figure_bytes
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=("L0 vs loss recovered (higher is better)",
                                                         "L0 vs FVU (lower is better)"))

@@ -19,10 +19,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from interpscope.components.feature_card import contexts_table_html  # noqa: E402
-from interpscope.components.sae_figures import histogram_figure, logits_figure  # noqa: E402
-from interpscope.sae_store import FeatureStore, build_store, read_manifest  # noqa: E402
-from interpscope.sae_store.layout import default_store_dir  # noqa: E402
+from components.feature_card import contexts_table_html  # noqa: E402
+from interpscope.figures.sae import histogram_figure, logits_figure  # noqa: E402
+from interpscope.sae.store import FeatureStore, build_store, read_manifest  # noqa: E402
+from interpscope.sae.store.layout import default_store_dir  # noqa: E402
 
 
 def folder_size(folder: Path) -> int:

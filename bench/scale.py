@@ -46,7 +46,7 @@ def cache_job(lm, args, workers: int, root: Path) -> tuple[dict, bytes]:
 
 
 def store_job(lm, args, workers: int, root: Path) -> tuple[dict, bytes]:
-    from interpscope.sae_store import build_store
+    from interpscope.sae.store import build_store
 
     scale = Scale(workers=workers) if workers > 1 else None
     started = time.perf_counter()

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from interpscope.capture import hooks  # noqa: E402
 from interpscope.models import load_model  # noqa: E402
-from interpscope.sae_store import FeatureStore, list_stores  # noqa: E402
-from interpscope.sae_store.steering import steer  # noqa: E402
+from interpscope.sae.store import FeatureStore, list_stores  # noqa: E402
+from interpscope.sae.store.steering import steer  # noqa: E402
 
 PROMPT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in "
           "want of a wife.")

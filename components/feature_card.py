@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Sequence
 
-from interpscope.components.sae_figures import ORANGE, histogram_figure, logits_figure
+from interpscope.figures.sae import ORANGE, histogram_figure, logits_figure
 
 
 def _visible(token: str) -> str:
@@ -55,7 +55,7 @@ def show_feature_card(card, store_name: str, open_feature: Callable[[int], None]
     only named (hide_weak) or shown with the note."""
     import streamlit as st
 
-    from interpscope.components.export import export_menu
+    from components.export import export_menu
 
     feature = card.id
     st.markdown(f"**Label:** {html.escape(card.label)}")

@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from interpscope.components.export import export_menu
-from interpscope.components.token_heatmap import heatmap_figure, token_heatmap
+from components.export import export_menu
+from components.token_heatmap import token_heatmap
 from interpscope.config import InterpscopeError
+from interpscope.figures.tokens import heatmap_figure
 from interpscope.limits import check_amounts
 from interpscope.relevance.file_attribution import MAX_ROWS, excluded_reasons, explain_file
 from interpscope.relevance.heldout import DEFAULT_IG_STEPS, SETS, choose, load_set, run_heldout

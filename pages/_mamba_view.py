@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from interpscope.components.export import export_menu
-from interpscope.components.mamba_charts import distance_figure, fix_error_figure
+from components.export import export_menu
 from interpscope.corpus import sample_prompts
+from interpscope.figures.relevance.mamba import distance_figure, fix_error_figure
 from interpscope.relevance.api import make_target
 from interpscope.relevance.mamba.analysis import conservation_by_disabled_fix, distance_profile
 from interpscope.relevance.methods import get_method

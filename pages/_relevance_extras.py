@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from interpscope.components.export import export_menu
-from interpscope.components.ig_figures import convergence_sentence, convergence_table
+from components.export import export_menu
+from interpscope.figures.relevance.ig import convergence_sentence, convergence_table
 from interpscope.inputs import default_prepend_bos, sink_token_id, tokenizer_adds_bos
 from interpscope.relevance.api import RelevanceResult, ig_convergence
 from interpscope.relevance.baselines import CONVERGENCE_STEPS

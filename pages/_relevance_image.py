@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from interpscope.components.export import export_menu
-from interpscope.components.image_figures import compact_figure, relevance_figure
+from components.export import export_menu
 from interpscope.config import InterpscopeError
+from interpscope.figures.relevance.images import compact_figure, relevance_figure
 from interpscope.images import MAX_IMAGE_BYTES, check_image_size, decode_image, model_pixels, model_view
 from interpscope.models.vision import LoadedImageModel, bundled_examples, load_image_model
 from interpscope.relevance.image import IMAGE_METHODS, REFERENCES, class_logits

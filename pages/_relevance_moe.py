@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import streamlit as st
 import torch
 
-from interpscope.components.export import export_menu
-from interpscope.components.moe_figures import share_figure
+from components.export import export_menu
+from interpscope.figures.relevance.moe import share_figure
 from interpscope.relevance.experts import EXPERT_METHODS, ExpertRelevance, expert_relevance
 from pages._common import current_model, model_key, shared, show_errors, timing
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from interpscope.components.export import export_menu
-from interpscope.components.seq2seq_charts import pair_html, readout_figure, seq2seq_readout, split_sentence
+from components.export import export_menu
+from interpscope.figures.relevance.seq2seq import pair_html, readout_figure, seq2seq_readout, split_sentence
 from interpscope.relevance.methods import get_method
 from interpscope.relevance.seq2seq import Seq2SeqRelevance, explain_seq2seq, next_decoder_tokens, seq2seq_methods
 from pages._common import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from interpscope.components.export import export_menu
+from components.export import export_menu
 from interpscope.sae.bench import SAEBenchResult, bench_sae, metrics, shipped_bench
 from pages._common import committed, current_model, model_key, progress, shared, show_errors
 

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from interpscope.components.circuit_figures import circuit_figure, circuit_readout_figure
-from interpscope.components.export import export_menu
+from components.export import export_menu
+from interpscope.figures.sae import circuit_figure, circuit_readout_figure
 from interpscope.relevance.methods import method_labels, rule_methods
 from interpscope.sae.circuits import FeatureCircuit, feature_circuit
-from interpscope.sae_store import FeatureStore, list_stores
+from interpscope.sae.store import FeatureStore, list_stores
 from pages._common import bounded, committed, is_shared, shared, show_errors, timing
 from pages._sae_models import device_dtype, firing_note, prompt_view
 

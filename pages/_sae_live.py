@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import streamlit as st
 
-from interpscope.components.export import export_menu
-from interpscope.components.sae_figures import logprob_change_figure, prompt_heatmap_figure, steering_figure
-from interpscope.components.token_heatmap import heatmap_figure, token_heatmap
+from components.export import export_menu
+from components.token_heatmap import token_heatmap
 from interpscope.config import ASSETS_DIR, InterpscopeError
+from interpscope.figures.sae import logprob_change_figure, prompt_heatmap_figure, steering_figure
+from interpscope.figures.tokens import heatmap_figure
 from interpscope.limits import check_amounts
 from interpscope.models import load_model
 from interpscope.paths import display_path, user_path
@@ -23,9 +24,9 @@ from interpscope.relevance import methods_for
 from interpscope.relevance.methods import rule_methods
 from interpscope.sae import load_sae
 from interpscope.sae.folder import sae_model_name
-from interpscope.sae_store import FeatureStore, build_store
-from interpscope.sae_store.prompt import FeatureAttribution, PromptFeatures, feature_attribution
-from interpscope.sae_store.steering import MAX_NEW_TOKENS, STRENGTH_MULTIPLE, SteeringResult, default_strength, steer
+from interpscope.sae.store import FeatureStore, build_store
+from interpscope.sae.store.prompt import FeatureAttribution, PromptFeatures, feature_attribution
+from interpscope.sae.store.steering import MAX_NEW_TOKENS, STRENGTH_MULTIPLE, SteeringResult, default_strength, steer
 from interpscope.sinks import SINK_FACTOR
 from pages._common import bounded, committed, follow, progress, text_source
 from pages._relevance_extras import bos_toggle

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import streamlit as st
 
 from interpscope.models import load_model
-from interpscope.sae_store import FeatureStore
-from interpscope.sae_store.prompt import PromptFeatures, prompt_features
+from interpscope.sae.store import FeatureStore
+from interpscope.sae.store.prompt import PromptFeatures, prompt_features
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -32,7 +32,7 @@ def store_lm(store: FeatureStore, model_key: tuple) -> LoadedModel:
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def prompt_view(store_path: str, model_key: tuple, text: str, n_top: int, bos: bool | None = None) -> PromptFeatures:
-    """Every feature's activation on every token of `text` (see interpscope.sae_store.prompt)."""
+    """Every feature's activation on every token of `text` (see interpscope.sae.store.prompt)."""
     store = FeatureStore(store_path)
     return prompt_features(store_lm(store, model_key), store_sae(store_path), text, n_top, prepend_bos=bos)
 

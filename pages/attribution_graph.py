@@ -9,13 +9,9 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from interpscope.components.export import export_menu
-from interpscope.components.graph_figures import (
-    graph_figure,
-    intervention_figure,
-    merge_groups,
-)
+from components.export import export_menu
 from interpscope.config import InterpscopeError
+from interpscope.figures.graphs import graph_figure, intervention_figure, merge_groups
 from interpscope.graphs.defaults import (
     DEFAULT_EDGE_BUDGET,
     DEFAULT_LOGIT_PROBABILITY,
@@ -130,7 +126,7 @@ def _stores(lm, tset, key: tuple) -> dict[int, Any]:
 def _find_stores(lm, tset) -> dict[int, Any]:
     from pathlib import Path
 
-    from interpscope.sae_store import FeatureStore, list_stores
+    from interpscope.sae.store import FeatureStore, list_stores
 
     found: dict[int, Any] = {}
     hooks = {tset.hook_in_name(layer): layer for layer in range(tset.n_layers)}
@@ -303,7 +299,7 @@ def _node_panel(lm, tset, graph, key: tuple, node_id: str) -> None:
         stores = _stores(lm, tset, key)
         store = stores.get(int(node["layer"]))
         if store is not None:
-            from interpscope.components.feature_card import show_feature_card
+            from components.feature_card import show_feature_card
 
             show_feature_card(store.card(int(node["feature"])), store.name, lambda f: None)
         else:

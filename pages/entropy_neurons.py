@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from interpscope.components import neuron_figures as figs
-from interpscope.components.export import export_menu
-from interpscope.components.tables import fit_columns
+from components.export import export_menu
+from components.tables import fit_columns
+from interpscope.figures import neurons as figs
 from interpscope.limits import check_amounts
 from interpscope.neurons import ablation as ablation_mod
 from interpscope.neurons.cards import text_activations

@@ -5,11 +5,11 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from interpscope.components.export import export_menu
-from interpscope.components.flow_figures import attention_figure
+from components.export import export_menu
+from interpscope.figures.flow import attention_figure
 from interpscope.lens.tuned import available as tuned_available
 from interpscope.relevance.flow import DEFAULT_THRESHOLD, InformationFlow, attention_pattern, information_flow
-from interpscope.sae_store import list_stores
+from interpscope.sae.store import list_stores
 from pages._common import (
     Param,
     committed,

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import streamlit as st
 
-from interpscope.components import fourier_figures as figs
-from interpscope.components.export import export_menu
-from interpscope.components.tables import fit_columns
+from components.export import export_menu
+from components.tables import fit_columns
+from interpscope.figures import fourier as figs
 from interpscope.fourier.addition import run_addition, small_sum_pairs
 from interpscope.fourier.controls import control_fields
 from interpscope.fourier.data import TEMPLATES, check_template

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from interpscope.components.export import export_menu
-from interpscope.components.head_figures import SCORE_NAMES
+from components.export import export_menu
+from interpscope.figures.heads import SCORE_NAMES
 from interpscope.heads.finder import KINDS, LABELS, HeadScores, find_heads
 from interpscope.heads.patterns import SUMMARIES, HeadPatterns, head_patterns, parse_head
 from pages._common import (

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from interpscope.components.charts import model_card, token_chips
-from interpscope.components.export import export_menu
+from components.export import export_menu
+from components.model_card import model_card
+from interpscope.figures.predict import token_chips
 from interpscope.predict import Prediction, predict_next
 from pages._common import Param, current_model, model_key, shared, show_errors, text_source, url_inputs, write_url
 

@@ -5,12 +5,12 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from interpscope.components.export import export_menu
-from interpscope.components.relevance_charts import continuation_figure, latent_figure, top_bar
-from interpscope.components.relevance_readout import show_readout
-from interpscope.components.token_heatmap import token_heatmap
+from components.export import export_menu
+from components.relevance_readout import show_readout
+from components.token_heatmap import token_heatmap
 from interpscope.config import InterpscopeError
 from interpscope.corpus import sample_prompts
+from interpscope.figures.relevance import continuation_figure, latent_figure, top_bar
 from interpscope.inputs import sink_token_id
 from interpscope.limits import check_amounts
 from interpscope.predict import predict_next

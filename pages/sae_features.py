@@ -13,17 +13,17 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from interpscope.components.export import export_menu
-from interpscope.components.feature_card import show_feature_card
-from interpscope.components.sae_figures import density_figure
+from components.export import export_menu
+from components.feature_card import show_feature_card
 from interpscope.config import REPO_ROOT, InterpscopeError
+from interpscope.figures.sae import density_figure
 from interpscope.paths import display_path, from_display
 from interpscope.relevance.methods import rule_methods
 from interpscope.results import Panel
-from interpscope.sae_store import FeatureStore, list_stores
-from interpscope.sae_store.documents import FeatureSearch
-from interpscope.sae_store.explanation_quality import chance_score, explanation_summary, quality
-from interpscope.sae_store.search import no_match_reason, search
+from interpscope.sae.store import FeatureStore, list_stores
+from interpscope.sae.store.documents import FeatureSearch
+from interpscope.sae.store.explanation_quality import chance_score, explanation_summary, quality
+from interpscope.sae.store.search import no_match_reason, search
 from pages._common import Param, bounded, model_key, model_params, show_errors, url_inputs, url_is_new, write_url
 from pages._relevance_extras import bos_param
 from pages._sae_live import BOS_KEY, DEFAULT_PROMPT, VIEWS_LIVE, build_section, live_view
@@ -77,7 +77,7 @@ def select_from_table(table_key: str, ids: list[int]) -> None:
 
 def url_params(stores: dict[str, str]) -> list[Param]:
     """The page's inputs kept in its URL: store, view and feature, then the live views' text and settings."""
-    from interpscope.sae_store.steering import MAX_NEW_TOKENS
+    from interpscope.sae.store.steering import MAX_NEW_TOKENS
     from pages._sae_circuit import TARGETS
 
     first = next(iter(stores), "")

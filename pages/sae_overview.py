@@ -6,16 +6,16 @@ from pathlib import Path
 
 import streamlit as st
 
-from interpscope.components.export import export_menu
-from interpscope.components.sae_figures import evaluation_density_figure
+from components.export import export_menu
 from interpscope.config import InterpscopeError
+from interpscope.figures.sae import evaluation_density_figure
 from interpscope.limits import check_amounts
 from interpscope.paths import display_path, user_path
 from interpscope.sae import check_compatible, load_sae
 from interpscope.sae.catalog import describe, list_saes
 from interpscope.sae.evaluation import SAEEvaluation, evaluate_sae, text_windows
 from interpscope.sae.sinks import SINK_FACTOR
-from interpscope.sae_store import FeatureStore
+from interpscope.sae.store import FeatureStore
 from pages._common import (
     Param,
     committed,

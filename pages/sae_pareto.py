@@ -8,7 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from interpscope.components.export import export_menu
+from components.export import export_menu
 from interpscope.config import ASSETS_DIR, InterpscopeError
 from interpscope.paths import display_path, user_path
 from interpscope.sae.pareto import METRICS, ParetoAnalysis, pareto_analysis
@@ -70,7 +70,7 @@ def ratio_sentences(analysis: ParetoAnalysis, table: SweepTable) -> None:
 
 def open_point(folder: Path) -> None:
     """The clicked SAE: its settings, and a link into the feature browser (building its store first if needed)."""
-    from interpscope.sae_store import FeatureStore, build_store
+    from interpscope.sae.store import FeatureStore, build_store
 
     st.markdown(f"**Selected:** `{display_path(str(folder))}`")
     if not (folder / "cfg.json").is_file():

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import streamlit as st
 
-from interpscope.components.export import export_menu
-from interpscope.components.sae_figures import CURVES
+from components.export import export_menu
 from interpscope.config import InterpscopeError
+from interpscope.figures.sae import CURVES
 from interpscope.limits import check_amounts
 from interpscope.paths import PLAIN_NAME, display_path, plain_name, user_path
 from interpscope.sae import load_sae, registered

@@ -1,7 +1,7 @@
 """Measure each feature store's chance score for its written explanations and keep it in the store folder.
 
 The chance score is what an unrelated explanation (another random feature's) scores by the same detection scorer
-on a feature's held-out contexts (backend/sae_store/explanation_quality.py); the feature browser marks explanations
+on a feature's held-out contexts (interpscope.sae.store.explanation_quality); the feature browser marks explanations
 at or below it. The negative pool is the one `interpscope sae explain` scores against (explain.negative_pool).
 
     nice -n 10 .venv/bin/python scripts/explanation_chance.py [--store NAME ...] [--features 400]
@@ -16,9 +16,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from interpscope.models import load_model  # noqa: E402
-from interpscope.sae_store import FeatureStore, list_stores  # noqa: E402
-from interpscope.sae_store.explain import negative_pool  # noqa: E402
-from interpscope.sae_store.explanation_quality import explanation_summary, measure_chance, write_chance  # noqa: E402
+from interpscope.sae.store import FeatureStore, list_stores  # noqa: E402
+from interpscope.sae.store.explain import negative_pool  # noqa: E402
+from interpscope.sae.store.explanation_quality import explanation_summary, measure_chance, write_chance  # noqa: E402
 
 
 def main() -> None:

@@ -133,7 +133,7 @@ def main(argv: list[str]) -> int:
         print("Interpscope server mode: paths typed into pages must lie inside the data directory, the bundled "
               "assets, the Hugging Face cache or the folders in INTERPSCOPE_ALLOWED_ROOTS; Hugging Face ids load "
               "only from the local cache (HF_HUB_OFFLINE=1); run and store names are plain names; amounts a visitor "
-              "sets are capped (backend/limits.py, INTERPSCOPE_LIMIT_<NAME>).", file=sys.stderr)
+              "sets are capped (backend/interpscope/limits.py, INTERPSCOPE_LIMIT_<NAME>).", file=sys.stderr)
     run_args = streamlit_args(args)
     address = effective_address(run_args)
     if not is_loopback(address):

@@ -134,8 +134,8 @@ def exports(monkeypatch) -> dict:
     import json
     import sys
 
-    from interpscope.components import export
-    from interpscope.components.export import data_json
+    from components import export
+    from components.export import data_json
 
     recorded: dict = {}
     original = export.export_menu
@@ -147,7 +147,7 @@ def exports(monkeypatch) -> dict:
 
     monkeypatch.setattr(export, "export_menu", recording)
     for name, module in list(sys.modules.items()):  # page helpers imported earlier hold their own reference
-        if (name == "pages" or name.startswith(("pages.", "interpscope.components."))) and \
+        if (name == "pages" or name.startswith(("pages.", "components."))) and \
                 getattr(module, "export_menu", None) is not None:
             monkeypatch.setattr(module, "export_menu", recording)
     return recorded

@@ -10,7 +10,7 @@ from interpscope.corpus import token_chunks
 from interpscope.models.tokenizers import gpt2_tokenizer
 from interpscope.neurons.synthetic import loaded as wrap_loaded
 from interpscope.sae import SAEConfig, build_sae, save_sae
-from interpscope.sae_store.encode import hook_activations
+from interpscope.sae.store.encode import hook_activations
 from tests.tiny_models import tiny_gpt2
 
 HOOK = "blocks.0.hook_resid_post"
@@ -60,7 +60,7 @@ def isolated_data(root: Path):
     """A MonkeyPatch pointing the data dir at root/data and hiding the shipped stores (undo() when done)."""
     import pytest
 
-    from interpscope.sae_store import layout
+    from interpscope.sae.store import layout
 
     monkeypatch = pytest.MonkeyPatch()
     monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(root / "data"))

@@ -53,7 +53,7 @@ def files(tmp_path_factory) -> dict[str, str]:
     model = save_tiny_lm(root / "model")
     lm = tiny_lm()
     sae = random_sae_folder(lm, root / "sae", d_sae=16)
-    from interpscope.sae_store import build_store
+    from interpscope.sae.store import build_store
 
     monkeypatch = pytest.MonkeyPatch()
     monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(root / "fixture-data"))

@@ -133,7 +133,7 @@ def test_the_first_token_is_a_target_unless_it_is_excluded(planted, monkeypatch)
 def _two_stores(tmp_path, monkeypatch):
     """A tiny model with random SAEs at blocks 0 and 1 and their stores (nothing shipped in sight)."""
     from interpscope.models import load_model
-    from interpscope.sae_store import build_store, layout
+    from interpscope.sae.store import build_store, layout
     from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
 
     monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
@@ -191,7 +191,7 @@ def test_the_circuit_view_in_the_feature_browser(tmp_path, monkeypatch):
 def test_the_circuit_readout_draws_whichever_parts_apply_each_in_its_own_colour(absent):
     """A model without biases (SmolLM2) or CP-LRP (no softmax share) leaves parts out: the bar draws the others,
     each in the colour it has when all are present (this raised on SmolLM2 once bias_sum became absent)."""
-    from interpscope.components.circuit_figures import READOUT_COLOURS, circuit_readout_figure
+    from interpscope.figures.sae import READOUT_COLOURS, circuit_readout_figure
 
     every = [("input tokens", 1.5), ("SAE error node", 0.25), ("SAE biases", -0.5), ("softmax (AttnLRP)", 2.0),
              ("model biases", 0.125), ("rest", 1e-7)]
@@ -206,7 +206,7 @@ def test_a_feature_that_is_not_active_gets_a_message_naming_those_that_are(tmp_p
     from streamlit.testing.v1 import AppTest
 
     from interpscope.sae import load_sae
-    from interpscope.sae_store.prompt import prompt_features
+    from interpscope.sae.store.prompt import prompt_features
     from tests.apptest_util import ROOT
 
     lm, down, _, down_store = _two_stores(tmp_path, monkeypatch)
@@ -235,7 +235,7 @@ def test_a_linked_circuit_feature_the_store_lacks_is_named(tmp_path, monkeypatch
     and a note naming what the link asked for."""
     from streamlit.testing.v1 import AppTest
 
-    from interpscope.sae_store import FeatureStore
+    from interpscope.sae.store import FeatureStore
     from tests.apptest_util import ROOT
 
     _, _, _, down_store = _two_stores(tmp_path, monkeypatch)

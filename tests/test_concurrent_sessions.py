@@ -20,7 +20,7 @@ from streamlit.testing.v1 import AppTest
 from interpscope.models import load_model
 from interpscope.models.loading import cached_models
 from interpscope.predict import forget_next_logits
-from interpscope.sae_store import FeatureStore, build_store
+from interpscope.sae.store import FeatureStore, build_store
 from pages._common import clear_shared
 from tests.apptest_util import APP, ROOT, concurrent_apptests
 from tests.sae_store_tiny import isolated_data, random_sae_folder, save_tiny_lm

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from interpscope.sae_store import FeatureStore, build_store
-from interpscope.sae_store.explain import balanced_accuracy, explain_store, negative_pool, writer_prompt
+from interpscope.sae.store import FeatureStore, build_store
+from interpscope.sae.store.explain import balanced_accuracy, explain_store, negative_pool, writer_prompt
 from tests.sae_store_tiny import isolated_data, random_sae_folder, tiny_lm
 
 CAT = ["the [[cat]] sat on the mat", "a black cat ran", "my cat sleeps", "cats and dogs"]
@@ -60,7 +60,7 @@ def test_explanations_are_written_scored_resumed_and_searchable(store):
     fresh = FeatureStore(feature_store.folder)
     card = fresh.card(alive[0])
     assert card.explanation["explanation"] == done[alive[0]]["explanation"]
-    from interpscope.sae_store.search import search
+    from interpscope.sae.store.search import search
 
     word = next(e["explanation"] for e in done.values() if len(e["explanation"].strip()) >= 3).strip()
     assert any(row["feature"] in alive for row in search(fresh, word, "label"))
@@ -79,7 +79,7 @@ def test_the_writer_is_shown_a_features_strongest_contexts(store):
 
 @pytest.mark.bundled
 def test_the_bundled_instruction_model_writes_explanations(store, bundled_lm):
-    from interpscope.sae_store.explain import model_writer
+    from interpscope.sae.store.explain import model_writer
 
     answers = model_writer(bundled_lm)(["Here are snippets: 1. the [[cat]] sat 2. my [[cat]] ran\nWhat do the "
                                         "marked words have in common? Answer in at most six words."])

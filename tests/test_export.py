@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from interpscope.components.charts import top_tokens_bar
-from interpscope.components.export import data_csv, data_json, export_menu, figure_bytes
+from components.export import data_csv, data_json, export_menu, figure_bytes
+from interpscope.figures.predict import top_tokens_bar
 from interpscope.results import Panel, Result
 
 
@@ -87,7 +87,7 @@ def test_the_whole_file_tidy_csv_names_its_method():
 
 
 def test_logit_lens_ranks_are_integers_on_decade_ticks():
-    from interpscope.components.flow_figures import lens_figure
+    from interpscope.figures.flow import lens_figure
 
     fig = lens_figure(["embed", "block 0", "block 1"], np.array([0.01, 0.2, 0.6]), np.array([28400, 85, 1]), "' x'")
     axis = fig.layout.yaxis2
@@ -97,7 +97,7 @@ def test_logit_lens_ranks_are_integers_on_decade_ticks():
 
 
 def test_graph_labels_of_one_row_never_overlap():
-    from interpscope.components.graph_draw import CHAR_PX, PLOT_PX, spread_row
+    from interpscope.figures.draw import CHAR_PX, PLOT_PX, spread_row
 
     wanted = [(5.0, "L3.H7"), (5.0, "L3.H11"), (5.1, "L3.MLP"), (5.2, "L3.H2"), (9.0, "L3.H0")]
     xs, below = spread_row(wanted, span=12.0)

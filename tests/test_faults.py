@@ -40,7 +40,7 @@ def fx(tmp_path_factory) -> dict[str, Path]:
         lm = tiny_lm()
         model = save_tiny_lm(root / "model")
         sae = random_sae_folder(lm, root / "sae", d_sae=16)
-        from interpscope.sae_store import build_store
+        from interpscope.sae.store import build_store
 
         store = build_store(lm, sae, root / "store", n_tokens=128, context_size=32, batch_size=2)
     finally:
@@ -65,8 +65,8 @@ def _analyses(fx) -> dict:
     from interpscope.relevance.flow import information_flow
     from interpscope.sae import load_sae
     from interpscope.sae.circuits import feature_circuit
-    from interpscope.sae_store.prompt import prompt_features
-    from interpscope.sae_store.steering import steer
+    from interpscope.sae.store.prompt import prompt_features
+    from interpscope.sae.store.steering import steer
 
     lm, sae = fx["lm"], load_sae(fx["sae"])
     text = "The cat sat on the mat and looked at the dog"
@@ -103,7 +103,7 @@ import json, os, signal, sys
 from contextlib import contextmanager
 from interpscope import atomic, resume
 import interpscope.relevance.file_attribution as file_attribution
-import interpscope.sae_store.explain as store_explain
+import interpscope.sae.store.explain as store_explain
 
 kill_at, count = int(os.environ["KILL_AT"]), [0]
 real_open, real_appending = atomic.atomic_open, resume.appending

@@ -154,7 +154,7 @@ def test_cli_top_logits_document_equals_api(folders):  # noqa: F811 (the fixture
 
 
 def test_figure_puts_the_logits_in_a_row_within_the_axis(tiny):
-    from interpscope.components.graph_figures import graph_figure, layout
+    from interpscope.figures.graphs import graph_figure, layout
 
     lm, tset = tiny
     graph = build_graph(lm, tset, TEXT, max_logits=10, logit_probability=1.0, node_budget=10, edge_budget=30,

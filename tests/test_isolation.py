@@ -21,8 +21,8 @@ from interpscope.predict import predict_next
 from interpscope.relevance.api import explain
 from interpscope.sae import load_sae
 from interpscope.sae.evaluation import evaluate_saes
-from interpscope.sae_store.prompt import feature_attribution, prompt_features
-from interpscope.sae_store.steering import steer
+from interpscope.sae.store.prompt import feature_attribution, prompt_features
+from interpscope.sae.store.steering import steer
 from tests.sae_store_tiny import HOOK, random_sae_folder, tiny_lm
 
 PROMPT = "The capital of France is"

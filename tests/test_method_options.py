@@ -180,7 +180,7 @@ def test_no_page_or_command_types_a_built_in_method_name():
     names = list(METHODS)  # the shipped methods (interpscope.relevance.builtin)
     assert {"attnlrp", "cplrp", "mambalrp", "gradxinput", "ig", "occlusion"} <= set(names)
     found = {}
-    for folder in (ROOT / "pages", ROOT / "backend" / "cli"):
+    for folder in (ROOT / "pages", ROOT / "backend" / "interpscope" / "cli"):
         for path in sorted(folder.rglob("*.py")):
             hits = quoted_method_names(path.read_text(encoding="utf-8"), names)
             if hits:

@@ -16,8 +16,8 @@ from interpscope.cli import main
 from interpscope.config import InterpscopeError
 from interpscope.outputs import MARKER, OutputFolder, check_output_file, check_output_folder
 from interpscope.sae import load_sae, save_sae
-from interpscope.sae_store import FeatureStore
-from interpscope.sae_store.layout import FEATURE_STORES, WEIGHTS_HASH, default_store_dir, weights_sha256
+from interpscope.sae.store import FeatureStore
+from interpscope.sae.store.layout import FEATURE_STORES, WEIGHTS_HASH, default_store_dir, weights_sha256
 from tests.sae_store_tiny import random_sae_folder, save_tiny_lm, tiny_lm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,7 +144,7 @@ def test_store_into_a_foreign_folder(model_dir, sae_dir, tmp_path, capsys):
 
 def test_unfinished_store_build_resumes_only_under_its_settings(model_dir, sae_dir, tmp_path):
     from interpscope.models.loading import load_model
-    from interpscope.sae_store import build_store
+    from interpscope.sae.store import build_store
 
     lm = load_model(str(model_dir), device="cpu")
     options = dict(n_tokens=1024, context_size=64, batch_size=4)

@@ -1,5 +1,6 @@
-"""One import package: `interpscope` maps onto backend/ (and components/ onto `interpscope.components`), a built
-wheel holds no top-level `backend`, `components` or `pages`, and `import interpscope` works from any directory."""
+"""One import package, `interpscope`, in the source root backend/ (backend/interpscope/, found by setuptools with no
+hand-kept list or mapping); a built wheel holds interpscope/ only (no `backend`, `components` or `pages`), and
+`import interpscope` works from any directory."""
 from __future__ import annotations
 
 import re
@@ -12,33 +13,26 @@ from pathlib import Path
 import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
-OLD_IMPORT = re.compile(r"(from|import) (backend|components)([.\s]|$)")
-FOLDERS = {"interpscope": ROOT / "backend", "interpscope.components": ROOT / "components"}
+OLD_IMPORT = re.compile(r"(from|import) (backend|interpscope\.components)([.\s]|$)")
+PACKAGE = ROOT / "backend" / "interpscope"
 
 
-def _package_folders() -> set[str]:
-    names = set()
-    for package, folder in FOLDERS.items():
-        for init in folder.rglob("__init__.py"):
-            if "__pycache__" in init.parts:
-                continue
-            rel = init.parent.relative_to(folder)
-            names.add(".".join([package, *rel.parts]) if rel.parts else package)
-    return names
-
-
-def test_pyproject_lists_every_package_folder_and_maps_them():
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert set(config["packages"]) == _package_folders()
-    assert config["package-dir"] == {"interpscope": "backend", "interpscope.components": "components"}
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["interpscope"] == "interpscope.cli:main"
+def test_pyproject_finds_the_package_under_the_source_root():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    setuptools = config["tool"]["setuptools"]
+    assert "package-dir" not in setuptools  # no mapping: the folder is the package
+    assert setuptools["packages"] == {"find": {"where": ["backend"], "include": ["interpscope*"]}}  # no list by hand
+    assert config["project"]["scripts"]["interpscope"] == "interpscope.cli:main"
+    assert config["tool"]["mypy"]["mypy_path"] == "backend"  # mypy reads the package from its source root
+    assert not (ROOT / "backend" / "__init__.py").exists()  # backend/ is a source root, not a package
 
 
 def test_no_module_imports_the_old_top_level_names():
     offenders = []
     for top in ("backend", "components", "pages", "tests", "bench", "scripts"):
         for path in (ROOT / top).rglob("*.py"):
+            if path == Path(__file__):
+                continue
             for number, line in enumerate(path.read_text().splitlines(), 1):
                 stripped = line.strip()
                 if OLD_IMPORT.match(stripped):
@@ -51,7 +45,7 @@ def test_built_wheel_holds_only_the_interpscope_package(tmp_path):
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    for name in ("backend", "components"):
+    for name in ("backend", "components", "pages"):  # the app's folders beside it must stay out of the wheel
         shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
@@ -61,24 +55,21 @@ def test_built_wheel_holds_only_the_interpscope_package(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names}
     assert tops == {"interpscope", next(t for t in tops if t.endswith(".dist-info"))}
-    expected = {"interpscope/" + str(p.relative_to(ROOT / "backend")) for p in (ROOT / "backend").rglob("*.py")
-                if "__pycache__" not in p.parts}
-    expected |= {"interpscope/components/" + str(p.relative_to(ROOT / "components"))
-                 for p in (ROOT / "components").rglob("*.py") if "__pycache__" not in p.parts}
-    assert expected <= set(names)
+    expected = {str(p.relative_to(ROOT / "backend")) for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts}
+    assert expected == {name for name in names if name.endswith(".py")}
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "interpscope = interpscope.cli:main" in entry
 
 
 def test_import_interpscope_from_any_directory(tmp_path):
-    code = ("import interpscope, interpscope.cli, interpscope.components.token_heatmap as heatmap, importlib.util;"
+    code = ("import interpscope, interpscope.cli, interpscope.figures.tokens as heatmap, importlib.util;"
             "print(interpscope.__file__); print(heatmap.__file__);"
             "print(importlib.util.find_spec('backend') is None)")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     package_file, heatmap_file, no_backend = done.stdout.split()
-    assert Path(package_file) == ROOT / "backend" / "__init__.py"
-    assert Path(heatmap_file) == ROOT / "components" / "token_heatmap.py"
+    assert Path(package_file) == PACKAGE / "__init__.py"
+    assert Path(heatmap_file) == PACKAGE / "figures" / "tokens.py"
     assert no_backend == "True"
 
 

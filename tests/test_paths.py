@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from interpscope.config import ASSETS_DIR, InterpscopeError
-from interpscope.paths import allowed_roots, hub_cached, looks_like_path, model_choice, plain_name, user_path
+from interpscope.models.registry import model_choice
+from interpscope.paths import allowed_roots, hub_cached, looks_like_path, plain_name, user_path
 
 
 @pytest.fixture
@@ -219,7 +220,7 @@ def test_sae_folder_with_a_file_leading_outside_is_refused(server, monkeypatch):
 
 
 def test_store_manifest_naming_an_outside_sae_is_refused(server):
-    from interpscope.sae_store.layout import folder_of
+    from interpscope.sae.store.layout import folder_of
 
     assert folder_of("assets/saes/x") == ASSETS_DIR / "saes" / "x"
     with pytest.raises(InterpscopeError, match="manifest"):
@@ -281,7 +282,7 @@ def test_listed_saes_and_neuron_stores_leading_outside_are_skipped_and_refused(s
     from interpscope.models import load_model
     from interpscope.neurons.page_store import NEURON_STORES
     from interpscope.sae.catalog import describe, list_saes
-    from interpscope.sae_store.store import read_manifest
+    from interpscope.sae.store.store import read_manifest
     from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
 
     monkeypatch.delenv("INTERPSCOPE_SERVER_MODE")

@@ -243,7 +243,7 @@ def test_our_integrated_gradients_equal_captums_layer_ig_on_the_embedding_layer(
 
 
 def test_the_ig_sentence_names_the_baseline_used_and_whether_the_gap_shrinks():
-    from interpscope.components.relevance_readout import readout
+    from interpscope.figures.relevance.readout import readout
     from interpscope.relevance.api import explain
     from interpscope.relevance.baselines import BASELINES
     from interpscope.relevance.methods import MethodOptions

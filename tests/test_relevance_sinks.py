@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from interpscope.components.relevance_readout import readout
-from interpscope.components.token_heatmap import heatmap_html, normalised
+from interpscope.figures.relevance.readout import readout
+from interpscope.figures.tokens import heatmap_html, normalised
 from interpscope.relevance.api import explain
 from interpscope.sinks import excluded_mask, measure, others_median_ratio
 from tests.sae_store_tiny import tiny_lm

@@ -16,8 +16,8 @@ import plotly.graph_objects as go
 import pytest
 
 import interpscope
+from components.export import data_csv
 from interpscope.cli import main
-from interpscope.components.export import data_csv
 from interpscope.results import without_timings
 from tests.apptest_util import open_page
 

@@ -16,8 +16,8 @@ import torch
 import interpscope.fourier
 import interpscope.neurons
 import interpscope.sae
+from components.export import data_json
 from interpscope.cli import main
-from interpscope.components.export import data_json
 from interpscope.models.loading import load_model
 from interpscope.results import without_timings
 from tests.sae_store_tiny import random_sae_folder, save_tiny_lm, tiny_lm
@@ -58,7 +58,7 @@ def _null_keys(value, path: str = "") -> list[str]:
 def sae_setting(tmp_path_factory):
     """A tiny GPT-2 saved as a model folder, random SAEs after blocks 0 and 1, a feature store of the first, and the
     model as the command line loads it."""
-    from interpscope.sae_store.build import build_store
+    from interpscope.sae.store.build import build_store
 
     root = tmp_path_factory.mktemp("documents-sae")
     mp = pytest.MonkeyPatch()
@@ -74,7 +74,7 @@ def sae_setting(tmp_path_factory):
 
 def test_features_on_a_text_are_one_document(sae_setting, capsys):
     from interpscope.sae import load_sae
-    from interpscope.sae_store.prompt import prompt_features
+    from interpscope.sae.store.prompt import prompt_features
 
     model_dir, lm, up, _, _ = sae_setting
     cli = _cli(capsys, ["sae", "prompt", "--sae", str(up), "--model", str(model_dir), "--text", TEXT, "--json"])
@@ -88,7 +88,7 @@ def test_features_on_a_text_are_one_document(sae_setting, capsys):
 @pytest.mark.parametrize("mode", ["add", "ablate"])
 def test_steering_is_one_document_and_ablation_has_no_strength(sae_setting, capsys, mode):
     from interpscope.sae import load_sae
-    from interpscope.sae_store.steering import steer
+    from interpscope.sae.store.steering import steer
 
     model_dir, lm, up, _, _ = sae_setting
     feature = interpscope.sae.features(lm, up, TEXT).top_features[0]
@@ -101,7 +101,7 @@ def test_steering_is_one_document_and_ablation_has_no_strength(sae_setting, caps
 
 
 def test_feature_card_is_one_document(sae_setting, capsys):
-    from interpscope.sae_store import FeatureStore
+    from interpscope.sae.store import FeatureStore
 
     _, _, _, _, store = sae_setting
     feature = int(FeatureStore(store).density.argmax())
@@ -165,7 +165,7 @@ def neuron_model(tmp_path_factory):
 def test_neuron_candidates_are_one_document_with_the_page_export(neuron_model, capsys, monkeypatch):
     """The page side is the Entropy neurons page itself, opened on the model, its export menu recorded."""
     from app import OTHER
-    from interpscope.components import export
+    from components import export
     from tests.apptest_util import open_page
 
     folder, lm = neuron_model

@@ -136,7 +136,7 @@ def test_batchtopk_training_checkpoints_of_the_library_are_read(tmp_path):
 def test_train_eval_and_store_batchtopk_from_the_command_line(tmp_path, capsys, monkeypatch):
     """`sae train --arch batchtopk --k 8`, then `sae eval` and `sae store` on what it saved (tiny GPT-2)."""
     from interpscope.cli import main
-    from interpscope.sae_store import FeatureStore
+    from interpscope.sae.store import FeatureStore
     from tests.sae_store_tiny import save_tiny_lm
 
     monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))

@@ -1,4 +1,4 @@
-"""The SAE bench (backend/sae/bench/) on planted cases: an absorbed first-letter feature is caught, a planted
+"""The SAE bench (interpscope.sae.bench) on planted cases: an absorbed first-letter feature is caught, a planted
 separable latent probes at ~1 with chance 0.5, a detection scorer separates right explanations from random ones
 (a lexical judge, and the bundled LM on clear cases); the CLI's document is the API's and the page's; bad input
 exits 2."""

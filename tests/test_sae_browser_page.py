@@ -12,7 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from interpscope.models import load_model
-from interpscope.sae_store import FeatureStore, build_store
+from interpscope.sae.store import FeatureStore, build_store
 from tests.apptest_util import ROOT
 from tests.sae_store_tiny import isolated_data, random_sae_folder, tiny_lm
 
@@ -264,7 +264,7 @@ def test_prepend_bos_is_in_the_url_and_off_reads_the_first_word_at_position_0(en
     assert token_pills(at).value == n_words and at.query_params["bos"] == "1"
     at.segmented_control(key="sae_view").set_value("Attribution").run()
     from interpscope.sae import load_sae
-    from interpscope.sae_store.prompt import prompt_features
+    from interpscope.sae.store.prompt import prompt_features
 
     _, model_dir, sae = env
     view = prompt_features(load_model(str(model_dir), device="cpu"), load_sae(sae), "The cat sat on the mat",
@@ -336,7 +336,7 @@ def test_a_steering_link_reproduces_its_strength_and_nothing_is_in_the_url_befor
     store, _, _ = env
     at = open_browser(store, "Steering", 5)
     default = at.number_input(key="sae-steer-strength").value
-    from interpscope.sae_store.steering import default_strength
+    from interpscope.sae.store.steering import default_strength
 
     assert default == pytest.approx(round(default_strength(store.max_activation[5]), 3))
     at.number_input(key="sae-steer-strength").set_value(6.0).run()
@@ -360,7 +360,7 @@ def test_a_steering_link_reproduces_its_strength_and_nothing_is_in_the_url_befor
 
 def silent_and_firing(store, model_dir, text: str) -> tuple[int, int]:
     """A feature that is 0 at every position of `text` from 1 on, and one that fires there."""
-    from interpscope.sae_store.prompt import prompt_features
+    from interpscope.sae.store.prompt import prompt_features
 
     lm = load_model(str(model_dir), device="cpu")
     acts = np.asarray(prompt_features(lm, store.load_sae(), text, 5).activations)[1:]
@@ -401,8 +401,8 @@ def test_stores_are_those_of_the_sidebar_model_and_none_is_said(env):
 def test_weak_explanations_are_hidden_until_asked_for(env):
     """A degenerate answer and one at or below the chance score are not shown as explanations by default; the
     counts in the caption come from explanation_summary."""
-    from interpscope.sae_store.explanation_quality import explanation_summary
-    from interpscope.sae_store.explanations import EXPLANATIONS_FILE
+    from interpscope.sae.store.explanation_quality import explanation_summary
+    from interpscope.sae.store.explanations import EXPLANATIONS_FILE
 
     store, _, _ = env
     entries = [{"feature": 1, "explanation": "The marked words are:", "score": 0.9},
@@ -446,7 +446,7 @@ def test_attribution_of_an_inactive_feature_says_so_and_names_those_active(env):
     """Run at a token where the feature is 0 draws no all-zero maps: the page says the feature is not active there
     and names the features that are, strongest first (read from the same prompt view the page shows)."""
     from interpscope.sae import load_sae
-    from interpscope.sae_store.prompt import prompt_features
+    from interpscope.sae.store.prompt import prompt_features
 
     store, model_dir, sae = env
     at = open_browser(store, "Attribution", 2)

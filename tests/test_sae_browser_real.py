@@ -12,7 +12,7 @@ import re
 import pytest
 
 from interpscope.models import load_model
-from interpscope.sae_store import FeatureStore, build_store
+from interpscope.sae.store import FeatureStore, build_store
 from tests.conftest import open_from_sidebar, start_app, stop_app, wait_for_app
 from tests.sae_store_tiny import random_sae_folder, save_tiny_lm
 

@@ -17,7 +17,7 @@ from interpscope.neurons.synthetic import loaded as wrap_loaded
 from interpscope.sae import load_sae
 from interpscope.sae.evaluation import evaluate_sae
 from interpscope.sae.pipeline import SAESpec, train_saes
-from interpscope.sae_store import FeatureStore, build_store
+from interpscope.sae.store import FeatureStore, build_store
 from tests.tiny_models import GPT2_VOCAB, tiny_gemma3
 
 HOOK = "blocks.1.hook_resid_pre"

@@ -10,8 +10,8 @@ import pytest
 
 from interpscope.cli import main
 from interpscope.sae import load_sae
-from interpscope.sae_store.prompt import prompt_features
-from interpscope.sae_store.steering import steer
+from interpscope.sae.store.prompt import prompt_features
+from interpscope.sae.store.steering import steer
 from tests.sae_store_tiny import random_sae_folder, save_tiny_lm, tiny_lm
 
 TEXT = "It is a truth universally acknowledged, that a single man in possession of a good fortune"

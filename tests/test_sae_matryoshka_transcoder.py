@@ -263,7 +263,7 @@ def test_folders_as_saelens_writes_them_are_read(tmp_path):
 
 
 def test_a_transcoder_folder_builds_a_feature_store_with_cards(tmp_path, monkeypatch):
-    from interpscope.sae_store import FeatureStore, build_store
+    from interpscope.sae.store import FeatureStore, build_store
 
     monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
     lm = tiny_lm()

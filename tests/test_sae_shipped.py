@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 from interpscope.sae import load_sae
 from interpscope.sae.catalog import SHIPPED_DIR, describe
-from interpscope.sae_store import FeatureStore
+from interpscope.sae.store import FeatureStore
 
 SHIPPED = sorted(path for path in SHIPPED_DIR.iterdir() if (path / "cfg.json").is_file())
 

@@ -16,8 +16,8 @@ from interpscope.corpus import token_chunks
 from interpscope.sae import load_sae
 from interpscope.sae.evaluation import evaluate_sae
 from interpscope.sae.sinks import sink_rows
-from interpscope.sae_store import FeatureStore, build_store
-from interpscope.sae_store.prompt import prompt_features
+from interpscope.sae.store import FeatureStore, build_store
+from interpscope.sae.store.prompt import prompt_features
 from tests.sae_store_tiny import HOOK, random_sae_folder, tiny_lm
 
 CONTEXT, N_TOKENS = 64, 2048

@@ -17,9 +17,9 @@ from interpscope.capture import capture
 from interpscope.config import InterpscopeError
 from interpscope.corpus import token_chunks
 from interpscope.sae import SAEConfig, build_sae, load_sae, save_sae
-from interpscope.sae_store import FeatureStore, build_store
-from interpscope.sae_store import build as build_module
-from interpscope.sae_store.layout import ARRAYS
+from interpscope.sae.store import FeatureStore, build_store
+from interpscope.sae.store import build as build_module
+from interpscope.sae.store.layout import ARRAYS
 from tests.sae_store_tiny import HOOK, random_sae_folder, tiny_lm
 
 N_TOKENS, CONTEXT, BATCH = 3072, 64, 4

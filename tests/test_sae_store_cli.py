@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from interpscope.cli import main
-from interpscope.sae_store import FeatureStore, build_store
+from interpscope.sae.store import FeatureStore, build_store
 from tests.sae_store_tiny import random_sae_folder, save_tiny_lm, tiny_lm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,8 +65,8 @@ def test_store_then_feature_json(tiny_model_dir, tmp_path, monkeypatch, capsys):
     found = json.loads(capsys.readouterr().out)
     assert found["schema"] == "interpscope.sae.search" and found["results"][0]["feature"] == 4
     assert found["total"] == 1 and "reason" not in found  # something matched: no reason, absent not null
-    from interpscope.sae_store.documents import FeatureSearch
-    from interpscope.sae_store.search import search
+    from interpscope.sae.store.documents import FeatureSearch
+    from interpscope.sae.store.search import search
 
     store = FeatureStore(report["store"])  # the feature browser's export builds the same document
     page = FeatureSearch(store=store.name, query="4", kind="id", results=search(store, "4", "id"), total=1)

@@ -12,10 +12,10 @@ from interpscope.config import InterpscopeError
 from interpscope.models.tokenizers import gpt2_tokenizer
 from interpscope.neurons.synthetic import loaded as wrap_loaded
 from interpscope.sae import load_sae
-from interpscope.sae_store import FeatureStore, build_store
-from interpscope.sae_store.prompt import feature_attribution, prompt_features
-from interpscope.sae_store.search import search
-from interpscope.sae_store.steering import steer
+from interpscope.sae.store import FeatureStore, build_store
+from interpscope.sae.store.prompt import feature_attribution, prompt_features
+from interpscope.sae.store.search import search
+from interpscope.sae.store.steering import steer
 from tests.sae_store_tiny import HOOK, random_sae_folder, tiny_lm
 from tests.tiny_models import tiny_llama
 

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
+from components.export import data_json
 from interpscope.cli import main
-from interpscope.components.export import data_json
 from interpscope.config import InterpscopeError
 from interpscope.results import without_timings
 from interpscope.sae.pareto import frontier, matched_ratio, pareto_analysis

@@ -141,7 +141,7 @@ def test_plain_gradient_maps_get_the_looser_half_precision_tolerance(models):
 def test_bfloat16_sae_metrics_and_activations_are_within_their_tolerance(models, tmp_path):
     from interpscope.sae import load_sae
     from interpscope.sae.evaluation import evaluate_sae
-    from interpscope.sae_store.encode import hook_activations
+    from interpscope.sae.store.encode import hook_activations
 
     sae = load_sae(random_sae_folder(models["float32"], tmp_path / "sae"))
     summaries = {name: evaluate_sae(lm, sae, n_tokens=1024, context_size=64).summary()

@@ -122,7 +122,7 @@ def _same_store(a: Path, b: Path) -> None:
 
 
 def test_feature_store_is_byte_identical_on_workers_after_a_kill_and_across_a_stop(env):
-    from interpscope.sae_store import build_store
+    from interpscope.sae.store import build_store
 
     root, lm, sae = env
     options = dict(n_tokens=3072, context_size=CONTEXT, batch_size=BATCH, eval_tokens=256)
@@ -211,9 +211,9 @@ def test_fourier_filter_table_is_identical_on_workers():
 
 
 def test_explanations_file_is_identical_on_workers(env):
-    from interpscope.sae_store import FeatureStore, build_store
-    from interpscope.sae_store.explain import explain_store, model_writer, negative_pool
-    from interpscope.scale.explain import explain_store_on_ray
+    from interpscope.sae.store import FeatureStore, build_store
+    from interpscope.sae.store.explain import explain_store, model_writer, negative_pool
+    from interpscope.sae.store.explain_jobs import explain_store_on_ray
 
     root, lm, sae = env
     explainer_dir = _tiny_explainer(root / "explainer")
@@ -248,7 +248,7 @@ def _tiny_explainer(folder: Path) -> Path:
 
 def test_cli_store_with_two_workers_matches_the_api(env, capsys):
     from interpscope.cli import main
-    from interpscope.sae_store import build_store
+    from interpscope.sae.store import build_store
 
     root, lm, sae = env
     options = ["--tokens", "2048", "--context", str(CONTEXT), "--batch-size", str(BATCH), "--eval-tokens", "0"]
@@ -267,7 +267,7 @@ def test_a_sigkilled_driver_on_workers_resumes_to_the_same_store(env):
     import sys
     import time
 
-    from interpscope.sae_store import build_store
+    from interpscope.sae.store import build_store
 
     root, lm, sae = env
     options = dict(n_tokens=32768, context_size=CONTEXT, batch_size=BATCH, eval_tokens=0)

@@ -144,8 +144,8 @@ def test_relevance_curves_csv_is_one_row_per_point():
 
     import numpy as np
 
-    from interpscope.components.export import data_csv
-    from interpscope.components.relevance_charts import curve_rows
+    from components.export import data_csv
+    from interpscope.figures.relevance import curve_rows
     from interpscope.results import Panel
 
     curves = {"AttnLRP": (np.array([0.0, 0.5, 1.0]), np.array([3.0, 1.0, 0.0]), np.array([3.0, 2.5, 0.0]), 0.7),

@@ -1,0 +1,144 @@
+"""The attribution methods the explorer offers: a registry, and one way to run any of them.
+
+A method is one `Method` registered here: what it needs from a model (capabilities the adapter declares, never a
+family name), how it computes an Attribution, which law its readout checks, and the options it takes (OptionSpecs,
+interpscope.relevance.options: the pages' widgets, the links' parameters and the command line's flags are built
+from them). Pages and the command line list methods from this registry, by their properties, never by name, and run
+them through `Method.compute`; adding a method is one module that calls `register_method` and is imported by
+backend/interpscope/relevance/builtin.py (or by the caller's own code).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from interpscope.adapters import ModelAdapter
+from interpscope.config import InterpscopeError
+from interpscope.relevance.options import MethodOptions, OptionSpec, use_registry
+
+if TYPE_CHECKING:
+    from interpscope.relevance.engine import Attribution
+    from interpscope.relevance.rules import Rule
+
+MethodKind = Literal["lrp", "gradient", "perturbation"]
+Law = Literal["conservation", "completeness", "none"]
+__all__ = ["METHODS", "Method", "MethodOptions", "OptionSpec", "get_method", "method_labels", "method_names",
+           "methods_for", "methods_taking", "option_specs", "register_method", "rule_methods"]
+
+Compute = Callable[..., "Attribution"]  # (adapter, ids, target, latent, options[, progress=]) -> Attribution
+
+
+@dataclass(frozen=True)
+class Method:
+    """An attribution method.
+
+    requires: adapter capabilities it needs (ModelAdapter.capabilities). compute(adapter, ids, target, latent,
+    options) returns the Attribution (the caller holds the model's lock); the built-in ones also take progress=
+    (done, total), which run_method passes only when a caller gave one. rules: the LRP rule set, for callers that
+    attribute other scalars through the same rules (SAE features, continuations). law: what the readout checks —
+    'conservation' (LRP: relevance sums to the explained value, with bias and softmax shares), 'completeness'
+    (Integrated Gradients: relevance sums to f(x) - f(baseline)), or 'none'. through_softmax: the method sends
+    relevance through the attention softmaxes, so the readout shows what they drop (AttnLRP; CP-LRP detaches q/k).
+    exact_forward: its forward pass gives the model's own logits bit for bit (hooks that change only gradients),
+    so the predicted token and the next-token logits can be read off that same pass; False for rules that
+    recompute a module another way. options: the settings it takes (OptionSpecs; its compute reads their values from
+    the MethodOptions it is given); pages, links and the command line offer them. per_token_passes: it runs one
+    forward pass per input token (occlusion), so it is slow on long texts and left out of the many-text defaults.
+    """
+
+    name: str
+    label: str
+    kind: MethodKind
+    description: str
+    requires: frozenset[str]
+    compute: Compute
+    rules: Callable[[ModelAdapter], Sequence[Rule]] | None = None
+    law: Law = "none"
+    through_softmax: bool = False  # relevance flows through attention softmaxes, which drop a share (AttnLRP)
+    exact_forward: bool = True
+    options: tuple[OptionSpec, ...] = ()
+    per_token_passes: bool = False
+
+    @property
+    def conserves(self) -> bool:
+        """Whether the method has a conservation readout (the LRP variants)."""
+        return self.law == "conservation"
+
+    @property
+    def one_backward_pass(self) -> bool:
+        """Rules or plain gradients: one forward and one backward pass per explained scalar."""
+        return self.kind in ("lrp", "gradient")
+
+    def serves(self, adapter: ModelAdapter) -> bool:
+        return self.requires <= adapter.capabilities()
+
+    def missing(self, adapter: ModelAdapter) -> list[str]:
+        return sorted(self.requires - adapter.capabilities())
+
+
+METHODS: dict[str, Method] = {}
+
+
+def register_method(method: Method) -> Method:
+    """Add (or replace) a method in the registry; returns it. An option it shares by name with another method must
+    be the same spec (one widget, one flag and one URL parameter serve both)."""
+    for spec in method.options:
+        for other in METHODS.values():
+            shared = next((o for o in other.options if o.name == spec.name), None)
+            if other.name != method.name and shared is not None and shared != spec:
+                raise ValueError(f"Method {method.name!r} declares option {spec.name!r} unlike {other.name!r} does: "
+                                 "a shared option must be the same OptionSpec.")
+    METHODS[method.name] = method
+    return method
+
+
+def option_specs(methods: Iterable[Method] | None = None) -> dict[str, OptionSpec]:
+    """The options of these methods (default: every registered one), each once, by name, in registration order."""
+    specs: dict[str, OptionSpec] = {}
+    for method in METHODS.values() if methods is None else methods:
+        for spec in method.options:
+            specs.setdefault(spec.name, spec)
+    return specs
+
+
+use_registry(option_specs)  # MethodOptions reads defaults and checks values against the registered specs
+
+
+def methods_taking(option: str) -> list[Method]:
+    """The registered methods that take option `option`."""
+    return [m for m in METHODS.values() if any(spec.name == option for spec in m.options)]
+
+
+def rule_methods(adapter: ModelAdapter | None = None) -> list[Method]:
+    """The methods with an LRP rule set (what SAE feature attribution and feature circuits propagate with), in
+    registration order; only those `adapter`'s model can run when given."""
+    return [m for m in METHODS.values() if m.rules is not None and (adapter is None or m.serves(adapter))]
+
+
+def method_labels(methods: Iterable[Method]) -> dict[str, str]:
+    """name -> label, for a widget's format_func."""
+    return {m.name: m.label for m in methods}
+
+
+def methods_for(adapter: ModelAdapter) -> list[Method]:
+    """Methods this model can run, LRP variants first, in registration order."""
+    available = [m for m in METHODS.values() if m.serves(adapter)]
+    return sorted(available, key=lambda m: m.kind != "lrp")
+
+
+def method_names() -> list[str]:
+    """Every registered method's name (the command line's choices)."""
+    return list(METHODS)
+
+
+def get_method(name: str, adapter: ModelAdapter | None = None) -> Method:
+    """Look a method up by name, with a clear message when unknown or when the model lacks what it needs."""
+    method = METHODS.get((name or "").strip().lower())
+    if method is None:
+        raise InterpscopeError(f"Unknown method {name!r}. Choose one of: {', '.join(METHODS)}.")
+    if adapter is not None and not method.serves(adapter):
+        usable = ", ".join(m.name for m in methods_for(adapter))
+        raise InterpscopeError(f"{method.label} needs {', '.join(method.missing(adapter))}, which {adapter.family} "
+                               f"models do not offer here. Available: {usable}.")
+    return method

@@ -1,0 +1,180 @@
+"""The common SAE folder format: `cfg.json` + `sae_weights.safetensors`, as the SAELens library writes it.
+
+cfg.json is read and written by interpscope.sae.cfg_json (every layout of that library; each architecture reads and
+writes its own fields). Tensor names: W_enc [d_in, d_sae], W_dec [d_sae, d_in], b_dec, and the per-feature
+tensors each architecture declares. A tensor the architecture does not use is refused by name, except the
+decoder scaling the library once stored (`scaling_factor` / `finetuning_scaling_factor`): all ones means nothing;
+otherwise, with cfg.json's finetuning_scaling_factor true, it multiplies the features before the decoder, as that
+library's releases before 6.0 did, so it is folded into W_dec's rows (without the flag that library refuses the
+folder, and so do we). Pickle checkpoints (.pt/.pth/.ckpt/.pkl/.bin) are refused: opening one can run
+arbitrary code.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save
+
+from interpscope import atomic
+from interpscope.config import DTYPES, InterpscopeError
+from interpscope.models.registry import model_choice
+from interpscope.paths import confined_folder, server_mode
+from interpscope.sae.arch import SparseAutoencoder
+from interpscope.sae.cfg_json import config_to_json, read_config
+
+CFG_FILE = "cfg.json"
+WEIGHTS_FILE = "sae_weights.safetensors"
+PICKLE_SUFFIXES = (".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".bin")
+SCALING_TENSORS = ("scaling_factor", "finetuning_scaling_factor")
+
+
+def _refuse_pickle(path: Path) -> None:
+    raise InterpscopeError(
+        f"{path.name} is a pickle checkpoint; pickles can run arbitrary code when opened, so Interpscope "
+        f"refuses them. Convert it to an SAE folder (cfg.json + {WEIGHTS_FILE}) with safetensors first.")
+
+
+def apply_scaling_factor(raw: dict, tensors: dict[str, torch.Tensor], d_sae: int) -> dict[str, torch.Tensor]:
+    """Fold a stored decoder scaling (see the module docstring) into W_dec, or refuse it by name."""
+    tensors = dict(tensors)
+    for name in SCALING_TENSORS:
+        if name not in tensors:
+            continue
+        factor = tensors.pop(name)
+        if tuple(factor.shape) != (d_sae,):
+            raise InterpscopeError(f"{WEIGHTS_FILE} holds {name} of shape {tuple(factor.shape)}; a decoder scaling "
+                                   f"needs one number per feature ({d_sae}).")
+        if torch.allclose(factor.double(), torch.ones(d_sae, dtype=torch.float64)):
+            continue
+        if raw.get("finetuning_scaling_factor") is not True:
+            raise InterpscopeError(f"{WEIGHTS_FILE} holds {name} (not all ones), but cfg.json field "
+                                   "finetuning_scaling_factor is not true, so its meaning is unknown; the common "
+                                   "SAE library refuses such a folder too.")
+        if "W_dec" in tensors:
+            dtype = tensors["W_dec"].dtype
+            tensors["W_dec"] = (tensors["W_dec"].double() * factor.double()[:, None]).to(dtype)
+    return tensors
+
+
+def save_sae(sae: SparseAutoencoder, folder: str | Path, dtype: str | None = None) -> Path:
+    """Write cfg.json + sae_weights.safetensors (in `dtype`, default the SAE's cfg.dtype); files replaced atomically."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    dtype = dtype or sae.cfg.dtype
+    if dtype not in DTYPES:
+        raise InterpscopeError(f"Unknown dtype {dtype!r} for saving an SAE.")
+    sae.cfg.dtype = dtype
+    tensors = {name: tensor.detach().to(DTYPES[dtype]).contiguous().cpu()
+               for name, tensor in sae.state_dict().items()}
+    atomic.write_bytes(folder / WEIGHTS_FILE, save(tensors, metadata={"format": "pt"}))
+    atomic.write_json(folder / CFG_FILE, config_to_json(sae.cfg))
+    return folder
+
+
+def load_sae(path: str | Path, dtype: str | torch.dtype | None = "float32") -> SparseAutoencoder:
+    """Open an SAE folder (or its cfg.json / weights file). dtype None keeps the stored precision exactly."""
+    path = Path(path).expanduser()
+    if path.suffix.lower() in PICKLE_SUFFIXES and path.exists():
+        _refuse_pickle(path)
+    folder = path.parent if path.is_file() else path
+    if server_mode():  # the folder and each file in it inside the allowed folders, symlinks followed
+        folder = confined_folder(folder, "SAE folder")
+    if not folder.is_dir():
+        raise InterpscopeError(f"No SAE folder at {path}.")
+    if not (folder / CFG_FILE).is_file() or not (folder / WEIGHTS_FILE).is_file():
+        pickles = [p for p in folder.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES]
+        if pickles:
+            _refuse_pickle(pickles[0])
+        raise InterpscopeError(f"{folder} is not an SAE folder: it needs {CFG_FILE} and {WEIGHTS_FILE}.")
+    try:
+        raw = json.loads((folder / CFG_FILE).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InterpscopeError(f"{folder / CFG_FILE} is not valid JSON ({err}).") from None
+    if not isinstance(raw, dict):
+        raise InterpscopeError(f"{folder / CFG_FILE} must hold a JSON object.")
+    cls, cfg = read_config(raw)
+    try:
+        tensors = load_file(str(folder / WEIGHTS_FILE))
+    except (SafetensorError, OSError) as err:
+        raise InterpscopeError(f"{folder / WEIGHTS_FILE} is not a readable safetensors file ({err}).") from None
+    for name, tensor in tensors.items():
+        check_finite(tensor, name, folder / WEIGHTS_FILE)
+    if "W_enc" not in tensors:
+        raise InterpscopeError(f"{WEIGHTS_FILE} lacks W_enc (it has {', '.join(sorted(tensors)) or 'nothing'}).")
+    stored = tensors["W_enc"].dtype
+    target = stored if dtype is None else DTYPES[dtype] if isinstance(dtype, str) else dtype
+    expected = cls.tensor_shapes(cfg)
+    tensors = {name: tensor.to(target) for name, tensor in tensors.items()}
+    try:
+        tensors = cls.prepare_tensors(raw, apply_scaling_factor(raw, tensors, cfg.d_sae))
+    except (KeyError, IndexError, RuntimeError):
+        pass  # a tensor it needs is missing or misshapen: named just below
+    except ValueError as err:
+        raise InterpscopeError(f"{folder}: {err}") from None
+    missing = [name for name in expected if name not in tensors]
+    if missing:
+        raise InterpscopeError(f"{WEIGHTS_FILE} lacks {', '.join(missing)} needed by a {cls.label} SAE "
+                               f"(it has {', '.join(sorted(tensors))}).")
+    for name, shape in expected.items():
+        if tuple(tensors[name].shape) != shape:
+            raise InterpscopeError(
+                f"{name} has shape {tuple(tensors[name].shape)} but cfg.json (d_in={cfg.d_in}, "
+                f"d_sae={cfg.d_sae}) implies {shape}.")
+    unused = sorted(set(tensors) - set(expected))
+    if unused:
+        raise InterpscopeError(f"{WEIGHTS_FILE} holds {', '.join(unused)}, which a {cls.label} SAE does not use; "
+                               "Interpscope refuses to drop weights silently (remove them if they mean nothing).")
+    sae = cls(cfg, dtype=target, seed=None)
+    with torch.no_grad():
+        for name in expected:
+            getattr(sae, name).copy_(tensors[name])
+    cfg.dtype = {v: k for k, v in DTYPES.items()}.get(stored, cfg.dtype)
+    return sae
+
+
+def check_finite(tensor: torch.Tensor, name: str, where: Path | str) -> None:
+    """Refuse NaN or infinite weights: they turn every metric into NaN and every feature card into noise."""
+    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        bad = tensor[~torch.isfinite(tensor)]
+        kinds = " and ".join(k for k, n in (("NaN", int(bad.isnan().sum())), ("infinite", int(bad.isinf().sum())))
+                             if n)
+        raise InterpscopeError(f"{where}: {name} holds {kinds} values ({bad.numel()} of {tensor.numel()}); the "
+                               "weights are broken (diverged training or a damaged file), so they are refused.")
+
+
+def sae_model_name(sae: SparseAutoencoder, default: str = "smollm2-135m") -> str:
+    """The model an SAE reads: its cfg.json's model_name (or default). A name read from a file is checked like one
+    typed into the sidebar: on a shared server a folder must lie inside the allowed folders and a Hugging Face id
+    must already be cached."""
+    return model_choice(sae.cfg.model_name or default, "model folder named in the SAE's cfg.json (model_name)")
+
+
+def hook_width(adapter, hook_name: str) -> int:
+    """The size of the activation at hook_name (d_mlp for MLP neurons, else d_model)."""
+    adapter.resolve(hook_name)
+    return adapter.d_mlp if hook_name.endswith("mlp.hook_post") else adapter.d_model
+
+
+def check_compatible(sae: SparseAutoencoder, adapter, hook_name: str | None = None,
+                     model_name: str | None = None) -> str:
+    """Raise a clear error unless the SAE fits this model's activation at its hook; returns the hook name."""
+    hook = hook_name or sae.cfg.hook_name
+    if not hook:
+        raise InterpscopeError("The SAE's cfg.json names no hook_name; say which hook point it reads.")
+    try:
+        width = hook_width(adapter, hook)
+    except InterpscopeError as err:
+        raise InterpscopeError(f"The SAE reads {hook!r}, which this model lacks: {err}") from None
+    if sae.cfg.d_in != width:
+        trained_on = f" (trained on {sae.cfg.model_name})" if sae.cfg.model_name else ""
+        shown = f" {model_name}" if model_name else ""
+        raise InterpscopeError(
+            f"Shape mismatch: the SAE{trained_on} expects d_in={sae.cfg.d_in} at {hook}, but the model{shown} has "
+            f"{width} there. Pick the model the SAE was trained on or an SAE for this model.")
+    return hook
+
+
+__all__ = ["save_sae", "load_sae", "check_compatible", "check_finite", "hook_width", "sae_model_name"]
