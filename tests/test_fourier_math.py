@@ -1,4 +1,4 @@
-"""METHODS.md section 5 checks: basis, spectra, outliers, filters and the rank check, on synthetic data."""
+"""docs/methods/fourier.md checks: basis, spectra, outliers, filters and the rank check, on synthetic data."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
-"""METHODS.md section 2 checks of MambaLRP on a tiny random MambaForCausalLM (hidden 16, state 4, 2 layers, float64)."""
+"""The checks of docs/methods/mamba-lrp.md on a tiny random MambaForCausalLM (hidden 16, state 4, 2 layers,
+float64)."""
 from __future__ import annotations
 
 import threading

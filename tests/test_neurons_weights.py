@@ -1,4 +1,4 @@
-"""METHODS.md section 4 checks on synthetic weights: rho, LogitVar, the unigram direction and cosine."""
+"""docs/methods/entropy-neurons.md checks on synthetic weights: rho, LogitVar, the unigram direction and cosine."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""METHODS.md section 1 checks on tiny random Llama, GPT-2, GPT-NeoX, Qwen2, Gemma 3 and OLMo models in float64."""
+"""docs/methods/attnlrp.md checks on tiny random Llama, GPT-2, GPT-NeoX, Qwen2, Gemma 3 and OLMo models in float64."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""METHODS.md section 3 checks on random weights in float64: gated == JumpReLU, gated reduces to ReLU, the
+"""docs/methods/sae.md checks on random weights in float64: gated == JumpReLU, gated reduces to ReLU, the
 gradient routing of every loss term, decoder-norm folding, gamma, TopK's k nonzeros, loss-recovered arithmetic,
 and the JumpReLU straight-through threshold gradient."""
 from __future__ import annotations

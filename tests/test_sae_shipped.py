@@ -15,7 +15,7 @@ SHIPPED = sorted(path for path in SHIPPED_DIR.iterdir() if (path / "cfg.json").i
 
 
 def _expected(tensors: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-    """METHODS.md section 3: ReLU SAE, or the gated SAE's gate * ReLU(magnitude), on x - b_dec."""
+    """docs/methods/sae.md: ReLU SAE, or the gated SAE's gate * ReLU(magnitude), on x - b_dec."""
     shared = (x - tensors["b_dec"]) @ tensors["W_enc"]
     if "b_gate" in tensors:
         gate = shared + tensors["b_gate"]

@@ -2,7 +2,7 @@
 
 Row 0 is the constant 1/sqrt(N); then, for k = 1..floor(N/2), sqrt(2/N) cos(2 pi k x / N) and
 sqrt(2/N) sin(2 pi k x / N) (for even N the k = N/2 row is the alternating (-1)^x / sqrt(N) and has no sine).
-Using omega = 2 pi k / N over exactly N points makes F F^T = I (METHODS.md section 5.2). Period T_k = N / k.
+Using omega = 2 pi k / N over exactly N points makes F F^T = I (docs/methods/fourier.md). Period T_k = N / k.
 """
 from __future__ import annotations
 

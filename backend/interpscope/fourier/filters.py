@@ -1,4 +1,4 @@
-"""Frequency filters on attention / MLP outputs and the Table-1-style ablation (METHODS.md 5.5-5.6).
+"""Frequency filters on attention / MLP outputs and the Table-1-style ablation (docs/methods/fourier.md).
 
 A filter removes chosen Fourier components from what a module output says about the numbers: it projects the
 output h onto null(M), M = B F W_U_num^T (B picks the basis rows to remove), P = I - M^+ M. Then

@@ -1,8 +1,9 @@
 """Logit lens in Fourier space: what each layer's attention and MLP output says about the answer.
 
 L_attn(l) = W_U_num^T Attn_out(l), L_mlp(l) = W_U_num^T MLP_out(l) at the prompt's last token (no final norm,
-METHODS.md 5.1), transformed with the Fourier basis over 0..N-1. Plus the residual-stream logit lens (through the
-final norm) scored exact / +-2 / +-10 per layer, and the top-5 Fourier components that rebuild a prediction.
+docs/methods/fourier.md), transformed with the Fourier basis over 0..N-1. Plus the residual-stream logit lens
+(through the final norm) scored exact / +-2 / +-10 per layer, and the top-5 Fourier components that rebuild a
+prediction.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Fourier spectra of number representations: token embeddings/unembeddings, or hidden states per layer.
 
-Embedding spectrum (METHODS.md 5.3): V = F W_E_num, magnitude per frequency. For tokenizers that split numbers
+Embedding spectrum (docs/methods/fourier.md): V = F W_E_num, magnitude per frequency. For tokenizers that split numbers
 into digits, a number is represented by the hidden state at its last digit; the same analysis runs on those
 states layer by layer (a layers x frequency map). Every spectrum carries its baseline (interpscope.fourier.baseline):
 for digit tokenisers the power a function of n mod 10 explains by construction, else a shuffled-numbers control;

@@ -1,6 +1,6 @@
 """Relevance rules: context managers that change how ONE model instance computes its backward pass.
 
-Every rule is "Gradient x Input with a modified backward" (METHODS.md section 1): it registers forward hooks on
+Every rule is "Gradient x Input with a modified backward" (docs/methods/attnlrp.md): it registers forward hooks on
 modules of the given model instance (found through the adapter, never by attribute paths) that rewrite a module's
 output into a tensor of the same value with a different gradient, or (the norm rule) swaps a module's forward for
 the run's own passes (interpscope.capture.override_forward). Leaving the `with` block removes every hook and swap,

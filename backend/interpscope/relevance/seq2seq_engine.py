@@ -4,7 +4,7 @@ source tokens (encoder input) and the decoder input (start token + prefix) at on
 The rules are the decoder-only engine's (interpscope.relevance.rules: norm identity, activation identity, the uniform
 rule on gated products, q/k x 1/4 and v x 1/2 for AttnLRP, q/k and the gate detached for CP-LRP); the T5 adapter lists
 its cross-attention's q/k/v beside self-attention's, so the cross-attention softmax is treated like self-attention's.
-Relevance at a tensor is tensor x modified gradient, summed over the hidden dimension (METHODS.md section 1).
+Relevance at a tensor is tensor x modified gradient, summed over the hidden dimension (docs/methods/attnlrp.md).
 
 T5's relative position bias is added to the attention scores and is constant w.r.t. the input. Under AttnLRP the
 softmax's Gradient x Input leaves part of the relevance on it: it is tapped as a leaf and booked as its own share

@@ -1,7 +1,7 @@
 """What is explained: one scalar built from the logits at one position.
 
 A target is the logit of a token, a contrast "A rather than B" (logit difference), or a token against the mean of
-all others (METHODS.md rule 8, for models whose logits are mostly negative).
+all others (docs/methods/attnlrp.md, rule 8, for models whose logits are mostly negative).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The sweep's table as a Result document: one row per SAE (its settings, then its evaluation on the shared held-out
 tokens). Rows keep the figures the Pareto analysis reads (L0, FVU, loss recovered), the shrinkage gamma
-(E||x_hat||^2 / E[x . x_hat], METHODS.md section 3), dead and dense fractions, and what it cost (CE increase, KL).
+(E||x_hat||^2 / E[x . x_hat], docs/methods/sae.md), dead and dense fractions, and what it cost (CE increase, KL).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Transformers 5.x runs the HF MambaMixer through kernel-fallback functions that cannot be given LRP rules, so this
 module recomputes a mixer from its parameters (in_proj, conv1d, x_proj, dt_proj, A_log, D, out_proj) step by step.
-Each fix of METHODS.md section 2 (Rezaei Jafari et al. 2024) changes only the backward pass:
+Each fix of docs/methods/mamba-lrp.md (Rezaei Jafari et al. 2024) changes only the backward pass:
 
 - ``norm``: RMSNorm with the normaliser rsqrt(mean x^2 + eps) detached;
 - ``silu``: both SiLUs (after conv1d, on the gate z) as y = x * stopgrad(SiLU(x) / x), stabilised denominator;

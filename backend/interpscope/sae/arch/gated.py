@@ -1,4 +1,4 @@
-"""Gated SAE (Rajamanoharan et al. 2024), METHODS.md section 3.
+"""Gated SAE (Rajamanoharan et al. 2024), docs/methods/sae.md.
 
 Gate 1[pi > 0] with pi = (x - b_dec) W_enc + b_gate; magnitude ReLU(exp(r_mag) * (x - b_dec) W_enc + b_mag);
 loss = recon + l1 * ||ReLU(pi)||_1 + aux, where aux reconstructs x from ReLU(pi) through a *frozen* (detached)
