@@ -18,7 +18,7 @@ PAGES = [
     ("pages/flow.py", "Information flow", ":material/account_tree:", "information-flow"),
     ("pages/heads.py", "Attention heads", ":material/visibility:", "attention-heads"),
     ("pages/patching.py", "Activation patching", ":material/swap_horiz:", "activation-patching"),
-    ("pages/attribution_graph.py", "Attribution graphs", ":material/hub:", "attribution-graphs"),
+    ("pages/graphs.py", "Attribution graphs", ":material/hub:", "attribution-graphs"),
     ("pages/sae_overview.py", "SAE overview", ":material/grid_view:", "sae-metrics"),
     ("pages/sae_features.py", "SAE feature browser", ":material/search:", "feature-browser"),
     ("pages/sae_training.py", "SAE training", ":material/model_training:", "train-sae"),

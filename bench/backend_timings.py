@@ -128,9 +128,9 @@ def sae_rows(lm, repeats: int, eval_tokens: int) -> list[dict]:
 
 
 def neuron_rows(lm, repeats: int) -> list[dict]:
-    from interpscope.neurons import page_store
-    from interpscope.neurons.ablation import ablate
-    from interpscope.neurons.page import neuron_card, neuron_page
+    from interpscope.entropy_neurons import page_store
+    from interpscope.entropy_neurons.ablation import ablate
+    from interpscope.entropy_neurons.page import neuron_card, neuron_page
 
     def cold() -> None:
         page_store._load_layer.cache_clear()

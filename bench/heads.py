@@ -24,9 +24,9 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from interpscope.corpus import token_chunks  # noqa: E402
+from interpscope.flow.tuned import available  # noqa: E402
 from interpscope.heads.finder import find_heads  # noqa: E402
 from interpscope.heads.patterns import head_patterns  # noqa: E402
-from interpscope.lens.tuned import available  # noqa: E402
 from interpscope.models import load_model  # noqa: E402
 
 
@@ -73,8 +73,8 @@ def main() -> None:
     seconds, drawn = best_of(args.repeats, draw)
     out["pattern_draw_512_seconds"] = {"value": seconds, "budget": 1.0, "json_bytes": len(drawn)}
     if available(lm.name) and "lens" not in skip:
-        from interpscope.lens.compare import compare_lenses
-        from interpscope.lens.tuned import load_tuned_lens
+        from interpscope.flow.compare import compare_lenses
+        from interpscope.flow.tuned import load_tuned_lens
 
         lens = load_tuned_lens(lm)
         short = token_chunks(lm.tokenizer, 32, 32, split="test")[:1]

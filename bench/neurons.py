@@ -19,12 +19,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
+from interpscope.entropy_neurons.ablation import ablate  # noqa: E402
+from interpscope.entropy_neurons.induction import induction_study  # noqa: E402
+from interpscope.entropy_neurons.ranking import candidates  # noqa: E402
+from interpscope.entropy_neurons.store import activation_stores  # noqa: E402
+from interpscope.entropy_neurons.unigram import token_counts  # noqa: E402
 from interpscope.models import load_model  # noqa: E402
-from interpscope.neurons.ablation import ablate  # noqa: E402
-from interpscope.neurons.induction import induction_study  # noqa: E402
-from interpscope.neurons.ranking import candidates  # noqa: E402
-from interpscope.neurons.store import activation_stores  # noqa: E402
-from interpscope.neurons.unigram import token_counts  # noqa: E402
 
 
 def _timed(fn, *args, **kwargs):
@@ -44,8 +44,8 @@ def timing_only(lm, layer: int, n_tokens: int, store_tokens: int) -> dict:
     """Ablation cost split into the clean pass and the per-neuron work (final-layer fast path and an earlier
     layer, which needs a forward pass per neuron), from runs with 1 and 3 neurons."""
     from interpscope import corpus
-    from interpscope.neurons.ablation import Neuron, token_effects
-    from interpscope.neurons.unigram import token_counts as counts_of
+    from interpscope.entropy_neurons.ablation import Neuron, token_effects
+    from interpscope.entropy_neurons.unigram import token_counts as counts_of
 
     tokens = corpus.token_chunks(lm.tokenizer, 128, n_tokens, split="valid")
     middle = lm.adapter.n_layers // 2

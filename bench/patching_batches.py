@@ -1,6 +1,6 @@
 """What the residual grid's batching and narrow unembedding save on the 29-token early-difference pair: the real
 residual grid computed under the old settings (24 cells a batch, whole-vocabulary unembedding) and the new ones
-(narrow unembedding; batches cut by interpscope.causal.patching.plan_batches at several per-pass costs), in CPU time
+(narrow unembedding; batches cut by interpscope.patching.patching.plan_batches at several per-pass costs), in CPU time
 (load-robust: the machine is shared) and wall time, with the largest difference from the old grid (normalised).
 
 Run: nice -n 5 .venv/bin/python bench/patching_batches.py [--threads 1]
@@ -22,9 +22,9 @@ import torch  # noqa: E402
 
 from bench.patching import PAIRS  # noqa: E402
 from interpscope.capture import model_lock  # noqa: E402
-from interpscope.causal import patching  # noqa: E402
-from interpscope.causal.prompts import Metric  # noqa: E402
-from interpscope.causal.run import prepare  # noqa: E402
+from interpscope.patching import patching  # noqa: E402
+from interpscope.patching.prompts import Metric  # noqa: E402
+from interpscope.patching.run import prepare  # noqa: E402
 
 CONFIGS = [("old: 24 per batch, full unembedding", 10**9, False), ("full unembedding, cut at 32", 32, False),
            ("narrow, 24 per batch", 10**9, True), ("narrow, cut at 16", 16, True), ("narrow, cut at 32", 32, True),

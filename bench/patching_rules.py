@@ -1,7 +1,7 @@
 """Which RelP rule set tracks real activation patching best on the bundled SmolLM2: every rule set of
-interpscope.causal.attribution.RELP_RULES beside plain attribution patching (AtP), on the IOI-style and greater-than
+interpscope.patching.attribution.RELP_RULES beside plain attribution patching (AtP), on the IOI-style and greater-than
 pairs of bench/relp_agreement.py, per pair, pooled over a task's pairs, and as the mean grid of each template; and
-where the coefficients are taken (interpscope.causal.attribution.PATHS): on the clean run, the average of both runs
+where the coefficients are taken (interpscope.patching.attribution.PATHS): on the clean run, the average of both runs
 ('ends'), and the midpoints of the corrupt -> clean input path ('ig1' .. 'ig3'), for AtP, relp-half-q and (at 'ig2')
 every rule set.
 
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.relp_agreement import evaluate  # noqa: E402
-from interpscope.causal.attribution import RELP_PATH_OPTIONS, RELP_RULES, RULE_SETS  # noqa: E402
+from interpscope.patching.attribution import RELP_PATH_OPTIONS, RELP_RULES, RULE_SETS  # noqa: E402
 
 BASE = "relp-half-q"  # the rule set the paths were tried with (the best on the corrupt run, chosen before them)
 POINTS = ["clean", "ends", "ig1", "ig2", "ig3"]

@@ -31,9 +31,9 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from interpscope.capture import model_lock  # noqa: E402
-from interpscope.causal.attribution import DEFAULT_RELP_RULES, approximate_grids, pearson  # noqa: E402
-from interpscope.causal.patching import changed, real_grids  # noqa: E402
-from interpscope.causal.run import Prepared, prepare  # noqa: E402
+from interpscope.patching.attribution import DEFAULT_RELP_RULES, approximate_grids, pearson  # noqa: E402
+from interpscope.patching.patching import changed, real_grids  # noqa: E402
+from interpscope.patching.run import Prepared, prepare  # noqa: E402
 from interpscope.resume import appending, read_log  # noqa: E402
 
 KINDS = ["resid", "attn"]  # the issue's target kinds; --kinds adds mlp
@@ -82,7 +82,7 @@ Pair = tuple[str, str, str | None, str | None]
 
 def estimate_grids(lm, ready: Prepared, kinds: list[str], names: list[str]) -> tuple[dict, dict]:
     """{name: {kind: normalised grid}} and {name: seconds} for 'atp' and 'relp:<rules>', each with an optional
-    '@<path>' (a key of interpscope.causal.attribution.PATHS: where the coefficients are taken; without it the
+    '@<path>' (a key of interpscope.patching.attribution.PATHS: where the coefficients are taken; without it the
     corrupt run, or a RelP option's own path). The caller holds the lock."""
     grids, seconds = {}, {}
     for name in names:

@@ -10,15 +10,15 @@ import streamlit as st
 
 from components.export import export_menu
 from components.tables import fit_columns
-from interpscope.figures import neurons as figs
+from interpscope.entropy_neurons import ablation as ablation_mod
+from interpscope.entropy_neurons.cards import text_activations
+from interpscope.entropy_neurons.induction import induction_study
+from interpscope.entropy_neurons.page import neuron_card, neuron_page
+from interpscope.entropy_neurons.page_store import corpus_means
+from interpscope.entropy_neurons.store import DEFAULT_STORE_TOKENS
+from interpscope.entropy_neurons.weights import default_k
+from interpscope.figures import entropy_neurons as figs
 from interpscope.limits import check_amounts
-from interpscope.neurons import ablation as ablation_mod
-from interpscope.neurons.cards import text_activations
-from interpscope.neurons.induction import induction_study
-from interpscope.neurons.page import neuron_card, neuron_page
-from interpscope.neurons.page_store import corpus_means
-from interpscope.neurons.store import DEFAULT_STORE_TOKENS
-from interpscope.neurons.weights import default_k
 from interpscope.paths import display_path
 from pages._common import (
     Param,

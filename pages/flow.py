@@ -7,8 +7,8 @@ import streamlit as st
 
 from components.export import export_menu
 from interpscope.figures.flow import attention_figure
-from interpscope.lens.tuned import available as tuned_available
-from interpscope.relevance.flow import DEFAULT_THRESHOLD, InformationFlow, attention_pattern, information_flow
+from interpscope.flow.information import DEFAULT_THRESHOLD, InformationFlow, attention_pattern, information_flow
+from interpscope.flow.tuned import available as tuned_available
 from interpscope.sae.store import list_stores
 from pages._common import (
     Param,

@@ -5,14 +5,14 @@ from __future__ import annotations
 import streamlit as st
 
 from components.export import export_menu
-from interpscope.causal.attribution import DEFAULT_RELP_RULES, RELP_RULES
-from interpscope.causal.patching import KIND_LABELS, KINDS
-from interpscope.causal.prompts import METRIC_LABELS, METRICS
-from interpscope.causal.results import PatchingResult, PathPatchingResult
-from interpscope.causal.run import METHODS, patch, path_patch
 from interpscope.config import InterpscopeError
 from interpscope.figures.patching import METHOD_TITLES, kind_figure
 from interpscope.inputs import check_text
+from interpscope.patching.attribution import DEFAULT_RELP_RULES, RELP_RULES
+from interpscope.patching.patching import KIND_LABELS, KINDS
+from interpscope.patching.prompts import METRIC_LABELS, METRICS
+from interpscope.patching.results import PatchingResult, PathPatchingResult
+from interpscope.patching.run import METHODS, patch, path_patch
 from pages._common import (
     Param,
     committed,

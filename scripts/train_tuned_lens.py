@@ -1,4 +1,4 @@
-"""Fit the tuned lens of a bundled model and ship it under assets/tuned_lens/<model>/ (see interpscope.lens.tuned).
+"""Fit the tuned lens of a bundled model and ship it under assets/tuned_lens/<model>/ (see interpscope.flow.tuned).
 
     nice -n 15 .venv/bin/python scripts/train_tuned_lens.py --model smollm2-135m
     nice -n 15 .venv/bin/python scripts/train_tuned_lens.py --model gemma3-270m
@@ -23,8 +23,8 @@ import torch
 
 from interpscope import atomic, load
 from interpscope.config import REPO_ROOT
-from interpscope.lens import training
-from interpscope.lens.tuned import fingerprint, folder_for, lens_steps, save_lens
+from interpscope.flow import training
+from interpscope.flow.tuned import fingerprint, folder_for, lens_steps, save_lens
 
 
 def _cached(path: Path, make):

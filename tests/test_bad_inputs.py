@@ -27,7 +27,7 @@ from interpscope.uploads import parse_examples
 from tests.sae_store_tiny import save_tiny_lm
 
 HOOK = "blocks.1.hook_resid_post"
-CLI_MODULES = ("models_cmd", "explain_cmd", "sae_cmd", "sae_store_cmd", "neurons_cmd", "fourier_cmd")
+CLI_MODULES = ("models_cmd", "relevance_cmd", "sae_cmd", "sae_store_cmd", "entropy_neurons_cmd", "fourier_cmd")
 UTF16_ODD = codecs.BOM_UTF16_LE + "hello there".encode("utf-16-le") + b"!"
 UTF16_SURROGATE = codecs.BOM_UTF16_LE + "hi ".encode("utf-16-le") + b"\x00\xd8" + "there".encode("utf-16-le")
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from interpscope.config import InterpscopeError
-from interpscope.neurons.synthetic import loaded
+from interpscope.entropy_neurons.synthetic import loaded
 from interpscope.sae import SAEConfig, build_sae
 from interpscope.sae.circuits import feature_circuit
 from tests.tiny_models import tiny_llama

@@ -210,9 +210,9 @@ def test_explain_faithfulness_json_round_trip(tmp_path, capsys, monkeypatch):
 
     lm = _tiny()
     monkeypatch.setattr(common, "load_from_args", lambda args: lm)
-    import interpscope.cli.explain_cmd as explain_cmd
+    import interpscope.cli.relevance_cmd as relevance_cmd
 
-    monkeypatch.setattr(explain_cmd, "load_from_args", lambda args: lm)
+    monkeypatch.setattr(relevance_cmd, "load_from_args", lambda args: lm)
     out = tmp_path / "one.json"
     assert main(["explain", "--text", "The cat sat on the", "--faithfulness", "--method", "gradxinput",
                  "--baseline", "mean", "--curve-steps", "4", "--json", str(out)]) == 0
@@ -238,10 +238,10 @@ def test_explain_faithfulness_json_round_trip(tmp_path, capsys, monkeypatch):
     (["explain", "--set", "heldout", "--faithfulness", "--contrast", "a", "b"], "takes no --target-token"),
 ])
 def test_explain_faithfulness_bad_input(capsys, monkeypatch, argv, message):
-    import interpscope.cli.explain_cmd as explain_cmd
+    import interpscope.cli.relevance_cmd as relevance_cmd
     from interpscope.cli import main
 
-    monkeypatch.setattr(explain_cmd, "load_from_args", lambda args: _tiny())
+    monkeypatch.setattr(relevance_cmd, "load_from_args", lambda args: _tiny())
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err

@@ -15,9 +15,9 @@ import torch
 from interpscope.adapters import family_of, get_adapter
 from interpscope.capture import capture, scoped
 from interpscope.config import InterpscopeError
-from interpscope.neurons.folding import mlp_pre_output
-from interpscope.neurons.postnorm import typical_scale
-from interpscope.neurons.weights import neuron_stats
+from interpscope.entropy_neurons.folding import mlp_pre_output
+from interpscope.entropy_neurons.postnorm import typical_scale
+from interpscope.entropy_neurons.weights import neuron_stats
 from interpscope.relevance import attnlrp_rules, attribute, cplrp_rules
 from interpscope.relevance.gates import LogitSoftcapRule
 from interpscope.relevance.mamba.rule import mambalrp_rules
@@ -165,7 +165,7 @@ def test_neuron_views(name):
 @pytest.mark.parametrize("method", ["attnlrp", "cplrp"])
 @pytest.mark.parametrize("name", MOE)
 def test_per_expert_relevance_adds_up_to_the_blocks(name, method, dtype):
-    from interpscope.neurons.synthetic import loaded
+    from interpscope.entropy_neurons.synthetic import loaded
     from interpscope.relevance.experts import expert_relevance
 
     model, adapter = built(name, dtype)
@@ -194,7 +194,7 @@ def test_per_expert_relevance_adds_up_to_the_blocks(name, method, dtype):
 
 
 def test_expert_relevance_refuses_a_dense_model():
-    from interpscope.neurons.synthetic import loaded
+    from interpscope.entropy_neurons.synthetic import loaded
     from interpscope.relevance.experts import expert_relevance
 
     model, _ = built("llama")

@@ -60,9 +60,9 @@ def data_dir(tmp_path, monkeypatch):
 
 # --- RSS over 100 calls -------------------------------------------------------------------------------------
 def _analyses(fx) -> dict:
+    from interpscope.flow.information import information_flow
     from interpscope.predict import predict_next
     from interpscope.relevance.api import explain
-    from interpscope.relevance.flow import information_flow
     from interpscope.sae import load_sae
     from interpscope.sae.circuits import feature_circuit
     from interpscope.sae.store.prompt import prompt_features

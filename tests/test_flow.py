@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from interpscope.config import InterpscopeError
-from interpscope.neurons.synthetic import loaded
-from interpscope.relevance.flow import attention_pattern, information_flow
+from interpscope.entropy_neurons.synthetic import loaded
+from interpscope.flow.information import attention_pattern, information_flow
 from tests.tiny_models import tiny_gemma3, tiny_gpt2, tiny_llama, tiny_neox
 
 PROMPT = "The quick brown fox jumps over"

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from interpscope.config import InterpscopeError
+from interpscope.entropy_neurons.synthetic import loaded
 from interpscope.graphs.grouping import (
     agglomerate,
     group_by_contexts,
@@ -25,7 +26,6 @@ from interpscope.graphs.grouping import (
 from interpscope.graphs.interventions import GraphRun, ablation_check, edge_heads, intervene, pearson
 from interpscope.graphs.result import AttributionGraph, node_id
 from interpscope.models.tokenizers import gpt2_tokenizer
-from interpscope.neurons.synthetic import loaded
 from interpscope.relevance.api import input_ids_for
 from interpscope.sae.transcoder_set import random_transcoder_set
 

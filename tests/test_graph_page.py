@@ -32,7 +32,7 @@ def llama_folder(tmp_path_factory) -> str:
 
 
 def open_graph(folder: str, **state):
-    return open_page("pages/attribution_graph.py", model_choice=OTHER, model_custom=folder, device="cpu",
+    return open_page("pages/graphs.py", model_choice=OTHER, model_custom=folder, device="cpu",
                      **{"graph-text": TEXT, "graph-source": "random", "graph-width": WIDTH, "graph-nodes": 20,
                         "graph-edges": 60, **state})
 

@@ -16,10 +16,10 @@ from torch import nn
 
 from interpscope.capture import model_lock
 from interpscope.config import InterpscopeError
+from interpscope.entropy_neurons.synthetic import loaded
 from interpscope.graphs import build_graph
 from interpscope.graphs.engine import compute_rows, feature_reads, logit_reads, replacement
 from interpscope.graphs.replay import Reads, linear_backward, record, replay_forward
-from interpscope.neurons.synthetic import loaded
 from interpscope.results import without_timings
 from interpscope.sae.transcoder_set import TranscoderSet, new_transcoder, random_transcoder_set, save_transcoder_set
 from tests.relevance_tiny import tiny_model

@@ -13,11 +13,11 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from interpscope.capture import editing, foreign_hooks
 from interpscope.cli import build_parser, main
+from interpscope.entropy_neurons.induction import repeated_sequences
+from interpscope.entropy_neurons.synthetic import loaded
 from interpscope.heads.ablation import ablated, repetition
 from interpscope.heads.finder import KINDS, chance_levels, find_heads, score_heads
 from interpscope.heads.patterns import causal_chance, head_patterns
-from interpscope.neurons.induction import repeated_sequences
-from interpscope.neurons.synthetic import loaded
 from interpscope.results import without_timings
 
 D, N_HEADS, D_HEAD, TOK, POS = 256, 4, 64, slice(0, 32), 32  # token block 0..31, positions 32..95, previous 96..127

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from interpscope.capture import capture, editing, foreign_hooks, hooks, model_lock, run_scope
-from interpscope.neurons.ablation import Neuron, token_effects
+from interpscope.entropy_neurons.ablation import Neuron, token_effects
 from interpscope.predict import predict_next
 from interpscope.relevance.api import explain
 from interpscope.sae import load_sae

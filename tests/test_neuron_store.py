@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from interpscope.config import InterpscopeError
+from interpscope.entropy_neurons import store as store_module
+from interpscope.entropy_neurons.cards import neuron_detail, stored_detail, text_activations
+from interpscope.entropy_neurons.page_store import NeuronStore, StoreSpec
+from interpscope.entropy_neurons.store_build import build_neuron_store
+from interpscope.entropy_neurons.synthetic import loaded, tiny_model
 from interpscope.models.tokenizers import gpt2_tokenizer
-from interpscope.neurons import store as store_module
-from interpscope.neurons.cards import neuron_detail, stored_detail, text_activations
-from interpscope.neurons.page_store import NeuronStore, StoreSpec
-from interpscope.neurons.store_build import build_neuron_store
-from interpscope.neurons.synthetic import loaded, tiny_model
 
 LAYER, SPEC = 1, StoreSpec(n_tokens=512, seq_len=32, top_contexts=8)
 PLANTED = 11
@@ -99,7 +99,7 @@ def test_store_round_trips_and_equals_a_fresh_computation(sink_lm, tmp_path, mon
         np.testing.assert_allclose([c.activation for c in shipped.contexts], [c.activation for c in computed.contexts])
         assert shipped.sink_positions == computed.sink_positions and shipped.rho == computed.rho
     stats = store.stats(LAYER)
-    from interpscope.neurons.ranking import candidates
+    from interpscope.entropy_neurons.ranking import candidates
 
     live = candidates(lm, layer=LAYER, k=stats.k)
     np.testing.assert_allclose(stats.rho, live.rho) and np.testing.assert_allclose(stats.norm, live.norm)
@@ -107,7 +107,7 @@ def test_store_round_trips_and_equals_a_fresh_computation(sink_lm, tmp_path, mon
     def no_forward(*args, **kwargs):
         raise AssertionError("a finished layer must not be recomputed")
 
-    monkeypatch.setattr("interpscope.neurons.store.run_layers", no_forward)
+    monkeypatch.setattr("interpscope.entropy_neurons.store.run_layers", no_forward)
     build_neuron_store(lm, out, layers=[LAYER], spec=SPEC)  # resumes: nothing left to do
     with pytest.raises(InterpscopeError, match="other settings"):
         build_neuron_store(lm, out, layers=[LAYER], spec=StoreSpec(n_tokens=256, seq_len=32))

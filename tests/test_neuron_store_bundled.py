@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from interpscope import corpus
-from interpscope.neurons.cards import neuron_detail, stored_detail, text_activations
-from interpscope.neurons.page import neuron_card, neuron_page
-from interpscope.neurons.page_store import find_neuron_store
-from interpscope.neurons.store import ActivationStore, kept_mean, run_layers
+from interpscope.entropy_neurons.cards import neuron_detail, stored_detail, text_activations
+from interpscope.entropy_neurons.page import neuron_card, neuron_page
+from interpscope.entropy_neurons.page_store import find_neuron_store
+from interpscope.entropy_neurons.store import ActivationStore, kept_mean, run_layers
 
 pytestmark = pytest.mark.bundled
 LAYER = 29
@@ -55,7 +55,7 @@ def test_shipped_store_equals_a_fresh_computation(bundled_lm, shipped):
 def test_page_open_reads_the_store_and_text_view_names_what_it_left_out(bundled_lm, shipped):
     page = neuron_page(bundled_lm)
     assert page.store == str(shipped.folder) and page.layer == LAYER
-    from interpscope.neurons.ranking import candidates
+    from interpscope.entropy_neurons.ranking import candidates
 
     live = candidates(bundled_lm, layer=LAYER, k=page.k)
     # float32 agreement: the shipped SmolLM2 store's statistics predate the write-through-the-output-norm code,

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from interpscope.capture import capture
-from interpscope.neurons.ablation import Neuron, parse_neurons, random_neurons, summarise, token_effects
-from interpscope.neurons.folding import folded_unembedding
-from interpscope.neurons.metrics import freeze_unigram, kl_to_unigram, norm_mediated_share
-from interpscope.neurons.synthetic import loaded, plant_entropy_neuron, tiny_model
-from interpscope.neurons.unigram import unigram_direction, unigram_log_probs
-from interpscope.neurons.weights import neuron_stats
+from interpscope.entropy_neurons.ablation import Neuron, parse_neurons, random_neurons, summarise, token_effects
+from interpscope.entropy_neurons.folding import folded_unembedding
+from interpscope.entropy_neurons.metrics import freeze_unigram, kl_to_unigram, norm_mediated_share
+from interpscope.entropy_neurons.synthetic import loaded, plant_entropy_neuron, tiny_model
+from interpscope.entropy_neurons.unigram import unigram_direction, unigram_log_probs
+from interpscope.entropy_neurons.weights import neuron_stats
 
 PLANTED = Neuron(1, 5)
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from interpscope.cli import main
+from interpscope.entropy_neurons.synthetic import plant_entropy_neuron, tiny_model
 from interpscope.models.tokenizers import gpt2_tokenizer
-from interpscope.neurons.synthetic import plant_entropy_neuron, tiny_model
 
 LAYER, INDEX = 1, 5
 
@@ -79,11 +79,11 @@ def test_cli_errors_are_one_line(saved_model, capsys):
 
 
 def test_store_detail_text_and_induction(saved_model, monkeypatch):
+    from interpscope.entropy_neurons import store as store_module
+    from interpscope.entropy_neurons.cards import neuron_detail, text_activations
+    from interpscope.entropy_neurons.induction import induction_study, repeated_sequences
+    from interpscope.entropy_neurons.weights import neuron_stats
     from interpscope.models import load_model
-    from interpscope.neurons import store as store_module
-    from interpscope.neurons.cards import neuron_detail, text_activations
-    from interpscope.neurons.induction import induction_study, repeated_sequences
-    from interpscope.neurons.weights import neuron_stats
 
     lm = load_model(str(saved_model))
     stores = store_module.activation_stores(lm, [LAYER], n_tokens=256, seq_len=32)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+from interpscope.entropy_neurons.synthetic import plant_entropy_neuron, tiny_model
 from interpscope.models.tokenizers import gpt2_tokenizer
-from interpscope.neurons.synthetic import plant_entropy_neuron, tiny_model
 from tests.apptest_util import open_page
 
 PAGE = "pages/entropy_neurons.py"

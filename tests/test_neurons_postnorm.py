@@ -10,12 +10,12 @@ import torch
 
 from interpscope.capture import capture, hooks, scoped
 from interpscope.config import InterpscopeError
-from interpscope.neurons.ablation import Neuron, random_neurons, token_effects
-from interpscope.neurons.folding import folded_W_out
-from interpscope.neurons.metrics import loss_and_entropy
-from interpscope.neurons.postnorm import typical_scale
-from interpscope.neurons.synthetic import loaded, plant_entropy_neuron, tiny_model
-from interpscope.neurons.weights import neuron_stats, stats_for_vectors, unembed_basis
+from interpscope.entropy_neurons.ablation import Neuron, random_neurons, token_effects
+from interpscope.entropy_neurons.folding import folded_W_out
+from interpscope.entropy_neurons.metrics import loss_and_entropy
+from interpscope.entropy_neurons.postnorm import typical_scale
+from interpscope.entropy_neurons.synthetic import loaded, plant_entropy_neuron, tiny_model
+from interpscope.entropy_neurons.weights import neuron_stats, stats_for_vectors, unembed_basis
 
 PLANTED = Neuron(1, 5)
 VOCAB = 200
@@ -124,10 +124,10 @@ def test_store_keeps_the_output_norms_scale_and_a_stale_store_is_rebuilt(tmp_pat
     """A store built on a post-norm model records the typical scale its statistics used; a layer file without it
     (written before writes went through the norm) is never served and is rebuilt in place."""
     from interpscope.config import data_dir
+    from interpscope.entropy_neurons.page_store import StoreSpec, find_neuron_store
+    from interpscope.entropy_neurons.store import run_layers
+    from interpscope.entropy_neurons.store_build import build_neuron_store
     from interpscope.models.tokenizers import gpt2_tokenizer
-    from interpscope.neurons.page_store import StoreSpec, find_neuron_store
-    from interpscope.neurons.store import run_layers
-    from interpscope.neurons.store_build import build_neuron_store
 
     monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
     model = tiny_model("gemma3", vocab_size=50257, dtype=torch.float32, seed=4)
@@ -154,7 +154,7 @@ def test_store_keeps_the_output_norms_scale_and_a_stale_store_is_rebuilt(tmp_pat
     with np.load(path) as data:
         arrays = {name: data[name] for name in data.files if name != "post_norm_scale"}
     np.savez_compressed(path, **arrays)
-    from interpscope.neurons.page_store import _load_layer
+    from interpscope.entropy_neurons.page_store import _load_layer
 
     _load_layer.cache_clear()
     assert find_neuron_store(lm) is None

@@ -7,11 +7,11 @@ import torch
 
 from interpscope.adapters import get_adapter
 from interpscope.capture import capture
-from interpscope.neurons.folding import final_norm, folded_unembedding, folded_W_out, logits_from_residual
-from interpscope.neurons.metrics import entropy_of
-from interpscope.neurons.synthetic import plant_entropy_neuron, tiny_model
-from interpscope.neurons.unigram import unigram_direction, unigram_log_probs
-from interpscope.neurons.weights import default_k, neuron_stats
+from interpscope.entropy_neurons.folding import final_norm, folded_unembedding, folded_W_out, logits_from_residual
+from interpscope.entropy_neurons.metrics import entropy_of
+from interpscope.entropy_neurons.synthetic import plant_entropy_neuron, tiny_model
+from interpscope.entropy_neurons.unigram import unigram_direction, unigram_log_probs
+from interpscope.entropy_neurons.weights import default_k, neuron_stats
 
 FAMILIES = ["gpt2", "llama", "gpt_neox"]
 

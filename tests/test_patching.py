@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from interpscope.capture import editing, foreign_hooks, model_lock
-from interpscope.causal.patching import Cell
-from interpscope.causal.paths import patched_together
-from interpscope.causal.run import patch, path_patch, prepare
 from interpscope.config import InterpscopeError
+from interpscope.patching.patching import Cell
+from interpscope.patching.paths import patched_together
+from interpscope.patching.run import patch, path_patch, prepare
 from tests.test_flow import tiny
 from tests.tiny_models import tiny_gpt2, tiny_llama
 
@@ -187,7 +187,7 @@ def test_passes_resumed_from_the_corrupt_keys_and_values_equal_full_passes(facto
     grids equal full-width passes and single hooked runs, and the passes really are shorter."""
     from dataclasses import replace
 
-    from interpscope.causal import patching
+    from interpscope.patching import patching
 
     lm = tiny(factory)
     kinds = ["resid", "attn", "mlp", "heads"]
@@ -221,7 +221,7 @@ def test_passes_resumed_from_the_corrupt_keys_and_values_equal_full_passes(facto
 
 
 def test_batches_are_cut_where_a_later_start_saves_more_than_a_pass_costs():
-    from interpscope.causal.patching import plan_batches
+    from interpscope.patching.patching import plan_batches
 
     cells = [Cell("resid", 3, column) for column in range(1, 29)]  # 29 tokens, first difference at 1
     start = {"resid": lambda cell: cell.column, "heads": lambda cell: 1}
@@ -244,7 +244,7 @@ def test_batches_are_cut_where_a_later_start_saves_more_than_a_pass_costs():
 
 
 def test_logit_metrics_project_onto_their_two_tokens_and_read_the_same_value(lm):
-    from interpscope.causal.patching import last_logits, narrow_unembedding
+    from interpscope.patching.patching import last_logits, narrow_unembedding
 
     with model_lock(lm):
         ready = prepare(lm, CLEAN, CORRUPT, "logit-diff", *TOKENS.values(), None)

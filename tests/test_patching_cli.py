@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import interpscope
-from interpscope.causal.attribution import DEFAULT_RELP_RULES
 from interpscope.cli import main
+from interpscope.patching.attribution import DEFAULT_RELP_RULES
 from interpscope.results import without_timings
 from tests.sae_store_tiny import save_tiny_lm, tiny_lm
 from tests.test_isolation import race
@@ -92,9 +92,9 @@ def test_patching_in_one_thread_never_reaches_another_threads_predictions():
 @pytest.mark.bundled
 def test_bundled_page_cli_and_api_give_one_document(capsys, exports, bundled_lm):
     from interpscope.capture import model_lock
-    from interpscope.causal.patching import Cell
-    from interpscope.causal.paths import patched_together
-    from interpscope.causal.run import prepare
+    from interpscope.patching.patching import Cell
+    from interpscope.patching.paths import patched_together
+    from interpscope.patching.run import prepare
     from tests.apptest_util import open_page
 
     argv = ["--clean", CLEAN, "--corrupt", CORRUPT, "--answer", " Mary", "--wrong", " John", "--components",

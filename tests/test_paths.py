@@ -279,8 +279,8 @@ def test_display_paths_outside_server_mode_keep_outside_paths(monkeypatch, tmp_p
 
 
 def test_listed_saes_and_neuron_stores_leading_outside_are_skipped_and_refused(server, monkeypatch):
+    from interpscope.entropy_neurons.page_store import NEURON_STORES
     from interpscope.models import load_model
-    from interpscope.neurons.page_store import NEURON_STORES
     from interpscope.sae.catalog import describe, list_saes
     from interpscope.sae.store.store import read_manifest
     from tests.sae_store_tiny import random_sae_folder, save_tiny_lm

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from interpscope.capture import on_input
+from interpscope.entropy_neurons.synthetic import loaded as wrap_loaded
 from interpscope.models.tokenizers import gpt2_tokenizer
-from interpscope.neurons.synthetic import loaded as wrap_loaded
 from interpscope.predict import predict_next
 from interpscope.relevance.api import explain
 from interpscope.relevance.engine import forward_logits

@@ -88,8 +88,8 @@ def test_the_readout_names_the_relevance_the_excluded_tokens_hold(sink_lm):
 
 
 def test_mamba_wording_has_no_attention_sink_and_no_position_embeddings():
+    from interpscope.entropy_neurons.synthetic import loaded
     from interpscope.models.tokenizers import gpt2_tokenizer
-    from interpscope.neurons.synthetic import loaded
     from tests.tiny_models import GPT2_VOCAB, tiny_mamba
 
     lm = loaded(tiny_mamba(vocab=GPT2_VOCAB, seed=1), gpt2_tokenizer(), name="tiny-mamba")
@@ -105,7 +105,7 @@ def test_mamba_wording_has_no_attention_sink_and_no_position_embeddings():
 
 
 def test_information_flow_prepends_the_bos_and_names_the_excluded_tokens(sink_lm):
-    from interpscope.relevance.flow import information_flow
+    from interpscope.flow.information import information_flow
 
     flow = information_flow(sink_lm, TEXT)
     assert flow.bos_prepended and flow.tokens[1] == "Paris"

@@ -1,4 +1,4 @@
-"""AtP / RelP coefficients taken on the path from the corrupt to the clean prompt (interpscope.causal.attribution
+"""AtP / RelP coefficients taken on the path from the corrupt to the clean prompt (interpscope.patching.attribution
 PATHS and the 'relp-half-q-ig2' option), on a tiny random Llama in float64.
 
 - the corrupt point is the estimate of before, bit for bit, and a plain rule set still means the corrupt run;
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from interpscope.capture import model_lock
-from interpscope.causal.attribution import (
+from interpscope.patching.attribution import (
     PATHS,
     RELP_PATH_OPTIONS,
     RELP_RULES,
@@ -22,7 +22,7 @@ from interpscope.causal.attribution import (
     approximate_grids,
     midpoints,
 )
-from interpscope.causal.run import patch, prepare
+from interpscope.patching.run import patch, prepare
 from interpscope.relevance.rules import apply_rules
 from tests.test_flow import tiny
 from tests.tiny_models import tiny_llama

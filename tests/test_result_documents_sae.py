@@ -13,8 +13,8 @@ import json
 import pytest
 import torch
 
+import interpscope.entropy_neurons
 import interpscope.fourier
-import interpscope.neurons
 import interpscope.sae
 from components.export import data_json
 from interpscope.cli import main
@@ -147,8 +147,8 @@ LAYER, INDEX = 1, 5
 @pytest.fixture(scope="module")
 def neuron_model(tmp_path_factory):
     """A tiny GPT-2 with a planted entropy neuron 1.5, saved as a model folder, and as the command line loads it."""
+    from interpscope.entropy_neurons.synthetic import plant_entropy_neuron, tiny_model
     from interpscope.models.tokenizers import gpt2_tokenizer
-    from interpscope.neurons.synthetic import plant_entropy_neuron, tiny_model
 
     root = tmp_path_factory.mktemp("documents-neurons")
     mp = pytest.MonkeyPatch()
@@ -175,28 +175,28 @@ def test_neuron_candidates_are_one_document_with_the_page_export(neuron_model, c
     assert not at.exception, at.exception
     page = _page(exported["en-scatter"])
     cli = _cli(capsys, ["neurons", "--model", str(folder), "--top", "0", "--json"])
-    api = interpscope.neurons.candidates(lm).to_dict()
-    assert_one_document("interpscope.neurons.candidates", cli, page, api)
+    api = interpscope.entropy_neurons.candidates(lm).to_dict()
+    assert_one_document("interpscope.entropy_neurons.candidates", cli, page, api)
     assert len(api["neurons"]) == 64 and api["neurons"][0]["index"] == INDEX
 
 
 def test_neuron_detail_is_one_document(neuron_model, capsys):
-    from interpscope.neurons.page import neuron_card
-    from interpscope.neurons.store import DEFAULT_STORE_TOKENS
-    from interpscope.neurons.weights import default_k
+    from interpscope.entropy_neurons.page import neuron_card
+    from interpscope.entropy_neurons.store import DEFAULT_STORE_TOKENS
+    from interpscope.entropy_neurons.weights import default_k
 
     folder, lm = neuron_model
     cli = _cli(capsys, ["neurons", "detail", "--model", str(folder), "--neuron", f"{LAYER}.{INDEX}",
                         "--weights-only", "--json"])
     page = _page(neuron_card(lm, LAYER, INDEX, k=default_k(lm.adapter.d_model), n_tokens=DEFAULT_STORE_TOKENS))
-    api = interpscope.neurons.detail(lm, f"{LAYER}.{INDEX}").to_dict()
-    assert_one_document("interpscope.neurons.detail", cli, page, api)
+    api = interpscope.entropy_neurons.detail(lm, f"{LAYER}.{INDEX}").to_dict()
+    assert_one_document("interpscope.entropy_neurons.detail", cli, page, api)
     assert api["source"] == "weights only" and "excluded_tokens" not in api and "histogram_counts" not in api
 
 
 def test_neuron_ablation_is_one_document(neuron_model, capsys):
-    from interpscope.neurons import ablation as ablation_mod
-    from interpscope.neurons.weights import default_k
+    from interpscope.entropy_neurons import ablation as ablation_mod
+    from interpscope.entropy_neurons.weights import default_k
 
     folder, lm = neuron_model
     spec = f"{LAYER}.{INDEX}"
@@ -204,12 +204,12 @@ def test_neuron_ablation_is_one_document(neuron_model, capsys):
                         "--random", "2", "--mean-tokens", "256", "--json"])
     page = _page(ablation_mod.ablate(lm, [spec], n_tokens=256, n_random=2, k=default_k(lm.adapter.d_model),
                                      mean_tokens=256))  # the Causal ablation tab's call
-    api = interpscope.neurons.ablate(lm, [spec], tokens=256, random=2, mean_tokens=256).to_dict()
-    assert_one_document("interpscope.neurons.ablation", cli, page, api)
+    api = interpscope.entropy_neurons.ablate(lm, [spec], tokens=256, random=2, mean_tokens=256).to_dict()
+    assert_one_document("interpscope.entropy_neurons.ablation", cli, page, api)
     assert [n["neuron"] for n in api["neurons"]] == [spec] and len(api["random"]) == 2
     assert set(api["random_summary"]) == {"loss_total_abs_mean", "loss_direct_abs_mean", "entropy_total_abs_mean",
                                           "entropy_direct_abs_mean"}
-    lone = interpscope.neurons.ablate(lm, [spec], tokens=256, random=0, mean_tokens=256).to_dict()
+    lone = interpscope.entropy_neurons.ablate(lm, [spec], tokens=256, random=0, mean_tokens=256).to_dict()
     assert "random_summary" not in lone and lone["random"] == []  # no random neurons: no summary, not zeros
 
 
@@ -263,7 +263,7 @@ def test_every_result_has_a_table_and_the_page_figure(sae_setting, neuron_model)
     model_dir, lm, up, _, store = sae_setting
     view = interpscope.sae.features(lm, up, TEXT)
     card = interpscope.sae.feature(store, int(view.top_features[0]))
-    stats = interpscope.neurons.candidates(neuron_model[1], top=5)
+    stats = interpscope.entropy_neurons.candidates(neuron_model[1], top=5)
     for result in (view, card, stats):
         assert len(result.to_frame()) > 0
         assert result.figure().layout.title.text
@@ -276,13 +276,14 @@ def test_the_namespaces_load_lazily():
     import subprocess
     import sys
 
-    code = ("import sys, interpscope.sae, interpscope.neurons, interpscope.fourier; "
+    code = ("import sys, interpscope.sae, interpscope.entropy_neurons, interpscope.fourier; "
             "assert 'torch' not in sys.modules, 'torch imported'; "
-            "[getattr(m, n) for m in (interpscope.sae, interpscope.neurons, interpscope.fourier) for n in m.__all__]; "
-            "assert callable(interpscope.neurons.candidates) and callable(interpscope.fourier.spectrum); "
-            "import interpscope.neurons.ranking, interpscope.fourier.spectra; "
-            "assert callable(interpscope.neurons.detail) and callable(interpscope.fourier.spectrum)")
+            "[getattr(m, n) for m in (interpscope.sae, interpscope.entropy_neurons, interpscope.fourier) "
+            "for n in m.__all__]; "
+            "assert callable(interpscope.entropy_neurons.candidates) and callable(interpscope.fourier.spectrum); "
+            "import interpscope.entropy_neurons.ranking, interpscope.fourier.spectra; "
+            "assert callable(interpscope.entropy_neurons.detail) and callable(interpscope.fourier.spectrum)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    for module in (interpscope.sae, interpscope.neurons, interpscope.fourier):
+    for module in (interpscope.sae, interpscope.entropy_neurons, interpscope.fourier):
         assert sorted(module.__all__) == sorted(module._LAZY)

@@ -12,8 +12,8 @@ import torch
 
 from interpscope.capture import capture
 from interpscope.corpus import token_chunks
+from interpscope.entropy_neurons.synthetic import loaded as wrap_loaded
 from interpscope.models.tokenizers import gpt2_tokenizer
-from interpscope.neurons.synthetic import loaded as wrap_loaded
 from interpscope.sae import load_sae
 from interpscope.sae.evaluation import evaluate_sae
 from interpscope.sae.pipeline import SAESpec, train_saes

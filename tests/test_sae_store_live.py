@@ -9,8 +9,8 @@ import torch
 
 from interpscope.capture import capture
 from interpscope.config import InterpscopeError
+from interpscope.entropy_neurons.synthetic import loaded as wrap_loaded
 from interpscope.models.tokenizers import gpt2_tokenizer
-from interpscope.neurons.synthetic import loaded as wrap_loaded
 from interpscope.sae import load_sae
 from interpscope.sae.store import FeatureStore, build_store
 from interpscope.sae.store.prompt import feature_attribution, prompt_features

@@ -161,9 +161,9 @@ def test_evaluation_numbers_are_equal_on_workers(env):
 
 
 def test_neuron_stores_are_identical_on_workers(env):
-    from interpscope.neurons import store as store_module
-    from interpscope.neurons.page_store import StoreSpec
-    from interpscope.neurons.store_build import build_neuron_store
+    from interpscope.entropy_neurons import store as store_module
+    from interpscope.entropy_neurons.page_store import StoreSpec
+    from interpscope.entropy_neurons.store_build import build_neuron_store
 
     root, lm, _ = env
     scale = Scale(workers=2)

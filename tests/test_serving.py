@@ -404,9 +404,9 @@ def test_server_mode_sae_browser_shows_no_absolute_server_path(server_mode):
 
 def test_server_mode_entropy_neurons_caption_names_the_store_relative(server_mode, monkeypatch):
     from app import OTHER
+    from interpscope.entropy_neurons.page_store import StoreSpec
+    from interpscope.entropy_neurons.store_build import build_neuron_store
     from interpscope.models import load_model
-    from interpscope.neurons.page_store import StoreSpec
-    from interpscope.neurons.store_build import build_neuron_store
 
     model = tiny_model_in(server_mode / "data" / "models" / "tiny", server_mode, monkeypatch)
     build_neuron_store(load_model(str(model), device="cpu"), server_mode / "data" / "neurons" / "stores" / "tiny",

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from interpscope.config import InterpscopeError
-from interpscope.lens.tuned import (
+from interpscope.entropy_neurons.synthetic import loaded
+from interpscope.flow.tuned import (
     LENS_DIR,
     TunedLens,
     check_lens,
@@ -20,7 +21,6 @@ from interpscope.lens.tuned import (
     read_lens,
     save_lens,
 )
-from interpscope.neurons.synthetic import loaded
 from tests.tiny_models import tiny_llama
 
 
@@ -102,7 +102,7 @@ def test_a_shipped_lens_is_refused_for_a_model_it_was_not_fitted_on():
 @pytest.mark.bundled
 def test_tuned_lens_beats_the_logit_lens_at_every_middle_layer_on_heldout_text(bundled_lm):
     from interpscope.corpus import sample_prompts
-    from interpscope.lens.compare import compare_lenses
+    from interpscope.flow.compare import compare_lenses
 
     tuned, logit = [], []
     for prompt in sample_prompts(4, split="test", min_words=20, max_words=30):
@@ -144,8 +144,8 @@ def test_the_batched_comparison_is_the_per_step_definition_at_any_chunk_size(bun
     """compare_lenses unembeds every step of both lenses in a few large products; per step and lens it must give
     KL(final || lens) averaged over the kept positions and the last position's top token, whatever the chunking."""
     from interpscope.capture import capture
-    from interpscope.lens import compare
-    from interpscope.lens.tuned import kl_to_final, lens_logits, load_tuned_lens, step_points
+    from interpscope.flow import compare
+    from interpscope.flow.tuned import kl_to_final, lens_logits, load_tuned_lens, step_points
 
     ids = bundled_lm.encode("The capital of France is Paris, and the capital of Italy is")
     excluded = [0, 3]

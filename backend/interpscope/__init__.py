@@ -12,8 +12,8 @@ table, `.figure()` the Plotly figure the page shows; results render inline in Ju
 the registered relevance methods, `interpscope.list_models()` the models `load` can open offline.
 
 Importing the package is cheap: the API's names are attributes resolved on first use (PEP 562), so torch and
-transformers load only when a model is loaded or a function runs. The backend/ folder is this package; it never
-imports streamlit.
+transformers load only when a model is loaded or a function runs. It lives in backend/interpscope/ and never imports
+streamlit, the app's pages or its components.
 """
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ __all__ = [
     "faithfulness", "flow", "heldout", "ig_convergence", "list_models", "load", "methods", "patch", "path_patch",
     "predict", "without_timings", "load_image", "explain_image", "patch_flipping",
     "explain_experts", "head_patterns", "find_heads", "tuned_lens",
-    "fourier", "graphs", "neurons", "sae",  # the namespaces (subpackages, imported on first access)
+    "entropy_neurons", "fourier", "graphs", "sae",  # the namespaces (subpackages, imported on first access)
 ]
 # API functions named like a submodule of the package (interpscope.predict, the prediction module): the package
 # attribute is the function; the module stays importable with `from interpscope.predict import ...`.
@@ -98,10 +98,18 @@ sys.modules[__name__].__class__ = _Package
 
 
 # The API's namespaces are subpackages: `interpscope.sae.load(...)` works after a bare `import interpscope`.
-_NAMESPACES = ("sae", "neurons", "fourier", "graphs")
+_NAMESPACES = ("sae", "entropy_neurons", "fourier", "graphs")
+# names the namespaces had before the views took one name each (the entropy-neurons view was `neurons`)
+_OLD_NAMESPACES = {"neurons": "entropy_neurons"}
 
 
-__getattr__, _ = lazy_names(__name__, {**_LAZY, **{name: f"{__name__}.{name}" for name in _NAMESPACES}})
+_lazy_getattr, _ = lazy_names(__name__, {**_LAZY, **{name: f"{__name__}.{name}" for name in _NAMESPACES}})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _OLD_NAMESPACES:
+        return _lazy_getattr(_OLD_NAMESPACES[name])
+    return _lazy_getattr(name)
 
 
 def __dir__() -> list[str]:

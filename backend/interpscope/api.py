@@ -13,18 +13,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from interpscope.causal.results import PatchingResult, PathPatchingResult
+    from interpscope.flow.information import InformationFlow
+    from interpscope.flow.tuned import TunedLens
     from interpscope.heads.finder import HeadScores
     from interpscope.heads.patterns import HeadPatterns
-    from interpscope.lens.tuned import TunedLens
     from interpscope.models.loading import LoadedModel, ModelList
     from interpscope.models.vision import LoadedImageModel
+    from interpscope.patching.results import PatchingResult, PathPatchingResult
     from interpscope.predict import Prediction
     from interpscope.relevance.api import RelevanceResult
     from interpscope.relevance.baselines import IGConvergence
     from interpscope.relevance.experts import ExpertRelevance
     from interpscope.relevance.file_attribution import FileRun
-    from interpscope.relevance.flow import InformationFlow
     from interpscope.relevance.heldout import FaithfulnessComparison, HeldoutResult, TextFaithfulness
     from interpscope.relevance.image_api import ImageRelevance
     from interpscope.relevance.image_faithfulness import ImageFaithfulness
@@ -170,7 +170,7 @@ def flow(lm: LoadedModel, text: str, *, target: str | int | None = None,
     contribution, and the AttnLRP graph of heads and MLPs above `threshold` x |value| (schema interpscope.flow; =
     `interpscope flow --json` and the flow page's exports). `.at(threshold)` recuts the graph. lens="tuned" adds
     the shipped tuned lens beside the logit lens (per-layer KL to the final distribution, under `tuned_lens`)."""
-    from interpscope.relevance.flow import information_flow
+    from interpscope.flow.information import information_flow
 
     return information_flow(lm, text, token=target, contrast=contrast, prepend_bos=prepend_bos,
                             lens=lens).at(threshold)
@@ -200,7 +200,7 @@ def find_heads(lm: LoadedModel, *, n_sequences: int = 8, half_len: int = 40, see
 def tuned_lens(lm: LoadedModel) -> TunedLens:
     """The shipped tuned lens of `lm` (per-layer translators, checked against the model; refused for another one):
     `.logits(lm.adapter, step, residual)` reads a residual through it; its manifest gives the held-out KL."""
-    from interpscope.lens.tuned import load_tuned_lens
+    from interpscope.flow.tuned import load_tuned_lens
 
     return load_tuned_lens(lm)
 
@@ -215,10 +215,10 @@ def patch(lm: LoadedModel, clean: str, corrupt: str, *, metric: str = "logit-dif
     metric, 0 = the corrupt one. metric: logit-diff (answer - wrong), logit or prob of the answer; answer / wrong: one
     token each (text or '#id'; default: the clean and the corrupt prompt's top predictions). components: any of
     resid, attn, mlp, heads; methods: any of real, atp (attribution patching), relp (relevance patching, LRP rules
-    `relp_rules`: relp-half-q-ig2 by default, or any of interpscope.causal.attribution.RELP_RULES), each estimate with
+    `relp_rules`: relp-half-q-ig2 by default, or any of interpscope.patching.attribution.RELP_RULES), each estimate with
     its Pearson r against real patching (schema interpscope.patching; = `interpscope patch --json` and the Activation
     patching page's export)."""
-    from interpscope.causal.run import patch as patch_pair
+    from interpscope.patching.run import patch as patch_pair
 
     return patch_pair(lm, clean, corrupt, metric=metric, answer=answer, wrong=wrong, components=components,
                       methods=methods, relp_rules=relp_rules, prepend_bos=prepend_bos)
@@ -231,7 +231,7 @@ def path_patch(lm: LoadedModel, clean: str, corrupt: str, sender: str, receiver:
     'L3.mlp') reaches only the receiver (the same forms, or 'logits'), every component between them frozen at its
     corrupt value; beside the sender's total effect (schema interpscope.path_patching; = `interpscope patch --path
     SENDER RECEIVER --json`)."""
-    from interpscope.causal.run import path_patch as path_pair
+    from interpscope.patching.run import path_patch as path_pair
 
     return path_pair(lm, clean, corrupt, sender, receiver, metric=metric, answer=answer, wrong=wrong,
                      prepend_bos=prepend_bos)

@@ -1,4 +1,4 @@
-"""Names that load on first use (PEP 562), for the package and its API namespaces (interpscope, .sae, .neurons,
+"""Names that load on first use (PEP 562), for the package and its API namespaces (interpscope, .sae, .entropy_neurons,
 .fourier): `import interpscope` imports no torch or model code until a name is used."""
 from __future__ import annotations
 

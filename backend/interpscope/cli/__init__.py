@@ -14,14 +14,14 @@ from interpscope.inputs import env_token_cap
 
 COMMAND_MODULES = [
     "interpscope.cli.models_cmd",
-    "interpscope.cli.explain_cmd",
+    "interpscope.cli.relevance_cmd",
     "interpscope.cli.sae_cmd",
-    "interpscope.cli.neurons_cmd",
+    "interpscope.cli.entropy_neurons_cmd",
     "interpscope.cli.fourier_cmd",
     "interpscope.cli.flow_cmd",
     "interpscope.cli.heads_cmd",
-    "interpscope.cli.patch_cmd",
-    "interpscope.cli.graph_cmd",
+    "interpscope.cli.patching_cmd",
+    "interpscope.cli.graphs_cmd",
 ]
 
 

@@ -38,8 +38,8 @@ def register(subparsers) -> None:
 
 
 def run_flow(args: argparse.Namespace) -> int:
+    from interpscope.flow.information import information_flow
     from interpscope.inputs import check_text
-    from interpscope.relevance.flow import information_flow
 
     check_text(args.text)
     check_out_file(args.json, "--json")

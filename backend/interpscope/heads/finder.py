@@ -1,7 +1,8 @@
 """The head finder: every head scored for induction, previous-token and duplicate-token behaviour on repeated random
 token sequences, each score beside what a uniform causal pattern would get (chance).
 
-The sequences are [start token, x_1..x_n, x_1..x_n] of random ordinary tokens (interpscope.neurons.induction). For a
+The sequences are [start token, x_1..x_n, x_1..x_n] of random ordinary tokens (interpscope.entropy_neurons.induction).
+For a
 query at position q = n + j in the second copy (token x_j, first seen at position j):
 - induction: attention to position j + 1 = q - n + 1, the token that followed x_j last time;
 - duplicate-token: attention to position j = q - n, the earlier occurrence of the same token;
@@ -126,9 +127,9 @@ def find_heads(lm: LoadedModel, *, n_sequences: int = 8, half_len: int = 40, see
     also measure repetition accuracy with the top k induction heads ablated against k random heads (n_random draws).
     progress(fraction, text) is called between stages."""
     from interpscope.capture import model_lock
+    from interpscope.entropy_neurons.induction import repeated_sequences
     from interpscope.heads.ablation import induction_ablation
     from interpscope.heads.patterns import attention_probabilities
-    from interpscope.neurons.induction import repeated_sequences
 
     if not 1 <= n_sequences <= MAX_SEQUENCES or not 2 <= half_len <= MAX_HALF:
         raise InterpscopeError(f"The head finder takes 1..{MAX_SEQUENCES} sequences of 2..{MAX_HALF} tokens per "

@@ -1,0 +1,148 @@
+"""`interpscope graph`: the attribution graph of a prediction over per-layer transcoders (schema interpscope.graph)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from interpscope.cli.argtypes import int_at_least
+from interpscope.cli.common import add_model_args, check_out_file, emit_json, load_from_args
+
+
+def register(subparsers) -> None:
+    from interpscope.graphs.defaults import (
+        DEFAULT_EDGE_BUDGET,
+        DEFAULT_LOGIT_PROBABILITY,
+        DEFAULT_MAX_FEATURE_NODES,
+        DEFAULT_MAX_LOGITS,
+        DEFAULT_NODE_BUDGET,
+        MAX_LOGITS,
+        MAX_TOKENS,
+    )
+    from interpscope.relevance.methods import rule_methods
+
+    graph = subparsers.add_parser(
+        "graphs", aliases=["graph"], help="attribution graph of a prediction over per-layer transcoders",
+        description="Trace the next-token logit after a text through the transcoder replacement model (attention "
+                    "patterns and norm scales frozen, an error node per layer and position): embedding, feature, "
+                    "error and logit nodes with direct-effect edges, pruned by influence; replacement and "
+                    f"completeness scores; LRP edges into the logit beside them. Texts up to {MAX_TOKENS} tokens.")
+    add_model_args(graph)
+    graph.add_argument("--text", required=True, help="the prompt")
+    graph.add_argument("--target", help="the next token to explain (text of one token, or #id; default: the top one)")
+    graph.add_argument("--node-budget", type=int_at_least(1), default=DEFAULT_NODE_BUDGET,
+                       help=f"feature and error nodes kept (default {DEFAULT_NODE_BUDGET})")
+    graph.add_argument("--edge-budget", type=int_at_least(1), default=DEFAULT_EDGE_BUDGET,
+                       help=f"edges kept (default {DEFAULT_EDGE_BUDGET})")
+    graph.add_argument("--max-feature-nodes", type=int_at_least(1), default=DEFAULT_MAX_FEATURE_NODES,
+                       help=f"features whose inputs are computed, most influential first "
+                            f"(default {DEFAULT_MAX_FEATURE_NODES})")
+    graph.add_argument("--max-logits", type=int_at_least(1), default=DEFAULT_MAX_LOGITS,
+                       help=f"logit nodes: 1 (default) traces the target alone; up to {MAX_LOGITS} adds the most "
+                            f"probable other next tokens until they cover --logit-probability, influence weighted by "
+                            f"their probabilities (circuit-tracer's top logits)")
+    graph.add_argument("--logit-probability", type=float, default=DEFAULT_LOGIT_PROBABILITY,
+                       help=f"with --max-logits above 1: the next-token probability the logit nodes cover "
+                            f"(default {DEFAULT_LOGIT_PROBABILITY})")
+    graph.add_argument("--transcoders", metavar="DIR",
+                       help="a transcoder set folder (manifest.json + layer_XX/); default: the set shipped for the "
+                            "model")
+    # the registry's transformer LRP rule sets (the graph runs on attention models), never typed here
+    lrp_names = [m.name for m in rule_methods() if "transformer_lrp" in m.requires]
+    graph.add_argument("--lrp", choices=[*lrp_names, "none"], default=lrp_names[0],
+                       help=f"LRP method for the LRP edges into the logit (default {lrp_names[0]})")
+    graph.add_argument("--lrp-features", type=int_at_least(0), default=0,
+                       help="also the LRP edges into this many kept features, most influential first (one more LRP "
+                            "pass each; default 0)")
+    graph.add_argument("--json", metavar="OUT", help="write JSON to OUT ('-' for stdout)")
+    check = graph.add_argument_group(
+        "ablation check", "ablate the graph's strongest feature nodes one by one in real forward passes and compare "
+                          "the logit changes with the graph's predictions (schema interpscope.graph.ablation_check, "
+                          "the page's export)")
+    check.add_argument("--ablation-check", type=int_at_least(0), default=0, metavar="N",
+                       help="ablate the N strongest feature nodes and N random active features (the control); "
+                            "0 (default): no check")
+    check.add_argument("--check-supernodes", type=float, metavar="THRESHOLD",
+                       help="rank and ablate supernodes instead: features grouped by decoder cosine >= THRESHOLD "
+                            "(in (0, 1]; singletons kept, as the page's automatic grouping)")
+    check.add_argument("--check-readouts", action="store_true",
+                       help="also the diagnostic readouts (the real model with the graph's frozen parts imposed)")
+    check.add_argument("--check-json", metavar="OUT", help="write the check's JSON to OUT ('-' for stdout)")
+    graph.set_defaults(func=run_graph)
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuse check options that would be ignored, and two documents on one stdout, before anything runs."""
+    from interpscope.config import InterpscopeError
+
+    if not args.ablation_check:
+        given = [flag for flag, value in (("--check-supernodes", args.check_supernodes is not None),
+                                          ("--check-readouts", args.check_readouts),
+                                          ("--check-json", args.check_json)) if value]
+        if given:
+            raise InterpscopeError(f"{', '.join(given)} need(s) --ablation-check N (N >= 1).")
+    if args.check_supernodes is not None and not 0.0 < args.check_supernodes <= 1.0:
+        raise InterpscopeError(f"--check-supernodes must be a cosine in (0, 1], got {args.check_supernodes:g}.")
+    if args.json == "-" and args.check_json == "-":
+        raise InterpscopeError("--json - and --check-json - would write two documents to stdout; give one a file.")
+
+
+def run_graph(args: argparse.Namespace) -> int:
+    from interpscope.config import InterpscopeError
+    from interpscope.graphs.build import build_graph
+    from interpscope.inputs import check_text
+    from interpscope.sae.transcoder_set import default_transcoder_set, load_transcoder_set
+
+    check_text(args.text)
+    _check_options(args)
+    check_out_file(args.json, "--json")
+    check_out_file(args.check_json, "--check-json")
+    lm = load_from_args(args)
+    folder = args.transcoders or default_transcoder_set(lm.name)
+    if folder is None:
+        raise InterpscopeError(f"No transcoders for {lm.name}: none is shipped for it; pass --transcoders DIR (a "
+                               f"set folder, e.g. from scripts/train_transcoders.py).")
+    transcoders = load_transcoder_set(folder, lm=lm)
+    result = build_graph(lm, transcoders, args.text, target=args.target, node_budget=args.node_budget,
+                         edge_budget=args.edge_budget, max_feature_nodes=args.max_feature_nodes,
+                         lrp=None if args.lrp == "none" else args.lrp, lrp_features=args.lrp_features,
+                         max_logits=args.max_logits, logit_probability=args.logit_probability)
+    if args.json:
+        emit_json(result, args.json)
+    if "-" not in (args.json, args.check_json):  # stdout carries at most one document and nothing else
+        target = result.target
+        print(f"Attribution graph of {target['token']!r} (p = {target['probability']:.3f}) on {result.model}: "
+              f"logit {result.logit:.4f}, direct contributions sum to {result.logit_inputs_sum:.4f}; "
+              f"{len(result.nodes)} nodes, {len(result.edges)} edges kept of {result.n_active_features} active "
+              f"features ({result.n_expanded_features} expanded); replacement score "
+              f"{result.replacement_score:.3f}, completeness {result.completeness_score:.3f}; "
+              f"{result.seconds:.1f} s")
+        if result.logits:
+            print(f"{len(result.logits)} logit nodes: " + ", ".join(
+                f"{entry['token']!r} p {entry['probability']:.3f} (weight {entry['weight']:.3f})"
+                for entry in result.logits))
+    if args.ablation_check:
+        _ablation_check(lm, transcoders, result, args)
+    return 0
+
+
+def _ablation_check(lm, transcoders, graph, args: argparse.Namespace) -> None:
+    from tqdm import tqdm
+
+    from interpscope.graphs.freeze import READOUTS
+    from interpscope.graphs.grouping import group_by_decoder
+    from interpscope.graphs.interventions import ablation_check
+
+    groups = None if args.check_supernodes is None else group_by_decoder(graph.nodes, transcoders,
+                                                                            args.check_supernodes, singletons=True)
+    bar = tqdm(total=1, desc="Ablation check (real forward passes)", file=sys.stderr)
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+    check = ablation_check(lm, transcoders, graph, n=args.ablation_check, groups=groups, progress=progress,
+                           readouts=tuple(READOUTS) if args.check_readouts else ())
+    bar.close()
+    if args.check_json:
+        emit_json(check, args.check_json)
+    if "-" not in (args.json, args.check_json):
+        print(check.summary())
