@@ -25,7 +25,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tests.conftest import CHROMIUM, CHROMIUM_ARGS, start_app, stop_app  # noqa: E402
+from tests.ui.conftest import CHROMIUM, CHROMIUM_ARGS, start_app, stop_app  # noqa: E402
 
 LONG = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want "
         "of a wife. However little known the feelings or views of such a man may be on his first entering a "

@@ -7,11 +7,11 @@ import torch
 
 from interpscope.capture import model_lock
 from interpscope.corpus import token_chunks
-from interpscope.entropy_neurons.synthetic import loaded as wrap_loaded
 from interpscope.models.tokenizers import gpt2_tokenizer
 from interpscope.sae import SAEConfig, build_sae, save_sae
 from interpscope.sae.store.encode import hook_activations
-from tests.tiny_models import tiny_gpt2
+from tests.tiny import loaded as wrap_loaded
+from tests.tiny import tiny_gpt2
 
 HOOK = "blocks.0.hook_resid_post"
 

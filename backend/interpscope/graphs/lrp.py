@@ -8,7 +8,7 @@ embeddings).
 
 CP-LRP freezes the attention pattern (no relevance through the softmax) and treats every norm scale as a
 constant, so in this linear replacement model its relevance EQUALS the direct effect into the logit (the logit
-row of the adjacency): tests/test_graphs.py checks it. AttnLRP also sends relevance through the softmax (the q/k
+row of the adjacency): tests/graphs/test_graphs.py checks it. AttnLRP also sends relevance through the softmax (the q/k
 path) with its rules, so a node can gain or lose relevance by how it moved attention; where the two rankings part
 is reported as `agreement`.
 """

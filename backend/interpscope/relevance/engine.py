@@ -166,8 +166,8 @@ class _CyclePause:
     A pass keeps a few thousand small Python objects alive (hooks, their handles, the rules' autograd contexts),
     enough to trigger collections that walk the whole heap, the model's ~370,000 objects included: measured on
     SmolLM2, one full collection every ~10 passes and ~23 ms a pass on average. Everything the pass allocates is
-    freed by reference counting when it ends (no reference cycles: tests/test_relevance_lean.py checks), so nothing
-    is left for the collector to do afterwards.
+    freed by reference counting when it ends (no reference cycles: tests/relevance/test_relevance_lean.py checks), so
+    nothing is left for the collector to do afterwards.
     """
 
     def __init__(self) -> None:
@@ -258,7 +258,8 @@ def _into_qkv(adapter: ModelAdapter, layer: int, into_input: float,
     """Relevance the q/k/v projections' outputs pass back, from the attention's input: for y = W h + b,
     sum(y * g) = sum(h * W^T g) + sum(b * g), and W^T g is the gradient at h through the attention (its own view of
     h, which feeds only the projections), so the projections' books are the input's plus their biases' (already in
-    the biases' share). Equal to tapping every projection's output to rounding (tests/test_relevance_lean.py)."""
+    the biases' share). Equal to tapping every projection's output to rounding
+    (tests/relevance/test_relevance_lean.py)."""
     total = into_input
     for module, _ in _qkv(adapter, layer):
         bias = getattr(module, "bias", None)
