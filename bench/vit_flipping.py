@@ -32,20 +32,20 @@ def main() -> int:
     args = parser.parse_args()
     from interpscope.images import decode_image
     from interpscope.models.vision import bundled_examples, load_image_model
-    from interpscope.relevance.image import IMAGE_METHODS
+    from interpscope.relevance.image import image_methods
     from interpscope.relevance.image_api import explain_image
     from interpscope.relevance.image_faithfulness import patch_flipping
 
     lm = load_image_model(args.model, device="cpu")
     examples = bundled_examples(lm)[:args.limit]
-    aucs: dict[str, list[float]] = {name: [] for name in IMAGE_METHODS}
-    seconds: dict[str, list[float]] = {name: [] for name in IMAGE_METHODS}
-    below: dict[str, int] = {name: 0 for name in IMAGE_METHODS}
+    aucs: dict[str, list[float]] = {name: [] for name in image_methods()}
+    seconds: dict[str, list[float]] = {name: [] for name in image_methods()}
+    below: dict[str, int] = {name: 0 for name in image_methods()}
     random_aucs, errors, right = [], {"cplrp": [], "attnlrp": []}, 0
     start = time.perf_counter()
     for example in examples:
         image = decode_image(example.path.read_bytes(), example.name)
-        maps = [explain_image(lm, image, name) for name in IMAGE_METHODS]
+        maps = [explain_image(lm, image, name) for name in image_methods()]
         right += maps[0].predicted_class == example.label
         flipping = patch_flipping(lm, image, maps, random_orders=args.orders)
         random_aucs.append(flipping.random.auc_mean)
@@ -62,7 +62,7 @@ def main() -> int:
         "patches": lm.adapter.grid[0] * lm.adapter.grid[1],
         "random_mean_auc": statistics.fmean(random_aucs),
         "methods": {name: {"mean_auc": statistics.fmean(aucs[name]), "share_below_random": below[name] / n,
-                           "median_seconds": statistics.median(seconds[name])} for name in IMAGE_METHODS},
+                           "median_seconds": statistics.median(seconds[name])} for name in image_methods()},
         "max_relative_conservation_error": {name: max(values) for name, values in errors.items()},
         "seconds": time.perf_counter() - start,
     }

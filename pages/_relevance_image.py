@@ -15,7 +15,7 @@ from interpscope.config import InterpscopeError
 from interpscope.figures.relevance.images import compact_figure, relevance_figure
 from interpscope.images import MAX_IMAGE_BYTES, check_image_size, decode_image, model_pixels, model_view
 from interpscope.models.vision import LoadedImageModel, bundled_examples, load_image_model
-from interpscope.relevance.image import IMAGE_METHODS, REFERENCES, class_logits
+from interpscope.relevance.image import REFERENCES, class_logits, image_methods
 from interpscope.relevance.image_api import ImageRelevance, explain_image, image_digest
 from interpscope.relevance.image_faithfulness import ImageFaithfulness, patch_flipping
 from pages._common import (
@@ -34,7 +34,6 @@ from pages._common import (
 PAGE = "relevance-image"
 SOURCES = ["A bundled example", "Upload an image"]
 PREDICTED = -1  # the target selector's "predicted class"
-LABELS = {name: method.label for name, method in IMAGE_METHODS.items()}
 
 
 def current_image_model() -> LoadedImageModel | None:
@@ -50,7 +49,7 @@ def current_image_model() -> LoadedImageModel | None:
 def params(examples: list[str], n_labels: int) -> list[Param]:
     return [Param("relevance-image-source", "source", SOURCES[0] if examples else SOURCES[1], choices=SOURCES),
             Param("relevance-image-example", "image", examples[0] if examples else None, choices=examples or None),
-            Param("relevance-image-method", "method", next(iter(IMAGE_METHODS)), choices=list(IMAGE_METHODS)),
+            Param("relevance-image-method", "method", next(iter(image_methods())), choices=list(image_methods())),
             Param("relevance-image-class", "class", PREDICTED, int, low=PREDICTED, high=n_labels - 1),
             Param("relevance-image-reference", "reference", "mean", choices=list(REFERENCES))]
 
@@ -182,7 +181,8 @@ def image_page() -> None:
         "Explain the logit of", options, key="relevance-image-class",
         format_func=lambda c: f"the predicted class ({lm.label(predicted)}, p = {probs[predicted]:.2f})"
         if c == PREDICTED else f"{c}: {lm.label(c)} (p = {probs[c]:.2f})")
-    method = settings[2].selectbox("Method shown large", list(IMAGE_METHODS), format_func=LABELS.get,
+    labels = {name: method.label for name, method in image_methods().items()}
+    method = settings[2].selectbox("Method shown large", list(labels), format_func=labels.get,
                                    key="relevance-image-method")
     reference = settings[2].selectbox("Reference (IG start, occlusion and flipping fill)", list(REFERENCES),
                                       format_func=REFERENCES.get, key="relevance-image-reference")
@@ -197,7 +197,7 @@ def image_page() -> None:
     if run["digest"] != inputs["digest"]:
         st.info("The image changed since the last Run: press **Run** to explain this one.")
         return
-    names = [run["method"], *(m for m in IMAGE_METHODS if m != run["method"])]
+    names = [run["method"], *(m for m in image_methods() if m != run["method"])]
     with progress("Explaining: methods", PAGE) as report, show_errors():
         cached = is_shared("image-explain", (model_key(), run["digest"], run["method"], run["target"],
                                              run["reference"]))
@@ -205,7 +205,7 @@ def image_page() -> None:
         for index, name in enumerate(names):
             results.append(_explain(lm, image, name, run["target"], run["reference"]))
             report(index + 1, len(names) + 1)
-        ordered = sorted(results, key=lambda r: list(IMAGE_METHODS).index(r.method))  # one order: one document
+        ordered = sorted(results, key=lambda r: list(image_methods()).index(r.method))  # one order: one document
         flipping = shared("image-flipping", (model_key(), run["digest"], run["target"], run["reference"]),
                           lambda: patch_flipping(lm, image, ordered, reference=run["reference"]))
         report(len(names) + 1, len(names) + 1)

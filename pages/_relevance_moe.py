@@ -12,7 +12,7 @@ import torch
 
 from components.export import export_menu
 from interpscope.figures.relevance.moe import share_figure
-from interpscope.relevance.experts import EXPERT_METHODS, ExpertRelevance, expert_relevance
+from interpscope.relevance.experts import ExpertRelevance, expert_methods, expert_relevance
 from pages._common import current_model, model_key, shared, show_errors, timing
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def moe_view(lm: LoadedModel, result: RelevanceResult, labels: dict[str, str]) -
     """Per-expert relevance for the main map's input and target, beside the router's weight share (the control)."""
     adapter = lm.adapter
     st.subheader("Mixture of experts: which expert carried the relevance")
-    method = result.method if result.method in EXPERT_METHODS else next(iter(EXPERT_METHODS))
+    method = result.method if result.method in expert_methods() else next(iter(expert_methods()))
     if method != result.method:
         st.info(f"Per-expert relevance needs an LRP pass: {labels.get(result.method, result.method)} has none, so "
                 f"this section uses {labels.get(method, method)} for the same target.")

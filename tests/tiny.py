@@ -44,6 +44,7 @@ GPT2_VOCAB = 50257  # GPT-2's real tokenizer
 _IDS = dict(pad_token_id=0, eos_token_id=1, bos_token_id=2)
 _TRANSFORMER = frozenset({"attention", "transformer_lrp"})
 _DENSE = _TRANSFORMER | {"mlp_neurons", "gated_mlp"}
+_REPLAYED = _DENSE | {"linear_replay"}  # Llama-style blocks: the attribution graph's linear replay models them exactly
 _SPARSE = _TRANSFORMER | {"experts", "gated_mlp"}
 _MOE = dict(num_experts_per_tok=2)
 
@@ -127,7 +128,7 @@ def _family(name: str, config_cls: Any, model_cls: Any, adapter_family: str, cap
 
 
 FAMILIES: dict[str, Family] = {f.name: f for f in [
-    _family("llama", hf.LlamaConfig, hf.LlamaForCausalLM, "llama", _DENSE,
+    _family("llama", hf.LlamaConfig, hf.LlamaForCausalLM, "llama", _REPLAYED,
             small={**_SMALL, "num_key_value_heads": 2},
             lrp={**_D16, "num_key_value_heads": 2, "tie_word_embeddings": False},
             neurons=lambda vocab, d, layers, d_mlp, heads: dict(
@@ -135,14 +136,14 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
                 num_key_value_heads=heads, intermediate_size=d_mlp, tie_word_embeddings=True,
                 max_position_embeddings=256)),
     # SmolLM2's shape: 3 query heads sharing one key/value head, tied embeddings
-    _family("smollm2", hf.LlamaConfig, hf.LlamaForCausalLM, "llama", _DENSE, hidden_size=24, num_attention_heads=3,
+    _family("smollm2", hf.LlamaConfig, hf.LlamaForCausalLM, "llama", _REPLAYED, hidden_size=24, num_attention_heads=3,
             num_key_value_heads=1, tie_word_embeddings=True),
-    _family("qwen2", hf.Qwen2Config, hf.Qwen2ForCausalLM, "llama", _DENSE,  # q/k/v biases
+    _family("qwen2", hf.Qwen2Config, hf.Qwen2ForCausalLM, "llama", _REPLAYED,  # q/k/v biases
             small={**_SMALL, "num_key_value_heads": 2, "eos_token_id": 0, "bos_token_id": 0},
             lrp={**_D16, "num_key_value_heads": 2, "tie_word_embeddings": False, "eos_token_id": 0,
                  "bos_token_id": 0}),
-    _family("qwen3", hf.Qwen3Config, hf.Qwen3ForCausalLM, "llama", _DENSE, head_dim=8),  # per-head q/k norms
-    _family("mistral", hf.MistralConfig, hf.MistralForCausalLM, "llama", _DENSE, sliding_window=4),
+    _family("qwen3", hf.Qwen3Config, hf.Qwen3ForCausalLM, "llama", _REPLAYED, head_dim=8),  # per-head q/k norms
+    _family("mistral", hf.MistralConfig, hf.MistralForCausalLM, "llama", _REPLAYED, sliding_window=4),
     _family("gemma", hf.GemmaConfig, hf.GemmaForCausalLM, "gemma", _DENSE, gain_centre=0.0, head_dim=8),
     _family("gemma2", hf.Gemma2Config, hf.Gemma2ForCausalLM, "gemma2", _DENSE, gain_centre=0.0, head_dim=8,
             query_pre_attn_scalar=8, sliding_window=4, final_logit_softcapping=3.0, attn_logit_softcapping=5.0),

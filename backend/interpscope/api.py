@@ -291,12 +291,12 @@ def patch_flipping(lm: LoadedImageModel, image: Any, methods: Sequence[str] | No
     five image methods) beside `random_orders` random orders, with the AUC of each curve. Schema
     interpscope.image_faithfulness; = `interpscope explain --image FILE --patch-flipping --json` and the page's
     export."""
-    from interpscope.relevance.image import IMAGE_METHODS
+    from interpscope.relevance.image import image_methods
     from interpscope.relevance.image_api import explain_image as explain_pixels
     from interpscope.relevance.image_faithfulness import patch_flipping as flip
 
     array = _image_array(image)
-    names = list(methods or IMAGE_METHODS)
+    names = list(methods or image_methods())
     first = explain_pixels(lm, array, names[0], target_class=target_class, reference=reference)
     maps = [first] + [explain_pixels(lm, array, name, target_class=first.target_class, reference=reference)
                       for name in names[1:]]

@@ -108,13 +108,13 @@ def test_deit_and_a_chosen_class(tmp_path, image_file, capsys):
 
 def test_baselines_and_patch_flipping(folder):
     from interpscope.models.vision import load_image_model
-    from interpscope.relevance.image import IMAGE_METHODS
+    from interpscope.relevance.image import image_methods
     from interpscope.relevance.image_api import explain_image
     from interpscope.relevance.image_faithfulness import patch_flipping
 
     lm = load_image_model(str(folder))
     image = sample_image()
-    maps = [explain_image(lm, image, name) for name in IMAGE_METHODS]
+    maps = [explain_image(lm, image, name) for name in image_methods()]
     by_name = {m.method: m for m in maps}
     ig = by_name["ig"].to_dict()
     assert ig["reference"] == "mean" and ig["completeness"]["relative_gap"] < 0.05
@@ -132,7 +132,7 @@ def test_baselines_and_patch_flipping(folder):
     document = flipping.to_dict()
     assert (document["schema"], document["n_patches"], document["counts"]) == \
         ("interpscope.image_faithfulness", 9, list(range(10)))
-    assert [c["method"] for c in document["curves"]] == list(IMAGE_METHODS)
+    assert [c["method"] for c in document["curves"]] == list(image_methods())
     assert all(c["values"][0] == pytest.approx(maps[0].logit, abs=1e-5) for c in document["curves"])
     assert len(document["random"]["aucs"]) == 4 and flipping.reading()
     first = document["curves"][0]["values"]

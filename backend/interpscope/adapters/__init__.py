@@ -1,11 +1,16 @@
-"""Per-architecture adapters. Adding a family = one adapter file + its entry in ADAPTERS (or register_adapter)."""
+"""Per-architecture adapters. A family whose modules sit where a known layout says (interpscope.adapters.layout) is one
+call of register_family, a table entry; a family with a quirk is one adapter file (a subclass overriding only the
+quirk) + its entry in ADAPTERS (or register_adapter)."""
 from __future__ import annotations
+
+from typing import Any
 
 from torch import nn
 
-from interpscope.adapters.base import FoldedNorm, HookSpec, ModelAdapter, NormSpec
+from interpscope.adapters.base import RMSNORM, FoldedNorm, HookSpec, ModelAdapter, NormSpec
 from interpscope.adapters.gemma import Gemma2Adapter, GemmaAdapter
 from interpscope.adapters.gpt2 import GPT2Adapter
+from interpscope.adapters.layout import Layout
 from interpscope.adapters.llama import LlamaAdapter
 from interpscope.adapters.mamba import MambaAdapter
 from interpscope.adapters.moe import MixtralAdapter, OlmoeAdapter, Qwen2MoeAdapter, Qwen3MoeAdapter
@@ -26,6 +31,18 @@ def register_adapter(adapter_cls: type[ModelAdapter]) -> type[ModelAdapter]:
     """Add a family: its adapter claims its HF model_types (later registrations win a shared type)."""
     ADAPTERS.insert(0, adapter_cls)
     return adapter_cls
+
+
+def register_family(family: str, model_types: tuple[str, ...], layout: Layout, norm: NormSpec = RMSNORM,
+                    **facts: Any) -> type[ModelAdapter]:
+    """Add a family from data alone: its name, the HF model types it claims, where its modules sit (a Layout, e.g.
+    layout.LLAMA for a Llama-like decoder), its norm and any other fact the adapter declares (gated_mlp=True,
+    scaled_embedding=...). Returns the adapter class, registered like an adapter file's."""
+    unknown = sorted(set(facts) - {name for name in vars(ModelAdapter) if not name.startswith("_")})
+    if unknown:
+        raise ValueError(f"Unknown adapter facts for family {family!r}: {', '.join(unknown)}.")
+    attributes = {"family": family, "model_types": tuple(model_types), "layout": layout, "norm": norm, **facts}
+    return register_adapter(type(f"{family.title().replace('_', '')}Adapter", (ModelAdapter,), attributes))
 
 
 def family_of(model_type: str) -> str | None:
@@ -54,5 +71,5 @@ def get_adapter(model: nn.Module) -> ModelAdapter:
     raise InterpscopeError(f"Unsupported model type {model_type!r}. Supported: {', '.join(supported)}.")
 
 
-__all__ = ["ADAPTERS", "FoldedNorm", "HookSpec", "ModelAdapter", "NormSpec", "family_of", "get_adapter", "modality_of",
-           "register_adapter"]
+__all__ = ["ADAPTERS", "FoldedNorm", "HookSpec", "Layout", "ModelAdapter", "NormSpec", "family_of", "get_adapter",
+           "modality_of", "register_adapter", "register_family"]

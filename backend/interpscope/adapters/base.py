@@ -13,6 +13,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from interpscope.adapters.layout import Layout, at
 from interpscope.config import InterpscopeError
 
 HookKind = Literal["pre", "post"]
@@ -89,7 +90,8 @@ def weight_of(module: nn.Module) -> torch.Tensor:
 
 
 class ModelAdapter:
-    """Base adapter. Subclasses fill in the family-specific module lookups."""
+    """Base adapter: every module lookup reads the family's `layout` (interpscope.adapters.layout); a family without
+    one, or with a quirk the layout cannot say, overrides the lookup."""
 
     family: str = "unknown"
     model_types: tuple[str, ...] = ()
@@ -101,12 +103,27 @@ class ModelAdapter:
     lrp_exact: bool = True  # False when the family computes something no LRP rule covers (e.g. clamped q/k/v)
     modality: str = "text"  # what the model reads: "text" (token ids) or "image" (pixels: ViT, DeiT)
     final_logit_softcap: float | None = None  # logits = cap * tanh(raw / cap) after the unembedding (Gemma 2)
+    scaled_embedding: bool = False  # the embedding module multiplies its rows by a constant (Gemma's sqrt(d_model))
+    layout: Layout | None = None  # where the family keeps each part; None: the family overrides every lookup
 
     def __init__(self, model: nn.Module):
         # A Hugging Face causal LM. Adapters walk its submodules by attribute name (model.model.layers), which torch
         # types as `Tensor | Module`; the family adapter is what knows the layout, so the walk is typed Any.
         self.model: Any = model
         self.config: Any = model.config  # the family's PretrainedConfig: its field names differ per family
+
+    def _layout(self) -> Layout:
+        if self.layout is None:
+            raise NotImplementedError(f"{type(self).__name__} declares no layout and does not override this lookup")
+        return self.layout
+
+    def _core(self) -> Any:
+        """The decoder stack (the model itself when the layout names no core)."""
+        core = self._layout().core
+        return self.model if core is None else at(self.model, core)
+
+    def _in_block(self, layer: int, path: str | None) -> Any:
+        return None if path is None else at(self._block(layer), path)
 
     def _block(self, layer: int) -> Any:
         """Block `layer`, typed Any like the model: its submodules are reached by the family's names."""
@@ -133,70 +150,91 @@ class ModelAdapter:
 
     @property
     def n_heads(self) -> int:
-        return int(getattr(self.config, "num_attention_heads", 0) or 0)
+        field = self.layout.heads if self.layout is not None else "num_attention_heads"
+        return int(getattr(self.config, field, 0) or 0)
 
     @property
     def d_head(self) -> int:
-        return self.d_model // self.n_heads if self.n_heads else 0
+        field = self.layout.head_dim if self.layout is not None else None
+        declared = getattr(self.config, field, None) if field else None
+        return int(declared) if declared else (self.d_model // self.n_heads if self.n_heads else 0)
 
     @property
     def d_mlp(self) -> int:
         return int(self.W_out(0).shape[0]) if self.has_mlp else 0
 
-    # --- modules (override) --------------------------------------------------------------------------
+    # --- modules (from the layout; override for a quirk) --------------------------------------------------
     def embedding(self) -> nn.Embedding:
-        raise NotImplementedError
+        path = self._layout().embedding
+        if path is None:
+            raise InterpscopeError(f"{self.family} models have no token embedding.")
+        return at(self._core(), path)
 
     def position_embedding(self) -> nn.Embedding | None:
-        return None
+        return None if self.layout is None else at(self._core(), self.layout.position_embedding)
 
     def blocks(self) -> nn.ModuleList:
-        raise NotImplementedError
+        return at(self._core(), self._layout().blocks)
 
     def attention(self, layer: int) -> nn.Module | None:
-        return None
+        return None if self.layout is None else self._in_block(layer, self.layout.attention)
+
+    def attention_projections(self, layer: int) -> dict[str, nn.Module]:
+        """The attention's separate projections the layout names, by part ('q', 'k', 'v', 'o')."""
+        attn = self.attention(layer)
+        parts = {"q": self._layout().q, "k": self._layout().k, "v": self._layout().v, "o": self._layout().o}
+        return {name: at(attn, path) for name, path in parts.items() if path is not None and attn is not None}
 
     def mlp(self, layer: int) -> nn.Module | None:
-        return None
+        return None if self.layout is None else self._in_block(layer, self.layout.mlp)
+
+    def _in_mlp(self, layer: int, path: str | None) -> Any:
+        mlp = self.mlp(layer)
+        return None if path is None or mlp is None else at(mlp, path)
 
     def mlp_down(self, layer: int) -> nn.Module | None:
         """The MLP's output projection: its input is the neuron activations."""
-        return None
+        return None if self.layout is None else self._in_mlp(layer, self.layout.down)
 
     def mixer(self, layer: int) -> nn.Module | None:
         """State-space mixer (Mamba)."""
-        return None
+        return None if self.layout is None else self._in_block(layer, self.layout.mixer)
 
     def attention_norm(self, layer: int) -> nn.Module | None:
         """The norm applied to the residual before attention (or the mixer)."""
-        return None
+        return None if self.layout is None else self._in_block(layer, self.layout.attention_norm)
 
     def mlp_norm(self, layer: int) -> nn.Module | None:
-        return None
+        return None if self.layout is None else self._in_block(layer, self.layout.mlp_norm)
 
     def final_norm(self) -> nn.Module:
-        raise NotImplementedError
+        return at(self._core(), self._layout().final_norm)
 
-    # --- pieces the relevance rules wrap (override where the family has them) -------------------------
+    # --- pieces the relevance rules wrap (from the layout; override where a family fuses them) ----------------
     def attention_qkv(self, layer: int) -> list[tuple[nn.Module, dict[str, torch.Tensor]]]:
         """Modules whose outputs hold queries, keys and values, each with the output-feature indices of every part.
 
         Separate projections give one module per part; fused ones (GPT-2 c_attn, NeoX query_key_value) one module
         with three index sets, so a rule can scale or detach each part of the same output.
         """
-        return []
+        parts = self.attention_projections(layer) if self.layout is not None else {}
+        return [(parts[name], {name: torch.arange(weight_of(parts[name]).shape[0])})
+                for name in ("q", "k", "v") if name in parts]
 
     def attention_out_proj(self, layer: int) -> nn.Module | None:
         """The attention output projection: its input is the heads' outputs, concatenated head by head."""
-        return None
+        if self.layout is None or self.layout.o is None:
+            return None
+        attn = self.attention(layer)
+        return None if attn is None else at(attn, self.layout.o)
 
     def mlp_activation(self, layer: int) -> nn.Module | None:
         """The MLP's elementwise nonlinearity module (SiLU, GELU)."""
-        return None
+        return None if self.layout is None else self._in_mlp(layer, self.layout.activation)
 
     def mlp_up(self, layer: int) -> nn.Module | None:
         """Gated MLPs only: the linear branch multiplied with the activated gate."""
-        return None
+        return None if self.layout is None else self._in_mlp(layer, self.layout.up)
 
     def mlp_activations(self, layer: int) -> list[nn.Module]:
         """Every elementwise nonlinearity of the layer's MLPs that a rule wraps: the MLP's own, plus any extra MLP a
@@ -222,15 +260,18 @@ class ModelAdapter:
 
     def attention_output_norm(self, layer: int) -> nn.Module | None:
         """A norm on the attention's output before it joins the residual (Gemma 2/3 'sandwich' norms)."""
-        return None
+        return None if self.layout is None else self._in_block(layer, self.layout.attention_output_norm)
 
     def mlp_output_norm(self, layer: int) -> nn.Module | None:
         """A norm on the MLP's output before it joins the residual (Gemma 2/3)."""
-        return None
+        return None if self.layout is None else self._in_block(layer, self.layout.mlp_output_norm)
 
     def qk_norms(self, layer: int) -> list[nn.Module]:
         """Norms applied to queries and keys inside attention (Qwen3, Gemma 3, OLMo 2)."""
-        return []
+        attn = self.attention(layer) if self.layout is not None else None
+        if attn is None:
+            return []
+        return [norm for name in self._layout().qk_norms if (norm := getattr(attn, name, None)) is not None]
 
     def norms(self) -> list[nn.Module]:
         """Every normalisation module (per-block, sandwich, query/key and final norms), for the LRP norm rule."""
@@ -295,12 +336,16 @@ class ModelAdapter:
         return self.folded_norm().gamma.to(device=W_U.device, dtype=dtype)[:, None] * W_U
 
     def unembedding(self) -> nn.Module:
-        raise NotImplementedError
+        path = self._layout().unembedding
+        return self.model.get_output_embeddings() if path is None else at(self.model, path)
 
     # --- weights -------------------------------------------------------------------------------------
     def W_out(self, layer: int) -> torch.Tensor:
         """MLP output weights as [d_mlp, d_model]: row n is neuron n's write direction."""
-        raise NotImplementedError
+        down = self.mlp_down(layer)
+        if down is None:
+            raise InterpscopeError(f"{self.family} models have no MLP output projection in layer {layer}.")
+        return weight_of(down) if self._layout().conv1d else weight_of(down).T
 
     def b_out(self, layer: int) -> torch.Tensor | None:
         bias = getattr(self.mlp_down(layer), "bias", None)
@@ -375,7 +420,8 @@ class ModelAdapter:
     def capabilities(self) -> frozenset[str]:
         """What this model offers, for methods to declare what they need (never a family name):
         'attention', 'mlp_neurons', 'gated_mlp', 'transformer_lrp' (the pieces the AttnLRP/CP-LRP rules wrap),
-        'state_space' (a Mamba mixer), 'position_embedding'."""
+        'state_space' (a Mamba mixer), 'position_embedding', 'linear_replay' (attribution graphs' transcoder
+        replay models its blocks exactly)."""
         found = set()
         if self.has_attention:
             found.add("attention")
@@ -390,7 +436,23 @@ class ModelAdapter:
         if (self.lrp_exact and self.has_attention and self.n_layers and self.attention_qkv(0)
                 and self.attention_out_proj(0) is not None and self.mlp_activation(0) is not None):
             found.add("transformer_lrp")
+        if self._replays_linearly():
+            found.add("linear_replay")
         return frozenset(found)
+
+    def _replays_linearly(self) -> bool:
+        """What the attribution graph's linear replay (interpscope.graphs.replay) models exactly: RMSNorm before
+        attention and a dense gated MLP, no norm on a sub-layer's output, a sequential residual, unscaled token
+        embeddings, and separate q/k/v/o projections (the frozen patterns are applied through v and o)."""
+        if self.layout is None or not (self.n_layers and self.has_attention and self.has_mlp and self.gated_mlp):
+            return False
+        if self.norm.centred or self.parallel_residual or self.scaled_embedding:
+            return False
+        if any(self.experts(layer) is not None for layer in range(self.n_layers)):  # a mixture of experts anywhere
+            return False
+        if self.attention_output_norm(0) is not None or self.mlp_output_norm(0) is not None:
+            return False
+        return set(self.attention_projections(0)) == {"q", "k", "v", "o"}
 
     def describe(self) -> dict:
         """Facts for a model card."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 from torch import nn
 
 from interpscope.adapters.base import NormSpec
+from interpscope.adapters.layout import GEMMA_SANDWICH
 from interpscope.adapters.llama import LlamaAdapter
 
 
@@ -14,19 +15,13 @@ class GemmaAdapter(LlamaAdapter):
     family = "gemma"
     norm = NormSpec(centred=False, weight_offset=1.0, default_eps=1e-6)
     model_types: tuple[str, ...] = ("gemma", "gemma3_text")
+    scaled_embedding = True
 
-    def _sandwich(self, layer: int) -> bool:
-        return hasattr(self._block(layer), "pre_feedforward_layernorm")
-
-    def mlp_norm(self, layer: int) -> nn.Module:
-        block = self._block(layer)
-        return block.pre_feedforward_layernorm if self._sandwich(layer) else block.post_attention_layernorm
-
-    def attention_output_norm(self, layer: int) -> nn.Module | None:
-        return self._block(layer).post_attention_layernorm if self._sandwich(layer) else None
-
-    def mlp_output_norm(self, layer: int) -> nn.Module | None:
-        return self._block(layer).post_feedforward_layernorm if self._sandwich(layer) else None
+    def __init__(self, model: nn.Module):
+        super().__init__(model)
+        # the quirk: Gemma 2 and 3 put a norm on each sub-layer's output ('sandwich' norms), Gemma 1 does not
+        if hasattr(self._block(0), "pre_feedforward_layernorm"):
+            self.layout = GEMMA_SANDWICH
 
 
 class Gemma2Adapter(GemmaAdapter):

@@ -7,12 +7,14 @@ import torch
 from torch import nn
 
 from interpscope.adapters.base import weight_of
+from interpscope.adapters.layout import PHI3
 from interpscope.adapters.llama import LlamaAdapter
 
 
 class Phi3Adapter(LlamaAdapter):
     family = "phi3"
     model_types = ("phi3",)
+    layout = PHI3
 
     def attention_projections(self, layer: int) -> dict[str, nn.Module]:
         attn = self._attn(layer)
@@ -25,12 +27,6 @@ class Phi3Adapter(LlamaAdapter):
         parts = {"q": torch.arange(0, q_width), "k": torch.arange(q_width, q_width + kv_width),
                  "v": torch.arange(q_width + kv_width, q_width + 2 * kv_width)}
         return [(self._attn(layer).qkv_proj, parts)]
-
-    def mlp_activation(self, layer: int) -> nn.Module | None:
-        return self._mlp(layer).activation_fn
-
-    def mlp_up(self, layer: int) -> nn.Module | None:
-        return self._mlp(layer).gate_up_proj
 
     def mlp_up_parts(self, layer: int) -> list[tuple[nn.Module, torch.Tensor | None]]:
         """gate_up_proj's output is chunked [gate | up]: the up branch is its second half."""

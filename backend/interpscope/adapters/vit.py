@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 
 from interpscope.adapters.base import LAYERNORM, ModelAdapter, weight_of
+from interpscope.adapters.layout import VIT
 from interpscope.config import InterpscopeError
 
 
@@ -23,6 +23,7 @@ class ViTAdapter(ModelAdapter):
     norm = LAYERNORM
     model_types: tuple[str, ...] = ("vit", "deit")
     modality = "image"
+    layout = VIT
 
     def __init__(self, model: nn.Module):
         super().__init__(model)
@@ -80,44 +81,6 @@ class ViTAdapter(ModelAdapter):
         embeddings = self._core().embeddings
         names = ("cls_token", "distillation_token", "position_embeddings")
         return [param for name in names if isinstance(param := getattr(embeddings, name, None), nn.Parameter)]
-
-    def blocks(self) -> nn.ModuleList:
-        return self._core().layers
-
-    def attention(self, layer: int) -> nn.Module:
-        return self._block(layer).attention
-
-    def mlp(self, layer: int) -> nn.Module:
-        return self._block(layer).mlp
-
-    def attention_qkv(self, layer: int) -> list[tuple[nn.Module, dict[str, torch.Tensor]]]:
-        attn = self._attn(layer)
-        return [(module, {name: torch.arange(weight_of(module).shape[0])})
-                for name, module in (("q", attn.q_proj), ("k", attn.k_proj), ("v", attn.v_proj))]
-
-    def attention_out_proj(self, layer: int) -> nn.Module:
-        return self._attn(layer).o_proj
-
-    def mlp_activation(self, layer: int) -> nn.Module:
-        return self._mlp(layer).activation_fn
-
-    def mlp_down(self, layer: int) -> nn.Module:
-        return self._mlp(layer).fc2
-
-    def attention_norm(self, layer: int) -> nn.Module:
-        return self._block(layer).layernorm_before
-
-    def mlp_norm(self, layer: int) -> nn.Module:
-        return self._block(layer).layernorm_after
-
-    def final_norm(self) -> nn.Module:
-        return self._core().layernorm
-
-    def unembedding(self) -> nn.Module:
-        return self.model.classifier
-
-    def W_out(self, layer: int) -> torch.Tensor:
-        return weight_of(self.mlp_down(layer)).T
 
     def hook_points(self) -> list[str]:
         """The block and norm points (no token or position embedding module: both are parameters here)."""

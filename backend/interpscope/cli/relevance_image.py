@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     """Explain one image file; prints the patch grid (and the conservation readout), writes --json."""
     from interpscope.images import read_image_file
     from interpscope.models.vision import load_image_model, model_modality
-    from interpscope.relevance.image import IMAGE_METHODS
+    from interpscope.relevance.image import image_methods
 
     given = [f"--{name.replace('_', '-')}" for name in TEXT_ONLY if getattr(args, name, None) not in (None, False)]
     if given:
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         raise InterpscopeError(f"{args.model} is a text model: --image needs an image classifier (ViT or DeiT), "
                                "e.g. --model vit-fashion-mnist. Give a text model --text or --file instead.")
     lm = load_image_model(args.model, device=args.device, dtype=args.dtype)
-    method = args.method or next(iter(IMAGE_METHODS))  # the registry's first: the LRP method
+    method = args.method or next(iter(image_methods()))  # the registry's first: the LRP method
     if args.patch_flipping:
         return _flipping(args, lm, image)
     from interpscope.relevance.image_api import explain_image

@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, lm: LoadedModel, text: str) -> int:
     """Explain `text` as the source of an encoder-decoder; refuses a decoder-only model given --decoder-text."""
     from interpscope.cli.method_options import options_from_args
-    from interpscope.relevance.seq2seq import SEQ2SEQ_METHODS, explain_seq2seq
+    from interpscope.relevance.seq2seq import explain_seq2seq, seq2seq_methods
 
     if not lm.is_encoder_decoder:
         raise InterpscopeError(f"--decoder-text is for encoder-decoder models (T5, Flan-T5); {lm.name} is a "
@@ -33,9 +33,9 @@ def run(args: argparse.Namespace, lm: LoadedModel, text: str) -> int:
     for attribute, flag in DECODER_ONLY:
         if getattr(args, attribute, None):
             raise InterpscopeError(f"{flag} is not available for encoder-decoder models ({lm.name}); use --json.")
-    result = explain_seq2seq(lm, text, args.decoder_text, args.method or SEQ2SEQ_METHODS[0], token=args.target_token,
-                             contrast=tuple(args.contrast) if args.contrast else None,
-                             options=options_from_args(args))
+    method = args.method or next(iter(seq2seq_methods()))  # the registry's first: the LRP method
+    result = explain_seq2seq(lm, text, args.decoder_text, method, token=args.target_token,
+                             contrast=tuple(args.contrast) if args.contrast else None, options=options_from_args(args))
     if args.json:
         emit_json(result, args.json)
     if args.json != "-":

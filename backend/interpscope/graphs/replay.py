@@ -75,13 +75,15 @@ class FrozenRun:
 
 
 def check_architecture(adapter) -> None:
-    """Refuse what the linear replay does not model: it needs a Llama-style block (RMSNorm before attention and MLP,
-    no sandwich norms, sequential residual, unscaled token embeddings)."""
-    if adapter.family != "llama" or adapter.norm.centred or adapter.parallel_residual:
+    """Refuse what the linear replay does not model: the adapter must declare 'linear_replay' (a Llama-style block:
+    RMSNorm before attention and MLP, no sandwich norms, sequential residual, unscaled token embeddings; see
+    ModelAdapter.capabilities)."""
+    if "linear_replay" not in adapter.capabilities():
+        why = ("sandwich norms (a norm on a block's output)" if adapter.n_layers and adapter.layout is not None and
+               (adapter.attention_output_norm(0) is not None or adapter.mlp_output_norm(0) is not None)
+               else "its blocks are not Llama-style (RMSNorm, gated MLP, sequential residual, separate q/k/v/o)")
         raise InterpscopeError(f"Attribution graphs need a Llama-style model (RMSNorm, gated MLP, sequential "
-                               f"residual); {adapter.family} models are not supported.")
-    if adapter.n_layers and (adapter.attention_output_norm(0) is not None or adapter.mlp_output_norm(0) is not None):
-        raise InterpscopeError("Attribution graphs do not support sandwich norms (a norm on a block's output).")
+                               f"residual); {adapter.family} models are not supported: {why}.")
 
 
 def _scale(adapter, module, x: torch.Tensor) -> torch.Tensor:

@@ -8,8 +8,9 @@ from interpscope.adapters import ModelAdapter
 from interpscope.progress import Progress
 from interpscope.relevance import baselines
 from interpscope.relevance.engine import Attribution, Completeness, attribute, forward_logits
+from interpscope.relevance.image import pixels_by_integrated_gradients, pixels_by_occlusion, pixels_by_rules
 from interpscope.relevance.mamba.rule import mambalrp_rules
-from interpscope.relevance.methods import Method, MethodOptions, OptionSpec, register_method
+from interpscope.relevance.methods import ImageVariant, Method, MethodOptions, OptionSpec, register_method
 from interpscope.relevance.rules import attnlrp_rules, cplrp_rules
 from interpscope.relevance.targets import Target
 
@@ -93,26 +94,44 @@ def _occlusion(adapter: ModelAdapter, ids: torch.Tensor, target: Target, latent:
 
 TRANSFORMER_LRP = frozenset({"transformer_lrp"})
 
+# What each method explains beyond a decoder's text: the LRP rule sets and plain gradients run unchanged on an
+# encoder-decoder (interpscope.relevance.seq2seq) and, with their pixel computation, on a ViT; the LRP rule sets also
+# through a mixture of experts' experts (interpscope.relevance.experts).
+TEXT_AND_BEYOND = frozenset({"text", "seq2seq", "image"})
 register_method(Method("attnlrp", "AttnLRP", "lrp",
                        "LRP for transformers: relevance through attention, softmax kept (Achtibat et al. 2024).",
                        TRANSFORMER_LRP, _with_rules(attnlrp_rules), attnlrp_rules, "conservation",
-                       through_softmax=True))
+                       through_softmax=True, inputs=TEXT_AND_BEYOND | {"experts"},
+                       image=ImageVariant("LRP for transformers: relevance through attention, softmax kept "
+                                          "(Achtibat et al. 2024).", pixels_by_rules)))
 register_method(Method("cplrp", "CP-LRP", "lrp",
                        "Conservative propagation: queries, keys and the MLP gate detached; conserves exactly.",
-                       TRANSFORMER_LRP, _with_rules(cplrp_rules), cplrp_rules, "conservation"))
+                       TRANSFORMER_LRP, _with_rules(cplrp_rules), cplrp_rules, "conservation",
+                       inputs=TEXT_AND_BEYOND | {"experts"},
+                       image=ImageVariant("Conservative propagation: queries and keys detached; conserves exactly.",
+                                          pixels_by_rules)))
 register_method(Method("mambalrp", "MambaLRP", "lrp",
                        "LRP for Mamba: detached RMSNorm normaliser, SiLU identity rule, detached selective-SSM "
                        "parameters, half rule on the gate (Rezaei Jafari et al. 2024).",
                        frozenset({"state_space"}), _with_rules(mambalrp_rules), mambalrp_rules, "conservation",
                        exact_forward=False))
 register_method(Method("gradxinput", "Gradient x Input", "gradient",
-                       "Plain gradient times input embedding, no rules.", frozenset(), _gradient))
+                       "Plain gradient times input embedding, no rules.", frozenset(), _gradient,
+                       inputs=TEXT_AND_BEYOND, gradient_based=True,
+                       image=ImageVariant("Plain gradient times input pixels, no rules.", pixels_by_rules)))
 register_method(Method("ig", "Integrated Gradients", "perturbation",
                        "captum Integrated Gradients on the token embeddings from a baseline (zero, pad token or "
                        "mean embedding; default zero, 32 steps); relevance sums to f(x) - f(baseline) up to the "
                        "integral's gap (completeness).",
-                       frozenset(), _integrated_gradients, law="completeness", options=(BASELINE, IG_STEPS)))
+                       frozenset(), _integrated_gradients, law="completeness", options=(BASELINE, IG_STEPS),
+                       inputs=TEXT_AND_BEYOND, gradient_based=True,
+                       image=ImageVariant("captum Integrated Gradients from the reference image; sums to f(x) - "
+                                          "f(reference) up to the integral's gap.", pixels_by_integrated_gradients,
+                                          uses_reference=True)))
 register_method(Method("occlusion", "Occlusion", "perturbation",
                        "captum occlusion: each token (or a sliding window of tokens) replaced by the baseline in turn; "
                        "the drop in the target.",
-                       frozenset(), _occlusion, options=(BASELINE, OCCLUSION_WINDOW), per_token_passes=True))
+                       frozenset(), _occlusion, options=(BASELINE, OCCLUSION_WINDOW), per_token_passes=True,
+                       inputs=frozenset({"text", "image"}),
+                       image=ImageVariant("Each patch set to the reference in turn: the drop of the logit.",
+                                          pixels_by_occlusion, uses_reference=True, label="Occlusion (patches)")))

@@ -23,7 +23,7 @@ from interpscope.capture import model_lock, scoped
 from interpscope.config import InterpscopeError
 from interpscope.relevance.engine import attribute
 from interpscope.relevance.gates import ExpertsRule
-from interpscope.relevance.rules import attnlrp_rules, cplrp_rules
+from interpscope.relevance.methods import Method, methods_serving
 from interpscope.relevance.sinks import report_from, watching
 from interpscope.relevance.targets import Target
 from interpscope.results import Result
@@ -33,7 +33,11 @@ if TYPE_CHECKING:
     from interpscope.adapters.moe import MoEAdapter
     from interpscope.models.loaded import LoadedModel
 
-EXPERT_METHODS = {"attnlrp": attnlrp_rules, "cplrp": cplrp_rules}
+
+
+def expert_methods() -> dict[str, Method]:
+    """The registered methods that serve per-expert relevance (LRP rule sets), by name, in registration order."""
+    return {m.name: m for m in methods_serving("experts")}
 
 
 @dataclass
@@ -156,13 +160,17 @@ def expert_relevance(lm: LoadedModel, input_ids: torch.Tensor, target: Target, m
     adapter: Any = lm.adapter
     if "experts" not in adapter.capabilities():
         raise InterpscopeError(f"{lm.name} has no mixture-of-experts layers: there is no per-expert relevance.")
-    if method not in EXPERT_METHODS:
-        raise InterpscopeError(f"Per-expert relevance uses an LRP method ({', '.join(EXPERT_METHODS)}), "
+    methods = expert_methods()
+    if method not in methods:
+        raise InterpscopeError(f"Per-expert relevance uses an LRP method ({', '.join(methods)}), "
                                f"not {method!r}.")
     record: dict[str, torch.Tensor] = {}
     routing: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    rules = [rule for rule in EXPERT_METHODS[method](adapter) if not isinstance(rule, ExpertsRule)]
-    rules.append(ExpertsRule(method == "attnlrp", record=record, routing=routing))
+    spec = methods[method]
+    assert spec.rules is not None  # register_method: a method serving experts has LRP rules
+    rules = [rule for rule in spec.rules(adapter) if not isinstance(rule, ExpertsRule)]
+    # AttnLRP's rules send relevance through the router's softmax weights as through attention's; CP-LRP's detach them
+    rules.append(ExpertsRule(spec.through_softmax, record=record, routing=routing))
     layers = adapter.sparse_layers()
     points = [f"blocks.{layer}.hook_mlp_out" for layer in layers]
     n_tokens, n_experts = int(input_ids.shape[1]), adapter.n_experts

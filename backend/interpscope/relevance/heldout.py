@@ -51,6 +51,15 @@ def matched_methods() -> list[str]:
     return [m.name for m in methods_taking("baseline")]
 
 
+def softmax_pair(methods: Sequence[str]) -> tuple[str | None, str | None]:
+    """The two methods the study's softmax diagnosis compares, as the registry declares them: the one that sends
+    relevance through the attention softmaxes (AttnLRP) and the conserving rule set that does not (CP-LRP); None for
+    one not among `methods`."""
+    through = next((m for m in methods if METHODS[m].through_softmax), None)
+    conserving = next((m for m in methods if METHODS[m].conserves and not METHODS[m].through_softmax), None)
+    return through, conserving
+
+
 def set_path(name: str) -> Path:
     """The file of a shipped prompt set ('heldout' or a file name in assets/prompts)."""
     path = PROMPTS_DIR / SETS.get(name, name)
@@ -210,7 +219,8 @@ def prompt_row(lm: LoadedModel, prompt: dict, settings: HeldoutSettings, index: 
     row["lerf_auc"] = {b: {m: curves[(key[(m, b)], b)].lerf_auc for m in names} for b in settings.baselines}
     if fixed:
         row["abpc_sinks_fixed"] = {first: {m: fixed[(key[(m, first)], first)].abpc for m in names}}
-    row["softmax_share"] = shares.get("attnlrp")
+    through = softmax_pair(settings.methods)[0]
+    row["softmax_share"] = shares.get(through) if through is not None else None
     row["position0_share"] = {m: float(abs(maps[(m, None if m not in matched else first)][0]) /
                                        (np.abs(maps[(m, None if m not in matched else first)]).sum() or 1.0))
                               for m in settings.methods}
@@ -247,6 +257,7 @@ def summarize(rows: Sequence[dict], settings: HeldoutSettings, labels: dict) -> 
     diagnosis["prompts_with_a_measured_sink_after_position0"] = sum(any(i > 0 for i in r["sinks"]) for r in rows)
     diagnosis["position0_share"] = {m: float(np.mean([r["position0_share"][m] for r in rows]))
                                     for m in settings.methods}
+    through, conserving = softmax_pair(settings.methods)
     shares = [(r["softmax_share"], r) for r in rows if r.get("softmax_share") is not None]
     correlation = gap = None
     mean_share = None
@@ -257,17 +268,18 @@ def summarize(rows: Sequence[dict], settings: HeldoutSettings, labels: dict) -> 
         diagnosis["softmax_share"] = dict(zip(("mean", "ci_low", "ci_high"),
                                               stats.bootstrap_mean(share, settings.bootstrap, settings.seed),
                                               strict=True))
-        correlation = stats.spearman_interval(share, [r["abpc"][first]["attnlrp"] for _, r in shares],
+        assert through is not None  # a softmax share is measured only for the method that has one
+        correlation = stats.spearman_interval(share, [r["abpc"][first][through] for _, r in shares],
                                               settings.bootstrap, settings.seed)
         diagnosis["spearman_share_vs_attnlrp_abpc"] = correlation
-        if "cplrp" in settings.methods:
-            gap = stats.spearman_interval(share, [r["abpc"][first]["attnlrp"] - r["abpc"][first]["cplrp"]
+        if conserving is not None:
+            gap = stats.spearman_interval(share, [r["abpc"][first][through] - r["abpc"][first][conserving]
                                                   for _, r in shares], settings.bootstrap, settings.seed)
             diagnosis["spearman_share_vs_attnlrp_minus_cplrp"] = gap
         diagnosis["correlation_baseline"] = first
     everything = [t for t in table if t["subset"] == "all"]
     sentence = stats.diagnosis_sentence(everything, [t for t in fixed_table if t["subset"] == "all"], correlation,
-                                        gap, mean_share, labels) if "attnlrp" in settings.methods else ""
+                                        gap, mean_share, labels, through) if through is not None else ""
     return table, fixed_table, minus, diagnosis, sentence
 
 

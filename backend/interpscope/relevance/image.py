@@ -27,7 +27,8 @@ from interpscope.config import InterpscopeError
 from interpscope.models.vision import Preprocessing
 from interpscope.progress import Progress
 from interpscope.relevance.engine import Completeness, Conservation, _bias_grads, _relevance, _Taps, bias_parameters
-from interpscope.relevance.rules import Rule, applied, attnlrp_rules, cplrp_rules
+from interpscope.relevance.methods import methods_serving
+from interpscope.relevance.rules import Rule, applied
 
 REFERENCES = {"mean": "the image's mean value per channel", "zero": "zero model input (the preprocessor's mean "
               "colour)", "black": "black pixels"}
@@ -37,37 +38,37 @@ IMAGES_PER_BATCH = 64
 
 @dataclass(frozen=True)
 class ImageMethod:
-    """One way to explain a class logit over pixels. law: 'conservation' (LRP), 'completeness' (IG) or 'none'."""
+    """One way to explain a class logit over pixels: a registered method (interpscope.relevance.methods) that serves
+    images, seen from the image side. law: 'conservation' (LRP), 'completeness' (IG) or 'none'."""
 
     name: str
     label: str
     kind: str
     law: str
     description: str
+    compute: Callable[..., PixelAttribution]
     rules: Callable[[ViTAdapter], Sequence[Rule]] | None = None
     through_softmax: bool = False
     uses_reference: bool = False
 
 
-IMAGE_METHODS = {m.name: m for m in (
-    ImageMethod("attnlrp", "AttnLRP", "lrp", "conservation",
-                "LRP for transformers: relevance through attention, softmax kept (Achtibat et al. 2024).",
-                attnlrp_rules, through_softmax=True),
-    ImageMethod("cplrp", "CP-LRP", "lrp", "conservation",
-                "Conservative propagation: queries and keys detached; conserves exactly.", cplrp_rules),
-    ImageMethod("gradxinput", "Gradient x Input", "gradient", "none", "Plain gradient times input pixels, no rules."),
-    ImageMethod("ig", "Integrated Gradients", "perturbation", "completeness",
-                "captum Integrated Gradients from the reference image; sums to f(x) - f(reference) up to the "
-                "integral's gap.", uses_reference=True),
-    ImageMethod("occlusion", "Occlusion (patches)", "perturbation", "none",
-                "Each patch set to the reference in turn: the drop of the logit.", uses_reference=True),
-)}
+def image_methods() -> dict[str, ImageMethod]:
+    """The registered methods that serve images, by name, in registration order (LRP first)."""
+    found = {}
+    for method in methods_serving("image"):
+        image = method.image
+        assert image is not None  # register_method: a method serves images exactly when it says how
+        found[method.name] = ImageMethod(method.name, image.label or method.label, method.kind, method.law,
+                                         image.description, image.compute, method.rules, method.through_softmax,
+                                         image.uses_reference)
+    return found
 
 
 def get_image_method(name: str) -> ImageMethod:
-    method = IMAGE_METHODS.get((name or "").strip().lower())
+    methods = image_methods()
+    method = methods.get((name or "").strip().lower())
     if method is None:
-        raise InterpscopeError(f"Unknown method {name!r} for images. Choose one of: {', '.join(IMAGE_METHODS)}.")
+        raise InterpscopeError(f"Unknown method {name!r} for images. Choose one of: {', '.join(methods)}.")
     return method
 
 
@@ -122,7 +123,9 @@ def rule_attribution(adapter: ViTAdapter, pixels: torch.Tensor, target: int, rul
         stack.enter_context(_bias_grads(biases))
         if conservation:
             for layer in range(adapter.n_layers):
-                taps.input(adapter.attention_out_proj(layer), f"heads.{layer}")
+                out_proj = adapter.attention_out_proj(layer)
+                assert out_proj is not None  # a ViT's layout names every block's o_proj
+                taps.input(out_proj, f"heads.{layer}")
                 for i, (module, _) in enumerate(adapter.attention_qkv(layer)):
                     taps.output(module, f"qkv.{layer}.{i}")
         leaf = pixels.detach().requires_grad_(True)
@@ -220,14 +223,30 @@ def attribute_pixels(adapter: ViTAdapter, pixels: torch.Tensor, target: int, met
     chosen = get_image_method(method)
     target = check_class(adapter, target)
     with model_lock(adapter.model):
-        if chosen.rules is not None:
-            return rule_attribution(adapter, pixels, target, chosen.rules(adapter))
-        if chosen.name == "gradxinput":
-            return rule_attribution(adapter, pixels, target, [], conservation=False)
-        ref = reference_input(pixels, reference, preprocessing)
-        if chosen.name == "ig":
-            return integrated_gradients(adapter, pixels, target, ref, reference, ig_steps, progress)
-        return occlusion(adapter, pixels, target, ref, progress)
+        ref = reference_input(pixels, reference, preprocessing) if chosen.uses_reference else None
+        rules = chosen.rules(adapter) if chosen.rules is not None else None
+        return chosen.compute(adapter, pixels, target, rules=rules, reference=ref, reference_name=reference,
+                              ig_steps=ig_steps, progress=progress)
+
+
+# --- each method's pixel computation, as its registration names it (interpscope.relevance.builtin) ----------------
+def pixels_by_rules(adapter: ViTAdapter, pixels: torch.Tensor, target: int, *, rules: Sequence[Rule] | None,
+                    **_: object) -> PixelAttribution:
+    """One forward and one backward pass under the method's LRP rules; no rules: plain Gradient x Input."""
+    if rules is None:
+        return rule_attribution(adapter, pixels, target, [], conservation=False)
+    return rule_attribution(adapter, pixels, target, rules)
+
+
+def pixels_by_integrated_gradients(adapter: ViTAdapter, pixels: torch.Tensor, target: int, *, reference: torch.Tensor,
+                                   reference_name: str, ig_steps: int, progress: Progress | None = None,
+                                   **_: object) -> PixelAttribution:
+    return integrated_gradients(adapter, pixels, target, reference, reference_name, ig_steps, progress)
+
+
+def pixels_by_occlusion(adapter: ViTAdapter, pixels: torch.Tensor, target: int, *, reference: torch.Tensor,
+                        progress: Progress | None = None, **_: object) -> PixelAttribution:
+    return occlusion(adapter, pixels, target, reference, progress)
 
 
 def patch_sums(adapter: ViTAdapter, pixel_map: np.ndarray) -> np.ndarray:

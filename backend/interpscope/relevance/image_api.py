@@ -100,7 +100,7 @@ def explain_image(lm: LoadedImageModel, image: np.ndarray, method: str = "attnlr
                   target_class: int | None = None, reference: str = "mean", ig_steps: int = IG_STEPS,
                   progress: Progress | None = None) -> ImageRelevance:
     """Relevance of every pixel and patch of `image` (uint8 [H, W, 3], interpscope.images.decode_image) for the
-    logit of `target_class` (default: the predicted class) with `method` (IMAGE_METHODS: attnlrp, cplrp,
+    logit of `target_class` (default: the predicted class) with `method` (image_methods(): attnlrp, cplrp,
     gradxinput, ig, occlusion). `reference` (mean, zero, black) is what IG starts from and occlusion swaps in."""
     chosen = get_image_method(method)
     if reference not in REFERENCES:

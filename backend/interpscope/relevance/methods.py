@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from interpscope.adapters import ModelAdapter
 from interpscope.config import InterpscopeError
@@ -23,10 +23,29 @@ if TYPE_CHECKING:
 
 MethodKind = Literal["lrp", "gradient", "perturbation"]
 Law = Literal["conservation", "completeness", "none"]
-__all__ = ["METHODS", "Method", "MethodOptions", "OptionSpec", "get_method", "method_labels", "method_names",
-           "methods_for", "methods_taking", "option_specs", "register_method", "rule_methods"]
+# what a method can explain: a decoder's text (token ids), an image classifier's pixels, an encoder-decoder's source
+# and decoder input, a mixture of experts' experts (per-expert relevance)
+INPUTS = frozenset({"text", "image", "seq2seq", "experts"})
+__all__ = ["INPUTS", "METHODS", "ImageVariant", "Method", "MethodOptions", "OptionSpec", "get_method", "method_labels",
+           "method_names", "methods_for", "methods_serving", "methods_taking", "option_specs", "register_method",
+           "rule_methods"]
 
 Compute = Callable[..., "Attribution"]  # (adapter, ids, target, latent, options[, progress=]) -> Attribution
+
+
+@dataclass(frozen=True)
+class ImageVariant:
+    """How a method runs on an image classifier's pixels (interpscope.relevance.image).
+
+    compute(adapter, pixels, target, *, rules, reference, reference_name, ig_steps, progress) -> PixelAttribution,
+    with `rules` the method's rule set for that model (None without one) and `reference` the reference image in the
+    model's input scale when uses_reference (else None). description: what it does to pixels; label: the image
+    page's label when it differs from the method's."""
+
+    description: str
+    compute: Callable[..., Any]
+    uses_reference: bool = False
+    label: str | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +64,11 @@ class Method:
     recompute a module another way. options: the settings it takes (OptionSpecs; its compute reads their values from
     the MethodOptions it is given); pages, links and the command line offer them. per_token_passes: it runs one
     forward pass per input token (occlusion), so it is slow on long texts and left out of the many-text defaults.
+    inputs: what it explains (INPUTS: text, image, seq2seq, experts); every page, command and API call that offers
+    methods for an input lists those serving it (methods_serving), so a registered method appears wherever it
+    applies. gradient_based: its relevance is plain gradients times inputs (Gradient x Input, Integrated Gradients),
+    compared across devices and workers with the gradient tolerance (interpscope.scale.tolerance). image: how it
+    runs on pixels, for methods that serve images.
     """
 
     name: str
@@ -59,6 +83,9 @@ class Method:
     exact_forward: bool = True
     options: tuple[OptionSpec, ...] = ()
     per_token_passes: bool = False
+    inputs: frozenset[str] = frozenset({"text"})  # what it explains (INPUTS); "image" needs `image`
+    gradient_based: bool = False  # a product of plain autograd gradients, no LRP rules: a looser float tolerance
+    image: ImageVariant | None = None
 
     @property
     def conserves(self) -> bool:
@@ -83,6 +110,12 @@ METHODS: dict[str, Method] = {}
 def register_method(method: Method) -> Method:
     """Add (or replace) a method in the registry; returns it. An option it shares by name with another method must
     be the same spec (one widget, one flag and one URL parameter serve both)."""
+    if not method.inputs or not method.inputs <= INPUTS:
+        raise ValueError(f"Method {method.name!r} serves {sorted(method.inputs)}; inputs are {sorted(INPUTS)}.")
+    if ("image" in method.inputs) != (method.image is not None):
+        raise ValueError(f"Method {method.name!r}: a method serves images exactly when it says how (image=...).")
+    if "experts" in method.inputs and method.rules is None:
+        raise ValueError(f"Method {method.name!r}: per-expert relevance runs LRP rules; it has none.")
     for spec in method.options:
         for other in METHODS.values():
             shared = next((o for o in other.options if o.name == spec.name), None)
@@ -116,19 +149,26 @@ def rule_methods(adapter: ModelAdapter | None = None) -> list[Method]:
     return [m for m in METHODS.values() if m.rules is not None and (adapter is None or m.serves(adapter))]
 
 
+def methods_serving(kind: str) -> list[Method]:
+    """The registered methods that explain `kind` of input (INPUTS), in registration order."""
+    if kind not in INPUTS:
+        raise ValueError(f"Unknown input kind {kind!r}; one of {sorted(INPUTS)}.")
+    return [m for m in METHODS.values() if kind in m.inputs]
+
+
 def method_labels(methods: Iterable[Method]) -> dict[str, str]:
     """name -> label, for a widget's format_func."""
     return {m.name: m.label for m in methods}
 
 
 def methods_for(adapter: ModelAdapter) -> list[Method]:
-    """Methods this model can run, LRP variants first, in registration order."""
-    available = [m for m in METHODS.values() if m.serves(adapter)]
+    """Methods this (decoder) model can run on text, LRP variants first, in registration order."""
+    available = [m for m in methods_serving("text") if m.serves(adapter)]
     return sorted(available, key=lambda m: m.kind != "lrp")
 
 
 def method_names() -> list[str]:
-    """Every registered method's name (the command line's choices)."""
+    """Every registered method's name (the command line's choices: text, images and encoder-decoders alike)."""
     return list(METHODS)
 
 

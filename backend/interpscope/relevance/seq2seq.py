@@ -26,8 +26,7 @@ from interpscope.predict import TokenProb, top_predictions
 from interpscope.progress import Progress
 from interpscope.relevance.baselines import BASELINES, baseline_embeds
 from interpscope.relevance.engine import Completeness
-from interpscope.relevance.methods import METHODS, MethodOptions
-from interpscope.relevance.rules import attnlrp_rules, cplrp_rules
+from interpscope.relevance.methods import METHODS, MethodOptions, methods_serving
 from interpscope.relevance.seq2seq_engine import (
     Seq2SeqConservation,
     attribute_seq2seq,
@@ -42,13 +41,12 @@ from interpscope.sinks import SinkReport, measure
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
 
-SEQ2SEQ_METHODS = ("attnlrp", "cplrp", "gradxinput", "ig")
 START_REASON = "decoder start token"
 
 
 def seq2seq_methods() -> dict[str, str]:
-    """name -> label of the methods an encoder-decoder can run, LRP first."""
-    return {name: METHODS[name].label for name in SEQ2SEQ_METHODS if name in METHODS}
+    """name -> label of the registered methods that serve encoder-decoders, in registration order (LRP first)."""
+    return {m.name: m.label for m in methods_serving("seq2seq")}
 
 
 @dataclass
@@ -181,14 +179,14 @@ def explain_seq2seq(lm: LoadedModel, text: str, decoder_text: str | None = None,
                     options: MethodOptions | None = None, top: int = 10,
                     progress: Progress | None = None) -> Seq2SeqRelevance:
     """Relevance of the source `text` and the decoder prefix `decoder_text` for the next decoder token (the predicted
-    one unless `token` or a `contrast` (A, B) is given), with one of SEQ2SEQ_METHODS. LRP methods and Gradient x
+    one unless `token` or a `contrast` (A, B) is given), with one of seq2seq_methods(). LRP methods and Gradient x
     Input take one forward and one backward pass; Integrated Gradients (options: ig_steps, baseline) one plain pass
     for the target and the sinks, then its path."""
     adapter = _adapter(lm)
     name = (method or "").strip().lower()
-    if name not in SEQ2SEQ_METHODS:
+    if name not in seq2seq_methods():
         raise InterpscopeError(f"{method!r} does not run on encoder-decoders here. Choose one of: "
-                               f"{', '.join(SEQ2SEQ_METHODS)}.")
+                               f"{', '.join(seq2seq_methods())}.")
     spec = METHODS[name]
     options = (options or MethodOptions()).checked()
     source_ids = lm.encode(text)
@@ -205,7 +203,7 @@ def explain_seq2seq(lm: LoadedModel, text: str, decoder_text: str | None = None,
     decoder_residual: torch.Tensor | None
     with model_lock(lm):
         start = time.perf_counter()
-        if name == "ig":
+        if spec.law == "completeness":  # the path integral (Integrated Gradients), from the baseline to the input
             row, encoder_residual, decoder_residual = _plain_pass(adapter, source_ids, decoder_ids)
             if isinstance(target, PendingTarget):
                 target = target.resolve(row)
@@ -228,7 +226,7 @@ def explain_seq2seq(lm: LoadedModel, text: str, decoder_text: str | None = None,
                                         baseline_label=BASELINES[options.baseline])
             conservation = None
         else:
-            rules = {"attnlrp": attnlrp_rules, "cplrp": cplrp_rules}.get(name)
+            rules = spec.rules  # an LRP rule set, or none: plain Gradient x Input
             attribution = attribute_seq2seq(adapter, source_ids, decoder_ids, target,
                                             rules(adapter) if rules else [], through_softmax=spec.through_softmax,
                                             conservation=rules is not None)

@@ -60,13 +60,13 @@ def relative_error(value: np.ndarray, reference: np.ndarray) -> float:
     return float(diff / scale) if scale > 0 else float(diff)
 
 
-GRADIENT_METHODS = ("gradxinput", "ig")
-
-
 def relevance_tolerance(dtype: torch.dtype, method: str = "attnlrp") -> float:
-    """The relative L2 tolerance of a relevance map by `method` in `dtype` (plain-gradient methods: looser)."""
+    """The relative L2 tolerance of a relevance map by `method` in `dtype` (methods the registry marks
+    gradient_based, plain gradients times inputs: looser)."""
+    from interpscope.relevance.methods import METHODS
+
     tol = tolerance(dtype)
-    return tol.gradient_relevance if method in GRADIENT_METHODS else tol.relevance
+    return tol.gradient_relevance if METHODS[method].gradient_based else tol.relevance
 
 
 def relevance_close(value: np.ndarray, reference: np.ndarray, dtype: torch.dtype, method: str = "attnlrp") -> bool:

@@ -14,7 +14,7 @@ from interpscope.adapters import ModelAdapter, get_adapter
 from interpscope.capture import model_lock
 from interpscope.relevance.engine import forward_logits
 from interpscope.relevance.mamba.forward import ALL_FIXES, FIX_NAMES, Fixes
-from interpscope.relevance.mamba.rule import MambaLRPRule, _check_family, mamba_adapter
+from interpscope.relevance.mamba.rule import MambaLRPRule, _check_family, mamba_adapter, patched_modules
 from interpscope.relevance.targets import Target
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ def _adapter(model_or_lm: nn.Module | LoadedModel) -> ModelAdapter:
 
 def _biases(adapter: ModelAdapter) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     mamba = mamba_adapter(adapter)
-    conv = [bias for layer in range(mamba.n_layers) if (bias := mamba.mixer(layer).conv1d.bias) is not None]
+    conv = [bias for mixer in patched_modules(mamba)[0] if (bias := mixer.conv1d.bias) is not None]
     conv_ids = {id(b) for b in conv}
     other = [p for n, p in adapter.model.named_parameters() if n.endswith("bias") and id(p) not in conv_ids]
     return conv, other

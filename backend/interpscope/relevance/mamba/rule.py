@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
@@ -60,9 +60,9 @@ def mamba_adapter(adapter: ModelAdapter) -> MambaAdapter:
 
 def patched_modules(adapter: MambaAdapter) -> tuple[list[MambaMixer], list[MambaRMSNorm]]:
     """The mixers and the RMSNorms (each block's, then the final one) the rule replaces, found through the adapter."""
-    mixers = [adapter.mixer(layer) for layer in range(adapter.n_layers)]
-    norms = [adapter.attention_norm(layer) for layer in range(adapter.n_layers)] + [adapter.final_norm()]
-    return mixers, norms
+    mixers = [cast("MambaMixer", adapter.mixer(layer)) for layer in range(adapter.n_layers)]  # the layout's modules
+    norms = [cast("MambaRMSNorm", adapter.attention_norm(layer)) for layer in range(adapter.n_layers)]
+    return mixers, norms + [cast("MambaRMSNorm", adapter.final_norm())]
 
 
 class MambaLRPRule:
