@@ -5,6 +5,7 @@ Errors meant for the user print one line to stderr and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import contextvars
 import importlib
 import sys
 from typing import NoReturn
@@ -25,21 +26,42 @@ COMMAND_MODULES = [
 ]
 
 
+# (the command's name, the old name the person typed for it): errors name the command as it was typed
+_TYPED_ALIAS: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("typed_alias", default=None)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with the house error format: one line `interpscope: error: ...` and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        command = self.prog.removeprefix("interpscope").strip()
+        prog = self.prog
+        alias = _TYPED_ALIAS.get()
+        if alias is not None and (prog + " ").startswith(f"interpscope {alias[0]} "):
+            prog = f"interpscope {alias[1]}" + prog[len(f"interpscope {alias[0]}"):]
+        command = prog.removeprefix("interpscope").strip()
         where = f"{command}: " if command else ""
-        fail(f"{where}{message} (usage: `{self.prog} --help`)")
+        fail(f"{where}{message} (usage: `{prog} --help`)")
 
     def parse_args(self, args=None, namespace=None):
         """As argparse's, but an option the chosen subcommand does not know is reported by that subcommand (its
-        name and its --help), not by the top-level parser, which would point at `interpscope --help`."""
+        name and its --help), not by the top-level parser, which would point at `interpscope --help`; a command
+        typed by its old name (explain, patch, graph, neurons) is named that way in the message."""
+        argv = list(sys.argv[1:] if args is None else args)
+        _TYPED_ALIAS.set(_alias_typed(self, argv))
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
             chosen_parser(self, parsed).error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed
+
+
+def _alias_typed(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[str, str] | None:
+    """(the command's name, the alias typed) when the first word of argv is a command's old name, else None."""
+    first = next((word for word in argv if not word.startswith("-")), None)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and first in action.choices:
+            name = action.choices[first].prog.removeprefix(f"{parser.prog} ")
+            return (name, first) if name != first else None
+    return None
 
 
 def chosen_parser(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> argparse.ArgumentParser:
