@@ -154,3 +154,37 @@ def test_sweep_command_refuses_bad_input_before_any_work(tmp_path, capsys):
         code, out, err = _cli(capsys, base + extra)
         assert code == 2 and message in err, (extra, err)
     assert not (tmp_path / "o").exists()
+
+
+def test_a_sweep_table_that_is_not_an_object_is_refused_by_name(tmp_path):
+    (tmp_path / "s").mkdir()
+    for text, said in (("[1, 2]", "holds a JSON list"), ("{not json", "not JSON"), ('"x"', "holds a JSON str")):
+        (tmp_path / "s" / "sweep_table.json").write_text(text)
+        with pytest.raises(InterpscopeError, match=said):
+            load_table(tmp_path / "s")
+
+
+def test_server_mode_refuses_a_sweep_table_linked_from_outside(monkeypatch, tmp_path):
+    """A sweep folder inside the data directory whose sweep_table.json is a symlink to a file outside it is refused
+    in server mode before it is read (the Pareto page read it), and its refusal names no absolute path."""
+    from interpscope.config import ASSETS_DIR
+
+    shipped = ASSETS_DIR / "sae_sweeps" / "smollm2-135m-blocks.15-resid-post" / "sweep_table.json"
+    data, outside = tmp_path / "data", tmp_path / "outside"
+    (data / "sweeps" / "mine").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "sweep_table.json").write_bytes(shipped.read_bytes())
+    (data / "sweeps" / "mine" / "sweep_table.json").symlink_to(outside / "sweep_table.json")
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(data))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("INTERPSCOPE_ALLOWED_ROOTS", raising=False)
+    monkeypatch.delenv("INTERPSCOPE_SERVER_MODE", raising=False)
+    assert load_table(data / "sweeps" / "mine").rows  # a local user may link anywhere
+    monkeypatch.setenv("INTERPSCOPE_SERVER_MODE", "1")
+    refusals = set()
+    for folder in (data / "sweeps" / "mine", outside, tmp_path / "nowhere"):
+        with pytest.raises(InterpscopeError) as refused:
+            load_table(folder)
+        refusals.add(str(refused.value).replace("sweep table", "sweep folder"))
+    assert len(refusals) == 1 and str(tmp_path) not in refusals.pop()
+    assert load_table(shipped.parent).rows  # the shipped sweep, inside the assets root, still loads

@@ -216,3 +216,80 @@ def test_the_shipped_smollm2_set_is_complete_and_fits_the_bundled_model():
     with torch.no_grad():
         fvu = float((tset[layer](x) - y).pow(2).sum() / (y - y.mean(0)).pow(2).sum())
     assert fvu < 1.0 and fvu < 3 * manifest["layers"][layer]["fvu"] + 0.1
+
+
+# --- server mode: the set folder is confined like every other path (issue: 0 of 31 hostile values were refused) -----
+def _hostile_values(outside: Path) -> list[str]:
+    """Paths a visitor of a shared server might type into the set-folder box (or a link's folder=): system files and
+    folders, home-relative, traversal out of an allowed root, a real set folder outside the roots, odd bytes."""
+    from interpscope.config import ASSETS_DIR
+
+    system = ["/etc", "/etc/passwd", "/etc/shadow", "/proc/self/environ", "/proc/self/cwd", "/root", "/",
+              "/dev/null", "/sys", "/var/log", "/tmp", "/nonexistent", "/nonexistent/manifest.json", "~",
+              "~/.bashrc", "~/.ssh", "~root", "..", "../..", "../../etc", "/etc/../etc", "//etc",
+              "/etc/./passwd", "/proc/1/root", str(ASSETS_DIR / ".." / ".." / ".." / "etc"),
+              str(ASSETS_DIR) + "/../../../../../../etc/passwd", "/usr/lib/python3/dist-packages",
+              "/home", "/var", "\\\\server\\share"]
+    return system + [str(outside), str(outside / "pytorch_model.bin"), str(outside / MANIFEST)]
+
+
+def test_server_mode_refuses_every_hostile_set_folder_with_one_message(monkeypatch, tmp_path):
+    outside = tmp_path / "outside"
+    save_transcoder_set(random_transcoder_set(tiny_lm(), 8, seed=0), outside)
+    (outside / "pytorch_model.bin").write_bytes(b"not really")
+    monkeypatch.setenv("INTERPSCOPE_SERVER_MODE", "1")
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("INTERPSCOPE_ALLOWED_ROOTS", raising=False)
+    messages = set()
+    values = _hostile_values(outside)
+    assert len(values) >= 31
+    for value in values:
+        with pytest.raises(InterpscopeError) as refused:
+            load_transcoder_set(value)
+        messages.add(str(refused.value))
+    assert len(messages) == 1, messages  # whether or not the path exists, is a folder, holds a set or a pickle
+    (message,) = messages
+    assert "allowed folders" in message and "/etc" not in message and str(tmp_path) not in message
+
+
+def test_server_mode_refuses_a_set_whose_manifest_leads_outside(monkeypatch, tmp_path):
+    """A set inside the data directory whose manifest.json is a symlink to a file outside it: refused before the
+    manifest is opened (it used to run a full graph)."""
+    data = tmp_path / "data"
+    inside, outside = data / "sets" / "mine", tmp_path / "outside"
+    save_transcoder_set(random_transcoder_set(tiny_lm(), 8, seed=0), inside)
+    outside.mkdir()
+    (inside / MANIFEST).rename(outside / MANIFEST)
+    (inside / MANIFEST).symlink_to(outside / MANIFEST)
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(data))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("INTERPSCOPE_ALLOWED_ROOTS", raising=False)
+    monkeypatch.delenv("INTERPSCOPE_SERVER_MODE", raising=False)
+    assert load_transcoder_set(inside).n_layers == tiny_lm().adapter.n_layers  # a local user may link anywhere
+    monkeypatch.setenv("INTERPSCOPE_SERVER_MODE", "1")
+    with pytest.raises(InterpscopeError, match="leads outside them"):
+        load_transcoder_set(inside)
+    (inside / MANIFEST).unlink()
+    shutil.copy(outside / MANIFEST, inside / MANIFEST)
+    assert load_transcoder_set(inside).n_layers == tiny_lm().adapter.n_layers  # the same set, not linked: loads
+
+
+def test_a_set_inside_the_roots_is_named_relative_in_its_errors(monkeypatch, tmp_path):
+    data = tmp_path / "data"
+    monkeypatch.setenv("INTERPSCOPE_SERVER_MODE", "1")
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(data))
+    (data / "empty").mkdir(parents=True)
+    with pytest.raises(InterpscopeError) as refused:
+        load_transcoder_set(data / "empty")
+    assert "[data dir]/empty is not a transcoder set" in str(refused.value) and str(data) not in str(refused.value)
+
+
+def test_a_hook_template_with_another_placeholder_is_refused(tmp_path):
+    save_transcoder_set(random_transcoder_set(tiny_lm(), 8, seed=0), tmp_path / "set")
+    manifest = json.loads((tmp_path / "set" / MANIFEST).read_text())
+    for template in ("blocks.{}.mlp.hook_in", "blocks.{0}.mlp.hook_in", "blocks.{layer.x}.mlp.hook_in",
+                     "blocks.{name}.mlp.hook_in", "blocks.{layer"):
+        (tmp_path / "set" / MANIFEST).write_text(json.dumps({**manifest, "hook_in": template}))
+        with pytest.raises(InterpscopeError, match="must name its layer as"):
+            load_transcoder_set(tmp_path / "set")

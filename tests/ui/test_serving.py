@@ -462,3 +462,32 @@ def test_outside_server_mode_a_folder_model_keeps_its_full_path_name(no_server_m
 
     folder = save_tiny_lm(tmp_path / "tiny-full")
     assert load_model(str(folder), device="cpu").name == str(folder.resolve())
+
+
+@pytest.mark.bundled
+def test_server_mode_graph_page_refuses_outside_set_folders_from_a_link(monkeypatch, tmp_path):
+    """Attribution graphs' set folder, from a shared link (?transcoders=folder&folder=...&run=1): every value outside
+    the allowed folders gets the one refusal, whether it exists, is a file or a folder, and names no server path."""
+    from streamlit.testing.v1 import AppTest
+
+    from interpscope.models import smollm2
+    from tests.apptest_util import APP
+
+    converted = smollm2.convert()  # in the session's data directory: linked, not converted a second time
+    (tmp_path / "data" / "models").mkdir(parents=True)
+    (tmp_path / "data" / "models" / smollm2.CACHE_NAME).symlink_to(converted, target_is_directory=True)
+    monkeypatch.setenv("INTERPSCOPE_SERVER_MODE", "1")
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("INTERPSCOPE_ALLOWED_ROOTS", raising=False)
+    errors = []
+    for value in ("/etc", "/proc/self/environ", "~/.bashrc", "/nonexistent", str(ASSETS_DIR / ".." / ".." / "etc")):
+        at = AppTest.from_file(APP, default_timeout=300)
+        at.query_params.update({"transcoders": "folder", "folder": value, "run": "1"})
+        at.switch_page(str(ROOT / "pages/graphs.py"))  # the link opens the page itself
+        at.run()
+        assert not at.exception, at.exception
+        errors.append([e.value for e in at.error])
+    assert all(found == errors[0] for found in errors) and len(errors[0]) == 1, errors
+    assert "allowed folders" in errors[0][0]
+    assert "/etc" not in errors[0][0] and "bashrc" not in errors[0][0] and str(Path.home()) not in errors[0][0]

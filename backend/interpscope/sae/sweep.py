@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from interpscope import atomic
 from interpscope.config import InterpscopeError
 from interpscope.outputs import OutputFolder, check_output_folder
+from interpscope.paths import confined, display_path
 from interpscope.resume import check_same_settings
 from interpscope.sae.activations import ActivationCache, ShuffledBuffer, build_activation_cache
 from interpscope.sae.architectures import SAEConfig, build_sae
@@ -348,11 +349,21 @@ def write_table(output: OutputFolder, specs: list[SAESpec], settings: SweepSetti
 
 def load_table(sweep_dir: str | Path) -> SweepTable:
     """The table a sweep folder holds (sweep_table.json), or a clear error."""
-    folder = Path(sweep_dir).expanduser()
-    path = folder / TABLE_JSON if folder.is_dir() else folder
+    # confined first, the folder and then the table file itself (resolved with its symlinks): in server mode a table
+    # that is a link leading outside the allowed roots is refused like a typed path outside them
+    folder = confined(sweep_dir, "sweep folder")
+    path = confined(folder / TABLE_JSON, "sweep table") if folder.is_dir() else folder
+    shown = display_path(path)
     if not path.is_file():
-        raise InterpscopeError(f"No sweep table at {path}: run `interpscope sae sweep --out {folder}` first.")
+        raise InterpscopeError(f"No sweep table at {shown}: run `interpscope sae sweep --out FOLDER` first.")
     try:
-        return SweepTable.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, KeyError, TypeError) as err:
-        raise InterpscopeError(f"{path} is not a sweep table ({err}).") from None
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise InterpscopeError(f"{shown} is not a sweep table (not JSON: {err}).") from None
+    if not isinstance(document, dict):
+        raise InterpscopeError(f"{shown} is not a sweep table: it holds a JSON {type(document).__name__}, not an "
+                               "object.")
+    try:
+        return SweepTable.from_dict(document)
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise InterpscopeError(f"{shown} is not a sweep table ({err}).") from None

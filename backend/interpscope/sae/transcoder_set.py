@@ -19,6 +19,7 @@ import torch
 
 from interpscope import atomic
 from interpscope.config import ASSETS_DIR, InterpscopeError
+from interpscope.paths import confined_folder, display_path
 from interpscope.sae.arch.base import SAEConfig
 from interpscope.sae.arch.transcoder import Transcoder
 from interpscope.sae.folder import PICKLE_SUFFIXES, hook_width, load_sae, save_sae
@@ -79,19 +80,31 @@ class TranscoderSet:
 
 
 def _manifest(folder: Path) -> dict[str, Any]:
+    """The set's manifest.json (the folder is already confined: in server mode, inside the allowed roots with every
+    file in it, so nothing here opens or lists anything outside them)."""
     file = folder / MANIFEST
+    shown = display_path(folder)
     if not file.is_file():
         pickles = [p.name for p in folder.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES] if folder.is_dir() else []
         hint = f" (it holds {pickles[0]}, a pickle: Interpscope refuses pickles)" if pickles else ""
-        raise InterpscopeError(f"{folder} is not a transcoder set: it needs {MANIFEST} and one folder per layer "
+        raise InterpscopeError(f"{shown} is not a transcoder set: it needs {MANIFEST} and one folder per layer "
                                f"({layer_folder_name(0)}, {layer_folder_name(1)}, ...){hint}.")
     try:
         manifest = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise InterpscopeError(f"{file} is not valid JSON ({err}).") from None
+        raise InterpscopeError(f"{shown}/{MANIFEST} is not valid JSON ({err}).") from None
     if not isinstance(manifest, dict):
-        raise InterpscopeError(f"{file} must hold a JSON object.")
+        raise InterpscopeError(f"{shown}/{MANIFEST} must hold a JSON object.")
     return manifest
+
+
+def _hook_for(template: str, layer: int) -> str:
+    """A manifest's hook template ('blocks.{layer}.mlp.hook_in') for one layer; any other placeholder is refused."""
+    try:
+        return template.format(layer=layer)
+    except (IndexError, KeyError, ValueError, AttributeError):
+        raise InterpscopeError(f"The transcoder set's hook {template[:120]!r} must name its layer as '{{layer}}' "
+                               "(e.g. 'blocks.{layer}.mlp.hook_in') and hold no other braces.") from None
 
 
 def _n_layers(manifest: dict, folder: Path) -> int:
@@ -107,12 +120,14 @@ def load_transcoder_set(folder: str | Path, dtype: str | torch.dtype | None = "f
                         lm: LoadedModel | None = None) -> TranscoderSet:
     """Read manifest.json and layer_00 ... layer_{n-1}; every layer must be a transcoder on its own hook pair with
     the set's width and shapes. With `lm`, the set is also checked against that model's blocks."""
-    folder = Path(folder).expanduser()
+    # Confined before anything is looked at: in server mode a folder outside the allowed roots, or one holding a
+    # file that leads outside them (a symlinked manifest), gets one refusal whether or not it exists.
+    folder = confined_folder(folder, "transcoder set folder")
     if folder.is_file() and folder.suffix.lower() in PICKLE_SUFFIXES:
         raise InterpscopeError(f"{folder.name} is a pickle; Interpscope refuses pickles. A transcoder set is a "
                                f"folder with {MANIFEST} and one safetensors folder per layer.")
     if not folder.is_dir():
-        raise InterpscopeError(f"No transcoder set folder at {folder}.")
+        raise InterpscopeError(f"No transcoder set folder at {display_path(folder)}.")
     manifest = _manifest(folder)
     n_layers = _n_layers(manifest, folder)
     hook_in = str(manifest.get("hook_in") or HOOK_IN)
@@ -122,25 +137,25 @@ def load_transcoder_set(folder: str | Path, dtype: str | torch.dtype | None = "f
     for layer in range(n_layers):
         sub = folder / layer_folder_name(layer)
         if not sub.is_dir():
-            raise InterpscopeError(f"The transcoder set at {folder} lacks layer {layer} ({sub.name}/); the manifest "
-                                   f"lists {n_layers} layers.")
+            raise InterpscopeError(f"The transcoder set at {display_path(folder)} lacks layer {layer} ({sub.name}/); "
+                                   f"the manifest lists {n_layers} layers.")
         try:
             tc = load_sae(sub, dtype=dtype)
         except InterpscopeError as err:
             raise InterpscopeError(f"Layer {layer} of the transcoder set: {err}") from None
         if not isinstance(tc, Transcoder):
-            raise InterpscopeError(f"Layer {layer} ({sub}) is a {tc.cfg.architecture} SAE, not a transcoder.")
-        want_in, want_out = hook_in.format(layer=layer), hook_out.format(layer=layer)
+            raise InterpscopeError(f"Layer {layer} ({sub.name}) is a {tc.cfg.architecture} SAE, not a transcoder.")
+        want_in, want_out = _hook_for(hook_in, layer), _hook_for(hook_out, layer)
         if (tc.cfg.hook_name, tc.hook_name_out) != (want_in, want_out):
-            raise InterpscopeError(f"Layer {layer} ({sub}) maps {tc.cfg.hook_name!r} -> {tc.hook_name_out!r}; the "
+            raise InterpscopeError(f"Layer {layer} ({sub.name}) maps {tc.cfg.hook_name!r} -> {tc.hook_name_out!r}; the "
                                    f"set expects {want_in!r} -> {want_out!r}.")
         first = transcoders[0] if transcoders else None
         expected = (first.cfg.d_in, first.d_out) if first else (tc.cfg.d_in, tc.d_out)
         if (tc.cfg.d_in, tc.d_out) != expected:
-            raise InterpscopeError(f"Layer {layer} ({sub}) maps {tc.cfg.d_in} -> {tc.d_out}, but layer 0 maps "
+            raise InterpscopeError(f"Layer {layer} ({sub.name}) maps {tc.cfg.d_in} -> {tc.d_out}, but layer 0 maps "
                                    f"{expected[0]} -> {expected[1]}.")
         if width is not None and tc.cfg.d_sae != width:
-            raise InterpscopeError(f"Layer {layer} ({sub}) has width {tc.cfg.d_sae}, but the manifest says "
+            raise InterpscopeError(f"Layer {layer} ({sub.name}) has width {tc.cfg.d_sae}, but the manifest says "
                                    f"{width}.")
         tc.eval()
         transcoders.append(tc)
