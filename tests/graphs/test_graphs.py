@@ -396,3 +396,23 @@ def test_neuronpedia_export_and_namespace(tiny):
     shares = [n["influence"] for n in document["nodes"] if n["feature_type"] != "logit"]
     assert max(shares) == pytest.approx(1.0) and min(shares) > 0
     json.dumps(document)
+
+
+def test_exports_name_the_set_without_the_servers_absolute_path(folders, monkeypatch, tmp_path):
+    """The graph's JSON ('transcoders') and its Neuronpedia export ('metadata.scan') carried the set folder's
+    absolute path; in server mode they name it as the pages do ('[data dir]/...')."""
+    import shutil
+
+    from interpscope.graphs.neuronpedia import to_neuronpedia
+    from interpscope.sae.transcoder_set import load_transcoder_set
+
+    lm, _, set_dir = folders
+    data = tmp_path / "data"
+    shutil.copytree(set_dir, data / "sets" / "mine")
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(data))
+    monkeypatch.setenv("INTERPSCOPE_SERVER_MODE", "1")
+    graph = build_graph(lm, load_transcoder_set(data / "sets" / "mine", lm=lm), "The cat sat on the", node_budget=8,
+                        edge_budget=20, max_feature_nodes=10, lrp=None)
+    documents = json.dumps(graph.to_dict()) + json.dumps(to_neuronpedia(graph))
+    assert graph.transcoders == "[data dir]/sets/mine" and str(tmp_path) not in documents
+    assert to_neuronpedia(graph)["metadata"]["scan"] == "[data dir]/sets/mine"

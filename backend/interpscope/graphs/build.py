@@ -36,6 +36,7 @@ from interpscope.graphs.engine import Replacement, compute_rows, feature_reads, 
 from interpscope.graphs.prune import graph_scores, influence, normalised, prune
 from interpscope.graphs.replay import check_architecture, record
 from interpscope.graphs.result import AttributionGraph, node_id
+from interpscope.paths import display_path
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -48,7 +49,9 @@ def _transcoder_list(lm: LoadedModel, transcoders: Any) -> tuple[list, str]:
     """(one transcoder per block, a name for the set): a TranscoderSet, or a list of transcoders."""
     items = list(getattr(transcoders, "transcoders", transcoders) or [])
     folder = getattr(transcoders, "folder", None)
-    name = str(folder) if folder else f"in-memory set of width {items[0].cfg.d_sae}" if items else ""
+    # named as pages show paths (display_path): 'assets/...', '[data dir]/...'; in server mode never the server's
+    # absolute path, which the graph's JSON and its Neuronpedia export would otherwise carry to a visitor
+    name = display_path(folder) if folder else f"in-memory set of width {items[0].cfg.d_sae}" if items else ""
     n, d = lm.adapter.n_layers, lm.adapter.d_model
     if len(items) != n:
         raise InterpscopeError(f"Attribution graphs need one transcoder per block: {lm.name} has {n} blocks, the "
