@@ -249,3 +249,64 @@ def test_an_sae_changed_after_its_store_was_built_is_not_shown_the_old_cards(mod
     save_sae(sae, sae_dir)
     with pytest.raises(InterpscopeError, match=f"the SAE at {sae_dir} has {weights_sha256(sae_dir)[:8]}"):
         FeatureStore.for_sae(sae_dir)
+
+
+# --- an output that is one of the command's own inputs (issue 45.17: 7 commands overwrote their input) ---------------
+def _reproductions(root: Path) -> list[tuple[list[str], Path]]:
+    """(argv, the input file the output named) for each case the CLI battery found, in files made under root."""
+    from interpscope.config import ASSETS_DIR
+    from interpscope.sae.transcoder_set import random_transcoder_set, save_transcoder_set
+
+    sae = root / "sae"
+    shutil.copytree(next(p for p in (ASSETS_DIR / "saes").iterdir() if (p / "cfg.json").is_file()), sae)
+    tset = root / "set"
+    save_transcoder_set(random_transcoder_set(tiny_lm(), 8, seed=0), tset)
+    sweep = root / "sweep"
+    shutil.copytree(ASSETS_DIR / "sae_sweeps" / "smollm2-135m-blocks.15-resid-post", sweep, dirs_exist_ok=True)
+    (root / "x.png").write_bytes(b"\x89PNG\r\n\x1a\nnot really a picture")
+    (root / "f.csv").write_text("text\nhello world\n")
+    corpus = root / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("some words to train on\n")
+    (root / "graph.json").write_text("{}")
+    link = root / "link.json"
+    link.symlink_to(sae / "cfg.json")
+    return [
+        (["graph", "--transcoders", str(tset), "--text", "hi", "--json", str(tset / "manifest.json")],
+         tset / "manifest.json"),
+        (["graph", "--transcoders", str(tset), "--text", "hi", "--json", str(root / "graph.json"), "--check-json",
+          str(root / "graph.json"), "--ablation-check", "2"], root / "graph.json"),
+        (["sae", "pareto", "--sweep", str(sweep), "--json", str(sweep / "sweep_table.json")], sweep / "sweep_table.json"),
+        (["explain", "--image", str(root / "x.png"), "--json", str(root / "x.png")], root / "x.png"),
+        (["explain", "--file", str(root / "f.csv"), "--json", str(root / "f.csv")], root / "f.csv"),
+        (["sae", "bench", "--sae", str(sae), "--json", str(sae / "cfg.json")], sae / "cfg.json"),
+        (["sae", "bench", "--sae", str(sae), "--json", str(link)], sae / "cfg.json"),  # through a symlink
+        (["sae", "sweep", "--corpus", str(corpus), "--hook", "blocks.1.hook_resid_post", "--out", str(root / "sw"),
+          "--json", str(corpus / "a.txt")], corpus / "a.txt"),
+        (["sae", "store", "--sae", str(sae), "--out", str(sae)], sae / "cfg.json"),
+    ]
+
+
+def test_an_output_that_is_an_input_is_refused_before_any_work(tmp_path, capsys):
+    from interpscope.cli import build_parser
+
+    for argv, victim in _reproductions(tmp_path / "files"):
+        build_parser().parse_args(argv)  # each reproduction is a valid command line: only the paths are wrong
+        before = victim.read_bytes()
+        assert main(argv) == 2, argv
+        said = capsys.readouterr().err
+        assert "interpscope: error:" in said and ("overwrite its own input" in said or "same file" in said), said
+        assert "Traceback" not in said
+        assert victim.read_bytes() == before, argv  # nothing was written
+
+
+def test_outputs_beside_their_inputs_are_still_written(tmp_path):
+    from interpscope.cli.common import refuse_outputs_over_inputs
+    from interpscope.cli import build_parser
+
+    (tmp_path / "sae").mkdir()
+    (tmp_path / "sae" / "cfg.json").write_text("{}")
+    for argv in (["sae", "bench", "--sae", str(tmp_path / "sae"), "--json", str(tmp_path / "bench.json")],
+                 ["sae", "bench", "--sae", str(tmp_path / "sae"), "--json", str(tmp_path / "sae" / "new.json")],
+                 ["sae", "bench", "--sae", str(tmp_path / "sae"), "--json", "-"]):
+        refuse_outputs_over_inputs(build_parser().parse_args(argv))  # a new file, even in the folder: allowed

@@ -132,7 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0) if not isinstance(exit_.code, str) else 2
+    from interpscope.cli.common import refuse_outputs_over_inputs
+
     try:
+        refuse_outputs_over_inputs(args)
         env_token_cap()
         check_data_dir()
         return int(args.func(args) or 0)

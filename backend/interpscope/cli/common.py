@@ -100,6 +100,55 @@ def check_out_folder(path: str | None, flag: str = "--out", force: bool = False)
         check_output_folder(path, force, flag)
 
 
+# the options a command writes to (a file, or a folder for --out); every other option's value that names an existing
+# file or folder is something the command reads
+OUTPUT_OPTIONS = ("json", "check_json", "csv", "png", "svg", "html", "pdf", "out")
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _existing(value: str) -> Path | None:
+    try:
+        path = Path(value).expanduser()
+        return path.resolve() if path.exists() else None
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
+def refuse_outputs_over_inputs(args: argparse.Namespace) -> None:
+    """Before any work: refuse an output that is one of the command's inputs (resolved, symlinks followed), an
+    existing file inside an input folder (an SAE's cfg.json, a set's manifest, a sweep's table), or another output
+    of the same command; writing it would destroy what the command reads."""
+    values = vars(args)
+    outputs = [(dest, str(values[dest])) for dest in OUTPUT_OPTIONS
+               if isinstance(values.get(dest), str) and values[dest] not in ("", "-")]
+    inputs: list[tuple[str, Path]] = []
+    for dest, value in values.items():
+        if dest in OUTPUT_OPTIONS or dest in ("func", "command") or callable(value):
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and item.strip() and (found := _existing(item.strip())) is not None:
+                inputs.append((dest, found))
+    seen: dict[Path, str] = {}
+    for dest, value in outputs:
+        try:
+            target = Path(value).expanduser().resolve()
+        except (OSError, RuntimeError, ValueError):
+            continue  # the output's own check says why it cannot be written
+        if target in seen:
+            raise InterpscopeError(f"{_flag(dest)} and {_flag(seen[target])} name the same file ({value}); give each "
+                                   "output its own path.")
+        seen[target] = dest
+        for source, path in inputs:
+            inside = path.is_dir() and target != path and target.is_relative_to(path) and target.is_file()
+            if target == path or inside:
+                what = f"{value} is {'a file inside ' if inside else ''}what {_flag(source)} reads"
+                raise InterpscopeError(f"{_flag(dest)} would overwrite its own input: {what}. Write the output "
+                                       "somewhere else; nothing was changed.")
+
+
 def emit_json(value, out: str | None = None) -> None:
     """Write a result's JSON document to a file (atomically: never half a document), or to stdout when out is None
     or '-'. Only a Result: the command's --json is the same document as the page's export and the API's to_dict()."""
