@@ -82,9 +82,9 @@ __all__ = [
     "explain_experts", "head_patterns", "find_heads", "tuned_lens",
     "entropy_neurons", "fourier", "graphs", "sae",  # the namespaces (subpackages, imported on first access)
 ]
-# API functions named like a submodule of the package (interpscope.predict, the prediction module): the package
+# API functions named like a submodule of the package (interpscope.predict, interpscope.flow): the package
 # attribute is the function; the module stays importable with `from interpscope.predict import ...`.
-_API_OVER_MODULE = {"predict"}
+_API_OVER_MODULE = {"predict", "flow"}
 
 
 class _Package(types.ModuleType):

@@ -92,3 +92,14 @@ def test_an_installed_package_reads_a_clones_assets_from_the_environment(tmp_pat
     assert done.returncode == 0, done.stderr
     lines = done.stdout.split("\n")
     assert lines[0] == str(tmp_path / "elsewhere" / "assets") and "smollm2-135m-blocks" not in done.stdout
+
+
+def test_api_functions_named_like_a_subpackage_stay_functions(tmp_path):
+    """interpscope.flow (the information-flow function) shares its name with the flow view's package, as
+    interpscope.predict with the prediction module: importing the package must not replace the function."""
+    code = ("import interpscope, interpscope.flow.information, interpscope.flow.tuned, interpscope.predict;"
+            "import types; print(callable(interpscope.flow), callable(interpscope.predict),"
+            "isinstance(interpscope.flow, types.ModuleType))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True", "False"]
