@@ -66,6 +66,9 @@ def _jsonl(text: str, filename: str) -> UploadTable:
             record = json.loads(line)
         except json.JSONDecodeError:
             raise InterpscopeError(f"{filename} line {n} is not valid JSON.") from None
+        except RecursionError:  # a line of thousands of nested brackets: no record of ours looks like that
+            raise InterpscopeError(f"{filename} line {n} is nested too deeply to be a record "
+                                   '({"text": ..., "label": ...}).') from None
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):
             raise InterpscopeError(f'{filename} line {n} has no string field "text".')
         if not record["text"].strip():

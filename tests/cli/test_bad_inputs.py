@@ -302,3 +302,23 @@ def test_load_model_refuses_bad_folders(folder, words, files):
 def test_a_good_utf16_upload_still_reads():
     assert decode_bytes("héllo wörld".encode("utf-16"), "ok.txt") == "héllo wörld"
     assert parse_examples("one\ntwo\n".encode("utf-16"), "ok.txt") == ["one", "two"]
+
+
+def test_huge_numbers_deep_nesting_and_thread_counts_are_refused_in_one_line(tmp_path, capsys):
+    """The CLI battery's tracebacks and crash (issue 45.18): a count past int64 (OverflowError deep in torch), a
+    .jsonl line of 100,000 nested brackets (RecursionError), `sae bench --threads 100000` (a segfault in
+    torch.set_num_threads) and a word count that silently ran over the whole vocabulary for minutes."""
+    from interpscope.cli import main
+    from interpscope.config import ASSETS_DIR
+
+    sae = str(next(p for p in (ASSETS_DIR / "saes").iterdir() if (p / "cfg.json").is_file()))
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    cases = [(["graph", "--text", "hi", "--max-feature-nodes", "1180591620717411303424"], "is too large"),
+             (["explain", "--file", str(deep)], "nested too deeply"),
+             (["sae", "bench", "--sae", sae, "--threads", "100000"], "must be from 1 to 256"),
+             (["sae", "bench", "--sae", sae, "--words", "100000000000"], "must be from 1 to 20000")]
+    for argv, said in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err and err.count("\n") == 1, err

@@ -276,7 +276,8 @@ def _reproductions(root: Path) -> list[tuple[list[str], Path]]:
          tset / "manifest.json"),
         (["graph", "--transcoders", str(tset), "--text", "hi", "--json", str(root / "graph.json"), "--check-json",
           str(root / "graph.json"), "--ablation-check", "2"], root / "graph.json"),
-        (["sae", "pareto", "--sweep", str(sweep), "--json", str(sweep / "sweep_table.json")], sweep / "sweep_table.json"),
+        (["sae", "pareto", "--sweep", str(sweep), "--json", str(sweep / "sweep_table.json")],
+         sweep / "sweep_table.json"),
         (["explain", "--image", str(root / "x.png"), "--json", str(root / "x.png")], root / "x.png"),
         (["explain", "--file", str(root / "f.csv"), "--json", str(root / "f.csv")], root / "f.csv"),
         (["sae", "bench", "--sae", str(sae), "--json", str(sae / "cfg.json")], sae / "cfg.json"),
@@ -301,8 +302,8 @@ def test_an_output_that_is_an_input_is_refused_before_any_work(tmp_path, capsys)
 
 
 def test_outputs_beside_their_inputs_are_still_written(tmp_path):
-    from interpscope.cli.common import refuse_outputs_over_inputs
     from interpscope.cli import build_parser
+    from interpscope.cli.common import refuse_outputs_over_inputs
 
     (tmp_path / "sae").mkdir()
     (tmp_path / "sae" / "cfg.json").write_text("{}")

@@ -104,6 +104,8 @@ def last_resort_message(err: BaseException) -> str | None:
         return f"{err.strerror or err} ({where})." if err.filename else f"{err.strerror or err}."
     if isinstance(err, MemoryError):
         return "Out of memory: the request needs more memory than this machine has; ask for less."
+    if isinstance(err, RecursionError):  # an input file nested thousands deep (JSON brackets): never ours
+        return "An input is nested too deeply to read (thousands of nested brackets); check the file."
     if isinstance(err, RuntimeError):
         text = str(err)
         if "allocate" in text or "out of memory" in text.lower():

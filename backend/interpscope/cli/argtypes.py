@@ -6,12 +6,17 @@ import argparse
 import math
 from collections.abc import Callable
 
+INT_MAX = 2**63 - 1  # what a tensor index or size can hold; a larger count is a typo, never a request
+
 
 def _int(text: str) -> int:
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if abs(value) > INT_MAX:
+        raise argparse.ArgumentTypeError(f"{text[:30]}{'...' if len(text) > 30 else ''} is too large")
+    return value
 
 
 def _float(text: str) -> float:
@@ -62,6 +67,9 @@ def zero_or_at_least(low: int) -> Callable[[str], int]:
 
 
 positive_int = int_at_least(1)
+# torch CPU threads: torch.set_num_threads(100000) crashes the process (segfault); far past the cores it only slows
+THREADS_MAX = 256
+thread_count = int_between(1, THREADS_MAX)
 non_negative_int = int_at_least(0)
 window_int = int_at_least(2)  # a context window needs a sink position and at least one more token
 eval_window_int = int_at_least(3)  # evaluation predicts from a window with the sink left out: 3 tokens at least

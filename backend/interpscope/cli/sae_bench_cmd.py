@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from interpscope.cli.argtypes import positive_int, seed_int
+from interpscope.cli.argtypes import int_between, positive_int, seed_int, thread_count
 from interpscope.cli.common import add_model_args, check_out_file, emit_json, load_from_args, load_model_for_sae
+
+# absorption reads each word in one model pass: 20,000 words (8x the default) take minutes on a CPU; a larger count
+# is a typo that would silently run over the whole vocabulary
+WORDS_MAX = 20_000
 
 
 def register(sae_sub) -> None:
@@ -18,7 +22,8 @@ def register(sae_sub) -> None:
     bench.add_argument("--metrics", default=None,
                        help="comma list of absorption, probing, detection, fuzzing (default: all; detection and "
                             "fuzzing need the SAE's feature store and are skipped without one)")
-    bench.add_argument("--words", type=positive_int, default=None, help="absorption: tokenizer words (default 2400)")
+    bench.add_argument("--words", type=int_between(1, WORDS_MAX), default=None,
+                       help=f"absorption: tokenizer words (default 2400, at most {WORDS_MAX:,})")
     bench.add_argument("--passages", type=positive_int, default=None,
                        help="probing: train passages per novel (default 40; half as many test passages)")
     bench.add_argument("--features", type=positive_int, default=None,
@@ -26,7 +31,7 @@ def register(sae_sub) -> None:
     bench.add_argument("--examples", type=positive_int, default=None,
                        help="detection/fuzzing: positive examples per feature (default 4)")
     bench.add_argument("--seed", type=seed_int, default=0)
-    bench.add_argument("--threads", type=positive_int, default=None,
+    bench.add_argument("--threads", type=thread_count, default=None,
                        help="torch CPU threads (default torch's own); 1 is several times faster on a busy machine")
     bench.add_argument("--no-cache", action="store_true", help="recompute the model activations instead of reusing "
                        "those kept under the data directory")
