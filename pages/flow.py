@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 import streamlit as st
 
 from components.export import export_menu
-from interpscope.figures.flow import attention_figure
+from interpscope.figures.heads import pattern_figure
 from interpscope.flow.information import DEFAULT_THRESHOLD, InformationFlow, attention_pattern, information_flow
 from interpscope.flow.tuned import available as tuned_available
 from interpscope.sae.store import list_stores
@@ -65,9 +65,13 @@ def node_detail(lm: LoadedModel, flow: InformationFlow, text: str, node_id: str)
     st.subheader(f"{node.label}: relevance {node.relevance:+.4g}")
     if node.kind == "head":
         with show_errors():
-            tokens, pattern = shared("attention", (model_key(), text, node.layer, node.index),
-                                     lambda: attention_pattern(lm, text, node.layer, node.index))
-        fig = attention_figure(tokens, pattern, f"Attention pattern of head L{node.layer}.H{node.index}")
+            # the flow's own tokens: with its BOS choice (the cache key carries it), sinks named and out of the scale
+            tokens, pattern = shared("attention", (model_key(), text, flow.bos_prepended, node.layer, node.index),
+                                     lambda: attention_pattern(lm, text, node.layer, node.index,
+                                                               prepend_bos=flow.bos_prepended))
+        excluded = [int(row["position"]) for row in flow.sinks]
+        fig = pattern_figure(tokens, pattern, excluded, f"Attention pattern of head L{node.layer}.H{node.index}",
+                             flow.sinks)
         st.plotly_chart(fig, key="flow-attention")
         export_menu(fig, flow.panel(f"attention_L{node.layer}H{node.index}", {"tokens": tokens, "pattern": pattern}),
                     key="flow-attention",

@@ -126,3 +126,22 @@ def test_cli_flow_json_on_the_bundled_model(bundled_lm, tmp_path, capsys):
     assert main(["flow", "--text", "x", "--threshold", "2"]) == 2  # a message and exit 2, not an exception
     err = capsys.readouterr().err
     assert "threshold" in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_heads_pattern_runs_on_the_flows_own_tokens():
+    """The flow page's head click showed the pattern over the text without its BOS (14 tokens) while the graph ran
+    on 15: the pattern takes the flow's BOS choice, so its tokens are the flow's."""
+    from interpscope.flow.information import information_flow
+
+    class WithBos(_Tokenizer):  # a BOS the tokenizer does not add itself (SmolLM2's case): the flow prepends it
+        bos_token_id = 2
+
+    lm = loaded(tiny_llama(vocab=128).double().eval(), WithBos(), name="tiny_llama")
+    lm.model.set_attn_implementation("eager")
+    lengths = []
+    for prepend in (True, False):
+        flow = information_flow(lm, PROMPT, prepend_bos=prepend)
+        tokens, pattern = attention_pattern(lm, PROMPT, 1, 0, prepend_bos=flow.bos_prepended)
+        assert tokens == flow.tokens and pattern.shape == (len(flow.tokens), len(flow.tokens))
+        lengths.append(len(tokens))
+    assert lengths[0] == lengths[1] + 1 and information_flow(lm, PROMPT).bos_prepended  # the default prepends

@@ -104,20 +104,6 @@ def graph_figure(nodes: Sequence, edges: Sequence, n_layers: int, title: str) ->
     return fig
 
 
-def attention_figure(tokens: Sequence[str], pattern: np.ndarray, title: str) -> go.Figure:
-    """A head's attention probabilities, queries down, keys across."""
-    labels = [f"{i}:{repr(t)[1:-1]}" for i, t in enumerate(tokens)]
-    fig = go.Figure(go.Heatmap(z=pattern, x=labels, y=labels, colorscale="Blues", zmin=0, zmax=1,
-                               colorbar=dict(title=dict(text="attention", side="right")),
-                               hovertemplate="query %{y}<br>key %{x}<br>p = %{z:.3f}<extra></extra>"))
-    fig.update_layout(title=title, template="plotly_white", height=max(360, 120 + 18 * len(tokens)),
-                      xaxis=dict(title="key", tickangle=-45), yaxis=dict(title="query", autorange="reversed"),
-                      margin=dict(l=80, r=20, t=60, b=100))
-    return fig
-
-
-
-
 def kl_figure(steps: Sequence[str], kl_logit: np.ndarray, kl_tuned: np.ndarray, heldout_logit: Sequence[float] = (),
               heldout_tuned: Sequence[float] = ()) -> go.Figure:
     """Per-step KL(final || lens) in nats, log scale (the last step is 0: the lens is the model's output there)."""

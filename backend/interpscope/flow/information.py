@@ -293,13 +293,17 @@ def information_flow(lm: LoadedModel, text: str, *, token: str | int | None = No
         top_neurons=top_neurons(latent, 20), seconds=time.perf_counter() - start, tuned_lens=tuned)
 
 
-def attention_pattern(lm: LoadedModel, text: str, layer: int, head: int) -> tuple[list[str], np.ndarray]:
-    """One head's attention probabilities [T_query, T_key] on `text` (for the graph's click-through)."""
+def attention_pattern(lm: LoadedModel, text: str, layer: int, head: int,
+                      prepend_bos: bool | None = None) -> tuple[list[str], np.ndarray]:
+    """One head's attention probabilities [T_query, T_key] on `text` (for the graph's click-through), on the same
+    tokens the flow ran on: `prepend_bos` as the flow's (InformationFlow.bos_prepended)."""
     adapter = lm.adapter
     if not 0 <= layer < adapter.n_layers or not 0 <= head < adapter.n_heads:
         raise InterpscopeError(f"No head L{layer}.H{head}: this model has {adapter.n_layers} layers of "
                                f"{adapter.n_heads} heads.")
-    ids = lm.encode(text)
+    from interpscope.relevance.api import input_ids_for
+
+    ids, _ = input_ids_for(lm, text, prepend_bos)
     with torch.no_grad():
         out = lm.model(input_ids=ids, output_attentions=True, use_cache=False)
     if not out.attentions or out.attentions[layer] is None:
