@@ -11,7 +11,7 @@ import streamlit as st
 
 from components.export import export_menu
 from interpscope.figures.relevance.ig import convergence_sentence, convergence_table
-from interpscope.inputs import default_prepend_bos, sink_token_id, tokenizer_adds_bos
+from interpscope.inputs import default_prepend_bos, tokenizer_adds_bos
 from interpscope.relevance.api import RelevanceResult, ig_convergence
 from interpscope.relevance.baselines import CONVERGENCE_STEPS
 from interpscope.relevance.methods import MethodOptions, get_method
@@ -31,13 +31,13 @@ def bos_param(key: str = BOS_KEY) -> Param:
 
 def bos_default(lm: LoadedModel) -> bool:
     """On where the tokenizer adds no BOS and the model has attention (interpscope.inputs.default_prepend_bos)."""
-    return default_prepend_bos(lm.tokenizer, "attention" in lm.adapter.capabilities())
+    return default_prepend_bos(lm.tokenizer, "attention" in lm.adapter.capabilities(), lm.prefix_token_id)
 
 
 def bos_toggle(lm: LoadedModel, container, key: str = BOS_KEY, owner=None) -> bool:
     """The prepend-BOS toggle (disabled where the tokenizer adds its BOS itself or has none); its value. Its default
     follows `owner` (the sidebar's model_key() unless given: the SAE views run their store's model)."""
-    token_id = sink_token_id(lm.tokenizer)
+    token_id = lm.prefix_token_id  # the measured prefix of a bundled model, else the tokenizer's BOS
     owner = model_key() if owner is None else owner
     follow(key, owner, lambda: bos_default(lm))  # each model starts at its own default; a link's value stays
     adds = tokenizer_adds_bos(lm.tokenizer)

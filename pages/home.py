@@ -8,13 +8,16 @@ from components.model_card import model_card
 from interpscope.figures.predict import token_chips
 from interpscope.predict import Prediction, predict_next
 from pages._common import Param, current_model, model_key, shared, show_errors, text_source, url_inputs, write_url
+from pages._relevance_extras import bos_param, bos_toggle
 
 DEFAULT_TEXT = "The capital of France is"
-PARAMS = [Param("home-text", "text", DEFAULT_TEXT), Param("home-top", "top", 10, int, low=3, high=30)]
+PARAMS = [Param("home-text", "text", DEFAULT_TEXT), Param("home-top", "top", 10, int, low=3, high=30),
+          bos_param("home-bos")]
 
 
-def _predict(text: str, top: int) -> Prediction:
-    return shared("predict", (model_key(), text, top), lambda: predict_next(current_model(), text, top=top))
+def _predict(text: str, top: int, prepend: bool) -> Prediction:
+    return shared("predict", (model_key(), text, top, prepend),
+                  lambda: predict_next(current_model(), text, top=top, prepend_bos=prepend))
 
 
 def main() -> None:
@@ -30,15 +33,18 @@ def main() -> None:
     st.subheader("Next token")
     text = text_source("home", label="Text", default=DEFAULT_TEXT, height=90)
     top = st.slider("How many tokens", 3, 30, key="home-top")
+    prepend = bos_toggle(lm, st, key="home-bos")
     write_url(PARAMS)
     if text is None:
         return
     with show_errors():
-        result = _predict(text, int(top))
+        result = _predict(text, int(top), prepend)
     fig = result.figure()
     st.plotly_chart(fig, key="home-chart")
     export_menu(fig, result, key="home-prediction", filename="next-token")
-    st.markdown(f"**Tokenisation** ({len(result.tokens)} tokens)")
+    first = (f"{result.tokens[0]!r} put first, as every view runs a text by default (switch it off above)"
+             if result.bos_prepended else "nothing put before the text")
+    st.markdown(f"**Tokenisation** ({len(result.tokens)} tokens the model ran: {first})")
     st.markdown(token_chips(result.tokens), unsafe_allow_html=True)
 
 

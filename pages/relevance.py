@@ -11,7 +11,6 @@ from components.token_heatmap import token_heatmap
 from interpscope.config import InterpscopeError
 from interpscope.corpus import sample_prompts
 from interpscope.figures.relevance import continuation_figure, latent_figure, top_bar
-from interpscope.inputs import sink_token_id
 from interpscope.limits import check_amounts
 from interpscope.predict import predict_next
 from interpscope.relevance.api import (
@@ -89,7 +88,7 @@ def show_map(result: RelevanceResult, key: str, cached: bool = False) -> None:
     """The heatmap, its export, and the readout of where the explained value went (below the map, full width)."""
     st.markdown(f"**{result.title}** · {timing(result.seconds, cached)}")
     token_heatmap(result.tokens, result.relevance, result.sink_positions, result.sink_reasons())
-    sink_caption(result, sink_token_id(current_model().tokenizer))
+    sink_caption(result, current_model().prefix_token_id)
     export_menu(result.figure(), result, key=f"map-{key}", filename=f"relevance-{result.method}")
     show_readout(result, key)
 

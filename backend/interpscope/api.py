@@ -62,12 +62,13 @@ def _served(lm: LoadedModel) -> list[str]:
     return [m.name for m in methods_for(lm.adapter)]
 
 
-def predict(lm: LoadedModel, text: str, top: int = 10) -> Prediction:
+def predict(lm: LoadedModel, text: str, top: int = 10, prepend_bos: bool | None = None) -> Prediction:
     """The `top` most likely next tokens after `text` and the distribution's entropy (schema interpscope.prediction;
-    = the Home page's export and `interpscope predict --json`)."""
+    = the Home page's export and `interpscope predict --json`), on the tokens every view runs: the model's prefix
+    token first unless prepend_bos=False (interpscope.inputs.input_ids_for)."""
     from interpscope.predict import predict_next
 
-    return predict_next(lm, text, top=top)
+    return predict_next(lm, text, top=top, prepend_bos=prepend_bos)
 
 
 def explain(lm: LoadedModel, text: str, method: str | None = None, *, target: str | int | Target | None = None,

@@ -109,21 +109,39 @@ def tokenizer_adds_bos(tokenizer) -> bool:
     return bool(ids) and int(ids[0]) == bos
 
 
-def default_prepend_bos(tokenizer, has_attention: bool = True) -> bool:
-    """The default of the prepend-BOS option: on where the tokenizer has a BOS token but adds none itself and the
-    model has attention (attention puts its sink on the first token; a state-space model has no sink to give it)."""
-    return has_attention and sink_token_id(tokenizer) is not None and not tokenizer_adds_bos(tokenizer)
+def default_prepend_bos(tokenizer, has_attention: bool = True, prefix_id: int | None = None) -> bool:
+    """The default of the prepend-BOS option: on where there is a token to prepend (the model's measured prefix,
+    else the tokenizer's BOS) and the tokenizer adds none itself, and the model has attention (attention puts its
+    sink on the first token; a state-space model has no sink to give it)."""
+    token = prefix_id if prefix_id is not None else sink_token_id(tokenizer)
+    return has_attention and token is not None and not tokenizer_adds_bos(tokenizer)
 
 
-def with_bos(input_ids, tokenizer, prepend: bool | None = None, has_attention: bool = True):
-    """(ids [1, T'], prepended) with the tokenizer's BOS put before input_ids [1, T] when `prepend` (None: the
-    default, default_prepend_bos) and the ids do not already start with it; prepended is True when a token was
-    added (it is then position 0: shown and named, never ranked nor setting a colour scale)."""
+def with_bos(input_ids, tokenizer, prepend: bool | None = None, has_attention: bool = True,
+             prefix_id: int | None = None):
+    """(ids [1, T'], prepended) with the prefix token (`prefix_id`, else the tokenizer's BOS) put before input_ids
+    [1, T] when `prepend` (None: the default, default_prepend_bos) and the ids do not already start with it;
+    prepended is True when a token was added (it is then position 0: shown and named, never ranked nor setting a
+    colour scale)."""
     import torch
 
-    want = default_prepend_bos(tokenizer, has_attention) if prepend is None else bool(prepend)
-    bos = sink_token_id(tokenizer)
+    want = default_prepend_bos(tokenizer, has_attention, prefix_id) if prepend is None else bool(prepend)
+    bos = prefix_id if prefix_id is not None else sink_token_id(tokenizer)
     if not want or bos is None or (input_ids.shape[1] and int(input_ids[0, 0]) == bos):
         return input_ids, False
     head = torch.full((input_ids.shape[0], 1), bos, dtype=input_ids.dtype, device=input_ids.device)
     return torch.cat([head, input_ids], dim=1), True
+
+
+def input_ids_for(lm, text: str, prepend_bos: bool | None = None,
+                  max_tokens: int | None = None):
+    """The one way a person's text becomes a model's input: (ids [1, T], prepended), the text's tokens with the
+    model's prefix token (LoadedModel.prefix_token_id: measured per bundled model, else its BOS) put first when
+    `prepend_bos` (None: default_prepend_bos). Every command, page and API call that runs a model on a person's
+    text goes through here, so they run the same tokens and agree on the prediction."""
+    ids = lm.encode(text, max_tokens=max_tokens)
+    prefix = getattr(lm, "prefix_token_id", None)
+    ids, prepended = with_bos(ids, lm.tokenizer, prepend_bos, "attention" in lm.adapter.capabilities(), prefix)
+    if prepended:
+        check_token_count(int(ids.shape[1]), max_tokens or lm.token_cap)
+    return ids, prepended

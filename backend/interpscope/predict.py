@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from interpscope.capture import assert_unedited, editing
+from interpscope.inputs import input_ids_for
 from interpscope.results import Result
 
 if TYPE_CHECKING:
@@ -37,11 +38,13 @@ class TokenProb:
 
 @dataclass
 class Prediction(Result):
-    """The model's top next tokens after a text (schema interpscope.prediction): the text, its tokens and ids, the
-    predictions (token, id, prob, logit; highest first), the entropy of the whole distribution (nats)."""
+    """The model's top next tokens after a text (schema interpscope.prediction): the text, the tokens and ids the
+    model ran (with `bos_prepended`: whether the model's prefix token was put first, as every view does by
+    default), the predictions (token, id, prob, logit; highest first), the entropy of the whole distribution
+    (nats)."""
 
     SCHEMA = "interpscope.prediction"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2  # 2: bos_prepended, and the tokens run include the prefix token
 
     model: str
     text: str
@@ -50,6 +53,7 @@ class Prediction(Result):
     predictions: list[TokenProb]
     entropy: float
     seconds: float
+    bos_prepended: bool = False
 
     @property
     def title(self) -> str:
@@ -136,16 +140,22 @@ def top_predictions(logits_row: torch.Tensor, tokenizer, top: int) -> tuple[list
             for p, i in zip(values, indices, strict=True)], entropy
 
 
-def predict_next(lm: LoadedModel, text: str, top: int = 10, fresh: bool = False) -> Prediction:
+def predict_next(lm: LoadedModel, text: str, top: int = 10, fresh: bool = False,
+                 prepend_bos: bool | None = None) -> Prediction:
     """Top-`top` next-token probabilities after `text`, highest first (serves the Home page's prediction and the
-    relevance page's top-10 list).
+    relevance page's top-10 list), on the tokens every view runs (interpscope.inputs.input_ids_for: the model's
+    prefix token first unless `prepend_bos` is False).
 
     A plain forward pass: it needs no lock, because every hook on the shared model is scoped to the run that
     registered it (interpscope.capture); it refuses to run inside this run's own edits, so a cached prediction is
     always of the unedited model. `fresh` recomputes even when the logits are cached (isolation tests)."""
     if top < 1:
         raise ValueError("top must be at least 1")
-    ids = lm.encode(text)
+    prepended = False
+    if lm.is_encoder_decoder:  # the text is the encoder's source: nothing is prepended to it
+        ids = lm.encode(text)
+    else:
+        ids, prepended = input_ids_for(lm, text, prepend_bos)
     assert_unedited(lm.model)
     start = time.perf_counter()
     if lm.is_encoder_decoder:  # T5: the text is the source; the prediction is the first decoder token
@@ -157,4 +167,5 @@ def predict_next(lm: LoadedModel, text: str, top: int = 10, fresh: bool = False)
         row = next_logits(lm.model, ids, fresh=fresh)
     predictions, entropy = top_predictions(row, lm.tokenizer, top)
     return Prediction(model=lm.name, text=text, tokens=lm.token_strings(ids[0]), token_ids=ids[0].tolist(),
-                      predictions=predictions, entropy=entropy, seconds=time.perf_counter() - start)
+                      predictions=predictions, entropy=entropy, seconds=time.perf_counter() - start,
+                      bos_prepended=prepended)

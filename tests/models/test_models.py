@@ -25,7 +25,8 @@ def test_bundled_model_predicts_paris(bundled_lm):
     assert result.predictions[0].token == " Paris"
     probs = [p.prob for p in result.predictions]
     assert probs == sorted(probs, reverse=True) and 0.3 < probs[0] <= 1.0
-    assert result.tokens == ["The", " capital", " of", " France", " is"]
+    assert result.tokens[1:] == ["The", " capital", " of", " France", " is"]  # after the model's prefix token
+    assert result.bos_prepended and result.token_ids[0] == bundled_lm.prefix_token_id
     assert bundled_lm.family == "llama" and bundled_lm.adapter.n_layers == 30
 
 
@@ -73,8 +74,9 @@ def test_local_folder_loads(gpt2_folder):
     lm = load_model(str(gpt2_folder), device="cpu")
     assert lm.family == "gpt2" and lm.source == "local"
     assert lm.card()["layers"] == 2
-    result = predict_next(lm, "Hello world", top=3)
-    assert len(result.predictions) == 3 and result.tokens == ["Hello", " world"]
+    result = predict_next(lm, "Hello world", top=3)  # GPT-2's BOS (<|endoftext|>) first, as every view runs it
+    assert len(result.predictions) == 3 and result.tokens == ["<|endoftext|>", "Hello", " world"]
+    assert predict_next(lm, "Hello world", top=3, prepend_bos=False).tokens == ["Hello", " world"]
 
 
 def test_float64_copy_is_separate(gpt2_folder):

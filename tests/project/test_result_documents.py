@@ -81,7 +81,7 @@ def test_tiny_documents_have_their_schema_table_and_figure():
     lm = tiny(tiny_llama)
     prediction = interpscope.predict(lm, PROMPT, top=3)
     document = prediction.to_dict()
-    assert (document["schema"], document["schema_version"]) == ("interpscope.prediction", 1)
+    assert (document["schema"], document["schema_version"]) == ("interpscope.prediction", 2)
     assert {"text", "tokens", "token_ids", "predictions", "entropy", "seconds"} <= set(document)
     assert set(document["predictions"][0]) == {"token", "id", "prob", "logit"}
     frame = pd.read_csv(io.BytesIO(data_csv(prediction)))  # the CSV names its columns as the JSON does

@@ -58,7 +58,7 @@ def test_explain_runs_one_pass_and_reuses_it_for_the_prediction(lm, method):
     probs = torch.softmax(row.float(), -1)
     assert [p.id for p in result.top] == probs.topk(10).indices.tolist()
     np.testing.assert_allclose([p.prob for p in result.top], probs.topk(10).values.numpy(), rtol=1e-6)
-    prediction = predict_next(lm, TEXT, top=10)
+    prediction = predict_next(lm, TEXT, top=10, prepend_bos=False)  # the map's own tokens
     assert passes.take() == 0, "the prediction after a map must come from the map's pass"
     assert [p.id for p in prediction.predictions] == [p.id for p in result.top]
     again = explain(lm, TEXT, method, token=" the", prepend_bos=False)
@@ -68,7 +68,7 @@ def test_explain_runs_one_pass_and_reuses_it_for_the_prediction(lm, method):
 
 def test_prediction_first_then_map_is_two_passes_with_the_same_map(lm):
     passes = Passes(lm)
-    predict_next(lm, TEXT, top=10)
+    predict_next(lm, TEXT, top=10, prepend_bos=False)
     first = explain(lm, TEXT, "attnlrp", prepend_bos=False)
     assert passes.take() == 2
     fresh = wrap_loaded(tiny_llama(vocab=50257, seed=4), gpt2_tokenizer(), name="tiny-llama-one-pass-2")

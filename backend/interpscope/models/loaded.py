@@ -63,6 +63,20 @@ class LoadedModel:
         context = self.context_length
         return min(DEFAULT_TOKEN_CAP, context) if context else DEFAULT_TOKEN_CAP
 
+    @property
+    def prefix_token_id(self) -> int | None:
+        """The token put before a person's text when one is prepended (interpscope.inputs.input_ids_for): the
+        bundled model's measured prefix (BundledModel.prefix_token), else the tokenizer's BOS; None without one."""
+        from interpscope.models.registry import BUNDLED
+
+        entry = BUNDLED.get(self.name)
+        if entry is not None and entry.prefix_token is not None:
+            token_id = self.tokenizer.convert_tokens_to_ids(entry.prefix_token)
+            if isinstance(token_id, int) and token_id >= 0:
+                return token_id
+        bos = getattr(self.tokenizer, "bos_token_id", None)
+        return int(bos) if bos is not None else None
+
     def encode(self, text: str, max_tokens: int | None = None) -> torch.Tensor:
         """Token ids [1, T] on the model's device, after checking the text and its length."""
         check_text(text)

@@ -27,6 +27,9 @@ class BundledModel:
     location: Callable[[], Path] | None = None
     hub_ids: tuple[str, ...] = ()  # Hugging Face ids of the model this entry ships (a copy, maybe quantised)
     modality: str = "text"  # what it reads: "text" or "image" (a ViT classifier)
+    # the token put before a person's text, chosen by measurement (scripts/measure_prefix_tokens.py: the highest
+    # held-out next-token accuracy among prefixes; docs/reference/prefix-tokens.md); None: the tokenizer's BOS
+    prefix_token: str | None = None
 
     def known_location(self) -> Path:
         """Where the model's folder is (or will be), without preparing it (folder() may convert it first)."""

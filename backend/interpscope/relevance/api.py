@@ -16,7 +16,7 @@ from torch import nn
 from interpscope.adapters import ModelAdapter, get_adapter
 from interpscope.capture import editing, model_lock
 from interpscope.config import InterpscopeError
-from interpscope.inputs import check_token_count, with_bos
+from interpscope.inputs import input_ids_for
 from interpscope.predict import TokenProb, cached_next_logits, next_logits, remember_next_logits, top_predictions
 from interpscope.progress import Progress
 from interpscope.relevance.baselines import CONVERGENCE_STEPS, IGConvergence, convergence
@@ -39,17 +39,6 @@ MODEL_KIND = ("attention", "position_embedding", "state_space")
 def model_kind(adapter: ModelAdapter) -> list[str]:
     """The capabilities that decide a page's wording (interpscope.sinks.words)."""
     return sorted(set(MODEL_KIND) & set(adapter.capabilities()))
-
-
-def input_ids_for(lm: LoadedModel, text: str, prepend_bos: bool | None = None,
-                  max_tokens: int | None = None) -> tuple[torch.Tensor, bool]:
-    """(ids [1, T], prepended): the text's tokens, with the model's BOS put first when `prepend_bos` (None: where
-    the tokenizer adds none, interpscope.inputs.default_prepend_bos), so the first word is explained like any other."""
-    ids = lm.encode(text, max_tokens=max_tokens)
-    ids, prepended = with_bos(ids, lm.tokenizer, prepend_bos, "attention" in lm.adapter.capabilities())
-    if prepended:
-        check_token_count(int(ids.shape[1]), max_tokens or lm.token_cap)
-    return ids, prepended
 
 
 @dataclass
