@@ -15,6 +15,19 @@ ASSETS_DIR = (Path(os.environ[ASSETS_DIR_ENV]).expanduser().resolve() if os.envi
               else Path(__file__).resolve().parents[2] / "assets")  # backend/interpscope/config.py
 REPO_ROOT = ASSETS_DIR.parent
 
+
+def artefact_hint(rebuild: str | None = None) -> str:
+    """How to get a shipped artefact (an SAE, a store, transcoders, a tuned lens, the corpus, a trained model) that
+    is missing, for the message that says so: in a clone, the command that rebuilds it; in an installation without
+    the clone's assets/ folder (a pip-installed wheel holds none), how to point it at one."""
+    if ASSETS_DIR.is_dir():
+        return f"rebuild it with `{rebuild}`" if rebuild else f"it belongs in {ASSETS_DIR}"
+    where = (f"{ASSETS_DIR_ENV}={os.environ[ASSETS_DIR_ENV]} names no folder" if os.environ.get(ASSETS_DIR_ENV)
+             else "a pip-installed package holds no assets/ folder")
+    return (f"this installation has none of Interpscope's shipped artefacts ({where}): clone the Interpscope "
+            f"repository and set {ASSETS_DIR_ENV} to the clone's assets/ folder "
+            f"(export {ASSETS_DIR_ENV}=/path/to/interpscope/assets)")
+
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "float16": torch.float16,

@@ -15,7 +15,7 @@ from typing import Literal
 
 import torch
 
-from interpscope.config import ASSETS_DIR, InterpscopeError
+from interpscope.config import ASSETS_DIR, InterpscopeError, artefact_hint
 from interpscope.inputs import decode_bytes
 from interpscope.paths import confined, display_path
 from interpscope.uploads import parse_examples
@@ -44,7 +44,8 @@ def _split_of(key: str) -> str:
 def _bundled_paragraphs() -> tuple[tuple[str, str], ...]:
     files = sorted(BUNDLED_DIR.glob("*.txt.gz"))
     if not files:
-        raise InterpscopeError(f"The bundled corpus is missing from {BUNDLED_DIR} (rebuild: scripts/build_corpus.sh).")
+        raise InterpscopeError(f"The bundled corpus is missing from {BUNDLED_DIR}: "
+                               f"{artefact_hint('bash scripts/build_corpus.sh')}.")
     out = []
     for file in files:
         text = gzip.decompress(file.read_bytes()).decode("utf-8", errors="replace")

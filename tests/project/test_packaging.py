@@ -103,3 +103,27 @@ def test_api_functions_named_like_a_subpackage_stay_functions(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "True", "False"]
+
+
+def test_an_installation_without_the_shipped_artefacts_says_which_and_how_to_get_them(tmp_path):
+    """A wheel install has no assets/: the shipped models, corpus and tuned lenses named there said
+    'huggingface-cli download adder' or 'rebuild: scripts/build_corpus.sh' (a script a wheel lacks). Each now names
+    the missing artefact and the one way to provide it (INTERPSCOPE_ASSETS_DIR at a clone's assets/)."""
+    import os
+
+    env = {**os.environ, "INTERPSCOPE_ASSETS_DIR": str(tmp_path / "no-clone" / "assets"),
+           "INTERPSCOPE_DATA_DIR": str(tmp_path / "data")}
+    code = ("import interpscope.corpus as c\ntry:\n    c._bundled_paragraphs()\nexcept Exception as e:\n    print(e)")
+    for argv in (["-m", "interpscope.cli", "predict", "--model", "adder", "--text", "1 + 2 ="], ["-c", code]):
+        done = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300)
+        said = done.stdout + done.stderr
+        assert "INTERPSCOPE_ASSETS_DIR" in said and "clone" in said and "huggingface-cli" not in said, said
+        assert "Traceback" not in said
+
+
+def test_the_shipped_model_names_are_the_asset_folders():
+    from interpscope.models.registry import ASSET_MODEL_NAMES
+
+    shipped = sorted(p.parent.name for p in (ROOT / "assets" / "models").glob("*/interpscope.json"))
+    assert sorted(ASSET_MODEL_NAMES) == shipped

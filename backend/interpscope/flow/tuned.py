@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from interpscope.config import ASSETS_DIR, InterpscopeError
+from interpscope.config import ASSETS_DIR, InterpscopeError, artefact_hint
 
 if TYPE_CHECKING:
     from interpscope.adapters import ModelAdapter
@@ -165,8 +165,10 @@ def load_tuned_lens(lm: LoadedModel, folder: str | Path | None = None) -> TunedL
     if key not in _CACHE:
         if folder is None and not available(lm.name):
             shipped = sorted(p.name for p in LENS_DIR.iterdir() if p.is_dir()) if LENS_DIR.is_dir() else []
+            how = (f"fit one with scripts/train_tuned_lens.py --model {lm.name}" if LENS_DIR.parent.is_dir()
+                   else artefact_hint())
             raise InterpscopeError(f"No tuned lens ships for {lm.name} (shipped: {', '.join(shipped) or 'none'}; "
-                                   f"fit one with scripts/train_tuned_lens.py --model {lm.name}).")
+                                   f"{how}).")
         lens = read_lens(path)
         check_lens(lens, lm.adapter, str(lm.name))
         _CACHE[key] = lens

@@ -18,11 +18,11 @@ from pathlib import Path
 import torch
 
 from interpscope.adapters import family_of, get_adapter, modality_of
-from interpscope.config import InterpscopeError, resolve_device, resolve_dtype
+from interpscope.config import InterpscopeError, artefact_hint, resolve_device, resolve_dtype
 from interpscope.models.cache import CACHE, estimate_bytes
 from interpscope.models.checks import cached_hub_folder, check_finite_weights, check_model_name, check_weight_files
 from interpscope.models.loaded import LoadedModel
-from interpscope.models.registry import BUNDLED
+from interpscope.models.registry import ASSET_MODEL_NAMES, BUNDLED
 from interpscope.paths import confined, confined_folder, display_path, from_display, looks_like_path, server_mode
 from interpscope.results import Result
 
@@ -164,6 +164,9 @@ def load_model(name: str, device: str = "auto", dtype: str | torch.dtype = "floa
             raise
         except (OSError, ValueError) as err:
             bundled = ", ".join(BUNDLED)
+            if source == "huggingface" and name in ASSET_MODEL_NAMES:
+                raise InterpscopeError(f"Model {name!r} is one of Interpscope's own trained models, shipped in "
+                                       f"assets/models/: {artefact_hint()}.") from err
             if source == "huggingface":
                 raise InterpscopeError(
                     f"Model {name!r} is not available offline: it is not bundled ({bundled}), not a local folder, "

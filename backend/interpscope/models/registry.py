@@ -81,6 +81,12 @@ def _fixed(folder: Path) -> Callable[[], Path]:
     return lambda: folder
 
 
+# The models the project trains and ships in assets/models/ (each folder's interpscope.json registers it when the
+# assets are there): named here so that an installation without them says where they come from
+# (tests/models/test_models.py holds this list to the folders).
+ASSET_MODEL_NAMES = ("adder", "mamba-tiny", "vit-fashion-mnist")
+
+
 def _discover_asset_models() -> None:
     """Register every assets/models/<name>/ folder that has an interpscope.json
     ({"name", "family", "description", "rebuild"}) beside its config.json and safetensors."""
