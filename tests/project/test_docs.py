@@ -28,9 +28,10 @@ def hooks():
     return module
 
 
-def runnable_commands() -> list[tuple[str, str]]:
+def runnable_commands(only_runnable: bool = True) -> list[tuple[str, str]]:
     """(where, command line) of every `interpscope ...` line in a fenced block whose info string says runnable
-    (```bash {.runnable}), in docs/**/*.md; backslash continuations joined."""
+    (```bash {.runnable}), in docs/**/*.md, or with only_runnable=False in every shell block; backslash
+    continuations joined."""
     found = []
     for path in sorted(DOCS.rglob("*.md")):
         fence, runnable, pending = None, False, ""
@@ -38,7 +39,9 @@ def runnable_commands() -> list[tuple[str, str]]:
             match = FENCE.match(line)
             if fence is None:
                 if match:
-                    fence, runnable = match.group("ticks"), "runnable" in match.group("info")
+                    info = match.group("info")
+                    shell = info.strip().startswith(("bash", "sh", "console", "shell"))
+                    fence, runnable = match.group("ticks"), "runnable" in info or (shell and not only_runnable)
                 continue
             if match and match.group("ticks").startswith(fence) and not match.group("info").strip():
                 fence, runnable, pending = None, False, ""
@@ -70,7 +73,8 @@ def parser_commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = (
     return paths
 
 
-COMMANDS = runnable_commands()
+COMMANDS = runnable_commands()  # run by the suite: quick, on the bundled model
+EXAMPLES = runnable_commands(only_runnable=False)  # every example: parsed, so none names a gone option
 
 
 def test_docs_mark_a_handful_of_runnable_examples():
@@ -78,8 +82,8 @@ def test_docs_mark_a_handful_of_runnable_examples():
     assert len({where.split(":")[0] for where, _ in COMMANDS}) >= 5  # spread over several pages
 
 
-@pytest.mark.parametrize(("where", "command"), COMMANDS, ids=[where for where, _ in COMMANDS])
-def test_runnable_example_parses(where, command):
+@pytest.mark.parametrize(("where", "command"), EXAMPLES, ids=[where for where, _ in EXAMPLES])
+def test_every_example_parses(where, command):
     argv = shlex.split(command, comments=True)
     assert argv[0] == "interpscope"
     try:
@@ -130,3 +134,30 @@ def test_generated_placeholders_are_all_known():
     for path in DOCS.rglob("*.md"):
         for name in module.PLACEHOLDER.findall(path.read_text(encoding="utf-8")):
             assert name in module.GENERATORS, f"{path}: unknown generated block {name}"
+
+
+# --- the runnable examples run (issue 44.7): on the bundled model, from the repository root as the docs say, with
+# every file they write sent into a scratch folder --------------------------------------------------------------------
+OUTPUT_FLAGS = {"--json", "--check-json", "--png", "--svg", "--html", "--csv", "--out"}
+
+
+def _runnable_argv(command: str, scratch: Path) -> list[str]:
+    """The example's arguments (without `interpscope` and a trailing comment), its output files moved into scratch."""
+    argv = shlex.split(command, comments=True)[1:]
+    for i, word in enumerate(argv):
+        if i and argv[i - 1] in OUTPUT_FLAGS and word != "-" and not word.startswith("--"):
+            argv[i] = str(scratch / Path(word).name)
+    return argv
+
+
+@pytest.mark.bundled
+@pytest.mark.parametrize("where, command", COMMANDS, ids=[where for where, _ in COMMANDS])
+def test_every_runnable_example_runs(where, command, tmp_path, monkeypatch, capsys):
+    """Each example marked runnable runs to exit 0, so the docs cannot rot: a renamed option, a changed default or a
+    removed command fails here."""
+    from interpscope.cli import main
+
+    monkeypatch.chdir(ROOT)
+    code = main(_runnable_argv(command, tmp_path))
+    captured = capsys.readouterr()
+    assert code == 0, f"{where}: {command}\n{captured.err[-2000:]}"
