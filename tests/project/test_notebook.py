@@ -13,7 +13,7 @@ nbclient = pytest.importorskip("nbclient")
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"
 SCHEMAS = ["interpscope.relevance", "interpscope.sae.features", "interpscope.sae.feature", "interpscope.sae.steering",
-           "interpscope.entropy_neurons.ablation", "interpscope.fourier.filter_table"]
+           "interpscope.neurons.ablation", "interpscope.fourier.filter_table"]
 
 pytestmark = pytest.mark.bundled
 
@@ -75,6 +75,6 @@ def test_sae_neuron_and_fourier_cells_show_tables(executed):
             if (schema + "\n") in _streams(cell):
                 by_schema[schema] = _rich(cell)
     assert set(by_schema) == set(SCHEMAS[1:])
-    assert "29.830" in by_schema["interpscope.entropy_neurons.ablation"]["text/html"]
+    assert "29.830" in by_schema["interpscope.neurons.ablation"]["text/html"]
     fourier = by_schema["interpscope.fourier.filter_table"]["text/html"]
     assert "no filter" in fourier and "<table" in fourier

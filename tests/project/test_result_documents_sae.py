@@ -175,7 +175,7 @@ def test_neuron_candidates_are_one_document_with_the_page_export(neuron_model, c
     page = _page(exported["en-scatter"])
     cli = _cli(capsys, ["neurons", "--model", str(folder), "--top", "0", "--json"])
     api = interpscope.entropy_neurons.candidates(lm).to_dict()
-    assert_one_document("interpscope.entropy_neurons.candidates", cli, page, api)
+    assert_one_document("interpscope.neurons.candidates", cli, page, api)
     assert len(api["neurons"]) == 64 and api["neurons"][0]["index"] == INDEX
 
 
@@ -189,7 +189,7 @@ def test_neuron_detail_is_one_document(neuron_model, capsys):
                         "--weights-only", "--json"])
     page = _page(neuron_card(lm, LAYER, INDEX, k=default_k(lm.adapter.d_model), n_tokens=DEFAULT_STORE_TOKENS))
     api = interpscope.entropy_neurons.detail(lm, f"{LAYER}.{INDEX}").to_dict()
-    assert_one_document("interpscope.entropy_neurons.detail", cli, page, api)
+    assert_one_document("interpscope.neurons.detail", cli, page, api)
     assert api["source"] == "weights only" and "excluded_tokens" not in api and "histogram_counts" not in api
 
 
@@ -204,7 +204,7 @@ def test_neuron_ablation_is_one_document(neuron_model, capsys):
     page = _page(ablation_mod.ablate(lm, [spec], n_tokens=256, n_random=2, k=default_k(lm.adapter.d_model),
                                      mean_tokens=256))  # the Causal ablation tab's call
     api = interpscope.entropy_neurons.ablate(lm, [spec], tokens=256, random=2, mean_tokens=256).to_dict()
-    assert_one_document("interpscope.entropy_neurons.ablation", cli, page, api)
+    assert_one_document("interpscope.neurons.ablation", cli, page, api)
     assert [n["neuron"] for n in api["neurons"]] == [spec] and len(api["random"]) == 2
     assert set(api["random_summary"]) == {"loss_total_abs_mean", "loss_direct_abs_mean", "entropy_total_abs_mean",
                                           "entropy_direct_abs_mean"}

@@ -36,7 +36,7 @@ def test_candidates_scatter_and_export(app_server, browser_page, artefacts):
     json_path = artefacts / "entropy-candidates-export.json"
     download_info.value.save_as(json_path)
     document = json.loads(json_path.read_text())
-    assert document["schema"] == "interpscope.entropy_neurons.candidates"  # the CLI's `neurons --json` document
+    assert document["schema"] == "interpscope.neurons.candidates"  # the CLI's `neurons --json` document
     rows = document["neurons"]
     assert len(rows) == 1536 and {"layer", "index", "norm", "logit_var", "rho", "unigram_cosine"} <= set(rows[0])
     rhos = [r["rho"] for r in rows]

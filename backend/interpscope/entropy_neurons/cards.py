@@ -199,7 +199,7 @@ class TextActivations(Result):
     scale: np.ndarray | None = None
     sinks: list[dict] | None = None  # one row per excluded position: token, reason, measured ratio (SinkReport.rows)
 
-    SCHEMA = "interpscope.entropy_neurons.text"
+    SCHEMA = "interpscope.neurons.text"
     SCHEMA_VERSION = 1
 
     def reasons(self) -> dict[int, str]:

@@ -19,7 +19,7 @@ class CandidatesDocument(Result):
     `interpscope.entropy_neurons.candidates`): model, layer, k, the MLP output norm's scale where there is one, and the
     neurons sorted by rho (the first `top`, or all)."""
 
-    SCHEMA = "interpscope.entropy_neurons.candidates"
+    SCHEMA = "interpscope.neurons.candidates"
     SCHEMA_VERSION = 1
 
     # the fields this document reads; NeuronStats (a dataclass) defines them
@@ -55,7 +55,7 @@ class DetailDocument(Result):
     weights against W_U's singular directions, the tokens it promotes and suppresses, and where a store or cached
     activations cover its layer, the activation histogram, mean and top contexts (absent otherwise)."""
 
-    SCHEMA = "interpscope.entropy_neurons.detail"
+    SCHEMA = "interpscope.neurons.detail"
     SCHEMA_VERSION = 1
 
     # the fields this document reads; NeuronDetail (a dataclass) defines them
@@ -86,7 +86,7 @@ class AblationDocument(Result):
     ablate`, `interpscope.entropy_neurons.ablate`): the clean figures, each neuron's total and direct effects, the
     random neurons' mean (absent without random neurons), notes and seconds. Per-token arrays stay on the object."""
 
-    SCHEMA = "interpscope.entropy_neurons.ablation"
+    SCHEMA = "interpscope.neurons.ablation"
     SCHEMA_VERSION = 1
 
     # the fields this document reads; AblationResult (a dataclass) defines them

@@ -43,7 +43,7 @@ class InductionResult(Result):
     ablation_loss_change: dict[str, list[float]]
     ablation_entropy_change_direct: dict[str, list[float]]
 
-    SCHEMA = "interpscope.entropy_neurons.induction"
+    SCHEMA = "interpscope.neurons.induction"
     SCHEMA_VERSION = 1
 
 
