@@ -37,7 +37,7 @@ def test_predict_json(bundled_lm):
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["model"] == "smollm2-135m"
-    assert data["tokens"] == ["The", " capital", " of", " France", " is"]
+    assert data["tokens"][1:] == ["The", " capital", " of", " France", " is"] and data["bos_prepended"] is True
     assert data["predictions"][0]["token"] == " Paris"
     probs = [p["prob"] for p in data["predictions"]]
     assert len(probs) == 5 and probs == sorted(probs, reverse=True)

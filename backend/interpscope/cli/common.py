@@ -163,3 +163,183 @@ def emit_json(value, out: str | None = None) -> None:
         write_text(out, text + "\n")
     else:
         sys.stdout.write(text + "\n")
+
+
+# --- the output convention ---------------------------------------------------------------------------------------
+# Every command that produces a result takes `--json [FILE]` (no value or '-': stdout), `--csv FILE` where its result
+# has a tidy table and `--png/--svg/--html FILE` where it has a figure; tests/cli/test_cli_convention.py walks every
+# subcommand's parser and holds each to it through the OutputSpec that add_outputs records on the parser.
+FIGURE_FORMATS = ("png", "svg", "html")
+OUTPUT_SPEC_ATTRIBUTE = "interpscope_outputs"
+
+
+def result_has_table(result: type) -> bool:
+    """Whether a Result class has a tidy table (its `tidy()`, so `to_frame()` / `to_csv()` work)."""
+    return callable(getattr(result, "tidy", None))
+
+
+def result_has_figure(result: type) -> bool:
+    """Whether a Result class has a figure of its own (`figure()` overridden, so it does not raise)."""
+    from interpscope.results import Result
+
+    return getattr(result, "figure", Result.figure) is not Result.figure
+
+
+class OutputSpec:
+    """What add_outputs gave a command: the Result classes it can print (one per mode), whether they all have a
+    table (--csv) and a figure (--png/--svg/--html), and whether the document goes to stdout without --json."""
+
+    def __init__(self, results: tuple[type, ...], document_by_default: bool) -> None:
+        self.results = results
+        self.table = all(result_has_table(cls) for cls in results)
+        self.figure = all(result_has_figure(cls) for cls in results)
+        self.document_by_default = document_by_default
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        return ("--json",) + (("--csv",) if self.table else ()) + \
+            (tuple(f"--{fmt}" for fmt in FIGURE_FORMATS) if self.figure else ())
+
+    def __repr__(self) -> str:
+        return f"OutputSpec({', '.join(cls.__name__ for cls in self.results)}: {' '.join(self.options)})"
+
+
+def add_outputs(parser: argparse.ArgumentParser, *results: type, document_by_default: bool = False,
+                json_help: str | None = None, figure_help: dict[str, str] | None = None) -> OutputSpec:
+    """Add the output options of a command whose result is one of `results` (Result classes, one per mode of the
+    command): `--json [FILE]`, `--csv FILE` when every one has a tidy table, `--png/--svg/--html FILE` when every one
+    has a figure. `document_by_default`: the command prints its document even without --json (store, train,
+    search); --json FILE then sends it to FILE instead. The spec is recorded on the parser (OUTPUT_SPEC_ATTRIBUTE)."""
+    if not results:
+        raise TypeError("add_outputs needs the command's Result class(es)")
+    spec = OutputSpec(tuple(results), document_by_default)
+    group = parser.add_argument_group("outputs")
+    default_note = " (the default)" if document_by_default else ""
+    group.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
+                       help=json_help or f"write the result's JSON document to FILE; without FILE or with '-' print it "
+                                         f"to stdout{default_note}")
+    if spec.table:
+        group.add_argument("--csv", metavar="FILE", help="write the result's tidy table as CSV to FILE")
+    if spec.figure:
+        helps = {"png": "write the result's figure as a PNG image to FILE",
+                 "svg": "write the result's figure as an SVG image to FILE",
+                 "html": "write the result's figure as an interactive HTML page to FILE (plotly.js inside: it "
+                         "opens offline)"} | (figure_help or {})
+        for fmt in FIGURE_FORMATS:
+            group.add_argument(f"--{fmt}", metavar="FILE", help=helps[fmt])
+    setattr(parser, OUTPUT_SPEC_ATTRIBUTE, spec)
+    return spec
+
+
+def asked_outputs(args: argparse.Namespace, names: tuple[str, ...] = ("json", "csv", *FIGURE_FORMATS)) -> list[str]:
+    """The output flags given on this command line (as --name)."""
+    return [f"--{name}" for name in names if getattr(args, name, None) is not None]
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Before any work: every output file asked for can be written (--json also '-': stdout; the others take a
+    file name)."""
+    for name in ("json", "csv", *FIGURE_FORMATS):
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if name != "json" and value in ("", "-"):
+            raise InterpscopeError(f"--{name} writes a file: give it a file name (only --json prints to stdout).")
+        check_out_file(value, f"--{name}")
+
+
+def check_json_out(args: argparse.Namespace) -> None:
+    """The `--out FILE` of `sae eval/feature/steer/prompt`: the older way to write --json to a file (`--json --out
+    FILE` is `--json FILE`); it needs --json and goes with a bare one."""
+    check_out_file(args.out, "--out")
+    if args.out and args.json not in (None, "-"):
+        raise InterpscopeError("--out and --json FILE both say where the JSON goes: give one of them.")
+    if args.out and not args.json:
+        raise InterpscopeError("--out writes the JSON: give --json with it.")
+
+
+def json_to_stdout(args: argparse.Namespace, document_by_default: bool = False) -> bool:
+    """Whether stdout carries the JSON document (and nothing else): --json without a file or '-', or no --json at
+    all for a command that prints its document by default."""
+    value = getattr(args, "json", None)
+    return value == "-" or (value is None and document_by_default)
+
+
+def write_outputs(args: argparse.Namespace, result, *, document_by_default: bool = False,
+                  skip: tuple[str, ...] = ()) -> None:
+    """Write every output asked for: the JSON document (emit_json: a file, or stdout), the tidy table as CSV and the
+    figure as PNG/SVG (plotly's static export through kaleido) or a self-contained HTML page. `skip`: outputs the
+    command wrote itself (explain's --png heatmap)."""
+    target = getattr(args, "json", None)
+    for name in ("csv", *FIGURE_FORMATS):
+        path = getattr(args, name, None)
+        if path is None or name in skip:
+            continue
+        if name == "csv":
+            try:
+                result.to_csv(path)
+            except NotImplementedError:
+                raise InterpscopeError(f"--csv: this result ({result.SCHEMA}) has no table; use --json.") from None
+        else:
+            try:
+                figure = result.figure()
+            except NotImplementedError:
+                raise InterpscopeError(f"--{name}: this result ({result.SCHEMA}) has no figure; use --json.") \
+                    from None
+            write_figure(figure, path, name)
+    if "json" not in skip and (target is not None or document_by_default):
+        emit_json(result, target)
+
+
+def write_figure(figure, path: str | Path, fmt: str, scale: float = 2.0) -> Path:
+    """Write a plotly figure to `path` (atomically): png/svg through kaleido (it drives Chromium), html as one
+    self-contained page (plotly.js embedded, so it opens offline)."""
+    import plotly.io as pio
+
+    from interpscope import atomic
+
+    if fmt == "html":
+        return atomic.write_text(path, pio.to_html(figure, include_plotlyjs=True, full_html=True))
+    if fmt not in ("png", "svg", "pdf"):
+        raise ValueError(f"unknown figure format {fmt!r}")
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            data = pio.to_image(figure, format=fmt, scale=scale if fmt == "png" else 1.0,
+                                width=figure.layout.width or 1000, height=figure.layout.height or 550)
+    except (ImportError, RuntimeError, ValueError, OSError) as err:
+        raise InterpscopeError(f"--{fmt}: the static image export (plotly + kaleido, which drives Chromium) failed: "
+                               f"{str(err).splitlines()[0][:200] if str(err) else type(err).__name__}. --html "
+                               "writes the figure without a browser.") from None
+    return atomic.write_bytes(path, data)
+
+
+# --- SAE folders --------------------------------------------------------------------------------------------------
+def sae_folder(value: str) -> str:
+    """An `--sae` value (argparse type of every option naming an SAE folder): an SAE folder as given, or a run folder
+    holding exactly one SAE folder (e.g. `sae train --out DIR` writes DIR/<arch>-<width>-...): that one, said on
+    stderr. A folder holding several SAEs, or none, is refused naming the SAE folders inside. Anything else (a file,
+    a missing path, a folder with a cfg.json or weights, pickles) goes on as given for the SAE loader to judge."""
+    from interpscope.sae.folder import CFG_FILE, PICKLE_SUFFIXES, WEIGHTS_FILE
+
+    path = Path(value).expanduser()
+    try:
+        if not path.is_dir() or (path / CFG_FILE).exists() or (path / WEIGHTS_FILE).exists():
+            return value
+        entries = sorted(path.iterdir())
+        if any(entry.suffix.lower() in PICKLE_SUFFIXES for entry in entries):
+            return value  # the loader names (and refuses) the pickle
+        inside = [entry for entry in entries if entry.is_dir() and (entry / CFG_FILE).is_file()]
+    except OSError:
+        return value
+    if len(inside) == 1:
+        print(f"interpscope: {value} is a run folder holding one SAE; using {inside[0]}", file=sys.stderr)
+        return str(inside[0])
+    if not inside:
+        raise argparse.ArgumentTypeError(f"{value} is not an SAE folder (no {CFG_FILE}) and holds no SAE folder "
+                                         f"(a folder with {CFG_FILE} and {WEIGHTS_FILE}).")
+    names = ", ".join(entry.name for entry in inside)
+    raise argparse.ArgumentTypeError(f"{value} is not an SAE folder (no {CFG_FILE}); it holds {len(inside)} SAE "
+                                     f"folders: {names}. Give one of them, e.g. {inside[0]}.")

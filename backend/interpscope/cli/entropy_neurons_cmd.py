@@ -8,10 +8,19 @@ import importlib
 from contextlib import contextmanager
 
 from interpscope.cli.argtypes import non_negative_int, positive_int, seed_int, window_int
-from interpscope.cli.common import add_model_args, check_corpus, emit_json, load_from_args
+from interpscope.cli.common import (
+    add_model_args,
+    add_outputs,
+    check_corpus,
+    check_outputs,
+    json_to_stdout,
+    load_from_args,
+    write_outputs,
+)
 from interpscope.config import InterpscopeError
 
 NEURONS_SUBCOMMAND_MODULES = ["interpscope.cli.entropy_neurons_store_cmd"]
+SUBCOMMANDS = ("ablate", "detail", "store")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,7 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="bottom singular directions for rho (default ~1%% of d_model)")
     ablate.add_argument("--mean-tokens", type=positive_int, default=None, help="corpus tokens for the mean activations")
     ablate.add_argument("--corpus", default=None, help="a .txt/.md/.jsonl file or folder (default: bundled Austen)")
-    ablate.add_argument("--json", action="store_true", help="print JSON")
+    from interpscope.entropy_neurons.ablation import AblationResult
+
+    add_outputs(ablate, AblationResult)
     ablate.set_defaults(func=run_ablate)
     for module_name in NEURONS_SUBCOMMAND_MODULES:
         importlib.import_module(module_name).register(actions)
@@ -52,7 +63,10 @@ def _add_list_args(parser: argparse.ArgumentParser) -> None:
                         help="how many neurons to list (default 20; 0 = all)")
     parser.add_argument("--no-unigram", action="store_true", help="skip the unigram cosine (no corpus counting)")
     parser.add_argument("--corpus", default=None, help="corpus for token counts (default: bundled Austen)")
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    from interpscope.entropy_neurons.weights import NeuronStats
+
+    add_outputs(parser, NeuronStats, json_help="write the candidates' JSON document to FILE; without FILE or with '-' "
+                                               "print it to stdout (a subcommand goes first: `neurons ablate --json`)")
 
 
 def run_candidates(args: argparse.Namespace) -> int:
@@ -60,13 +74,17 @@ def run_candidates(args: argparse.Namespace) -> int:
 
     if args.top < 0:
         raise InterpscopeError("--top must be 0 (all) or more.")
+    if args.json in SUBCOMMANDS:  # `neurons --json ablate`: --json took the subcommand as its FILE
+        raise InterpscopeError(f"--json {args.json}: put the subcommand first (`interpscope neurons {args.json} "
+                               f"--json`), or give --json a file name that is not a subcommand.")
+    check_outputs(args)
     if not args.no_unigram:
         check_corpus(args.corpus)
     lm = load_from_args(args)
     stats = dataclasses.replace(candidates(lm, layer=args.layer, k=args.k, with_unigram=not args.no_unigram,
                                            source=args.corpus), top=args.top or None)
-    if args.json:
-        emit_json(stats)
+    write_outputs(args, stats)
+    if json_to_stdout(args):
         return 0
     rows = stats.rows(stats.top)
     print(f"{lm.name}: layer {stats.layer}, k = {stats.k}, sorted by rho")
@@ -103,6 +121,7 @@ def run_ablate(args: argparse.Namespace) -> int:
     if args.random < 0:
         raise InterpscopeError("--random must be 0 or more.")
     check_corpus(args.corpus)
+    check_outputs(args)
     lm = load_from_args(args)
     from interpscope.entropy_neurons.ablation import parse_neurons
 
@@ -111,8 +130,8 @@ def run_ablate(args: argparse.Namespace) -> int:
         result = ablate(lm, args.neurons, n_tokens=args.tokens, seq_len=args.seq_len, n_random=args.random,
                         seed=args.seed, k=args.k, source=args.corpus, mean_tokens=args.mean_tokens,
                         progress=progress)
-    if args.json:
-        emit_json(result)
+    write_outputs(args, result)
+    if json_to_stdout(args):
         return 0
     chosen = [dataclasses.asdict(e) for e in result.chosen()]
     randoms = [dataclasses.asdict(e) for e in result.random()]

@@ -8,7 +8,15 @@ import sys
 import time
 
 from interpscope.cli.argtypes import positive_int, window_int
-from interpscope.cli.common import add_model_args, check_out_folder, emit_json, load_from_args
+from interpscope.cli.common import (
+    add_model_args,
+    add_outputs,
+    check_out_folder,
+    check_outputs,
+    json_to_stdout,
+    load_from_args,
+    write_outputs,
+)
 from interpscope.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
 from interpscope.config import InterpscopeError
 
@@ -42,6 +50,7 @@ def _store(args: argparse.Namespace) -> int:
     from interpscope.entropy_neurons.page_store import NEURON_STORES
 
     NEURON_STORES.owned(Path(args.out).expanduser())  # new, empty or an entropy-neuron store
+    check_outputs(args)
     scale = scale_from_args(args)
     lm = load_from_args(args)
     from interpscope.scale.memory import resolve_batch_size
@@ -61,18 +70,19 @@ def _store(args: argparse.Namespace) -> int:
     from interpscope.entropy_neurons.page_store import NeuronStore
 
     store = NeuronStore(out)
+    from interpscope.cli.sae_store_cmd import print_build
     from interpscope.stores import StoreBuild
 
-    emit_json(StoreBuild(kind="neuron_store", store=str(out), bytes=folder_size(out), model=lm.name,
-                         details={"layers": store.layers, "spec": store.manifest["spec"],
-                                  "seconds_this_run": round(time.perf_counter() - started, 1)}))
-    return 0
+    return print_build(args, StoreBuild(kind="neuron_store", store=str(out), bytes=folder_size(out), model=lm.name,
+                                        details={"layers": store.layers, "spec": store.manifest["spec"],
+                                                 "seconds_this_run": round(time.perf_counter() - started, 1)}))
 
 
 def _detail(args: argparse.Namespace) -> int:
     from interpscope.entropy_neurons.ablation import parse_neurons
     from interpscope.entropy_neurons.page import neuron_card
 
+    check_outputs(args)
     lm = load_from_args(args)
     neuron = parse_neurons([args.neuron], lm.adapter)[0]
     card = neuron_card(lm, neuron.layer, neuron.index, k=args.k, compute=args.compute)
@@ -80,8 +90,8 @@ def _detail(args: argparse.Namespace) -> int:
         raise InterpscopeError(f"No neuron store or cached activations cover layer {neuron.layer} of {lm.name}, so "
                                "there are no top contexts or histogram: pass --compute to run the corpus, build a "
                                "store with `interpscope neurons store`, or pass --weights-only for the weight side.")
-    if args.json:
-        emit_json(card)
+    write_outputs(args, card)
+    if json_to_stdout(args):
         return 0
     print(f"{neuron.label}: rho {card.rho:.3f}, norm {card.norm:.3f} ({card.source})")
     print("promotes:   " + ", ".join(f"{t.token!r} {t.value:+.3f}" for t in card.promoted[:8]))
@@ -106,6 +116,11 @@ def register(actions) -> None:
                        help="split of the bundled corpus (default train, as the page's means)")
     add_batch_arg(store, "--batch-size", 8, "windows per model call")
     add_scale_args(store)
+    from interpscope.stores import StoreBuild
+
+    add_outputs(store, StoreBuild, document_by_default=True,
+                json_help="write the build's summary (JSON) to FILE instead of stdout; without FILE or with '-' "
+                          "print it (the default)")
     store.set_defaults(func=_store)
 
     detail = actions.add_parser("detail", help="one neuron's card: weights, histogram, top contexts")
@@ -116,5 +131,7 @@ def register(actions) -> None:
                         help="run the corpus when neither a store nor cached activations cover the layer")
     detail.add_argument("--weights-only", action="store_true",
                         help="print the weight side only when no store or cached activations cover the layer")
-    detail.add_argument("--json", action="store_true", help="print JSON")
+    from interpscope.entropy_neurons.cards import NeuronDetail
+
+    add_outputs(detail, NeuronDetail)
     detail.set_defaults(func=_detail)

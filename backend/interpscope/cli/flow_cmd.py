@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from interpscope.cli.common import add_model_args, check_out_file, emit_json, load_from_args
+from interpscope.cli.common import add_model_args, add_outputs, check_outputs, load_from_args, write_outputs
 
 
 def _fraction(text: str) -> float:
@@ -30,10 +30,15 @@ def register(subparsers) -> None:
     target.add_argument("--contrast", nargs=2, metavar=("A", "B"), help="explain logit(A) - logit(B)")
     flow.add_argument("--threshold", type=_fraction, default=0.05,
                       help="keep heads/MLPs with |relevance| >= this fraction of |value| (default 0.05)")
+    flow.add_argument("--prepend-bos", action=argparse.BooleanOptionalAction, default=None,
+                      help="put the model's prefix token before the text, as every view does by default "
+                           "(--no-prepend-bos: the text alone; the document says which in bos_prepended)")
     flow.add_argument("--lens", choices=["logit", "tuned"], default="logit",
                       help="tuned: also the shipped tuned lens beside the logit lens, per-layer KL to the final "
                            "distribution (document key tuned_lens)")
-    flow.add_argument("--json", metavar="OUT", help="write JSON to OUT ('-' for stdout)")
+    from interpscope.flow.information import InformationFlow
+
+    add_outputs(flow, InformationFlow)
     flow.set_defaults(func=run_flow)
 
 
@@ -42,12 +47,12 @@ def run_flow(args: argparse.Namespace) -> int:
     from interpscope.inputs import check_text
 
     check_text(args.text)
-    check_out_file(args.json, "--json")
+    check_outputs(args)
     lm = load_from_args(args)
     result = information_flow(lm, args.text, token=args.target_token,
-                              contrast=tuple(args.contrast) if args.contrast else None, lens=args.lens)
-    if args.json:
-        emit_json(result.at(args.threshold), args.json)  # the flow's document (schema interpscope.flow)
+                              contrast=tuple(args.contrast) if args.contrast else None, lens=args.lens,
+                              prepend_bos=args.prepend_bos)
+    write_outputs(args, result.at(args.threshold))  # the flow's document (schema interpscope.flow), table, figure
     if args.json != "-":
         last = result.tidy()[-1]
         print(f"{result.method} flow to {result.target.label} on {result.model}: {result.target.kind} "

@@ -5,7 +5,14 @@ import argparse
 import importlib
 
 from interpscope.cli.argtypes import int_between, positive_int
-from interpscope.cli.common import add_model_args, emit_json, load_from_args
+from interpscope.cli.common import (
+    add_model_args,
+    add_outputs,
+    check_outputs,
+    json_to_stdout,
+    load_from_args,
+    write_outputs,
+)
 from interpscope.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
 from interpscope.config import InterpscopeError
 
@@ -29,7 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     spectrum.add_argument("--all-layers", action="store_true",
                           help="every layer's hidden-state spectrum, its top periods and baseline (the page's view "
                                "for models that split digits)")
-    spectrum.add_argument("--json", action="store_true", help="print JSON")
+    from interpscope.fourier.documents import FilterTableDocument, LayerSpectraDocument, SpectrumDocument
+
+    add_outputs(spectrum, SpectrumDocument, LayerSpectraDocument)
     spectrum.set_defaults(func=run_spectrum)
 
     for name, help_text in (("filter", "accuracy and loss of addition with one frequency filter"),
@@ -52,9 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         command.add_argument("--control-seeds", type=int_between(0, 100), default=5,
                              help="seeds of the same-rank random-subspace control beside each filter (default 5; "
                                   "0 leaves it out)")
-        command.add_argument("--json", action="store_true", help="print JSON")
         add_batch_arg(command, "--batch-size", 512, "prompts per model call")
         add_scale_args(command)
+        add_outputs(command, FilterTableDocument)
         command.set_defaults(func=run_filter)
 
 
@@ -62,6 +71,7 @@ def run_spectrum(args: argparse.Namespace) -> int:
     from interpscope.fourier.probe import check_numbers, default_numbers
     from interpscope.fourier.spectra import auto_spectrum
 
+    check_outputs(args)
     lm = load_from_args(args)
     n_numbers = check_numbers(args.numbers or default_numbers(lm))
     if args.layer is not None and args.matrix != "embedding":
@@ -72,18 +82,16 @@ def run_spectrum(args: argparse.Namespace) -> int:
         from interpscope.fourier.spectra import hidden_spectra
 
         layers = hidden_spectra(lm, n_numbers)
-        if args.json:
-            emit_json(layers)
-        else:
+        write_outputs(args, layers)
+        if not json_to_stdout(args):
             print(f"{layers.model}: hidden-state spectra over 0..{layers.numbers - 1}, per layer")
             print(layers.baseline_reading())
             for row in layers.table_rows():
                 print(f"  {row['layer']:<10} top periods {', '.join(f'{p:.3g}' for p in row['top_periods'])}")
         return 0
     result = auto_spectrum(lm, n_numbers, layer=args.layer, matrix=args.matrix)
-    if args.json:
-        emit_json(result)
-    else:
+    write_outputs(args, result)
+    if not json_to_stdout(args):
         print(f"{result.model}: {result.source} spectrum over 0..{result.numbers - 1}")
         print(result.to_dict()["reading"])
         for o in result.outliers:
@@ -99,19 +107,20 @@ def run_filter(args: argparse.Namespace) -> int:
     from interpscope.fourier.probe import TABLE_CONFIGS, run_filters
 
     check_template(args.template)  # a bad template is one line before any model loads or progress bar starts
+    check_outputs(args)
     scale = scale_from_args(args)
     lm = load_from_args(args)
     from interpscope.scale.memory import resolve_batch_size
 
     batch_size = resolve_batch_size(args.batch_size, lm, context=16, default=512)
     configs = [("none", "none"), (args.kind, args.modules)] if args.fourier_command == "filter" else TABLE_CONFIGS
-    with tqdm(total=100, disable=args.json, desc="filters + controls", unit="%") as bar:
+    with tqdm(total=100, disable=json_to_stdout(args), desc="filters + controls", unit="%") as bar:
         table = run_filters(lm, configs, tau=args.tau, prompts=args.prompts, numbers=args.numbers, split=args.split,
                             positions=args.positions, template=args.template, control_seeds=args.control_seeds,
                             batch_size=batch_size, scale=scale,
                             progress=lambda fraction, label: bar.update(round(100 * fraction) - bar.n))
-    if args.json:
-        emit_json(table)
+    write_outputs(args, table)
+    if json_to_stdout(args):
         return 0
     document = table.to_dict()
     for warning in table.warnings:

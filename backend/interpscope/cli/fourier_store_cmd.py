@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from interpscope.cli.common import add_model_args, check_out_folder, emit_json, load_from_args
+from interpscope.cli.common import add_model_args, add_outputs, check_out_folder, check_outputs, load_from_args
 
 
 def _check_store_folder(out: str) -> None:
@@ -25,19 +25,26 @@ def _store(args: argparse.Namespace) -> int:
     from interpscope.fourier.store_build import build_fourier_store
 
     _check_store_folder(args.out)
+    check_outputs(args)
     lm = load_from_args(args)
     started = time.perf_counter()
     out = build_fourier_store(lm, args.out)
     entries = sorted(FOURIER_STORES.read_manifest(out)["entries"])
+    from interpscope.cli.sae_store_cmd import print_build
     from interpscope.stores import StoreBuild
 
-    emit_json(StoreBuild(kind="fourier_store", store=str(out), bytes=folder_size(out), model=lm.name,
-                         details={"entries": entries, "seconds": round(time.perf_counter() - started, 1)}))
-    return 0
+    return print_build(args, StoreBuild(kind="fourier_store", store=str(out), bytes=folder_size(out), model=lm.name,
+                                        details={"entries": entries, "seconds": round(time.perf_counter() - started,
+                                                                                       1)}))
 
 
 def register(commands) -> None:
     store = commands.add_parser("store", help="precompute the spectra and probe the Fourier page opens with")
     add_model_args(store)
     store.add_argument("--out", required=True, help="store folder (new, empty, or this model's Fourier store)")
+    from interpscope.stores import StoreBuild
+
+    add_outputs(store, StoreBuild, document_by_default=True,
+                json_help="write the build's summary (JSON) to FILE instead of stdout; without FILE or with '-' "
+                          "print it (the default)")
     store.set_defaults(func=_store)

@@ -5,7 +5,15 @@ import argparse
 import sys
 
 from interpscope.cli.argtypes import int_at_least
-from interpscope.cli.common import add_model_args, check_out_file, emit_json, load_from_args
+from interpscope.cli.common import (
+    add_model_args,
+    add_outputs,
+    check_out_file,
+    check_outputs,
+    emit_json,
+    load_from_args,
+    write_outputs,
+)
 
 
 def register(subparsers) -> None:
@@ -53,7 +61,10 @@ def register(subparsers) -> None:
     graph.add_argument("--lrp-features", type=int_at_least(0), default=0,
                        help="also the LRP edges into this many kept features, most influential first (one more LRP "
                             "pass each; default 0)")
-    graph.add_argument("--json", metavar="OUT", help="write JSON to OUT ('-' for stdout)")
+    from interpscope.graphs.result import AttributionGraph
+
+    add_outputs(graph, AttributionGraph, json_help="write the graph's JSON document to FILE; without FILE or with '-' "
+                                                   "print it to stdout")
     check = graph.add_argument_group(
         "ablation check", "ablate the graph's strongest feature nodes one by one in real forward passes and compare "
                           "the logit changes with the graph's predictions (schema interpscope.graph.ablation_check, "
@@ -94,7 +105,7 @@ def run_graph(args: argparse.Namespace) -> int:
 
     check_text(args.text)
     _check_options(args)
-    check_out_file(args.json, "--json")
+    check_outputs(args)
     check_out_file(args.check_json, "--check-json")
     lm = load_from_args(args)
     folder = args.transcoders or default_transcoder_set(lm.name)
@@ -106,8 +117,7 @@ def run_graph(args: argparse.Namespace) -> int:
                          edge_budget=args.edge_budget, max_feature_nodes=args.max_feature_nodes,
                          lrp=None if args.lrp == "none" else args.lrp, lrp_features=args.lrp_features,
                          max_logits=args.max_logits, logit_probability=args.logit_probability)
-    if args.json:
-        emit_json(result, args.json)
+    write_outputs(args, result)
     if "-" not in (args.json, args.check_json):  # stdout carries at most one document and nothing else
         target = result.target
         print(f"Attribution graph of {target['token']!r} (p = {target['probability']:.3f}) on {result.model}: "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from interpscope.cli.argtypes import int_between, seed_int
-from interpscope.cli.common import add_model_args, check_out_file, emit_json, load_from_args
+from interpscope.cli.common import add_model_args, add_outputs, check_outputs, load_from_args, write_outputs
 from interpscope.config import InterpscopeError
 
 
@@ -30,7 +30,10 @@ def register(subparsers) -> None:
     heads.add_argument("--ablate", type=int_between(0, 10_000), default=0, metavar="K",
                        help="--find: ablate the top K induction heads and K random heads (5 draws); 0: no ablation")
     heads.add_argument("--ablation", choices=["zero", "mean"], default="zero", help="--find: how heads are ablated")
-    heads.add_argument("--json", metavar="OUT", help="write JSON to OUT ('-' for stdout)")
+    from interpscope.heads.finder import HeadScores
+    from interpscope.heads.patterns import HeadPatterns
+
+    add_outputs(heads, HeadPatterns, HeadScores)
     heads.set_defaults(func=run_heads)
 
 
@@ -50,7 +53,7 @@ def run_heads(args: argparse.Namespace) -> int:
     _check(args)
     if args.text is not None:
         check_text(args.text)
-    check_out_file(args.json, "--json")
+    check_outputs(args)
     lm = load_from_args(args)
     if args.find:
         return _find(lm, args)
@@ -65,8 +68,7 @@ def run_heads(args: argparse.Namespace) -> int:
     if args.all_patterns:
         result = result.with_heads([(layer, head) for layer in range(result.n_layers)
                                     for head in range(result.n_heads)])
-    if args.json:
-        emit_json(result, args.json)
+    write_outputs(args, result)
     if args.json != "-":
         print(f"{len(result.tokens)} tokens, {result.n_layers} x {result.n_heads} heads on {result.model}, "
               f"{result.seconds:.2f} s; excluded: " + (", ".join(f"{r['position']} {r['token']!r} ({r['reason']})"
@@ -82,8 +84,7 @@ def _find(lm, args: argparse.Namespace) -> int:
 
     result = find_heads(lm, n_sequences=args.sequences, half_len=args.half_len, seed=args.seed,
                         ablate=args.ablate, mode=args.ablation)
-    if args.json:
-        emit_json(result, args.json)
+    write_outputs(args, result)
     if args.json != "-":
         print(f"head finder on {result.model}: {args.sequences} sequences of 2 x {args.half_len} random tokens, "
               f"{result.seconds:.2f} s")

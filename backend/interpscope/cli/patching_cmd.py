@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from interpscope.cli.common import add_model_args, check_out_file, emit_json, load_from_args
+from interpscope.cli.common import add_model_args, add_outputs, check_outputs, load_from_args, write_outputs
 
 
 def register(subparsers) -> None:
@@ -40,7 +40,9 @@ def register(subparsers) -> None:
                             "'logits')")
     patch.add_argument("--prepend-bos", action=argparse.BooleanOptionalAction, default=None,
                        help="put the model's BOS first in both prompts (default: where the tokenizer adds none)")
-    patch.add_argument("--json", metavar="OUT", help="write the result as JSON to OUT ('-' for stdout)")
+    from interpscope.patching.results import PatchingResult, PathPatchingResult
+
+    add_outputs(patch, PatchingResult, PathPatchingResult)
     patch.set_defaults(func=run_patch)
 
 
@@ -52,15 +54,14 @@ def run_patch(args: argparse.Namespace) -> int:
     check_text(args.corrupt)
     components = parse_list(args.components, KINDS, "components")
     methods = parse_list(args.methods, METHODS, "methods")
-    check_out_file(args.json, "--json")
+    check_outputs(args)
     lm = load_from_args(args)
     common = dict(metric=args.metric, answer=args.answer, wrong=args.wrong, prepend_bos=args.prepend_bos)
     if args.path:
         from interpscope.patching.run import path_patch
 
         path = path_patch(lm, args.clean, args.corrupt, args.path[0], args.path[1], **common)
-        if args.json:
-            emit_json(path, args.json)
+        write_outputs(args, path)
         if args.json != "-":
             print(f"{path.metric_label}: clean {path.clean_value:.4f}, corrupt {path.corrupt_value:.4f}")
             print(path.summary())
@@ -83,8 +84,7 @@ def run_patch(args: argparse.Namespace) -> int:
     finally:
         for bar in bars:
             bar.close()
-    if args.json:
-        emit_json(result, args.json)
+    write_outputs(args, result)
     if args.json != "-":
         print(f"{result.metric_label} on {result.model}: clean {result.clean_value:.4f}, corrupt "
               f"{result.corrupt_value:.4f} ({result.seconds['total']:.1f} s)")

@@ -69,11 +69,11 @@ def _batch_texts(args: argparse.Namespace, read_bytes: Callable[[str], bytes]) -
 
 def run(args: argparse.Namespace, text_of: Callable[[], str], load: Callable[[argparse.Namespace], LoadedModel],
         default_method: Callable[[LoadedModel], str], read_bytes: Callable[[str], bytes]) -> int:
-    from interpscope.cli.common import check_out_file, emit_json
+    from interpscope.cli.common import check_outputs, write_outputs
 
-    if args.png or args.out:
-        raise InterpscopeError("--ig-convergence, --compare, --experts and a faithfulness batch take no --png or "
-                               "--out.")
+    if args.out:
+        raise InterpscopeError("--ig-convergence, --compare, --experts and a faithfulness batch take no --out (they "
+                               "write --json, --csv, --png, --svg or --html).")
     if args.ig_convergence and (args.faithfulness or args.compare):
         raise InterpscopeError("--ig-convergence is a check of its own: it takes no --faithfulness or --compare.")
     if args.experts and (args.faithfulness or args.compare or args.ig_convergence):
@@ -87,25 +87,24 @@ def run(args: argparse.Namespace, text_of: Callable[[], str], load: Callable[[ar
                                "--compare.")
     if args.sample and not args.faithfulness:
         raise InterpscopeError("--sample goes with --faithfulness (the batch faithfulness summary).")
-    check_out_file(args.json, "--json")
+    check_outputs(args)
     if batch:
-        return _run_batch(args, load, default_method, read_bytes, emit_json)
+        return _run_batch(args, load, default_method, read_bytes, write_outputs)
     text = text_of()
     lm = load(args)
     if args.ig_convergence:
-        return _run_convergence(args, lm, text, emit_json)
+        return _run_convergence(args, lm, text, write_outputs)
     if args.experts:
-        return _run_experts(args, lm, text, default_method(lm), emit_json)
-    return _run_compare(args, lm, text, emit_json)
+        return _run_experts(args, lm, text, default_method(lm), write_outputs)
+    return _run_compare(args, lm, text, write_outputs)
 
 
-def _run_experts(args, lm: LoadedModel, text: str, default: str, emit_json) -> int:
+def _run_experts(args, lm: LoadedModel, text: str, default: str, write_outputs) -> int:
     from interpscope.api import explain_experts
 
     result = explain_experts(lm, text, args.method or default, target=args.target_token,
                              contrast=tuple(args.contrast) if args.contrast else None, prepend_bos=args.prepend_bos)
-    if args.json:
-        emit_json(result, args.json)
+    write_outputs(args, result)
     if args.json != "-":
         for sentence in result.readings():
             print(sentence)
@@ -114,7 +113,7 @@ def _run_experts(args, lm: LoadedModel, text: str, default: str, emit_json) -> i
     return 0
 
 
-def _run_convergence(args, lm: LoadedModel, text: str, emit_json) -> int:
+def _run_convergence(args, lm: LoadedModel, text: str, write_outputs) -> int:
     from tqdm import tqdm
 
     from interpscope.cli.method_options import options_from_args
@@ -126,8 +125,7 @@ def _run_convergence(args, lm: LoadedModel, text: str, emit_json) -> int:
                             options=options_from_args(args), prepend_bos=args.prepend_bos,
                             progress=lambda done, total: bar.update(done - bar.n))
     bar.close()
-    if args.json:
-        emit_json(result, args.json)
+    write_outputs(args, result)
     if args.json != "-":
         print(f"IG from the {result.baseline_label} on {lm.name}: target {result.target}; "
               f"f(x) {result.value:.4f}, f(baseline) {result.baseline_value:.4f}")
@@ -150,7 +148,7 @@ def _methods(args, lm: LoadedModel) -> list[str]:
     return list(chosen)
 
 
-def _run_compare(args, lm: LoadedModel, text: str, emit_json) -> int:
+def _run_compare(args, lm: LoadedModel, text: str, write_outputs) -> int:
     from tqdm import tqdm
 
     from interpscope.relevance.api import explain
@@ -164,8 +162,7 @@ def _run_compare(args, lm: LoadedModel, text: str, emit_json) -> int:
                             top=0))
     comparison = compare_faithfulness(lm, maps, baseline=args.baseline or "zero", steps=args.curve_steps,
                                       seed=args.seed)
-    if args.json:
-        emit_json(comparison, args.json)
+    write_outputs(args, comparison)
     if args.json != "-":
         print(f"{len(maps)} methods on {lm.name}: target {maps[0].target.label}; tokens removed to the "
               f"{comparison.baseline} baseline")
@@ -174,7 +171,7 @@ def _run_compare(args, lm: LoadedModel, text: str, emit_json) -> int:
     return 0
 
 
-def _run_batch(args, load, default_method, read_bytes, emit_json) -> int:
+def _run_batch(args, load, default_method, read_bytes, write_outputs) -> int:
     from tqdm import tqdm
 
     from interpscope.relevance.api import faithfulness_batch
@@ -192,8 +189,7 @@ def _run_batch(args, load, default_method, read_bytes, emit_json) -> int:
     summary = faithfulness_batch(lm, texts, methods, steps=args.curve_steps,
                                  progress=lambda done, total: bar.update(done - bar.n))
     bar.close()
-    if args.json:
-        emit_json(summary, args.json)
+    write_outputs(args, summary)
     if args.json != "-":
         print(f"mean ABPC over {summary.n_texts} texts on {lm.name}:")
         for method in sorted(methods, key=lambda m: -summary.mean_abpc[m]):

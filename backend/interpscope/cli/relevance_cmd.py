@@ -8,11 +8,14 @@ from typing import TYPE_CHECKING
 from interpscope.cli.argtypes import non_negative_int
 from interpscope.cli.common import (
     add_model_args,
-    check_out_file,
+    add_outputs,
+    asked_outputs,
     check_out_folder,
-    emit_json,
+    check_outputs,
+    json_to_stdout,
     load_from_args,
     read_input_bytes,
+    write_outputs,
 )
 from interpscope.cli.method_options import add_method_options, options_from_args
 from interpscope.config import InterpscopeError
@@ -42,8 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     target.add_argument("--target-token", help="explain this next token (text of one token, or #id) instead of "
                                                "the predicted one")
     target.add_argument("--contrast", nargs=2, metavar=("A", "B"), help="explain logit(A) - logit(B)")
-    explain.add_argument("--json", metavar="OUT", help="write the result as JSON to OUT ('-' for stdout)")
-    explain.add_argument("--png", metavar="OUT", help="write the token heatmap image to OUT (.png, .svg or .pdf)")
+    add_outputs(explain, *result_classes(), figure_help={
+        "png": "write the figure as an image to FILE; for one text's map: the token heatmap, its format from the "
+               "suffix (.png, .svg or .pdf)"})
     explain.add_argument("--prepend-bos", action=argparse.BooleanOptionalAction, default=None,
                          help="put the model's BOS token before the text so the first word is explained like any "
                               "other (default: on where the tokenizer adds no BOS itself, e.g. SmolLM2)")
@@ -68,6 +72,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     add_image(explain)  # --target-class, --reference, --patch-flipping: images (ViT, DeiT)
     explain.set_defaults(func=run_explain)
+
+
+def result_classes() -> tuple[type, ...]:
+    """Every document the command writes, one per mode: one text's map, an encoder-decoder's, an image's, patch
+    flipping, the IG convergence check, per-expert relevance and the faithfulness views."""
+    from interpscope.relevance.api import FaithfulnessSummary, RelevanceResult
+    from interpscope.relevance.baselines import IGConvergence
+    from interpscope.relevance.experts import ExpertRelevance
+    from interpscope.relevance.heldout import FaithfulnessComparison, HeldoutResult, TextFaithfulness
+    from interpscope.relevance.image_api import ImageRelevance
+    from interpscope.relevance.image_faithfulness import ImageFaithfulness
+    from interpscope.relevance.seq2seq import Seq2SeqRelevance
+
+    return (RelevanceResult, Seq2SeqRelevance, ImageRelevance, ImageFaithfulness, IGConvergence, ExpertRelevance,
+            FaithfulnessComparison, FaithfulnessSummary, TextFaithfulness, HeldoutResult)
 
 
 def _options(args: argparse.Namespace):
@@ -119,8 +138,7 @@ def run_explain(args: argparse.Namespace) -> int:
     text = check_text(_text_from_args(args))
     if args.png and Path(args.png).suffix.lower() not in (".png", ".svg", ".pdf"):
         raise InterpscopeError("--png must end in .png, .svg or .pdf.")
-    check_out_file(args.png, "--png")
-    check_out_file(args.json, "--json")
+    check_outputs(args)
     lm = load_from_args(args)
     if lm.is_encoder_decoder or args.decoder_text is not None:  # refused there for a decoder-only model
         from interpscope.cli.relevance_seq2seq import run as run_seq2seq
@@ -131,15 +149,14 @@ def run_explain(args: argparse.Namespace) -> int:
     result = explain(lm, text, args.method, token=args.target_token,
                      contrast=tuple(args.contrast) if args.contrast else None, options=_options(args),
                      prepend_bos=args.prepend_bos)
-    if args.png:
+    if args.png:  # the token heatmap (matplotlib: no browser needed), in the format its suffix names
         from interpscope.relevance.render import save_heatmap
 
         save_heatmap(args.png, result.tokens, result.relevance,
                      f"{result.method_label} relevance for {result.target.label} ({lm.name})", result.sink_positions,
                      result.sink_reasons())
-    if args.json:
-        emit_json(result, args.json)  # the one JSON path (interpscope.results.to_plain), as the page's export
-    if args.json != "-":
+    write_outputs(args, result, skip=("png",))  # the page's JSON/CSV exports and its plotly figure (--svg, --html)
+    if not json_to_stdout(args):
         _print_human(result)
     return 0
 
@@ -172,9 +189,9 @@ def run_all_rows(args: argparse.Namespace) -> int:
 
     if not args.file or not args.all_rows or not args.out:
         raise InterpscopeError("A whole file needs all three of --file F --all-rows --out DIR.")
-    if args.contrast or args.row is not None or args.png or args.json:
+    if args.contrast or args.row is not None or asked_outputs(args):
         raise InterpscopeError("--all-rows explains each row's next token (or --target-token); it takes no "
-                               "--contrast, --row, --png or --json (everything goes to --out).")
+                               "--contrast, --row, --json, --csv, --png, --svg or --html (everything goes to --out).")
     path = Path(args.file)
     data = read_input_bytes(args.file)
     check_out_folder(args.out, "--out", force=args.force)

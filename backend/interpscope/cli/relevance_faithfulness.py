@@ -43,13 +43,14 @@ def wants_faithfulness(args: argparse.Namespace) -> bool:
 
 def run(args: argparse.Namespace, text: str | None, options, load, default_method) -> int:
     """Either a single map's curves (text given) or the set's table."""
-    from interpscope.cli.common import check_out_file, emit_json
+    from interpscope.cli.common import check_outputs, write_outputs
 
-    if args.all_rows or args.out or args.png:
-        raise InterpscopeError("--faithfulness takes no --all-rows, --out or --png.")
-    check_out_file(args.json, "--json")
+    if args.all_rows or args.out:
+        raise InterpscopeError("--faithfulness takes no --all-rows or --out (it writes --json, --csv, --png, --svg or "
+                               "--html).")
+    check_outputs(args)
     if args.set:
-        return _run_set(args, load, emit_json)
+        return _run_set(args, load, write_outputs)
     for flag in ("limit", "methods", "baselines"):
         if getattr(args, flag):
             raise InterpscopeError(f"--{flag} goes with --set.")
@@ -63,8 +64,7 @@ def run(args: argparse.Namespace, text: str | None, options, load, default_metho
     result = explain(lm, text, method, token=args.target_token,
                      contrast=tuple(args.contrast) if args.contrast else None, options=options, top=0)
     curves = text_faithfulness(lm, result, baseline=args.baseline, steps=args.curve_steps, seed=args.seed)
-    if args.json:
-        emit_json(curves, args.json)
+    write_outputs(args, curves)
     if args.json != "-":
         print(f"{result.method_label} on {lm.name}: target {result.target.label}, {result.target.kind} "
               f"{result.logit:.4f}; tokens removed to the {curves.baseline} baseline, {curves.steps} steps")
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace, text: str | None, options, load, default_metho
     return 0
 
 
-def _run_set(args: argparse.Namespace, load, emit_json) -> int:
+def _run_set(args: argparse.Namespace, load, write_outputs) -> int:
     from tqdm import tqdm
 
     from interpscope.relevance.heldout import choose, load_set, run_heldout
@@ -91,8 +91,7 @@ def _run_set(args: argparse.Namespace, load, emit_json) -> int:
                          curve_steps=args.curve_steps, seed=args.seed, bootstrap=args.bootstrap, set_name=args.set,
                          progress=lambda done, total: bar.update(done - bar.n))
     bar.close()
-    if args.json:
-        emit_json(result, args.json)
+    write_outputs(args, result)
     if args.json != "-":
         print_table(result)
     return 0

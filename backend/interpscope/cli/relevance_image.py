@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from interpscope.cli.common import check_out_file, emit_json
+from interpscope.cli.common import check_outputs, write_outputs
 from interpscope.config import InterpscopeError
 
 
@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "relevant patch first) beside random orders; --json writes that document")
 
 
-TEXT_ONLY = ("row", "target_token", "contrast", "png", "all_rows", "out", "decoder_text")
+TEXT_ONLY = ("row", "target_token", "contrast", "all_rows", "out", "decoder_text")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,12 +41,12 @@ def run(args: argparse.Namespace) -> int:
     given = [f"--{name.replace('_', '-')}" for name in TEXT_ONLY if getattr(args, name, None) not in (None, False)]
     if given:
         raise InterpscopeError(f"{', '.join(given)} go with text; an image takes --target-class, --reference, "
-                               "--patch-flipping and --json.")
+                               "--patch-flipping and the outputs --json, --csv, --png, --svg, --html.")
     from interpscope.cli.relevance_faithfulness import wants_faithfulness
 
     if wants_faithfulness(args):
         raise InterpscopeError("The faithfulness flags go with text; for an image use --patch-flipping.")
-    check_out_file(args.json, "--json")
+    check_outputs(args)
     image = read_image_file(args.image)
     if model_modality(args.model) != "image":
         raise InterpscopeError(f"{args.model} is a text model: --image needs an image classifier (ViT or DeiT), "
@@ -59,8 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
     result = explain_image(lm, image, method, target_class=args.target_class, reference=args.reference,
                            ig_steps=getattr(args, "ig_steps", 32))
-    if args.json:
-        emit_json(result, args.json)
+    write_outputs(args, result)
     if args.json != "-":
         _print_map(result)
     return 0
@@ -70,8 +69,7 @@ def _flipping(args: argparse.Namespace, lm, image) -> int:
     from interpscope.api import patch_flipping
 
     result = patch_flipping(lm, image, target_class=args.target_class, reference=args.reference)
-    if args.json:
-        emit_json(result, args.json)
+    write_outputs(args, result)
     if args.json != "-":
         print(f"patch flipping on {result.model}: class {result.target_label!r} ({result.target_class}), "
               f"{result.n_patches} patches set to {result.reference_label}, most relevant first")

@@ -6,14 +6,15 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from interpscope.cli.common import emit_json
+from interpscope.cli.common import write_outputs
 from interpscope.config import InterpscopeError
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
 
 # explain's options that serve decoder-only views: refused (by name) on an encoder-decoder rather than ignored
-DECODER_ONLY = (("prepend_bos", "--prepend-bos"), ("png", "--png"), ("all_rows", "--all-rows"), ("out", "--out"))
+# (--png is the plotly figure here: the token heatmap with its suffix-named format is a decoder-only view)
+DECODER_ONLY = (("prepend_bos", "--prepend-bos"), ("all_rows", "--all-rows"), ("out", "--out"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,8 +37,7 @@ def run(args: argparse.Namespace, lm: LoadedModel, text: str) -> int:
     method = args.method or next(iter(seq2seq_methods()))  # the registry's first: the LRP method
     result = explain_seq2seq(lm, text, args.decoder_text, method, token=args.target_token,
                              contrast=tuple(args.contrast) if args.contrast else None, options=options_from_args(args))
-    if args.json:
-        emit_json(result, args.json)
+    write_outputs(args, result)
     if args.json != "-":
         _print_human(result)
     return 0

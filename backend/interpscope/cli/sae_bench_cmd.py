@@ -6,7 +6,15 @@ import argparse
 import sys
 
 from interpscope.cli.argtypes import int_between, positive_int, seed_int, thread_count
-from interpscope.cli.common import add_model_args, check_out_file, emit_json, load_from_args, load_model_for_sae
+from interpscope.cli.common import (
+    add_model_args,
+    add_outputs,
+    check_outputs,
+    load_from_args,
+    load_model_for_sae,
+    sae_folder,
+    write_outputs,
+)
 
 # absorption reads each word in one model pass: 20,000 words (8x the default) take minutes on a CPU; a larger count
 # is a typo that would silently run over the whole vocabulary
@@ -18,7 +26,8 @@ def register(sae_sub) -> None:
                                              "an SAE, each beside its control")
     add_model_args(bench)
     bench.set_defaults(model=None)
-    bench.add_argument("--sae", required=True, help="SAE folder (cfg.json + sae_weights.safetensors)")
+    bench.add_argument("--sae", required=True, type=sae_folder,
+                       help="SAE folder (cfg.json + sae_weights.safetensors), or a run folder holding exactly one")
     bench.add_argument("--metrics", default=None,
                        help="comma list of absorption, probing, detection, fuzzing (default: all; detection and "
                             "fuzzing need the SAE's feature store and are skipped without one)")
@@ -35,7 +44,9 @@ def register(sae_sub) -> None:
                        help="torch CPU threads (default torch's own); 1 is several times faster on a busy machine")
     bench.add_argument("--no-cache", action="store_true", help="recompute the model activations instead of reusing "
                        "those kept under the data directory")
-    bench.add_argument("--json", metavar="OUT", default=None, help="write the result document to OUT ('-': stdout)")
+    from interpscope.sae.bench.result import SAEBenchResult
+
+    add_outputs(bench, SAEBenchResult)
     bench.set_defaults(func=run_bench)
 
 
@@ -58,7 +69,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from interpscope.sae.bench import bench_sae, parse_metrics
     from interpscope.sae.folder import load_sae
 
-    check_out_file(args.json, "--json")
+    check_outputs(args)
     parse_metrics(args.metrics)
     if args.threads:
         import torch
@@ -77,8 +88,7 @@ def run_bench(args: argparse.Namespace) -> int:
                            options=bench_options(args), progress=progress)
     finally:
         bar.close()
-    if args.json:
-        emit_json(result, args.json)
+    write_outputs(args, result)
     if args.json != "-":
         for name, metric in result.metrics.items():
             print(f"{name}: {metric.meaning}")

@@ -5,15 +5,18 @@ from __future__ import annotations
 import argparse
 
 from interpscope.cli.argtypes import non_negative_int, positive_int
-from interpscope.cli.common import add_model_args, check_out_file, emit_json, load_from_args
+from interpscope.cli.common import add_model_args, add_outputs, check_outputs, load_from_args, sae_folder, write_outputs
 
 
 def register(sae_sub) -> None:
     circuit = sae_sub.add_parser("circuit", help="feature circuit between two SAEs of one model (AttnLRP/CP-LRP)")
     add_model_args(circuit)
     circuit.set_defaults(model=None)
-    circuit.add_argument("--upstream", required=True, help="SAE folder at the earlier hook (spliced in)")
-    circuit.add_argument("--downstream", help="SAE folder at the later hook (omit to explain the next-token logit)")
+    circuit.add_argument("--upstream", required=True, type=sae_folder,
+                         help="SAE folder at the earlier hook (spliced in), or a run folder holding exactly one")
+    circuit.add_argument("--downstream", type=sae_folder,
+                         help="SAE folder at the later hook (omit to explain the next-token logit), or a run folder "
+                              "holding exactly one")
     circuit.add_argument("--feature", type=non_negative_int, help="downstream feature id")
     circuit.add_argument("--position", type=int, default=-1, help="token position of the feature (default: last)")
     circuit.add_argument("--text", required=True, help="the prompt")
@@ -23,10 +26,12 @@ def register(sae_sub) -> None:
     circuit.add_argument("--method", choices=with_rules, default=with_rules[0] if with_rules else None,
                          help=f"the LRP rules to propagate with (default {with_rules[0] if with_rules else 'none'})")
     circuit.add_argument("--features", type=positive_int, default=8, help="upstream feature nodes (default 8)")
-    circuit.add_argument("--json", metavar="OUT", help="write JSON to OUT ('-' for stdout)")
     circuit.add_argument("--prepend-bos", action=argparse.BooleanOptionalAction, default=None,
                          help="put the model's BOS token first, as `sae prompt` does, so positions match its output "
                               "(default: on where the tokenizer adds no BOS itself and the model has attention)")
+    from interpscope.sae.circuits import FeatureCircuit
+
+    add_outputs(circuit, FeatureCircuit)
     circuit.set_defaults(func=run_circuit)
 
 
@@ -37,7 +42,7 @@ def run_circuit(args: argparse.Namespace) -> int:
     from interpscope.sae.circuits import feature_circuit
 
     check_text(args.text)
-    check_out_file(args.json, "--json")
+    check_outputs(args)
     if (args.downstream is None) != (args.feature is None):
         raise InterpscopeError("Give --downstream and --feature together (or neither, to explain the next token).")
     upstream = load_sae(args.upstream)
@@ -47,8 +52,7 @@ def run_circuit(args: argparse.Namespace) -> int:
     lm = load_from_args(args)
     result = feature_circuit(lm, upstream, downstream, args.text, feature=args.feature, position=args.position,
                              method=args.method, n_features=args.features, prepend_bos=args.prepend_bos)
-    if args.json:
-        emit_json(result, args.json)
+    write_outputs(args, result)
     if args.json != "-":
         c = result.conservation
         print(f"{result.method} circuit to {result.target} on {result.model}: value {result.value:.4f}, "

@@ -22,11 +22,16 @@ from interpscope.cli.argtypes import (
 )
 from interpscope.cli.common import (
     add_model_args,
+    add_outputs,
     check_corpus,
-    check_out_file,
+    check_json_out,
+    check_outputs,
     emit_json,
+    json_to_stdout,
     load_from_args,
     load_model_for_sae,
+    sae_folder,
+    write_outputs,
 )
 from interpscope.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
 from interpscope.config import InterpscopeError
@@ -92,6 +97,10 @@ def _train(args: argparse.Namespace) -> int:
     ks = _knobs(archs, args.k, "--k", counted=True)
     specs = [SAESpec(a, args.width, l1, k) for a, l1, k in zip(archs, l1s, ks, strict=True)]
     check_specs(specs)
+    from interpscope.cli.sae_train_transcoder import check_target_hook
+
+    transcoders = check_target_hook(args, specs)
+    check_outputs(args)
     check_training_memory(specs, None, args.batch_size)  # a lower bound: the model gives the activation width
     if args.tokens < args.batch_size:
         raise InterpscopeError(f"--tokens ({args.tokens}) must be at least one batch ({args.batch_size}).")
@@ -103,12 +112,6 @@ def _train(args: argparse.Namespace) -> int:
                    decay_fraction=args.decay_fraction, resample_at=tuple(args.resample_at),
                    dead_window_tokens=args.dead_window_tokens, seed=args.seed)
     check_corpus(args.corpus)
-    check_resume(args.out, train_settings(args.model.strip(), args.hook, specs, **options), force=args.force)
-    scale = scale_from_args(args)
-    loaded = load_from_args(args)
-    from interpscope.scale.memory import resolve_batch_size
-
-    cache_batch = resolve_batch_size(args.cache_batch_size, loaded, context=args.context, default=8)
     bars: dict[str, tqdm] = {}
 
     def cache_progress(done: int, total: int) -> None:
@@ -120,6 +123,19 @@ def _train(args: argparse.Namespace) -> int:
         bar.update(step - bar.n)
         bar.set_postfix({name: f"L0 {log['l0']:.0f} FVU {log['fvu']:.3f}" for name, log in logs.items()})
 
+    if transcoders:  # trained as `sae sweep --archs transcoder --target-hook` trains them
+        from interpscope.cli.sae_train_transcoder import train_transcoders
+
+        report = train_transcoders(args, specs, cache_progress=cache_progress, progress=progress)
+        for bar in bars.values():
+            bar.close()
+        return _report(args, report)
+    check_resume(args.out, train_settings(args.model.strip(), args.hook, specs, **options), force=args.force)
+    scale = scale_from_args(args)
+    loaded = load_from_args(args)
+    from interpscope.scale.memory import resolve_batch_size
+
+    cache_batch = resolve_batch_size(args.cache_batch_size, loaded, context=args.context, default=8)
     saved = train_saes(loaded, args.hook, specs, args.out, checkpoint_every=args.checkpoint_every,
                        save_dtype=args.save_dtype, force=args.force, cache_progress=cache_progress,
                        progress=progress, cache_batch_size=cache_batch, scale=scale, **options)
@@ -135,7 +151,16 @@ def _train(args: argparse.Namespace) -> int:
                        for name, path in saved.items()}
     from interpscope.sae.documents import training_report
 
-    emit_json(training_report(loaded.name, args.hook, saved, evaluations))  # the training page's export
+    return _report(args, training_report(loaded.name, args.hook, saved, evaluations))  # the training page's export
+
+
+def _report(args: argparse.Namespace, report) -> int:
+    """The training report: printed (the default, or --json / --json -) or written to --json FILE, with --csv and
+    the figure files asked for."""
+    write_outputs(args, report, document_by_default=True)
+    if not json_to_stdout(args, document_by_default=True):
+        print(f"{len(report.saved)} SAE(s) trained on {report.model} at {report.hook}: "
+              + ", ".join(report.saved.values()) + f"; report in {args.json}")
     return 0
 
 
@@ -143,12 +168,11 @@ def _eval(args: argparse.Namespace) -> int:
     from interpscope.sae.folder import load_sae
     from interpscope.sae.transcoder_eval import evaluate_any as evaluate_sae
 
-    check_out_file(args.out, "--out")
+    check_json_out(args)
+    check_outputs(args)
     if not args.text_file and args.tokens < args.context:
         raise InterpscopeError(f"--tokens ({args.tokens}) must be at least one window of --context ({args.context}) "
                                "tokens.")
-    if args.out and not args.json:
-        raise InterpscopeError("--out writes the JSON: give --json with it.")
     check_corpus(args.corpus)
     text = None
     if args.text_file:
@@ -172,13 +196,18 @@ def _eval(args: argparse.Namespace) -> int:
         text_ids = stream[: n * args.context].view(n, args.context)
     result = evaluate_sae(loaded, sae, hook_name=args.hook, n_tokens=args.tokens, context_size=args.context,
                           source=args.corpus, split=args.split, ids=text_ids, batch_size=batch_size, scale=scale)
+    write_outputs(args, result, skip=("json",))
     if args.json:
-        emit_json(result, args.out)
-    else:
+        emit_json(result, args.out or args.json)
+    if not args.out and not json_to_stdout(args):
         for key, value in result.summary().items():
             print(f"{key:>20}: {value:.4f}" if isinstance(value, float) else f"{key:>20}: {value}")
         print(result.loss_sentence())
     return 0
+
+
+SAE_HELP = ("SAE folder (cfg.json + sae_weights.safetensors), or a run folder holding exactly one (e.g. what "
+            "`sae train --out` wrote)")
 
 
 def _knob_help() -> tuple[str, str, str]:
@@ -200,7 +229,10 @@ def register(subparsers) -> None:
 
     train = sae_sub.add_parser("train", help="cache activations and train one or more SAEs from one pass")
     add_model_args(train)
-    train.add_argument("--hook", required=True, help="hook point, e.g. blocks.15.hook_resid_post")
+    train.add_argument("--hook", required=True, help="hook point, e.g. blocks.15.hook_resid_post (a transcoder's "
+                       "input)")
+    train.add_argument("--target-hook", default=None, help="--arch transcoder: the output hook it predicts, e.g. "
+                       "blocks.L.hook_mlp_out with --hook blocks.L.hook_resid_mid (as `sae sweep --target-hook`)")
     train.add_argument("--arch", default="relu", help=arch_help)
     train.add_argument("--width", type=positive_int, default=4608, help="number of features (d_sae)")
     train.add_argument("--l1", type=list_of(non_negative_float), help=l1_help)
@@ -230,22 +262,30 @@ def register(subparsers) -> None:
                        "kept), or start afresh when the checkpoint there was made with other settings")
     add_batch_arg(train, "--cache-batch-size", 8, "windows per model call while caching activations")
     add_scale_args(train)
+    from interpscope.sae.documents import TrainingReport
+
+    add_outputs(train, TrainingReport, document_by_default=True,
+                json_help="write the training report (JSON) to FILE instead of stdout; without FILE or with '-' "
+                          "print it (the default)")
     train.set_defaults(func=_train)
 
     evaluate = sae_sub.add_parser("eval", help="L0, FVU, loss recovered, shrinkage, density of an SAE")
     add_model_args(evaluate)
     evaluate.set_defaults(model=None)
-    evaluate.add_argument("--sae", required=True, help="SAE folder (cfg.json + sae_weights.safetensors)")
+    evaluate.add_argument("--sae", required=True, type=sae_folder, help=SAE_HELP)
     evaluate.add_argument("--hook", default=None, help="override the SAE's hook_name")
     evaluate.add_argument("--tokens", type=positive_int, default=4096)
     evaluate.add_argument("--context", type=eval_window_int, default=128)
     evaluate.add_argument("--corpus", default=None, help="'austen' (bundled), a file or a folder")
     evaluate.add_argument("--split", default="test", choices=["train", "valid", "test", "all"])
     evaluate.add_argument("--text-file", default=None, help="evaluate on this text file instead of the corpus")
-    evaluate.add_argument("--json", action="store_true", help="print JSON")
-    evaluate.add_argument("--out", default=None, help="write the JSON here instead of stdout")
+    evaluate.add_argument("--out", default=None, help="with a bare --json: write the JSON here instead of stdout "
+                          "(the same as --json FILE)")
     add_batch_arg(evaluate, "--batch-size", 4, "windows per model call")
     add_scale_args(evaluate)
+    from interpscope.sae.documents import EvaluationDocument
+
+    add_outputs(evaluate, EvaluationDocument)
     evaluate.set_defaults(func=_eval)
 
     for module_name in SAE_SUBCOMMAND_MODULES:

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from interpscope.cli.argtypes import list_of, non_negative_int, positive_int, ray_address
-from interpscope.cli.common import check_out_file, emit_json
+from interpscope.cli.common import add_outputs, check_outputs, write_outputs
 from interpscope.cli.scale_args import check_ray_address, check_workers
 from interpscope.scale.memory import batch_size_arg
 
@@ -23,7 +23,10 @@ def register(sae_sub) -> None:
     explain.add_argument("--workers", type=positive_int, default=1,
                          help="Ray workers (needs the scale extra: pip install -e .[scale]); 1 = this process")
     explain.add_argument("--ray-address", type=ray_address, default=None, help="join a running Ray cluster instead")
-    explain.add_argument("--json", metavar="OUT", help="write a summary as JSON to OUT ('-' for stdout)")
+    from interpscope.sae.store.documents import ExplanationRun
+
+    add_outputs(explain, ExplanationRun, json_help="write the run's summary (JSON) to FILE; without FILE or with '-' "
+                                                   "print it to stdout")
     explain.set_defaults(func=run_explain)
 
 
@@ -49,7 +52,7 @@ def run_explain(args: argparse.Namespace) -> int:
     from interpscope.models import load_model
     from interpscope.sae.store import FeatureStore
     from interpscope.sae.store.explain import explain_store, model_writer, negative_pool
-    check_out_file(args.json, "--json")
+    check_outputs(args)
     if args.workers > 1 or args.ray_address:
         from interpscope.scale.cluster import require_ray
 
@@ -91,6 +94,7 @@ def run_explain(args: argparse.Namespace) -> int:
     summary = ExplanationRun(store=store.name, explained=len(result),
                              mean_score=sum(scores) / len(scores) if scores else None,
                              scorer="lexical simulator (balanced accuracy; 0.5 = chance)", writer=args.explainer)
-    emit_json(summary, args.json) if args.json else print(
-        f"{summary.explained} explanations in {store.folder}; mean detection score {summary.mean_score}")
+    write_outputs(args, summary)
+    if args.json != "-":
+        print(f"{summary.explained} explanations in {store.folder}; mean detection score {summary.mean_score}")
     return 0

@@ -6,7 +6,17 @@ from __future__ import annotations
 import argparse
 
 from interpscope.cli.argtypes import finite_float, int_between, non_negative_int, positive_int
-from interpscope.cli.common import add_model_args, check_out_file, emit_json, load_from_args
+from interpscope.cli.common import (
+    add_model_args,
+    add_outputs,
+    check_json_out,
+    check_outputs,
+    emit_json,
+    json_to_stdout,
+    load_from_args,
+    sae_folder,
+    write_outputs,
+)
 from interpscope.config import InterpscopeError
 
 
@@ -14,9 +24,8 @@ def _sae_and_model(args: argparse.Namespace):
     """The SAE and its model, after every input and output was checked (nothing is computed on bad input)."""
     from interpscope.sae import load_sae
 
-    check_out_file(args.out, "--out")
-    if args.out and not args.json:
-        raise InterpscopeError("--out writes the JSON: give --json with it.")
+    check_json_out(args)
+    check_outputs(args)
     sae = load_sae(args.sae)
     if args.model is None:
         args.model = sae.cfg.model_name or "smollm2-135m"
@@ -40,8 +49,7 @@ def _steer(args: argparse.Namespace) -> int:
     sae, lm = _sae_and_model(args)
     result = steer(lm, sae, text, args.feature, mode=args.mode, strength=args.strength, n_new=args.tokens,
                    prepend_bos=args.prepend_bos)
-    if args.json:
-        emit_json(result, args.out)
+    if _outputs(args, result):
         return 0
     print(f"feature {result.feature} {result.mode}" + (f" x {result.strength:g}" if result.mode == "add" else "")
           + f": KL(clean || edited) after the prompt = {result.kl:.4g}")
@@ -58,8 +66,7 @@ def _prompt(args: argparse.Namespace) -> int:
     text = _text(args)
     sae, lm = _sae_and_model(args)
     view = prompt_features(lm, sae, text, n_top=args.top, prepend_bos=args.prepend_bos, per_token=args.per_token)
-    if args.json:
-        emit_json(view, args.out)
+    if _outputs(args, view):
         return 0
     named = "; ".join(f"{row['position']} {row['token']!r} ({row['reason']})" for row in view.sinks) or "none"
     print(f"{len(view.tokens)} tokens; left out of the ranking: {named}")
@@ -68,14 +75,24 @@ def _prompt(args: argparse.Namespace) -> int:
     return 0
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _outputs(args: argparse.Namespace, result) -> bool:
+    """Write the outputs asked for; True when stdout holds the JSON (or --out took it): no text after it."""
+    write_outputs(args, result, skip=("json",))
+    if args.json:
+        emit_json(result, args.out or args.json)
+    return bool(args.out) or json_to_stdout(args)
+
+
+def _common(parser: argparse.ArgumentParser, result: type) -> None:
     add_model_args(parser)
     parser.set_defaults(model=None)
-    parser.add_argument("--sae", required=True, help="SAE folder (cfg.json + sae_weights.safetensors)")
+    parser.add_argument("--sae", required=True, type=sae_folder,
+                        help="SAE folder (cfg.json + sae_weights.safetensors), or a run folder holding exactly one")
     parser.add_argument("--text", default=None, help="the prompt")
     parser.add_argument("--text-file", default=None, help="read the prompt from this file instead")
-    parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.add_argument("--out", default=None, help="write the JSON here instead of stdout")
+    parser.add_argument("--out", default=None, help="with a bare --json: write the JSON here instead of stdout (the "
+                        "same as --json FILE)")
+    add_outputs(parser, result)
     parser.add_argument("--prepend-bos", action=argparse.BooleanOptionalAction, default=None,
                         help="put the model's BOS token before the text so the first word is read like any other "
                              "(default: on where the tokenizer adds no BOS itself and the model has attention)")
@@ -83,7 +100,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def register(sae_sub) -> None:
     steer = sae_sub.add_parser("steer", help="add or ablate one feature: next-token change and two continuations")
-    _common(steer)
+    from interpscope.sae.store.steering import SteeringResult
+
+    _common(steer, SteeringResult)
     steer.add_argument("--feature", type=non_negative_int, required=True, help="feature id")
     steer.add_argument("--mode", choices=["add", "ablate"], default="add")
     steer.add_argument("--strength", type=finite_float, default=10.0,
@@ -93,7 +112,9 @@ def register(sae_sub) -> None:
     steer.set_defaults(func=_steer)
 
     prompt = sae_sub.add_parser("prompt", help="features on a text: top features, active features per token, sinks")
-    _common(prompt)
+    from interpscope.sae.store.prompt import PromptFeatures
+
+    _common(prompt, PromptFeatures)
     prompt.add_argument("--top", type=positive_int, default=20, help="how many top features (default 20)")
     prompt.add_argument("--per-token", type=non_negative_int, default=10,
                         help="active features listed per token (default 10)")

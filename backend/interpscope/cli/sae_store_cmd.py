@@ -13,11 +13,16 @@ from typing import TYPE_CHECKING
 from interpscope.cli.argtypes import eval_tokens_int, non_negative_int, positive_int, window_int
 from interpscope.cli.common import (
     add_model_args,
+    add_outputs,
     check_corpus,
-    check_out_file,
+    check_json_out,
+    check_outputs,
     emit_json,
+    json_to_stdout,
     load_from_args,
     load_model_for_sae,
+    sae_folder,
+    write_outputs,
 )
 from interpscope.cli.scale_args import add_batch_arg, add_scale_args, scale_from_args
 from interpscope.config import InterpscopeError
@@ -46,6 +51,7 @@ def _model_for_sae(args: argparse.Namespace):
                                "tokens.")
     sae = load_sae(args.sae)
     _check_store_target(args)
+    check_outputs(args)
     check_corpus(args.corpus)
     return load_model_for_sae(args, sae, load_from_args)
 
@@ -102,12 +108,20 @@ def _store(args: argparse.Namespace) -> int:
     build = manifest.get("build_seconds", {})
     from interpscope.stores import StoreBuild
 
-    emit_json(StoreBuild(kind="sae_feature_store", store=str(out), bytes=folder_size(out),
-                         model=manifest["spec"].get("model_name"), details={
-                             "tokens": n_tokens, "features": manifest["spec"]["d_sae"],
-                             "seconds_this_run": time.perf_counter() - started, "build_seconds": build,
-                             "tokens_per_second": n_tokens / build["activations"] if build.get("activations")
-                             else None}))
+    return print_build(args, StoreBuild(
+        kind="sae_feature_store", store=str(out), bytes=folder_size(out), model=manifest["spec"].get("model_name"),
+        details={"tokens": n_tokens, "features": manifest["spec"]["d_sae"],
+                 "seconds_this_run": time.perf_counter() - started, "build_seconds": build,
+                 "tokens_per_second": n_tokens / build["activations"] if build.get("activations") else None}))
+
+
+def print_build(args: argparse.Namespace, build) -> int:
+    """A store build's summary document (interpscope.store_build): printed (the default, --json or --json -), or
+    written to --json FILE with one line on stdout saying what was built."""
+    write_outputs(args, build, document_by_default=True)
+    if not json_to_stdout(args, document_by_default=True):
+        print(f"{build.kind.replace('_', ' ')} in {build.store} ({build.bytes / 2**20:.1f} MiB); summary in "
+              f"{args.json}")
     return 0
 
 
@@ -120,11 +134,14 @@ def _open_store(args: argparse.Namespace):
 
 
 def _feature(args: argparse.Namespace) -> int:
-    check_out_file(args.out, "--out")
+    check_json_out(args)
+    check_outputs(args)
     store = _open_store(args)
     card = store.card(args.id)
+    write_outputs(args, card, skip=("json",))
     if args.json:
-        emit_json(card, args.out)
+        emit_json(card, args.out or args.json)
+    if args.out or json_to_stdout(args):
         return 0
     print(f"feature {card.id}: density {card.density:.3g} ({card.fire_count} of {card.n_tokens} tokens), "
           f"max activation {card.max_activation:.4g}")
@@ -143,21 +160,34 @@ def _feature(args: argparse.Namespace) -> int:
 def _search(args: argparse.Namespace) -> int:
     from interpscope.sae.store.search import no_match_reason, search
 
+    if args.query is None:
+        if args.json in (None, "-"):
+            raise InterpscopeError("sae search needs a QUERY (an id, a token or a word).")
+        # `--json QUERY`: argparse gave the query to --json's optional FILE; nothing else can be meant, since a
+        # search without a query is no search: the document goes to stdout as a bare --json says
+        args.query, args.json = args.json, "-"
+    check_outputs(args)
     store = _open_store(args)
     results = search(store, args.query, args.kind)
     from interpscope.sae.store.documents import FeatureSearch
 
-    emit_json(FeatureSearch(store=store.name, query=args.query, kind=args.kind, results=results[: args.limit],
-                            total=len(results),
-                            reason=None if results else no_match_reason(store, args.query, args.kind)))
+    found = FeatureSearch(store=store.name, query=args.query, kind=args.kind, results=results[: args.limit],
+                          total=len(results), reason=None if results else no_match_reason(store, args.query, args.kind))
+    write_outputs(args, found, document_by_default=True)
+    if not json_to_stdout(args, document_by_default=True):
+        print(f"{found.total} feature(s) found for {args.query!r} ({args.kind}); "
+              f"{min(found.total, args.limit)} in {args.json}")
     return 0
+
+
+SAE_HELP = "SAE folder (cfg.json + sae_weights.safetensors), or a run folder holding exactly one"
 
 
 def register(sae_sub) -> None:
     store = sae_sub.add_parser("store", help="precompute a feature store (dashboards) for an SAE over a corpus")
     add_model_args(store)
     store.set_defaults(model=None)
-    store.add_argument("--sae", required=True, help="SAE folder (cfg.json + sae_weights.safetensors)")
+    store.add_argument("--sae", required=True, type=sae_folder, help=SAE_HELP)
     store.add_argument("--corpus", default=None, help="'austen' (bundled), a .txt/.jsonl file or a folder")
     store.add_argument("--split", default="train", choices=["train", "valid", "test", "all"])
     store.add_argument("--tokens", type=positive_int, default=65536, help="corpus tokens to run (default 65536)")
@@ -175,24 +205,38 @@ def register(sae_sub) -> None:
                        help="encode a matching SAE-training activation cache instead of running the model, when one "
                             "covers the corpus windows (checked against one live window)")
     add_scale_args(store)
+    from interpscope.stores import StoreBuild
+
+    add_outputs(store, StoreBuild, document_by_default=True,
+                json_help="write the build's summary (JSON) to FILE instead of stdout; without FILE or with '-' "
+                          "print it (the default)")
     store.set_defaults(func=_store)
 
     feature = sae_sub.add_parser("feature", help="print one feature's card from a store")
     group = feature.add_mutually_exclusive_group(required=True)
     group.add_argument("--store", help="store folder")
-    group.add_argument("--sae", help="SAE folder (uses its default store)")
+    group.add_argument("--sae", type=sae_folder, help=f"{SAE_HELP}; uses its default store")
     feature.add_argument("--id", type=non_negative_int, required=True, help="feature id")
-    feature.add_argument("--json", action="store_true", help="print JSON")
-    feature.add_argument("--out", default=None, help="write the JSON here instead of stdout")
+    feature.add_argument("--out", default=None, help="with a bare --json: write the JSON here instead of stdout "
+                         "(the same as --json FILE)")
+    from interpscope.sae.store.documents import FeatureCardDocument
+
+    add_outputs(feature, FeatureCardDocument)
     feature.set_defaults(func=_feature)
 
     finder = sae_sub.add_parser("search", help="find features by id, top-logit token or word in top contexts")
     group = finder.add_mutually_exclusive_group(required=True)
     group.add_argument("--store", help="store folder")
-    group.add_argument("--sae", help="SAE folder (uses its default store)")
+    group.add_argument("--sae", type=sae_folder, help=f"{SAE_HELP}; uses its default store")
     finder.add_argument("--kind", choices=["id", "logit", "context", "label"], default="context",
                         help="id, a token among the top logits, a word in the top contexts, or words of the "
                              "label/explanation (default context)")
     finder.add_argument("--limit", type=positive_int, default=50, help="most results to print (default 50)")
-    finder.add_argument("query")
+    finder.add_argument("query", nargs="?", help="an id, a token or a word (put it before a bare --json, or write "
+                        "--json -, so --json does not take it as its FILE)")
+    from interpscope.sae.store.documents import FeatureSearch
+
+    add_outputs(finder, FeatureSearch, document_by_default=True,
+                json_help="write the results (JSON) to FILE instead of stdout; without FILE or with '-' print them "
+                          "(the default)")
     finder.set_defaults(func=_search)

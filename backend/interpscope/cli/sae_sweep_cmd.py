@@ -17,7 +17,15 @@ from interpscope.cli.argtypes import (
     seed_int,
     window_int,
 )
-from interpscope.cli.common import add_model_args, check_corpus, check_out_file, emit_json, load_from_args
+from interpscope.cli.common import (
+    add_model_args,
+    add_outputs,
+    check_corpus,
+    check_outputs,
+    json_to_stdout,
+    load_from_args,
+    write_outputs,
+)
 from interpscope.cli.scale_args import add_scale_args, scale_from_args
 from interpscope.config import InterpscopeError
 
@@ -84,7 +92,7 @@ def _sweep(args: argparse.Namespace) -> int:
                              decay_fraction=args.decay_fraction, resample_at=tuple(args.resample_at),
                              dead_window_tokens=args.dead_window_tokens, seed=args.seed, save_dtype=args.save_dtype)
     check_sweep(args.out, settings, force=args.force)
-    check_out_file(args.json, "--json")
+    check_outputs(args)
     if args.ray and args.workers == 1 and not args.ray_address:
         from interpscope.scale.cluster import local_cores
 
@@ -107,7 +115,9 @@ def _sweep(args: argparse.Namespace) -> int:
                       progress=progress, train=not args.finished_only)
     for bar in bars.values():
         bar.close()
-    emit_json(table, args.json)
+    write_outputs(args, table, document_by_default=True)
+    if not json_to_stdout(args, document_by_default=True):
+        print(f"{len(table.rows)} SAE(s) in the table of {args.out}; its document in {args.json}")
     return 0
 
 
@@ -115,15 +125,14 @@ def _pareto(args: argparse.Namespace) -> int:
     from interpscope.sae.pareto import pareto_analysis
     from interpscope.sae.sweep import load_table
 
-    check_out_file(args.json, "--json")
+    check_outputs(args)
     table = load_table(args.sweep)
     if args.baseline not in table.architectures:
         raise InterpscopeError(f"--baseline {args.baseline} is not in this sweep (it has "
                                f"{', '.join(table.architectures) or 'no SAEs'}).")
     analysis = pareto_analysis(table, baseline=args.baseline)
-    if args.json:
-        emit_json(analysis, args.json)
-    if args.json in (None, "-") and not args.quiet:
+    write_outputs(args, analysis, document_by_default=True)
+    if json_to_stdout(args, document_by_default=True) and not args.quiet:
         for metric in ("loss_recovered", "fvu"):
             for arch, names in analysis.frontiers[metric].items():
                 print(f"frontier {metric} {arch}: {', '.join(names)}", file=sys.stderr)
@@ -162,19 +171,27 @@ def register(sae_sub) -> None:
     sweep.add_argument("--save-dtype", default="float32", choices=["float32", "float16"])
     sweep.add_argument("--seed", type=seed_int, default=0)
     sweep.add_argument("--out", required=True, help="sweep folder (resumable: rerun the same command)")
-    sweep.add_argument("--json", default=None, help="also write the table's JSON document here ('-': stdout)")
     sweep.add_argument("--force", action="store_true", help="write into a folder holding other files (kept)")
     sweep.add_argument("--finished-only", action="store_true", help="train nothing: evaluate and tabulate the "
                        "grid points already trained (e.g. to stop a long sweep early)")
     add_scale_args(sweep)
     sweep.add_argument("--ray", action="store_true", help="shard the SAEs on a local Ray cluster, one worker per "
                        "core (or use --workers / --ray-address)")
+    from interpscope.sae.sweep_docs import SweepTable
+
+    add_outputs(sweep, SweepTable, document_by_default=True,
+                json_help="write the table's JSON document to FILE instead of stdout; without FILE or with '-' print "
+                          "it (the default)")
     sweep.set_defaults(func=_sweep)
 
     pareto = sae_sub.add_parser("pareto", help="frontiers of a sweep and each architecture's L0 ratio to a "
                                 "baseline at matched loss recovered / FVU")
     pareto.add_argument("--sweep", required=True, help="sweep folder (or its sweep_table.json)")
     pareto.add_argument("--baseline", default="relu", help="architecture the ratios are relative to")
-    pareto.add_argument("--json", default="-", help="write the JSON document here (default stdout)")
     pareto.add_argument("--quiet", action="store_true", help="no frontier/ratio lines on stderr")
+    from interpscope.sae.pareto import ParetoAnalysis
+
+    add_outputs(pareto, ParetoAnalysis, document_by_default=True,
+                json_help="write the JSON document to FILE instead of stdout; without FILE or with '-' print it (the "
+                          "default)")
     pareto.set_defaults(func=_pareto)
