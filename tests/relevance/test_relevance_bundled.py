@@ -16,7 +16,7 @@ def test_cplrp_conserves_on_bundled_model(bundled_lm):
     conservation = result.conservation
     assert conservation.relative_error < 1e-3
     assert abs(result.relevance.sum() - result.logit) / abs(result.logit) < 1e-3  # SmolLM2 has no biases
-    assert result.tokens == ["<|im_start|>"] + bundled_lm.token_strings(bundled_lm.encode(TEXT)[0])
+    assert result.tokens == ["<|endoftext|>"] + bundled_lm.token_strings(bundled_lm.encode(TEXT)[0])
     assert result.bos_prepended and result.sink_positions[0] == 0 and 1 not in result.sink_positions
     assert result.target.position == len(result.tokens) - 1
     assert result.seconds > 0

@@ -59,7 +59,7 @@ def test_nothing_runs_before_run_then_attnlrp_splits_the_logit(app, bundled_lm):
     n_tokens = bundled_lm.encode("Mr. Darcy looked at Elizabeth, and Elizabeth looked back at").shape[1]
     assert maps[0].count('class="relevance-token"') == n_tokens + 1  # SmolLM2 adds no BOS: the page prepends it
     legend = html.unescape(maps[0])
-    assert "Not used for the colour scale: position 0 '<|im_start|>' (prepended BOS" in legend  # named
+    assert "Not used for the colour scale: position 0 '<|endoftext|>' (prepended BOS" in legend  # named
     assert "position 1 'Mr'" not in legend  # the first word is explained like any other
     (parts,) = readout_parts(app)
     assert "biases" not in parts  # SmolLM2 has no bias to absorb relevance: no bar for it (absent, not 0)
