@@ -83,15 +83,17 @@ def decode_bytes(data: bytes, name: str = "upload") -> str:
     return check_text(text)
 
 
-def check_token_count(n_tokens: int, cap: int) -> None:
-    """Refuse an empty tokenisation or one over the cap; a bad $INTERPSCOPE_MAX_TOKENS is reported here too."""
+def check_token_count(n_tokens: int, cap: int, source: str | None = None) -> None:
+    """Refuse an empty tokenisation or one over the cap; a bad $INTERPSCOPE_MAX_TOKENS is reported here too.
+    `source` names where the cap comes from when a view sets its own (the default: the model's context or
+    INTERPSCOPE_MAX_TOKENS), so the message never blames a setting that is not the one in force."""
     env_token_cap()
     if n_tokens == 0:
         raise InterpscopeError("The text produced no tokens.")
     if n_tokens > cap:
+        where = source or "the model's context or INTERPSCOPE_MAX_TOKENS"
         raise InterpscopeError(
-            f"The text is {n_tokens} tokens long; the limit here is {cap} tokens "
-            f"(the model's context or INTERPSCOPE_MAX_TOKENS). Shorten the text.")
+            f"The text is {n_tokens} tokens long; the limit here is {cap} tokens ({where}). Shorten the text.")
 
 
 def sink_token_id(tokenizer) -> int | None:
@@ -143,5 +145,6 @@ def input_ids_for(lm, text: str, prepend_bos: bool | None = None,
     prefix = getattr(lm, "prefix_token_id", None)
     ids, prepended = with_bos(ids, lm.tokenizer, prepend_bos, "attention" in lm.adapter.capabilities(), prefix)
     if prepended:
-        check_token_count(int(ids.shape[1]), max_tokens or lm.token_cap)
+        source = lm.cap_source(max_tokens) if hasattr(lm, "cap_source") else None
+        check_token_count(int(ids.shape[1]), max_tokens or lm.token_cap, source)
     return ids, prepended

@@ -416,3 +416,14 @@ def test_exports_name_the_set_without_the_servers_absolute_path(folders, monkeyp
     documents = json.dumps(graph.to_dict()) + json.dumps(to_neuronpedia(graph))
     assert graph.transcoders == "[data dir]/sets/mine" and str(tmp_path) not in documents
     assert to_neuronpedia(graph)["metadata"]["scan"] == "[data dir]/sets/mine"
+
+
+@pytest.mark.bundled
+def test_the_graphs_token_cap_is_named_as_its_own(bundled_lm):
+    """The graph's 128-token refusal blamed INTERPSCOPE_MAX_TOKENS, a setting that was not the one in force."""
+    from interpscope.sae.transcoder_set import default_transcoder_set, load_transcoder_set
+
+    tset = load_transcoder_set(default_transcoder_set(bundled_lm.name), lm=bundled_lm)
+    with pytest.raises(InterpscopeError) as refused:
+        build_graph(bundled_lm, tset, "word " * 200, lrp=None)
+    assert "this view's own limit" in str(refused.value) and "INTERPSCOPE_MAX_TOKENS" not in str(refused.value)

@@ -81,8 +81,13 @@ class LoadedModel:
         """Token ids [1, T] on the model's device, after checking the text and its length."""
         check_text(text)
         ids = self.tokenizer(text, return_tensors="pt").input_ids
-        check_token_count(ids.shape[1], max_tokens or self.token_cap)
+        check_token_count(ids.shape[1], max_tokens or self.token_cap, self.cap_source(max_tokens))
         return ids.to(self.device)
+
+    def cap_source(self, max_tokens: int | None) -> str | None:
+        """Where a token cap comes from, for the refusal: a view's own cap below the model's says so (the
+        attribution graph's 128 tokens is not INTERPSCOPE_MAX_TOKENS); None: the model's context or the setting."""
+        return "this view's own limit" if max_tokens and max_tokens < self.token_cap else None
 
     def token_strings(self, ids) -> list[str]:
         """Readable text of each token id (byte-level BPE markers decoded)."""
