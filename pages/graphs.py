@@ -220,18 +220,9 @@ def _lrp(graph, tokens: list[str], n_layers: int) -> None:
                       key="graph-fig-direct")
     right.plotly_chart(graph_figure(graph.nodes, graph.lrp_edges, tokens, n_layers,
                                     f"{graph.lrp_method} relevance for the logit", height=420), key="graph-fig-lrp")
-    agreement = graph.agreement or {}
-    rho, moved = agreement.get("spearman"), agreement.get("moved") or []
-    if rho is None:
-        return
-    verdict = "mostly agree" if rho >= 0.7 else "partly agree" if rho >= 0.3 else "disagree"
-    sentence = (f"Over {agreement.get('n_nodes', len(into))} nodes the two rank contributions to the logit with "
-                f"Spearman ρ = {rho:.2f}: they {verdict}.")
-    if moved:
-        top = moved[0]
-        sentence += (f" {top['node']} moves most: rank {top['direct_rank']} by direct effect ({top['direct']:+.3g}), "
-                     f"rank {top['lrp_rank']} by LRP ({top['lrp']:+.3g}).")
-    st.markdown(sentence)
+    sentence = graph.agreement_sentence(len(into))
+    if sentence is not None:
+        st.markdown(sentence)
 
 
 def _selection(event, graph, key: tuple) -> list[str]:

@@ -427,3 +427,19 @@ def test_the_graphs_token_cap_is_named_as_its_own(bundled_lm):
     with pytest.raises(InterpscopeError) as refused:
         build_graph(bundled_lm, tset, "word " * 200, lrp=None)
     assert "this view's own limit" in str(refused.value) and "INTERPSCOPE_MAX_TOKENS" not in str(refused.value)
+
+
+def test_the_agreement_sentence_compares_unrounded_and_shows_it():
+    """'Spearman ρ = 0.70: they partly agree' read as a contradiction ('mostly' starts at 0.7): the sentence now
+    shows the digits that decided it."""
+    from interpscope.graphs.result import AttributionGraph
+
+    def said(rho):
+        graph = AttributionGraph(model="m", transcoders="t", text="x", tokens=["x"], target={}, logit=1.0,
+                                 logit_inputs_sum=1.0, agreement={"spearman": rho, "n_nodes": 9})
+        return graph.agreement_sentence(9)
+
+    assert said(0.6996).endswith("ρ = 0.6996 (below 0.7): they partly agree.")
+    assert said(0.7004).endswith("ρ = 0.7004 (above 0.7): they mostly agree.")
+    assert said(0.7).endswith("ρ = 0.70: they mostly agree.") and said(0.85).endswith("ρ = 0.85: they mostly agree.")
+    assert said(0.2996).endswith("(below 0.3): they disagree.") and said(0.5).endswith("0.50: they partly agree.")

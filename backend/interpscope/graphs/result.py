@@ -84,6 +84,27 @@ class AttributionGraph(Result):
                    "sink")
         return [{c: node.get(c) for c in columns} for node in self.nodes]
 
+    def agreement_sentence(self, n_into: int) -> str | None:
+        """The page's reading of direct effects beside LRP: the Spearman rho and the verdict it meets ('mostly agree'
+        from 0.7, 'partly' from 0.3), compared unrounded and printed so the comparison shows (0.6996 is not 0.70)."""
+        agreement = self.agreement or {}
+        rho, moved = agreement.get("spearman"), agreement.get("moved") or []
+        if rho is None:
+            return None
+        cuts = ((0.7, "mostly agree"), (0.3, "partly agree"))
+        verdict = next((words for cut, words in cuts if rho >= cut), "disagree")
+        shown = f"{rho:.2f}"
+        near = next((cut for cut, _ in cuts if f"{cut:.2f}" == shown and rho != cut), None)
+        if near is not None:  # rounding would hide which side of the cut it fell on
+            shown = f"{rho:.4f} ({'below' if rho < near else 'above'} {near:g})"
+        sentence = (f"Over {agreement.get('n_nodes', n_into)} nodes the two rank contributions to the logit with "
+                    f"Spearman ρ = {shown}: they {verdict}.")
+        if moved:
+            top = moved[0]
+            sentence += (f" {top['node']} moves most: rank {top['direct_rank']} by direct effect "
+                         f"({top['direct']:+.3g}), rank {top['lrp_rank']} by LRP ({top['lrp']:+.3g}).")
+        return sentence
+
     def to_neuronpedia(self, slug: str | None = None) -> dict[str, Any]:
         from interpscope.graphs.neuronpedia import to_neuronpedia
 
