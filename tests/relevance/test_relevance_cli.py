@@ -25,7 +25,8 @@ def test_explain_json_fields(capsys, tmp_path, bundled_lm, method):
     data = json.loads(out.read_text())
     assert data["model"] == "smollm2-135m" and data["method"] == method
     words = bundled_lm.token_strings(bundled_lm.encode(TEXT)[0])
-    assert data["bos_prepended"] is True and data["tokens"] == [bundled_lm.tokenizer.bos_token] + words
+    prefix = bundled_lm.tokenizer.convert_ids_to_tokens(bundled_lm.prefix_token_id)  # the model's measured prefix
+    assert data["bos_prepended"] is True and data["tokens"] == [prefix] + words
     assert data["sink_positions"][0] == 0 and data["sinks"][0]["prepended"] and 1 not in data["sink_positions"]
     assert len(data["relevance"]) == len(data["tokens"]) and all(isinstance(v, float) for v in data["relevance"])
     assert set(data["target"]) >= {"token", "token_id", "position", "label", "kind"}

@@ -59,6 +59,9 @@ class FileSpec:
     method: str
     options: dict
     token: str | None = None
+    # the token every row runs after (interpscope.inputs.input_ids_for): a run made under another prefix holds other
+    # maps, so it is a different run (a resume never mixes them)
+    prefix_token_id: int | None = None
 
 
 @dataclass
@@ -187,7 +190,7 @@ def explain_file(lm: LoadedModel, table: UploadTable, data: bytes, method: str, 
     options = (options or MethodOptions()).checked()
     spec_method = get_method(method, lm.adapter)
     spec = FileSpec(file_sha256=file_sha256(data), n_rows=len(table.examples), model=lm.name, method=spec_method.name,
-                    options=options.to_dict(), token=token)
+                    options=options.to_dict(), token=token, prefix_token_id=lm.prefix_token_id)
     out = Path(folder) if folder else default_folder(spec)
     owned = OutputFolder.claim(out, force=force, command="explain --all-rows")
     saved = json.loads((out / SPEC_FILE).read_text(encoding="utf-8")) if (out / SPEC_FILE).is_file() else None
