@@ -175,7 +175,8 @@ def result_classes() -> dict[str, list[type]]:
 
     schemas: dict[str, list[type]] = {}
     for cls in _all_subclasses(Result):
-        if cls.SCHEMA:
+        # the package's own results only: a test or a notebook may define Result subclasses in the same process
+        if cls.SCHEMA and cls.__module__.split(".")[0] == "interpscope":
             schemas.setdefault(cls.SCHEMA, []).append(cls)
     return dict(sorted(schemas.items()))
 
