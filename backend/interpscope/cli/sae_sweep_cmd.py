@@ -69,10 +69,23 @@ def _specs(args: argparse.Namespace):
     return grid(archs, args.width, coefficients, ks)
 
 
+def sweep_settings(args: argparse.Namespace):
+    """The SweepSettings a command line asks for (`sae sweep`, and `sae train --target-hook`, which trains its
+    transcoders through the sweep's machinery)."""
+    from interpscope.sae.sweep import SweepSettings
+
+    return SweepSettings(model_name=args.model.strip(), hook_name=args.hook, target_hook=args.target_hook,
+                         width=args.width, tokens=args.tokens, cache_tokens=args.cache_tokens,
+                         source=str(args.corpus or "austen"), context_size=args.context,
+                         batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
+                         decay_fraction=args.decay_fraction, resample_at=tuple(args.resample_at),
+                         dead_window_tokens=args.dead_window_tokens, seed=args.seed, save_dtype=args.save_dtype)
+
+
 def _sweep(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from interpscope.sae.sweep import SweepSettings, check_sweep, run_sweep
+    from interpscope.sae.sweep import check_sweep, run_sweep
 
     specs = _specs(args)
     if args.tokens < args.batch_size:
@@ -85,12 +98,7 @@ def _sweep(args: argparse.Namespace) -> int:
         raise InterpscopeError("A transcoder needs --target-hook (the activation it predicts, e.g. "
                                "blocks.L.hook_mlp_out).")
     check_corpus(args.corpus)
-    settings = SweepSettings(model_name=args.model.strip(), hook_name=args.hook, target_hook=args.target_hook,
-                             width=args.width, tokens=args.tokens, cache_tokens=args.cache_tokens,
-                             source=str(args.corpus or "austen"), context_size=args.context,
-                             batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
-                             decay_fraction=args.decay_fraction, resample_at=tuple(args.resample_at),
-                             dead_window_tokens=args.dead_window_tokens, seed=args.seed, save_dtype=args.save_dtype)
+    settings = sweep_settings(args)
     check_sweep(args.out, settings, force=args.force)
     check_outputs(args)
     if args.ray and args.workers == 1 and not args.ray_address:

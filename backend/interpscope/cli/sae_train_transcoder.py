@@ -41,12 +41,12 @@ def train_transcoders(args: argparse.Namespace, specs: list, *,
     them on --eval-tokens test tokens when asked; the training report of the run."""
     from interpscope import atomic
     from interpscope.cli.common import load_from_args
+    from interpscope.cli.sae_sweep_cmd import sweep_settings
     from interpscope.cli.scale_args import scale_from_args
     from interpscope.outputs import OutputFolder
     from interpscope.sae.documents import training_report
     from interpscope.sae.sweep import (
         SWEEP_FILE,
-        SweepSettings,
         check_sweep,
         finished,
         point_record,
@@ -54,12 +54,7 @@ def train_transcoders(args: argparse.Namespace, specs: list, *,
         train_point,
     )
 
-    settings = SweepSettings(model_name=args.model.strip(), hook_name=args.hook, target_hook=args.target_hook,
-                             width=args.width, tokens=args.tokens, cache_tokens=args.cache_tokens,
-                             source=str(args.corpus or "austen"), context_size=args.context,
-                             batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
-                             decay_fraction=args.decay_fraction, resample_at=tuple(args.resample_at),
-                             dead_window_tokens=args.dead_window_tokens, seed=args.seed, save_dtype=args.save_dtype)
+    settings = sweep_settings(args)
     check_sweep(args.out, settings, force=args.force)  # the folder may be written; a run there has these settings
     scale = scale_from_args(args)
     loaded = load_from_args(args)
