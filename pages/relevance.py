@@ -156,18 +156,22 @@ def latent_view(result: RelevanceResult) -> None:
 
 def faithfulness_view(lm: LoadedModel, run: dict, labels: dict) -> None:
     st.subheader("Faithfulness")
-    st.caption("Remove tokens (embedding set to zero) most relevant first (MoRF) or least relevant first (LeRF) and "
-               "track the target. ABPC = AUC(LeRF) - AUC(MoRF): higher means the map found what matters.")
+    options = run.get("options") or MethodOptions()
+    baseline = {"zero": "set to zero", "pad": "set to the pad token's", "mean": "set to the mean embedding"}.get(
+        options.baseline, f"set to the {options.baseline} baseline")
+    st.caption(f"Remove tokens (embedding {baseline}, the baseline the map's settings name) most relevant first "
+               "(MoRF) or least relevant first (LeRF) and track the target. ABPC = AUC(LeRF) - AUC(MoRF): higher "
+               "means the map found what matters. Every method runs with the settings above.")
     if not st.button("Curves for every method on this input", key="relevance-faith"):
         return
     maps = []
     with progress("Perturbing: methods", "relevance-faith") as report:
         for index, name in enumerate(labels):
             with show_errors():
-                maps.append(_explain(run["text"], name, run["token"], run["contrast"], False, None, run.get("bos")))
+                maps.append(_explain(run["text"], name, run["token"], run["contrast"], False, options, run.get("bos")))
             report(index + 1, len(labels))
         with show_errors():
-            comparison = compare_faithfulness(lm, maps)
+            comparison = compare_faithfulness(lm, maps, baseline=options.baseline)
     fig = comparison.figure()
     st.plotly_chart(fig, key="relevance-curves")
     export_menu(fig, comparison, key="curves", filename="relevance-curves")

@@ -2,7 +2,7 @@
 
 Written for this project, not drawn from the training corpus (Austen etc.): factual recall, indirect-object
 identification (IOI), subject-verb agreement, code, arithmetic, and a few others (antonyms, sequences, morphology).
-Every expected next token must be ONE token of the bundled model's tokenizer (SmolLM2 adds no BOS); a prompt whose
+Every expected next token must be ONE token of the bundled model's tokenizer (the prompt runs as every view runs it, with the model's measured prefix token first); a prompt whose
 expected text is not one token stops the build. For each prompt the bundled model's top-1 token, its probability
 and the expected token's probability are recorded, so a run can keep the prompts where the model is confident.
 
@@ -215,6 +215,7 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
+    from interpscope.inputs import input_ids_for
     from interpscope.models import load_model
     from interpscope.predict import next_logits
 
@@ -228,7 +229,7 @@ def main() -> None:
         if index % 25 == 0:
             print(f"{index}/{len(rows)}", file=sys.stderr, flush=True)
         ids = lm.tokenizer.encode(row["expected"], add_special_tokens=False)
-        text_ids = lm.encode(row["text"])
+        text_ids, _ = input_ids_for(lm, row["text"], None)  # "tokens" counts the prefix token too
         logits = next_logits(lm.model, text_ids).double()
         probs = torch.softmax(logits, -1)
         top = int(probs.argmax())

@@ -115,13 +115,18 @@ def faithfulness(lm: LoadedModel, result: RelevanceResult, baseline: str = "zero
 def compare_faithfulness(lm: LoadedModel, text: str, methods: Sequence[str] | None = None, *,
                          target: str | int | None = None, contrast: tuple[str | int, str | int] | None = None,
                          prepend_bos: bool | None = None, baseline: str = "zero", steps: int = 10,
-                         seed: int = 0) -> FaithfulnessComparison:
+                         seed: int = 0, **options) -> FaithfulnessComparison:
     """Every method's (default: all `lm` serves) curves and ABPC on one input and target (schema
-    interpscope.faithfulness_comparison; = the relevance page's "Curves for every method" export)."""
+    interpscope.faithfulness_comparison; = the relevance page's "Curves for every method" export and `explain
+    --faithfulness --compare --json`). **options: the methods' own options, as for explain() (ig_steps=64,
+    occlusion_window=3); IG and occlusion start from the deletion `baseline` unless options name another. Each
+    curve records the settings its map was computed with (`settings`)."""
     from interpscope.relevance.heldout import compare_faithfulness as compare
 
     names = list(methods) if methods else _served(lm)
-    maps = [explain(lm, text, name, target=target, contrast=contrast, prepend_bos=prepend_bos) for name in names]
+    options = {"baseline": baseline} | options
+    maps = [explain(lm, text, name, target=target, contrast=contrast, prepend_bos=prepend_bos, **options)
+            for name in names]
     return compare(lm, maps, baseline=baseline, steps=steps, seed=seed)
 
 

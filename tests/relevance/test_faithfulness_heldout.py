@@ -171,8 +171,9 @@ def test_heldout_study_on_a_tiny_model():
     assert set(result.diagnosis["ranking"]) == {"zero", "pad", "mean"}
 
 
-def _with_a_sink_at_0(monkeypatch):
-    """Make the held-out rows' one sink helper measure position 0 as a sink (123x): a tiny random model has none."""
+def _with_a_sink_at_1(monkeypatch):
+    """Make the held-out rows' one sink helper measure position 1, the text's first token after the prefix, as a
+    sink (123x): a tiny random model has none."""
     import interpscope.relevance.heldout as heldout
     from interpscope.sinks import SinkReport
 
@@ -180,29 +181,33 @@ def _with_a_sink_at_0(monkeypatch):
 
     def report(adapter, ids, prepended=None):
         found = measured(adapter, ids, prepended)
-        return SinkReport(measured={**found.measured, 0: 123.0}, prepended=found.prepended, point=found.point,
+        return SinkReport(measured={**found.measured, 1: 123.0}, prepended=found.prepended, point=found.point,
                           ratios=found.ratios)
 
     monkeypatch.setattr(heldout, "sink_report", report)
 
 
 def test_heldout_rows_name_why_each_position_is_excluded(monkeypatch):
+    from interpscope.inputs import input_ids_for
     from interpscope.relevance.file_attribution import OLD_ROW_REASON, excluded_reasons
     from interpscope.relevance.sinks import sink_report
 
     lm = _tiny()
     plain = run_heldout(lm, PROMPTS[:2], methods=["gradxinput"], baselines=["zero"], curve_steps=2, bootstrap=20)
     for row in plain.rows:  # the one sink helper's rows, as explain() and whole-file rows keep them
-        assert row["excluded"] == sink_report(lm.adapter, lm.encode(row["text"])).rows(row["tokens"])
+        ids, prepended = input_ids_for(lm, row["text"], None)  # as every view runs it: the prefix token first
+        assert prepended and row["prefix_kept"] and row["tokens"] == lm.token_strings(ids[0])
+        assert row["excluded"] == sink_report(lm.adapter, ids, 0).rows(row["tokens"])
+        assert row["excluded"][0]["position"] == 0 and row["excluded"][0]["prepended"] is True
         assert OLD_ROW_REASON not in excluded_reasons(row).values()
-    _with_a_sink_at_0(monkeypatch)
+    _with_a_sink_at_1(monkeypatch)
     result = run_heldout(lm, PROMPTS[:2], methods=["gradxinput"], baselines=["zero"], curve_steps=2, bootstrap=20)
     for row in result.rows:
-        assert 0 in row["sinks"]
-        first = next(e for e in row["excluded"] if e["position"] == 0)
+        assert 1 in row["sinks"]
+        first = next(e for e in row["excluded"] if e["position"] == 1)
         assert first["reason"] == "measured attention sink, 123x the median norm" and first["ratio"] == 123.0
-        assert first["token"] == row["tokens"][0] and first["prepended"] is False
-        assert excluded_reasons(row)[0] == "measured attention sink, 123x the median norm"
+        assert first["token"] == row["tokens"][1] and first["prepended"] is False
+        assert excluded_reasons(row)[1] == "measured attention sink, 123x the median norm"
 
 
 def test_explain_faithfulness_json_round_trip(tmp_path, capsys, monkeypatch):
@@ -253,7 +258,7 @@ def test_the_batch_view_reads_the_shipped_set(tmp_path, monkeypatch):
     from tests.apptest_util import open_page
     from tests.sae_store_tiny import save_tiny_lm
 
-    _with_a_sink_at_0(monkeypatch)
+    _with_a_sink_at_1(monkeypatch)
     monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
     model = save_tiny_lm(tmp_path / "model", seed=3)
     at = open_page("pages/relevance.py", model_choice="Other: Hugging Face id or local folder…",

@@ -32,7 +32,8 @@ def test_explain_json_fields(capsys, tmp_path, bundled_lm, method):
     assert set(data["target"]) >= {"token", "token_id", "position", "label", "kind"}
     assert data["target"]["position"] == len(data["tokens"]) - 1 and data["target"]["kind"] == "logit"
     assert isinstance(data["logit"], float) and data["seconds"] > 0
-    assert data["schema"] == "interpscope.relevance" and data["schema_version"] == 1
+    assert data["schema"] == "interpscope.relevance" and data["schema_version"] == 2
+    assert ("settings" in data) == (method in ("ig", "occlusion"))  # only methods that take options
     conservation = data.get("conservation")
     if method in ("attnlrp", "cplrp"):
         assert {"input_sum", "softmax_sum", "relative_error"} <= set(conservation)

@@ -151,15 +151,17 @@ def _methods(args, lm: LoadedModel) -> list[str]:
 def _run_compare(args, lm: LoadedModel, text: str, write_outputs) -> int:
     from tqdm import tqdm
 
+    from interpscope.cli.method_options import options_from_args
     from interpscope.relevance.api import explain
     from interpscope.relevance.heldout import compare_faithfulness
 
     methods = _methods(args, lm)
+    options = options_from_args(args)  # --ig-steps, --occlusion-window; --baseline is IG's start and the deletion's
     maps = []
     for method in tqdm(methods, desc="methods", file=sys.stderr):
         maps.append(explain(lm, text, method, token=args.target_token,
                             contrast=tuple(args.contrast) if args.contrast else None, prepend_bos=args.prepend_bos,
-                            top=0))
+                            top=0, options=options))
     comparison = compare_faithfulness(lm, maps, baseline=args.baseline or "zero", steps=args.curve_steps,
                                       seed=args.seed)
     write_outputs(args, comparison)
@@ -167,7 +169,9 @@ def _run_compare(args, lm: LoadedModel, text: str, write_outputs) -> int:
         print(f"{len(maps)} methods on {lm.name}: target {maps[0].target.label}; tokens removed to the "
               f"{comparison.baseline} baseline")
         for curve in sorted(comparison.curves, key=lambda c: -c.abpc):
-            print(f"  {curve.method_label:<24} ABPC {curve.abpc:+.4f}  (random order {curve.random_abpc:+.4f})")
+            settings = ", ".join(f"{k} {v}" for k, v in (curve.settings or {}).items())
+            print(f"  {curve.method_label:<24} ABPC {curve.abpc:+.4f}  (random order {curve.random_abpc:+.4f})"
+                  + (f"  [{settings}]" if settings else ""))
     return 0
 
 

@@ -50,7 +50,7 @@ class RelevanceResult(Result):
     `latent` unless asked for, `top` when top=0."""
 
     SCHEMA = "interpscope.relevance"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2  # 2: settings (the method's option values) for methods that take options
 
     model: str
     method: str
@@ -71,6 +71,7 @@ class RelevanceResult(Result):
     sinks: list[dict] = field(default_factory=list)
     bos_prepended: bool = False
     model_kind: list[str] = field(default_factory=list)
+    settings: dict | None = None
 
     @property
     def sink_word(self) -> str:
@@ -211,7 +212,17 @@ def explain(lm: LoadedModel, text: str | None = None, method: str = "attnlrp", *
                            logit=attribution.logit, conservation=attribution.conservation, seconds=seconds,
                            latent=attribution.latent, completeness=attribution.completeness, law=spec.law,
                            through_softmax=spec.through_softmax, sink_positions=report.positions, top=predictions,
-                           sinks=report.rows(tokens, words(kind)["sink"]), bos_prepended=prepended, model_kind=kind)
+                           sinks=report.rows(tokens, words(kind)["sink"]), bos_prepended=prepended, model_kind=kind,
+                           settings=method_settings(spec, options))
+
+
+def method_settings(spec, options: MethodOptions | None) -> dict | None:
+    """The values of the options this method takes (its registration's OptionSpecs) that the map was computed
+    with, by option name; None for a method that takes none (the document's `settings` is then absent)."""
+    if not spec.options:
+        return None
+    chosen = options or MethodOptions()
+    return {option.name: chosen[option.name] for option in spec.options}
 
 
 def faithfulness(lm: LoadedModel, result: RelevanceResult, steps: int = DEFAULT_STEPS) -> PerturbationCurves:

@@ -4,7 +4,9 @@ The set (assets/prompts/heldout-v1.jsonl, built by scripts/build_heldout_prompts
 categories, each with its expected next token (one token of the bundled tokenizer) and whether the bundled model's
 top-1 is that token. Each prompt is explained for its expected token by every method; each map's MoRF / LeRF
 curves are run under every deletion baseline (zero, pad, mean embedding), IG and occlusion computing their maps
-from the same baseline the deletion uses. A random ordering per prompt (seeded) is the chance level. With the
+from the same baseline the deletion uses. Each prompt runs as every view runs it (interpscope.inputs.input_ids_for:
+the model's measured prefix token first where it has one); a prepended prefix stays in place in every curve, as
+in `explain --faithfulness`. A random ordering per prompt (seeded) is the chance level. With the
 position 0 and any measured sink (a massive-activation row, interpscope.sinks) kept in place the curves run again
 under the first baseline. AttnLRP's softmax share (the conservation readout) is kept per prompt, so its link to ABPC
 can be read. Each row keeps its excluded positions ("sinks") and why each is excluded ("excluded": position, token,
@@ -27,6 +29,7 @@ import torch
 
 from interpscope.capture import model_lock
 from interpscope.config import ASSETS_DIR, InterpscopeError
+from interpscope.inputs import input_ids_for
 from interpscope.progress import Progress
 from interpscope.relevance import heldout_stats as stats
 from interpscope.relevance.baselines import BASELINES, baseline_embeds
@@ -128,7 +131,7 @@ class HeldoutResult(Result):
     `explain --faithfulness --set heldout --json` and the relevance page's held-out export)."""
 
     SCHEMA = "interpscope.heldout_faithfulness"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2  # 2: prompts run with the model's prefix token (rows' prefix_kept); settings per method
     TIMING_KEYS = ("seconds", "cpu_seconds")
 
     model: str
@@ -170,8 +173,9 @@ def prompt_row(lm: LoadedModel, prompt: dict, settings: HeldoutSettings, index: 
     from interpscope.relevance.api import model_kind, run_method
     from interpscope.sinks import words
 
-    ids = lm.encode(prompt["text"])
+    ids, prepended = input_ids_for(lm, prompt["text"], None)  # the model's default prefix, as every view runs it
     n_tokens = int(ids.shape[1])
+    prefix = [0] if prepended else []  # a prepended prefix stays in place: only the text's tokens are removed
     pieces = lm.tokenizer.encode(prompt["expected"], add_special_tokens=False)  # this model's tokenizer
     if len(pieces) != 1:
         raise InterpscopeError(f"{prompt['id']}: the expected {prompt['expected']!r} is {len(pieces)} tokens for "
@@ -184,6 +188,7 @@ def prompt_row(lm: LoadedModel, prompt: dict, settings: HeldoutSettings, index: 
     maps: dict = {}
     row = {k: prompt[k] for k in ("id", "category", "text", "expected") if k in prompt}
     row["tokens"] = lm.token_strings(ids[0])
+    row["prefix_kept"] = bool(prepended)
     shares = {}
     matched = matched_methods()
     for method in settings.methods:
@@ -202,12 +207,12 @@ def prompt_row(lm: LoadedModel, prompt: dict, settings: HeldoutSettings, index: 
     names = [*settings.methods, stats.RANDOM]
     key = {(m, b): (m, b if m in matched else None) for m in names for b in settings.baselines}
     with model_lock(lm):
-        report = sink_report(lm.adapter, ids)  # measured massive-activation rows (SmolLM2 adds no BOS)
+        report = sink_report(lm.adapter, ids, 0 if prepended else None)  # measured massive-activation rows
         sinks = report.positions
-        kept = sorted({0, *sinks})
+        kept = sorted({0, *sinks})  # the prefix (or the first word, without one) and every measured sink
         curves = curves_for_maps(lm.adapter, ids, target, maps, references,
                                  [(key[(m, b)], b) for m in names for b in settings.baselines],
-                                 steps=settings.curve_steps)
+                                 steps=settings.curve_steps, fixed=prefix)
         first = settings.baselines[0]
         fixed = (curves_for_maps(lm.adapter, ids, target, maps, references,
                                  [(key[(m, first)], first) for m in names], steps=settings.curve_steps,
@@ -352,7 +357,7 @@ class TextFaithfulness(Result):
     interpscope.faithfulness: `explain --faithfulness --json` and the API's interpscope.faithfulness()."""
 
     SCHEMA = "interpscope.faithfulness"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2  # 2: settings, the option values the map was computed with
 
     method: str
     baseline: str
@@ -370,6 +375,7 @@ class TextFaithfulness(Result):
     seed: int
     bos_kept: bool = False
     method_label: str | None = None
+    settings: dict | None = None
 
     def tidy(self) -> list[dict]:
         """One row per point of the curves: the fraction of tokens removed, the value after MoRF and LeRF removal."""
@@ -394,7 +400,7 @@ class FaithfulnessComparison(Result):
     export; each entry of `curves` is a TextFaithfulness body)."""
 
     SCHEMA = "interpscope.faithfulness_comparison"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2  # 2: each curve's settings
 
     model: str
     tokens: list[str]
@@ -451,4 +457,5 @@ def text_faithfulness(lm: LoadedModel, result, baseline: str = "zero", steps: in
                             morf=mine.morf.tolist(), lerf=mine.lerf.tolist(), morf_auc=mine.morf_auc,
                             lerf_auc=mine.lerf_auc, abpc=mine.abpc, random_abpc=mean, random_ci_low=low,
                             random_ci_high=high, random_orders=random_orders, seed=seed, bos_kept=bool(fixed),
-                            method_label=getattr(result, "method_label", None))
+                            method_label=getattr(result, "method_label", None),
+                            settings=getattr(result, "settings", None))
