@@ -51,6 +51,20 @@ def show_errors() -> Iterator[None]:
         st.stop()
 
 
+def _keeps() -> dict[str, Any]:
+    import inspect
+
+    return {"persist_state": "page"} if "persist_state" in inspect.signature(st.number_input).parameters else {}
+
+
+# Keyword arguments for the widget of a page input that a view or a choice hides: its value stays while the widget is
+# not drawn (another view of the page), instead of coming back at the default, or at a value the page set before the
+# visitor changed it, when it is drawn again (a feature chosen before the Prompt view is still the feature in the
+# Steering view, and in the URL). Streamlit's persist_state (page scope: gone on a page switch); on a Streamlit
+# without it, nothing.
+KEEP: dict[str, Any] = _keeps()
+
+
 def text_source(key: str, label: str = "Text", default: str = "", height: int = 120) -> str | None:
     """A paste box, or an upload (.txt/.md one example per line, .csv text column, .jsonl "text") with a row
     pick. Returns checked text, or None after showing why the input can't be used. The pasted text's widget key
@@ -58,10 +72,10 @@ def text_source(key: str, label: str = "Text", default: str = "", height: int = 
     is noted for committed(): a replaced file clears the page's last Run instead of computing its first row."""
     st.session_state["_text-upload"] = None
     mode = st.radio("Input", ["Paste text", "Upload a file"], horizontal=True, key=f"{key}-mode",
-                    label_visibility="collapsed")
+                    label_visibility="collapsed", **KEEP)
     if mode == "Paste text":
         st.session_state.setdefault(f"{key}-text", default)
-        text = st.text_area(label, height=height, key=f"{key}-text")
+        text = st.text_area(label, height=height, key=f"{key}-text", **KEEP)
     else:
         upload = st.file_uploader("Upload .txt, .md, .csv (a text column) or .jsonl (a \"text\" field)",
                                   type=["txt", "md", "csv", "jsonl"], key=f"{key}-upload")

@@ -16,7 +16,7 @@ from interpscope.relevance.api import RelevanceResult, ig_convergence
 from interpscope.relevance.baselines import CONVERGENCE_STEPS
 from interpscope.relevance.methods import MethodOptions, get_method
 from interpscope.sinks import SINK_FACTOR
-from pages._common import Param, follow, model_key, progress, shared, show_errors
+from pages._common import KEEP, Param, follow, model_key, progress, shared, show_errors
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -49,7 +49,7 @@ def bos_toggle(lm: LoadedModel, container, key: str = BOS_KEY, owner=None) -> bo
                  "This tokenizer has no BOS token." if token_id is None else
                  f"Put {name!r} before the text (this tokenizer adds none), {where}. A prepended token is shown, "
                  "named, and never ranked or used for the colour scale.")
-    return bool(container.toggle("Prepend BOS", key=key, help=help_text, disabled=adds or token_id is None))
+    return bool(container.toggle("Prepend BOS", key=key, help=help_text, disabled=adds or token_id is None, **KEEP))
 
 
 def sink_caption(result: RelevanceResult, bos_id: int | None = None) -> None:

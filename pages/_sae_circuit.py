@@ -12,7 +12,7 @@ from interpscope.figures.sae import circuit_figure, circuit_readout_figure
 from interpscope.relevance.methods import method_labels, rule_methods
 from interpscope.sae.circuits import FeatureCircuit, feature_circuit
 from interpscope.sae.store import FeatureStore, list_stores
-from pages._common import bounded, committed, is_shared, shared, show_errors, timing
+from pages._common import KEEP, bounded, committed, follow, is_shared, shared, show_errors, timing
 from pages._sae_models import device_dtype, firing_note, prompt_view
 
 if TYPE_CHECKING:
@@ -59,21 +59,21 @@ def show_circuit(store: FeatureStore, lm: LoadedModel, text: str, open_in_store:
     cols = st.columns([2, 2, 1])
     if st.session_state.get("sae-circuit-upstream") not in candidates:
         st.session_state["sae-circuit-upstream"] = next(iter(candidates))
-    upstream_name = cols[0].selectbox("Upstream SAE (spliced in)", list(candidates), key="sae-circuit-upstream")
-    target = cols[1].radio("Explain", TARGETS, key="sae-circuit-target")
+    upstream_name = cols[0].selectbox("Upstream SAE (spliced in)", list(candidates), key="sae-circuit-upstream", **KEEP)
+    target = cols[1].radio("Explain", TARGETS, key="sae-circuit-target", **KEEP)
     rules = method_labels(rule_methods(lm.adapter))  # the LRP rule sets this model can run, from the registry
     if rules and st.session_state.get("sae-circuit-method") not in rules:
         st.session_state["sae-circuit-method"] = next(iter(rules))
-    method = cols[2].radio("Rules", list(rules), key="sae-circuit-method", format_func=rules.get)
+    method = cols[2].radio("Rules", list(rules), key="sae-circuit-method", format_func=rules.get, **KEEP)
     feature, position = None, -1
     if target == TARGETS[0]:
         pair = st.columns(2)
-        if st.session_state.get("sae-circuit-feature") is None:
-            st.session_state["sae-circuit-feature"] = int(st.session_state.get("sae_feature", 0))
+        browsing = int(st.session_state.get("sae_feature", 0))  # as the other live views' boxes (_feature_input)
+        follow("sae-circuit-feature", browsing, lambda: browsing)
         bounded("sae-circuit-feature", 0, store.d_sae - 1, "feature")
         feature = int(pair[0].number_input(f"Feature (0–{store.d_sae - 1})", 0, store.d_sae - 1,
-                                           key="sae-circuit-feature"))
-        position = int(pair[1].number_input("Token position (-1 = last)", -1, 4096, key="sae-circuit-pos"))
+                                           key="sae-circuit-feature", **KEEP))
+        position = int(pair[1].number_input("Token position (-1 = last)", -1, 4096, key="sae-circuit-pos", **KEEP))
     submitted = st.button("Run", type="primary", key="sae-circuit-run")
     run = committed("sae-circuit", {"store": store.name, "upstream": upstream_name, "text": text, "target": target,
                                     "feature": feature, "position": position, "method": method, "bos": bos},

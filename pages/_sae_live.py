@@ -28,7 +28,7 @@ from interpscope.sae.store import FeatureStore, build_store
 from interpscope.sae.store.prompt import FeatureAttribution, PromptFeatures, feature_attribution
 from interpscope.sae.store.steering import MAX_NEW_TOKENS, STRENGTH_MULTIPLE, SteeringResult, default_strength, steer
 from interpscope.sinks import SINK_FACTOR
-from pages._common import bounded, committed, follow, progress, text_source
+from pages._common import KEEP, bounded, committed, follow, progress, text_source
 from pages._relevance_extras import bos_toggle
 from pages._sae_circuit import show_circuit
 from pages._sae_models import device_dtype, firing_note, prompt_view, store_lm, store_sae
@@ -72,12 +72,13 @@ def _steer(store_path: str, model_key: tuple, text: str, feature: int, mode: str
 
 
 def _feature_input(store: FeatureStore, key: str) -> int:
-    """A live view's feature box: starts at the feature open in the browser (or the one a link names)."""
-    if st.session_state.get(key) is None:
-        st.session_state[key] = int(st.session_state.get("sae_feature", 0))
+    """A live view's feature box: starts at the feature open in the browser (or the one a link names), follows it
+    when another feature is opened there, and keeps a feature picked in the box while the browser's stays."""
+    browsing = int(st.session_state.get("sae_feature", 0))
+    follow(key, browsing, lambda: browsing)
     bounded(key, 0, store.d_sae - 1, "feature")
     return int(st.number_input(f"Feature (0–{store.d_sae - 1})", min_value=0, max_value=store.d_sae - 1, step=1,
-                               key=key))
+                               key=key, **KEEP))
 
 
 def exclusion_caption(result: PromptFeatures) -> str:
@@ -99,7 +100,7 @@ def exclusion_caption(result: PromptFeatures) -> str:
 
 def show_prompt(store: FeatureStore, lm: LoadedModel, text: str, open_feature: Callable[[int], None],
                 bos: bool | None) -> None:
-    n_top = st.slider("Features in the heatmap", 5, 50, key="sae-prompt-top")  # default and URL: the page's Param
+    n_top = st.slider("Features in the heatmap", 5, 50, key="sae-prompt-top", **KEEP)  # default, URL: the Param
     result = prompt_view(str(store.folder), (lm.name,) + device_dtype(), text, n_top, bos)
     sinks = result.excluded_positions
     st.caption(exclusion_caption(result))
@@ -178,13 +179,13 @@ def show_attribution(store: FeatureStore, lm: LoadedModel, text: str, bos: bool 
                        "strongest.")
         st.session_state["sae-attr-position"] = best
     position = st.selectbox("Position", positions, key="sae-attr-position",
-                            format_func=lambda i: f"{i}: {view.tokens[i]!r} (activation {column[i]:.3g})")
+                            format_func=lambda i: f"{i}: {view.tokens[i]!r} (activation {column[i]:.3g})", **KEEP)
     lrp = rule_methods(lm.adapter)  # the LRP rule sets this model can run, from the registry
     names = [m.name for m in lrp]
     if names and st.session_state.get("sae-attr-method") not in names:
         st.session_state["sae-attr-method"] = names[0]
     method = st.radio("Method", names, format_func=lambda n: {m.name: m.label for m in lrp}[n], horizontal=True,
-                      key="sae-attr-method") if names else None
+                      key="sae-attr-method", **KEEP) if names else None
     submitted = st.button("Run", type="primary", key="sae-attr-run")
     run = committed("sae-attr", {"store": store.name, "text": text, "feature": feature, "position": int(position),
                                  "method": method, "bos": bos}, submitted)
@@ -222,14 +223,14 @@ def show_steering(store: FeatureStore, lm: LoadedModel, text: str, bos: bool | N
     max_act = float(store.max_activation[feature]) or 1.0
     cols = st.columns(3)
     mode = cols[0].radio("Edit", ["add", "ablate"], horizontal=True, key="sae-steer-mode",
-                         format_func=lambda m: {"add": "Add the direction", "ablate": "Remove the feature"}[m])
+                         format_func=lambda m: {"add": "Add the direction", "ablate": "Remove the feature"}[m], **KEEP)
     follow("sae-steer-strength", feature, lambda: round(default_strength(max_act), 3))  # a link's strength stays
     strength = cols[1].number_input("Strength (activation units)", step=max_act / 2, key="sae-steer-strength",
                                     disabled=mode == "ablate",
                                     help=f"Adds strength × W_dec[{feature}] at every position. The default is "
                                          f"{STRENGTH_MULTIPLE:g}× this feature's max activation on the corpus "
-                                         f"({max_act:.3g}): larger edits break the text (see the README).")
-    n_new = cols[2].slider("Tokens to generate", 0, MAX_NEW_TOKENS, key="sae-steer-new")
+                                         f"({max_act:.3g}): larger edits break the text (see the README).", **KEEP)
+    n_new = cols[2].slider("Tokens to generate", 0, MAX_NEW_TOKENS, key="sae-steer-new", **KEEP)
     submitted = st.button("Run", type="primary", key="sae-steer-run")
     run = committed("sae-steer", {"store": store.name, "text": text, "feature": feature, "mode": mode,
                                   "strength": float(strength), "n_new": n_new, "bos": bos}, submitted)

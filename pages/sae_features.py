@@ -24,7 +24,7 @@ from interpscope.sae.store import FeatureStore, list_stores
 from interpscope.sae.store.documents import FeatureSearch
 from interpscope.sae.store.explanation_quality import chance_score, explanation_summary, quality
 from interpscope.sae.store.search import no_match_reason, search
-from pages._common import Param, bounded, model_key, model_params, show_errors, url_inputs, url_is_new, write_url
+from pages._common import KEEP, Param, bounded, model_key, model_params, show_errors, url_inputs, url_is_new, write_url
 from pages._relevance_extras import bos_param
 from pages._sae_live import BOS_KEY, DEFAULT_PROMPT, VIEWS_LIVE, build_section, live_view
 
@@ -76,7 +76,7 @@ def select_from_table(table_key: str, ids: list[int]) -> None:
 
 
 def url_params(stores: dict[str, str]) -> list[Param]:
-    """The page's inputs kept in its URL: store, view and feature, then the live views' text and settings."""
+    """The page's inputs kept in its URL: store, view, feature and search, then the live views' text and settings."""
     from interpscope.sae.store.steering import MAX_NEW_TOKENS
     from pages._sae_circuit import TARGETS
 
@@ -86,6 +86,8 @@ def url_params(stores: dict[str, str]) -> list[Param]:
     return [Param("sae_store", "store", first, choices=list(stores), scope="nav"),
             Param("sae_view", "view", "Overview", choices=VIEWS, scope="nav"),
             Param("sae_feature", "feature", 0, scope="nav", **feature_id),
+            Param("sae_search_kind", "search_by", next(iter(SEARCH_KINDS)), choices=list(SEARCH_KINDS), scope="nav"),
+            Param("sae_search_query", "search", "", scope="nav"),
             Param("sae-prompt-text", "text", DEFAULT_PROMPT),
             Param("sae-prompt-top", "top", 20, int, low=5, high=50),
             bos_param(BOS_KEY),
@@ -174,8 +176,8 @@ def show_overview(store: FeatureStore, path: str) -> None:
 
     st.subheader("Search")
     left, right = st.columns([1, 2])
-    kind = left.radio("Search by", list(SEARCH_KINDS), key="sae_search_kind")
-    query = right.text_input("Search", key="sae_search_query", placeholder="a feature id, a token or a word")
+    kind = left.radio("Search by", list(SEARCH_KINDS), key="sae_search_kind", **KEEP)
+    query = right.text_input("Search", key="sae_search_query", placeholder="a feature id, a token or a word", **KEEP)
     if query.strip():
         try:
             tokenizer = _tokenizer_for(store) if SEARCH_KINDS[kind] == "context" else None
@@ -264,7 +266,7 @@ def _tokenizer_for(store: FeatureStore):
 def show_feature(store: FeatureStore, path: str) -> None:
     nav = st.columns([2, 1.2, 1.2, 1.4, 4])
     feature = int(nav[0].number_input(f"Feature (0–{store.d_sae - 1})", min_value=0, max_value=store.d_sae - 1,
-                                      step=1, key="sae_feature"))
+                                      step=1, key="sae_feature", **KEEP))
     nav[1].button("◀ Prev", on_click=step_feature, args=(-1, store.d_sae), key="sae-prev", width="stretch")
     nav[2].button("Next ▶", on_click=step_feature, args=(1, store.d_sae), key="sae-next", width="stretch")
     nav[3].button("Random", on_click=random_feature, args=(path,), key="sae-random", width="stretch")
@@ -318,7 +320,7 @@ def main() -> None:
     bounded("sae_feature", 0, store.d_sae - 1, "feature")
     write_url(params, run=RUN_PAGES.get(view))  # before the slow part: a reload mid-run keeps the last Run's inputs
     if view in ("Overview", "Feature") and store.explanations:
-        st.toggle("Show weak explanations", key="sae-weak-explanations",
+        st.toggle("Show weak explanations", key="sae-weak-explanations", **KEEP,
                   help="Degenerate answers (only the writer's instructions, no word of their own) and explanations "
                        "scoring at or below the chance score are hidden unless this is on.")
     with show_errors():
