@@ -24,6 +24,7 @@ from interpscope.relevance.api import (
 from interpscope.relevance.heldout import compare_faithfulness
 from interpscope.relevance.methods import MethodOptions, get_method, methods_for
 from interpscope.results import Panel
+from interpscope.token_text import token_texts
 from interpscope.uploads import parse_examples
 from pages._common import (
     Param,
@@ -127,7 +128,7 @@ def continuation_view(lm: LoadedModel, text: str, n_new: int, method: str, label
     with show_errors(), st.spinner("Generating and explaining…"):
         matrix, sequence = shared("continuation", (model_key(), text, n_new, chosen),
                                   lambda: explain_continuation(lm, text, n_new, chosen))
-    generated = [lm.tokenizer.decode([i]) for i in matrix.generated_ids]
+    generated = token_texts(lm.tokenizer, matrix.generated_ids)
     st.markdown("**Continuation:** " + repr("".join(generated)))
     fig = continuation_figure(generated, sequence, matrix.matrix, "Relevance of each token for each generated token")
     st.plotly_chart(fig, key="relevance-continuation")

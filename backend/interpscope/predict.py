@@ -21,6 +21,7 @@ from torch import nn
 from interpscope.capture import assert_unedited, editing
 from interpscope.inputs import input_ids_for
 from interpscope.results import Result
+from interpscope.token_text import token_text
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -136,7 +137,7 @@ def top_predictions(logits_row: torch.Tensor, tokenizer, top: int) -> tuple[list
     probs = log_probs.exp()
     entropy = float(-(probs * log_probs).sum())
     values, indices = probs.topk(min(top, probs.numel()))
-    return [TokenProb(token=tokenizer.decode([int(i)]), id=int(i), prob=float(p), logit=float(logits[i]))
+    return [TokenProb(token=token_text(tokenizer, int(i)), id=int(i), prob=float(p), logit=float(logits[i]))
             for p, i in zip(values, indices, strict=True)], entropy
 
 

@@ -25,7 +25,6 @@ from interpscope.entropy_neurons.page_store import CONTEXT_LEFT, CONTEXT_RIGHT, 
 from interpscope.entropy_neurons.postnorm import layer_post_scale, typical_scale
 from interpscope.entropy_neurons.store import ActivationStore
 from interpscope.entropy_neurons.weights import check_k, unembed_basis
-from interpscope.models.loaded import decode_text
 from interpscope.results import Result
 from interpscope.sinks import (
     SinkReport,
@@ -36,6 +35,7 @@ from interpscope.sinks import (
     top_positions,
     words,
 )
+from interpscope.token_text import token_text
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -80,7 +80,7 @@ class NeuronDetail(DetailDocument):
 
 
 def _token_text(tokenizer, token_id: int) -> str:
-    return tokenizer.decode([int(token_id)]) if tokenizer is not None else str(token_id)
+    return token_text(tokenizer, int(token_id)) if tokenizer is not None else str(token_id)
 
 
 def weight_detail(lm: LoadedModel, layer: int, index: int, k: int | None = None, top_tokens: int = 15,
@@ -171,7 +171,7 @@ def stored_detail(store: NeuronStore, lm: LoadedModel, layer: int, index: int, k
         if ids[store.spec.left] < 0:
             break
         present = ids >= 0
-        contexts.append(Context(tokens=[decode_text(lm.tokenizer, [int(i)]) for i in ids[present]],
+        contexts.append(Context(tokens=[token_text(lm.tokenizer, int(i)) for i in ids[present]],
                                 position=int(present[:store.spec.left].sum()),
                                 activation=float(data["context_values"][index, slot])))
     detail.contexts = contexts

@@ -37,6 +37,7 @@ from interpscope.graphs.prune import graph_scores, influence, normalised, prune
 from interpscope.graphs.replay import check_architecture, record
 from interpscope.graphs.result import AttributionGraph, node_id
 from interpscope.paths import display_path
+from interpscope.token_text import token_text
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -86,7 +87,7 @@ def _target(lm: LoadedModel, logits: torch.Tensor, target: str | int | None) -> 
 
     token_id = int(logits.argmax()) if target is None else token_id_of(lm.tokenizer, target, int(logits.shape[0]))
     probability = float(torch.softmax(logits.double(), -1)[token_id])
-    return {"token": str(lm.tokenizer.decode([token_id])), "id": token_id, "probability": probability,
+    return {"token": token_text(lm.tokenizer, token_id), "id": token_id, "probability": probability,
             "chosen": "top next token" if target is None else "named"}
 
 
@@ -109,7 +110,7 @@ def _logit_nodes(lm: LoadedModel, logits: torch.Tensor, chosen: dict[str, Any], 
             continue
         picked.append(int(token_id))
         covered += float(probabilities[token_id])
-    entries = [{"token": str(lm.tokenizer.decode([t])), "id": t, "probability": float(probabilities[t])}
+    entries = [{"token": token_text(lm.tokenizer, t), "id": t, "probability": float(probabilities[t])}
                for t in picked]
     weights = np.array([e["probability"] for e in entries], dtype=np.float64)
     weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(entries), 1.0 / len(entries))

@@ -90,9 +90,12 @@ class LoadedModel:
         return "this view's own limit" if max_tokens and max_tokens < self.token_cap else None
 
     def token_strings(self, ids) -> list[str]:
-        """Readable text of each token id (byte-level BPE markers decoded)."""
+        """Readable text of each token id (byte-level BPE markers decoded; a token holding part of a multi-byte
+        character shown by its bytes, <0xF0>: interpscope.token_text)."""
+        from interpscope.token_text import token_texts
+
         flat = ids.reshape(-1).tolist() if hasattr(ids, "reshape") else list(ids)
-        return [str(self.tokenizer.decode([int(i)])) for i in flat]  # one id list decodes to one str
+        return token_texts(self.tokenizer, flat)
 
     def n_parameters(self) -> int:
         seen: set[int] = set()

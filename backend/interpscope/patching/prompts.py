@@ -15,6 +15,7 @@ import torch
 
 from interpscope.config import InterpscopeError
 from interpscope.relevance.targets import token_id_of
+from interpscope.token_text import token_text
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -127,8 +128,8 @@ def make_metric(lm: LoadedModel, kind: str, clean_logits: torch.Tensor, corrupt_
         wrong_id = resolve(wrong, corrupt_logits, "The wrong token")
         if wrong_id == answer_id:
             named = "" if wrong not in (None, "") else " (the corrupt prompt's top prediction)"
-            same = str(tokenizer.decode([answer_id]))
+            same = token_text(tokenizer, answer_id)
             raise InterpscopeError(f"The wrong token{named} is the answer itself, {same!r}: a logit difference needs "
                                    "two different tokens; name the wrong token.")
-    return Metric(kind, answer_id, str(tokenizer.decode([answer_id])), wrong_id,
-                  None if wrong_id is None else str(tokenizer.decode([wrong_id])))
+    return Metric(kind, answer_id, token_text(tokenizer, answer_id), wrong_id,
+                  None if wrong_id is None else token_text(tokenizer, wrong_id))

@@ -12,6 +12,7 @@ from typing import Protocol
 import torch
 
 from interpscope.config import InterpscopeError
+from interpscope.token_text import token_text
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def token_id_of(tokenizer, token: str | int, vocab_size: int | None = None) -> i
         raise InterpscopeError("The target token is empty: type a token such as ' the'.")
     ids = tokenizer.encode(token, add_special_tokens=False)
     if len(ids) != 1:
-        pieces = [tokenizer.decode([i]) for i in ids]
+        pieces = [token_text(tokenizer, i) for i in ids]
         raise InterpscopeError(f"{token!r} is {len(ids)} tokens ({pieces}); pick a single token, e.g. {pieces[0]!r}.")
     return int(ids[0])
 
@@ -85,7 +86,7 @@ def resolve_target(tokenizer, logits_row: torch.Tensor, position: int, token: st
     """Build a Target: the predicted token (argmax) unless `token` or a contrast (A, B) is given."""
     if token is None and contrast is None:
         token_id = int(logits_row.argmax())
-        return Target(position, token_id, vs_rest=vs_rest, token=tokenizer.decode([token_id]))
+        return Target(position, token_id, vs_rest=vs_rest, token=token_text(tokenizer, token_id))
     return chosen_target(tokenizer, int(logits_row.shape[-1]), position, token=token, contrast=contrast,
                          vs_rest=vs_rest)
 
@@ -97,12 +98,12 @@ def chosen_target(tokenizer, vocab: int, position: int, token: str | int | None 
         first, second = (token_id_of(tokenizer, t, vocab) for t in contrast)
         if first == second:
             raise InterpscopeError("The two contrast tokens are the same token; pick two different ones.")
-        return Target(position, first, contrast_id=second, token=tokenizer.decode([first]),
-                      contrast_token=tokenizer.decode([second]))
+        return Target(position, first, contrast_id=second, token=token_text(tokenizer, first),
+                      contrast_token=token_text(tokenizer, second))
     if token is None:
         raise InterpscopeError("Name a target token or a contrast.")
     token_id = token_id_of(tokenizer, token, vocab)
-    return Target(position, token_id, vs_rest=vs_rest, token=tokenizer.decode([token_id]))
+    return Target(position, token_id, vs_rest=vs_rest, token=token_text(tokenizer, token_id))
 
 
 class ExplainedValue(Protocol):

@@ -51,6 +51,7 @@ from interpscope.sae.store.weights import weight_stats
 from interpscope.scale.pool import Scale, Shard, batch_shards, map_shards
 from interpscope.sinks import zero_sink_features
 from interpscope.stores import portable_path
+from interpscope.token_text import vocabulary_texts
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -213,7 +214,7 @@ def _load_chunks(partial: Path, n_chunks: int) -> tuple[np.ndarray, np.ndarray, 
 
 def vocabulary(tokenizer, size: int) -> list[str]:
     """Every token id's text (what the browser prints for it)."""
-    return tokenizer.batch_decode([[i] for i in range(size)])
+    return vocabulary_texts(tokenizer, size)
 
 
 def build_store(lm: LoadedModel, sae_folder: str | Path, out: str | Path | None = None, *, corpus: str | None = None,

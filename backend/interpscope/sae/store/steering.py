@@ -34,6 +34,7 @@ from interpscope.sae.folder import check_compatible
 from interpscope.sae.placement import on_device
 from interpscope.sae.store.documents import SteeringDocument
 from interpscope.sae.store.prompt import excluded_at_hook
+from interpscope.token_text import token_text
 
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
@@ -85,7 +86,7 @@ def _editor(sae: SparseAutoencoder, feature: int, mode: str, strength: float):
 
 def _top(probs: torch.Tensor, tokenizer, k: int = 10) -> list[dict]:
     values, ids = probs.topk(k)
-    return [{"token": tokenizer.decode([int(i)]), "id": int(i), "prob": float(v)}
+    return [{"token": token_text(tokenizer, int(i)), "id": int(i), "prob": float(v)}
             for v, i in zip(values, ids, strict=True)]
 
 
