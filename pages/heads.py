@@ -37,7 +37,8 @@ PARAMS = [Param("heads-view", "view", VIEWS[0], choices=VIEWS, scope="nav"),
                                                                             high=256),
           Param("heads-seed", "seed", 0, int, low=0, high=2**31 - 1),
           Param("heads-ablate", "ablate", 5, int, low=0, high=100),
-          Param("heads-mode", "ablation", "zero", choices=["zero", "mean"]),
+          # not "heads-mode": that key is the text source's paste/upload radio (text_source(PAGE))
+          Param("heads-ablation", "ablation", "zero", choices=["zero", "mean"]),
           Param("heads-kind", "kind", "induction", choices=KINDS, scope="view")]
 
 
@@ -114,8 +115,8 @@ def finder_view(lm) -> None:
     right.number_input("Seed", 0, 2**31 - 1, key="heads-seed")
     left2, right2 = st.columns(2)
     left2.number_input("Ablate the top K induction heads (0: none)", 0, 100, key="heads-ablate")
-    right2.selectbox("Ablation", ["zero", "mean"], key="heads-mode")
-    inputs = {k: st.session_state[f"heads-{k}"] for k in ("seqs", "half", "seed", "ablate", "mode")}
+    right2.selectbox("Ablation", ["zero", "mean"], key="heads-ablation")
+    inputs = {k: st.session_state[f"heads-{k}"] for k in ("seqs", "half", "seed", "ablate", "ablation")}
     submitted = st.button("Run", type="primary", key="heads-find-run")
     run = committed(FINDER, inputs, submitted)
     if run is None:
@@ -127,7 +128,7 @@ def finder_view(lm) -> None:
     with show_errors(), progress("Head finder", page=FINDER) as update:
         scores: HeadScores = shared("head-scores", key, lambda: find_heads(
             lm, n_sequences=int(run["seqs"]), half_len=int(run["half"]), seed=int(run["seed"]),
-            ablate=int(run["ablate"]), mode=run["mode"], progress=update))
+            ablate=int(run["ablate"]), mode=run["ablation"], progress=update))
     kind = st.selectbox("Score", KINDS, key="heads-kind", format_func=lambda k: LABELS[k])
     write_url(PARAMS, run=FINDER)
     st.markdown(f"{scores.n_sequences} sequences of 2 x {scores.half_len} random tokens · "
