@@ -116,7 +116,8 @@ SCOPES = ("run", "view", "nav")
 class Param:
     """One page input kept in the URL: widget key, query-string name, default, and how to read it back.
 
-    kind: int, float, str or bool; choices: allowed values (anything else in a URL is ignored); low/high: bounds.
+    kind: int, float, str or bool; choices: allowed values (anything else in a URL is ignored); low/high: bounds (a
+    link's number outside them is brought to the nearest one, and the page says so: in_range).
     scope: "run" (an input of the page's Run: in the URL as of the last Run), "view" (how a Run's result is shown:
     in the URL as it is, once there is a Run) or "nav" (where the visitor is: always in the URL as it is).
     A default of None means "chosen by the page" (e.g. a steering strength that follows the feature).
@@ -133,7 +134,8 @@ class Param:
     scope: str = "run"
 
     def parse(self, raw: str) -> Any:
-        """The URL's value as this input's type, or None when it is not one this input accepts."""
+        """The URL's value as this input's type, or None when it is not one this input accepts. A number outside
+        low..high is returned as it is (in_range brings it in); an infinite float only where a bound can replace it."""
         try:
             if self.kind is bool:
                 value: Any = {"1": True, "true": True, "0": False, "false": False}[raw.lower()]
@@ -141,7 +143,7 @@ class Param:
                 value = int(raw)
             elif self.kind is float:
                 value = float(raw)
-                if not math.isfinite(value):
+                if math.isnan(value) or (math.isinf(value) and (self.low if value < 0 else self.high) is None):
                     return None
             else:
                 value = raw if len(raw) <= self.max_length else None
@@ -149,9 +151,25 @@ class Param:
             return None
         if value is None or (self.choices is not None and value not in self.choices):
             return None
-        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
-            return None
         return value
+
+    def in_range(self, value: Any) -> Any:
+        """`value` brought into low..high (the nearest bound when outside), as this input's type."""
+        if self.kind not in (int, float) or isinstance(value, bool):
+            return value
+        if self.low is not None and value < self.low:
+            value = self.low
+        if self.high is not None and value > self.high:
+            value = self.high
+        return self.kind(value)
+
+    def range_text(self) -> str:
+        """This input's range in words, for the note on a link's value outside it."""
+        def number(x: float | None) -> str:
+            return "" if x is None else f"{x:,}" if self.kind is int else f"{x:g}"
+        if self.low is not None and self.high is not None:
+            return f"{number(self.low)} to {number(self.high)}"
+        return f"at least {number(self.low)}" if self.high is None else f"at most {number(self.high)}"
 
     def format(self, value: Any) -> str | None:
         if self.kind is bool:
@@ -179,9 +197,10 @@ SIDEBAR_PARAMS = {"model", "device", "dtype", "run"}  # read by app.py (the side
 
 
 def url_inputs(page: str, params: Sequence[Param]) -> None:
-    """Before the widgets: when url_is_new(page), take each input from the URL (checked; a value the input cannot
-    take, or a parameter the page does not have, is ignored with a note), then give every input without a value its
-    default. Registers `params` as the
+    """Before the widgets: when url_is_new(page), take each input from the URL (checked; a number outside the
+    input's range is brought to its nearest bound with a note naming what was asked and what is used; a value the
+    input cannot take, or a parameter the page does not have, is ignored with a note), then give every input
+    without a value its default. Registers `params` as the
     page's inputs, for the snapshot a Run takes (committed)."""
     state = st.session_state
     state.pop("_text-upload", None)  # set again by this run's text_source
@@ -196,9 +215,13 @@ def url_inputs(page: str, params: Sequence[Param]) -> None:
             value = param.parse(raw)
             if value is None:
                 ignored.append(param.url)
-            else:
-                state[param.key] = value
-                state["_url-just-read"].add(param.key)
+                continue
+            used = param.in_range(value)
+            if used != value:  # never changed silently: what was asked, its range, what is used instead
+                st.warning(f"The link asks for {param.url}={raw}, outside its range ({param.range_text()}): using "
+                           f"{param.format(used)} instead.")
+            state[param.key] = used
+            state["_url-just-read"].add(param.key)
         known = {param.url for param in params} | SIDEBAR_PARAMS
         ignored += [name for name in st.query_params if name not in known]  # a typo, or another page's input
         if ignored:

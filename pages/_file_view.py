@@ -15,7 +15,7 @@ from interpscope.limits import check_amounts
 from interpscope.relevance.file_attribution import MAX_ROWS, excluded_reasons, explain_file
 from interpscope.relevance.heldout import DEFAULT_IG_STEPS, SETS, choose, load_set, run_heldout
 from interpscope.uploads import parse_table
-from pages._common import Param, model_key, progress, shared
+from pages._common import Param, bounded, model_key, progress, shared
 from pages._method_options import method_options
 
 if TYPE_CHECKING:
@@ -110,6 +110,7 @@ def heldout_section(lm: LoadedModel, labels: dict[str, str]) -> None:
     """Every method on the shipped held-out prompts: the ABPC table with intervals, the diagnosis, per-row maps."""
     rows = load_set("heldout")
     cols = st.columns(2)
+    bounded(f"{PAGE}-set-n", 1, len(rows), "prompt count")  # a link's fn past the set: named, not a broken page
     count = int(cols[0].number_input("Prompts (taken from every category in turn)", 1, len(rows), key=f"{PAGE}-set-n"))
     confident = cols[1].toggle("Only prompts the model gets right", key=f"{PAGE}-set-confident")
     prompts = choose(rows, limit=count, confident=confident)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 PAGE = "flow"
 DEFAULT_TEXT = "When Mary and John went to the store, John gave a drink to"
 PARAMS = [Param("flow-text", "text", DEFAULT_TEXT), Param("flow-token", "token", ""),
-          Param("flow-threshold", "threshold", DEFAULT_THRESHOLD, float, low=0.0, high=1.0, scope="view"),
+          Param("flow-threshold", "threshold", DEFAULT_THRESHOLD, float, low=0.0, high=0.5, scope="view"),
           Param("flow-node", "node", "", scope="view"), bos_param("flow-bos"),
           Param("flow-tuned", "tuned", False, bool)]
 

@@ -44,4 +44,7 @@ def test_a_parameter_the_page_does_not_have_is_named():
     at.run()
     assert not at.exception, at.exception
     notes = [w.value for w in at.warning if w.value.startswith("Ignored link parameter(s) this page cannot use")]
-    assert notes == ["Ignored link parameter(s) this page cannot use: numbers, text, neuron."], notes
+    assert notes == ["Ignored link parameter(s) this page cannot use: text, neuron."], notes
+    # a number outside the input's range is no parameter the page cannot use: it is named with what is used instead
+    assert "The link asks for numbers=-3, outside its range (10 to 2,000): using 10 instead." in [
+        w.value for w in at.warning]
