@@ -166,14 +166,10 @@ def ablation_view(lm: LoadedModel, chosen: list[str], k: int, store_tokens: int)
                             [e.is_random for e in effects], quantity)
     st.plotly_chart(fig, key="en-abl-bars")
     export_menu(fig, result, key="en-abl-bars", filename="ablation-effects")
-    chosen_rows = [e for e in effects if not e.is_random]
-    random_rows = [e for e in effects if e.is_random]
-    if chosen_rows and random_rows:
-        ratio = np.mean([e.entropy_total_abs for e in chosen_rows]) / max(
-            1e-12, np.mean([e.entropy_total_abs for e in random_rows]))
-        st.caption(f"The chosen neurons move the entropy {ratio:.1f}x as much as random neurons of their layers "
-                   f"(mean |ΔH| {np.mean([e.entropy_total_abs for e in chosen_rows]):.3g} vs "
-                   f"{np.mean([e.entropy_total_abs for e in random_rows]):.3g} nats).")
+    chosen_rows, random_rows = result.chosen(), result.random()
+    sentence = result.control_sentence(quantity)  # about the quantity the chart shows
+    if sentence:
+        st.caption(sentence)
     ablated = ", ".join(e.neuron for e in chosen_rows) or "no chosen neuron"
     st.caption(f"Mean-ablated {ablated} (and {len(random_rows)} random neurons) over {result.n_tokens} tokens: clean "
                f"loss {result.clean_loss:.3f}, clean entropy "

@@ -183,3 +183,9 @@ def test_one_document_cli_page_api(t5_folder, capsys, exports):
     sentence = " ".join(c.value for c in at.caption)
     assert f"relative error {cli['conservation']['relative_error']:.1e}" in sentence
     assert "a uniform spread over these tokens would give the source" in sentence  # the split's control
+    result = interpscope.explain_seq2seq(lm, SOURCE, "the", "attnlrp")
+    held = sum(abs(result.source_relevance[i]) for i in result.source_excluded) + \
+        sum(abs(result.decoder_relevance[i]) for i in result.decoder_excluded)
+    assert result.decoder_excluded  # the decoder start token
+    if held:  # 45.9: the split over kept tokens names what the excluded positions hold, beside the signed readout
+        assert "excluded positions (named on the maps) hold" in sentence and "Of the rest" in sentence

@@ -120,6 +120,14 @@ def test_causal_ablation_view(page):
     assert chart(page, "Null-space fraction rho vs norm-mediated share")
     scatter = chart(page, "Per token: activation of 1.5")
     assert len(values(scatter["data"][0]["x"])) == 2 * 127  # two 128-token windows, the last token has no target
+    captions = " ".join(c.value for c in page.caption)  # 45.9: the sentence speaks of what the chart shows
+    total = table["|Δloss| total"]
+    loss = float(total[~table["random"]].mean()) / float(total[table["random"]].mean())
+    assert f"move the loss {loss:.1f}x as much as random neurons" in captions and "move the entropy" not in captions
+    page.radio(key="en-abl-quantity").set_value("entropy").run()
+    assert chart(page, "Mean |change in entropy|")
+    captions = " ".join(c.value for c in page.caption)
+    assert "move the entropy" in captions and "move the loss" not in captions
 
 
 def test_token_frequency_view(page):

@@ -292,6 +292,24 @@ class AblationResult(AblationDocument):
     def random(self) -> list[NeuronEffect]:
         return [e for e in self.effects if e.is_random]
 
+    def control_sentence(self, quantity: str = "loss") -> str | None:
+        """The sentence under the effects chart, about the quantity the chart shows ('loss': mean |Δ loss|,
+        'entropy': mean |ΔH|): how far the chosen neurons move it against the random neurons of their layers. None
+        without both kinds of row. (Issue 45.9: the chart showed |Δ loss| while the sentence spoke of entropy.)"""
+        if quantity not in ("loss", "entropy"):
+            raise ValueError(f"quantity is 'loss' or 'entropy', not {quantity!r}")
+        chosen, random = self.chosen(), self.random()
+        if not chosen or not random:
+            return None
+        mine = float(np.mean([getattr(e, f"{quantity}_total_abs") for e in chosen]))
+        control = float(np.mean([getattr(e, f"{quantity}_total_abs") for e in random]))
+        what, unit = ("the loss", "Δ loss|") if quantity == "loss" else ("the entropy", "ΔH|")
+        numbers = f"(mean |{unit} {mine:.3g} vs {control:.3g} nats over {len(chosen)} chosen and {len(random)} random)"
+        if control <= 1e-12:
+            return f"The random neurons of these layers leave {what} unmoved, so there is no ratio {numbers}."
+        return (f"The chosen neurons move {what} {mine / control:.1f}x as much as random neurons of their layers "
+                f"{numbers}.")
+
 
 def summarise(effects: TokenEffects, means: dict[int, np.ndarray], random_set: set[Neuron],
               weight_stats: dict[Neuron, tuple[float, float]]) -> list[NeuronEffect]:

@@ -144,6 +144,9 @@ class PatchingResult(PairResult):
         return scatter_figure(self)
 
 
+PATH_NOISE = 0.02  # |normalised total effect| below this: within the metric's noise, a ratio over it is undefined
+
+
 @dataclass(kw_only=True)
 class PathPatchingResult(PairResult):
     """Path patching of one prompt pair (schema interpscope.path_patching): the sender's clean output allowed to reach
@@ -168,10 +171,13 @@ class PathPatchingResult(PairResult):
 
     def summary(self) -> str:
         """The sentence the page and the command line show, from the two numbers."""
-        share = f"{self.path_effect / self.total_effect:.0%} of" if abs(self.total_effect) > 1e-9 else "beside"
-        return (f"Through the path {self.sender} → {self.receiver} alone, the sender's clean output restores "
-                f"{self.path_effect:.1%} of the clean {self.metric_label}; patched everywhere it restores "
-                f"{self.total_effect:.1%} ({share} its total effect goes through this path).")
+        opening = (f"Through the path {self.sender} → {self.receiver} alone, the sender's clean output restores "
+                   f"{self.path_effect:.1%} of the clean {self.metric_label}; patched everywhere it restores "
+                   f"{self.total_effect:.1%}")
+        if abs(self.total_effect) < PATH_NOISE:  # a ratio over a total inside the noise says nothing (issue 45.9)
+            return (f"{opening}. The total is within ±{PATH_NOISE:.0%} of no effect, so the share of it that goes "
+                    f"through this path is undefined: this sender barely matters here.")
+        return f"{opening} ({self.path_effect / self.total_effect:.0%} of its total effect goes through this path)."
 
     def tidy(self) -> list[dict]:
         return [{"sender": self.sender, "receiver": self.receiver, "effect": "path", "normalised": self.path_effect,

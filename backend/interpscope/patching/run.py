@@ -166,6 +166,9 @@ def patch(lm: LoadedModel, clean: str, corrupt: str, *, metric: str = "logit-dif
                     raw[kind][method] = estimates[kind] / span
             seconds[method] = time.perf_counter() - start
         masks = {kind: changed(adapter, kind, ready.clean, ready.corrupt) for kind in kinds}
+    for kind in kinds:  # a cell whose clean and corrupt activations are identical patches nothing: exactly 0, not
+        for method in raw[kind]:  # the 1e-7 a batched forward pass leaves (the page and the CSV both say 0)
+            raw[kind][method] = np.where(np.asarray(masks[kind], dtype=bool), raw[kind][method], 0.0)
     blocks, agreement = {}, {}
     for kind in kinds:
         rows, columns = _labels(pair, kind, adapter.n_layers, adapter.n_heads)

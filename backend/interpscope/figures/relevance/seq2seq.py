@@ -121,23 +121,35 @@ def seq2seq_figure(source_tokens: Sequence[str], source_relevance: Sequence[floa
 
 def split_sentence(result) -> str:
     """How |relevance| splits between source and decoder input, beside the uniform-spread control (each token the
-    same share), over the positions that are not excluded."""
-    kept = []
+    same share), over the positions that are not excluded; the excluded positions' own share of |relevance| is named
+    first, so the split cannot read against the readout's signed sums, which count every position (issue 45.9: "the
+    source's 11 tokens carry 100%" beside "the source carries 3%" when the decoder start token held the rest)."""
+    kept, dropped = [], 0.0
     for values, excluded in ((result.source_relevance, result.source_excluded),
                              (result.decoder_relevance, result.decoder_excluded)):
-        kept.append(np.delete(np.abs(np.asarray(values, dtype=float)), excluded))
+        magnitudes = np.abs(np.asarray(values, dtype=float))
+        kept.append(np.delete(magnitudes, excluded))
+        dropped += float(magnitudes[list(excluded)].sum()) if len(excluded) else 0.0
     total = float(sum(part.sum() for part in kept))
+    everything = total + dropped
+    if everything == 0:
+        return "No relevance on any position."
+    opening = ""
+    if dropped > 0:
+        opening = (f"The excluded positions (named on the maps) hold {dropped / everything:.0%} of |relevance| and "
+                   f"are left out of this split. ")
     if total == 0:
-        return "No relevance outside the excluded positions."
+        return opening + "No relevance outside the excluded positions."
     n_source, n_decoder = kept[0].size, kept[1].size
     share = float(kept[0].sum()) / total
     uniform = n_source / (n_source + n_decoder)
     lean = ("more on the source than" if share > uniform else "less on the source than" if share < uniform
             else "as much on the source as")
-    return (f"The source's {n_source} token{'s' if n_source != 1 else ''} carry {share:.0%} of |relevance| and the "
-            f"decoder input's {n_decoder} token{'s' if n_decoder != 1 else ''} {1 - share:.0%} (excluded positions "
-            f"left out); a uniform spread over these tokens would give the source {uniform:.0%}, so this map puts "
-            f"{lean} a uniform one.")
+    decoder = (f"the decoder input's {n_decoder} token{'s' if n_decoder != 1 else ''} {1 - share:.0%}" if n_decoder
+               else "the decoder input has no token outside them")
+    return (f"{opening}Of the rest, the source's {n_source} token{'s' if n_source != 1 else ''} carry {share:.0%} of "
+            f"|relevance| and {decoder}; a uniform spread over these tokens would give the source {uniform:.0%}, so "
+            f"this map puts {lean} a uniform one. (The readout above sums signed relevance over every position.)")
 
 
 def seq2seq_readout(result) -> Readout:
