@@ -26,9 +26,30 @@ class UploadTable:
     note: str = ""
 
 
+def _ragged_row(text: str, filename: str) -> None:
+    """Refuse a row with more or fewer fields than the header, naming its line: pandas would silently re-align it
+    (a first row with one field too many turns the first column into the index and shifts every text by one
+    column; a short row gets empty fields), so the texts explained would not be the ones in the file."""
+    import csv
+
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next((row for row in reader if row), None)
+        if header is None:
+            return
+        for row in reader:
+            if any(field.strip() for field in row) and len(row) != len(header):  # a blank line is no row
+                raise InterpscopeError(
+                    f"{filename} line {reader.line_num} has {len(row)} field(s) where the header has {len(header)}; "
+                    "quote a text that holds a comma (\"like, this\") and give every row the same columns.")
+    except csv.Error as err:
+        raise InterpscopeError(f"{filename} is not a readable CSV file: line {reader.line_num}: {err}.") from None
+
+
 def _csv(text: str, filename: str, text_column: str | None, label_column: str | None) -> UploadTable:
     import pandas as pd
 
+    _ragged_row(text, filename)
     try:
         frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     except Exception as err:  # noqa: BLE001 - pandas raises many parser error types

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import builtins
 import codecs
+import copy
 import errno
 import io
+import json
 import os
 import pickle
 import shutil
@@ -104,9 +106,53 @@ def files(tmp_path_factory) -> dict[str, str]:
     paths.update(pickle_model=pickled, truncated_model=truncated, pickle_sae=pickled_sae,
                  garbage_cfg_sae=garbage_cfg, denied_sae=denied_sae, dir_cfg_sae=dir_cfg,
                  denied_cfg=denied_sae / "cfg.json")
+    paths.update(_newer_inputs(root))
     yield {name: str(path) for name, path in paths.items()}
     for name in ("denied_txt", "denied_csv", "denied_cfg"):
         os.chmod(paths[name], 0o644)
+
+
+def _newer_inputs(root: Path) -> dict[str, Path]:
+    """Inputs of the reproductions of issue 45.17-24: sweep tables with bad figures, ragged CSV files."""
+    from interpscope.config import ASSETS_DIR
+
+    shipped = ASSETS_DIR / "sae_sweeps" / "smollm2-135m-blocks.15-resid-post" / "sweep_table.json"
+    table = json.loads(shipped.read_text(encoding="utf-8"))
+    out: dict[str, Path] = {}
+    for name, (row, key, value) in SWEEP_VARIANTS.items():
+        document = copy.deepcopy(table)
+        if value is _MISSING:
+            del document["rows"][row][key]
+        else:
+            document["rows"][row][key] = value
+        out[f"sweep_{name}"] = root / f"sweep-{name}.json"
+        out[f"sweep_{name}"].write_text(json.dumps(document), encoding="utf-8")
+    out["sweep_list"] = root / "sweep-list.json"
+    out["sweep_list"].write_text(json.dumps(table["rows"]), encoding="utf-8")
+    for name, text in RAGGED.items():
+        out[name] = root / f"{name}.csv"
+        out[name].write_text(text, encoding="utf-8")
+    return out
+
+
+_MISSING = object()
+# a sweep table's row (0-based), field and the bad value put there (45.19: ratios were given silently)
+SWEEP_VARIANTS = {"nan_fvu": (2, "fvu", float("nan")), "string_fvu": (2, "fvu", "0.31"),
+                  "missing_fvu": (0, "fvu", _MISSING), "null_l0": (5, "l0", None), "inf_loss": (1, "loss_recovered",
+                                                                                                float("inf")),
+                  "string_l0": (3, "l0", "12"), "bool_fvu": (4, "fvu", True), "negative_fvu": (6, "fvu", -0.5),
+                  "missing_name": (7, "name", _MISSING), "repeated_name": (8, "name", "relu-576-l8")}
+SWEEP_WORDS = {"nan_fvu": ("row 3", "fvu = NaN"), "string_fvu": ("row 3", "fvu = '0.31'"),
+               "missing_fvu": ("row 1", "no fvu"), "null_l0": ("row 6", "no l0"),
+               "inf_loss": ("row 2", "loss_recovered = inf"), "string_l0": ("row 4", "l0 = '12'"),
+               "bool_fvu": ("row 5", "fvu = True"), "negative_fvu": ("row 7", "fvu = -0.5"),
+               "missing_name": ("row 8", "no name"), "repeated_name": ("row 9", "repeats the name")}
+# CSV rows whose field count differs from the header's (45.19: pandas re-aligned them silently)
+RAGGED = {"ragged_first": "text,label\nThe cat sat,a,extra\nThe dog ran,b\n",
+          "ragged_short": "text,label\nThe cat sat,a\nThe dog ran\n",
+          "ragged_later": "text,label\nThe cat sat,a\nThe dog ran,b\nThe owl,c,d\n"}
+RAGGED_WORDS = {"ragged_first": ("line 2", "3 field(s)"), "ragged_short": ("line 3", "1 field(s)"),
+                "ragged_later": ("line 4", "3 field(s)")}
 
 
 # --- the commands, each with arguments that would work -------------------------------------------------------
@@ -294,6 +340,7 @@ def _cases() -> dict[str, Case]:
     for command in SCALE_COMMANDS:
         for kind, (extra, words) in BAD_SCALE.items():
             cases[f"{command} {kind}"] = Case(_without(BASE[command], "--workers") + extra, words)
+    cases.update(_newer_cases())
     cases.update({
         "models unknown option": Case(("models", "--bogus"), ("unrecognized",)),
         "no command": Case((), ("required",)),
@@ -354,6 +401,24 @@ def _cases() -> dict[str, Case]:
         "data-dir env is a file": Case(BASE["predict"], ("INTERPSCOPE_DATA_DIR",),
                                        env={"INTERPSCOPE_DATA_DIR": "{afile}"}),
     })
+    return cases
+
+
+def _newer_cases() -> dict[str, Case]:
+    """The reproductions of issue 45.17-24 that must be refused (one line, exit 2, nothing written)."""
+    cases: dict[str, Case] = {}
+    # 45.19 accepted nonsense: sweep tables with bad figures, image flags on text, ragged CSV rows
+    for name, words in SWEEP_WORDS.items():
+        cases[f"sae-pareto table {name}"] = Case(("sae", "pareto", "--sweep", f"{{sweep_{name}}}"), words)
+    for name, words in RAGGED_WORDS.items():
+        cases[f"explain file {name}"] = Case(("explain", "--model", "{model}", "--file", f"{{{name}}}"), words)
+        cases[f"explain-rows file {name}"] = Case(_without(BASE["explain-rows"], "--file")
+                                                  + ("--file", f"{{{name}}}"), words)
+    for flag in (("--target-class", "3"), ("--reference", "black"), ("--patch-flipping",)):
+        cases[f"explain text {flag[0]}"] = Case(BASE["explain"] + flag, (flag[0], "--image"))
+        cases[f"explain-rows text {flag[0]}"] = Case(BASE["explain-rows"] + flag, (flag[0], "--image"))
+    cases["explain file --target-class"] = Case(("explain", "--model", "{model}", "--file", "{good_csv}",
+                                                 "--target-class", "0"), ("--target-class",))
     return cases
 
 

@@ -124,6 +124,9 @@ def run_explain(args: argparse.Namespace) -> int:
         from interpscope.cli.relevance_image import run as run_image
 
         return run_image(args)
+    from interpscope.cli.relevance_image import refuse_image_flags
+
+    refuse_image_flags(args)
     if args.decoder_text is not None and (args.all_rows or args.out or relevance_faithfulness.wants_faithfulness(args)):
         raise InterpscopeError("--decoder-text explains one source text of an encoder-decoder; it does not go with "
                                "--all-rows or --faithfulness.")

@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("an image (--image FILE, with a ViT/DeiT image classifier)")
     group.add_argument("--target-class", type=non_negative_int, default=None,
                        help="explain this class's logit (its index; default: the predicted class)")
-    group.add_argument("--reference", choices=list(REFERENCES), default="mean",
+    group.add_argument("--reference", choices=list(REFERENCES), default=None,
                        help="what IG starts from, occlusion and patch flipping set patches to: "
                             + "; ".join(f"{k} = {v}" for k, v in REFERENCES.items()) + " (default mean)")
     group.add_argument("--patch-flipping", action="store_true",
@@ -30,6 +30,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 TEXT_ONLY = ("row", "target_token", "contrast", "all_rows", "out", "decoder_text")
+IMAGE_ONLY = ("target_class", "reference", "patch_flipping")
+
+
+def refuse_image_flags(args: argparse.Namespace) -> None:
+    """Text given with an image-only flag: refused, not ignored (a --target-class the text run never read)."""
+    given = [f"--{name.replace('_', '-')}" for name in IMAGE_ONLY
+             if getattr(args, name, None) is not None and getattr(args, name) is not False]  # class 0 is given
+    if given:
+        raise InterpscopeError(f"{', '.join(given)} go{'es' if len(given) == 1 else ''} with --image (an image "
+                               "classifier); for text, --target-token or --contrast chooses what is explained.")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         return _flipping(args, lm, image)
     from interpscope.relevance.image_api import explain_image
 
-    result = explain_image(lm, image, method, target_class=args.target_class, reference=args.reference,
+    result = explain_image(lm, image, method, target_class=args.target_class, reference=args.reference or "mean",
                            ig_steps=getattr(args, "ig_steps", 32))
     write_outputs(args, result)
     if args.json != "-":
@@ -68,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 def _flipping(args: argparse.Namespace, lm, image) -> int:
     from interpscope.api import patch_flipping
 
-    result = patch_flipping(lm, image, target_class=args.target_class, reference=args.reference)
+    result = patch_flipping(lm, image, target_class=args.target_class, reference=args.reference or "mean")
     write_outputs(args, result)
     if args.json != "-":
         print(f"patch flipping on {result.model}: class {result.target_label!r} ({result.target_class}), "

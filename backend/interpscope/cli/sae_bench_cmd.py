@@ -89,6 +89,9 @@ def run_bench(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     write_outputs(args, result)
+    for name, metric in result.metrics.items():
+        if metric.settings.get("note"):  # e.g. fewer words than asked for: said even when the document goes to stdout
+            print(f"{name}: {metric.settings['note']}", file=sys.stderr)
     if args.json != "-":
         for name, metric in result.metrics.items():
             print(f"{name}: {metric.meaning}")

@@ -36,7 +36,7 @@ from interpscope.sae.activations import ActivationCache, ShuffledBuffer, build_a
 from interpscope.sae.architectures import SAEConfig, build_sae
 from interpscope.sae.folder import CFG_FILE, WEIGHTS_FILE, load_sae, save_sae
 from interpscope.sae.pipeline import OUTLIER_FACTOR, SAESpec, check_specs, input_scale
-from interpscope.sae.sweep_docs import SweepTable, sweep_row
+from interpscope.sae.sweep_docs import SweepTable, row_problem, sweep_row
 from interpscope.sae.training import TrainConfig, Trainer, TrainRun
 from interpscope.scale.pool import Scale, Shard, map_shards
 
@@ -364,6 +364,11 @@ def load_table(sweep_dir: str | Path) -> SweepTable:
         raise InterpscopeError(f"{shown} is not a sweep table: it holds a JSON {type(document).__name__}, not an "
                                "object.")
     try:
-        return SweepTable.from_dict(document)
+        table = SweepTable.from_dict(document)
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise InterpscopeError(f"{shown} is not a sweep table ({err}).") from None
+    problem = row_problem(table.rows)
+    if problem:
+        raise InterpscopeError(f"{shown}: {problem}; a table written by `interpscope sae sweep` has every figure, "
+                               "so rerun the sweep (or fix that row) rather than compare frontiers without it.")
+    return table

@@ -54,6 +54,44 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
+# what every row must hold for the frontiers, the ratios and the figure: (field, kind, what it must be)
+ROW_FIELDS = (("name", str, "a name"), ("architecture", str, "a name"), ("label", str, "a name"),
+              ("l0", float, "a finite number of 0 or more"), ("fvu", float, "a finite number of 0 or more"),
+              ("loss_recovered", float, "a finite number"), ("width", int, "a whole number"),
+              ("training_tokens", int, "a whole number"))
+
+
+def row_problem(rows: Any) -> str | None:
+    """What makes a table's rows unusable, naming the first bad row (1-based, with its name) and field, or None.
+    A table `interpscope sae sweep` wrote always passes; a hand-edited one with NaN, a string or a missing figure
+    would otherwise drop that SAE from its frontier, or shift every ratio, without a word."""
+    if not isinstance(rows, list):
+        return f"its rows are a JSON {type(rows).__name__}, not a list"
+    names: set[str] = set()
+    for number, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            return f"row {number} is a JSON {type(row).__name__}, not an object"
+        where = f"row {number}" + (f" ({row['name']})" if isinstance(row.get("name"), str) else "")
+        for key, kind, wanted in ROW_FIELDS:
+            value = row.get(key)
+            if key not in row or value is None:
+                return f"{where} has no {key} (it needs {wanted})"
+            if kind is str:
+                ok = isinstance(value, str) and value.strip() != ""
+            elif kind is int:
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            else:
+                ok = (_finite(value) and not isinstance(value, bool)
+                      and (key == "loss_recovered" or value >= 0))
+            if not ok:
+                shown = "NaN" if isinstance(value, float) and math.isnan(value) else repr(value)[:40]
+                return f"{where} has {key} = {shown} (it needs {wanted})"
+        if row["name"] in names:
+            return f"{where} repeats the name {row['name']!r} of an earlier row"
+        names.add(row["name"])
+    return None
+
+
 def hover_text(row: dict) -> str:
     """A point's settings and figures, for the figure's hover."""
     return (f"{row['label']} · {setting_text(row)} · width {row['width']}<br>L0 {row['l0']:.1f} · loss recovered "

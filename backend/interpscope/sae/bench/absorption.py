@@ -46,6 +46,7 @@ MEANING = ("First-letter absorption: a probe reads 'starts with L' from the acti
            "should fire on every such word. Absorption rate = share of correctly probed words on which the main "
            "latent is silent and a letter-aligned latent (e.g. one for that very token) carries the letter instead. "
            "Lower is better; compare with a random SAE of the same shape.")
+MIN_WORDS = 2  # one word to fit the probe on and one to test it; fewer than asked for runs, and the result says so
 DEFAULTS = {"n_words": 2400, "train_fraction": 0.7, "max_k": 5, "split_gain": 0.03, "min_cosine": 0.1,
             "min_share": 0.4, "min_test_words": 8}
 
@@ -63,6 +64,17 @@ def letter_words(tokenizer, n_words: int, seed: int = 0) -> list[tuple[int, str]
     rng = np.random.default_rng(seed)
     picked = rng.permutation(len(found))[:n_words]
     return [found[i] for i in sorted(picked)]
+
+
+def fewer_words_note(found: int, asked: int, letters_scored: int, min_test_words: int) -> str | None:
+    """What the result says when the tokenizer had fewer words than asked for (None when it had enough)."""
+    if found >= asked:
+        return None
+    scored = (f"{letters_scored} letter(s) had enough words to be scored" if letters_scored else
+              f"no letter had {min_test_words} words in both the train and the test split, so only the probe's "
+              "accuracy is measured")
+    return (f"The tokenizer has only {found} single-token word(s) of two or more ASCII letters, fewer than the "
+            f"{asked} asked for: absorption ran on those {found}; {scored}.")
 
 
 def word_activations(inputs: BenchInputs, words: list[tuple[int, str]]) -> torch.Tensor:
@@ -161,8 +173,9 @@ def run(inputs: BenchInputs) -> MetricResult:
     started = time.perf_counter()
     settings = {**DEFAULTS, **inputs.options.get(NAME, {})}
     words = letter_words(inputs.lm.tokenizer, settings["n_words"], inputs.seed)
-    if len(words) < 100:
-        raise InterpscopeError(f"The tokenizer has only {len(words)} single-token words; absorption needs 100 or more.")
+    if len(words) < MIN_WORDS:
+        raise InterpscopeError(f"The tokenizer has {len(words)} single-token word(s) of two or more ASCII letters; "
+                               f"absorption needs at least {MIN_WORDS} (one to fit the probe on, one to test it).")
     x = word_activations(inputs, words)
     labels = np.array([LETTERS.index((t[1:] if t.startswith(" ") else t)[0].lower()) for _, t in words])
     order = np.random.default_rng(inputs.seed).permutation(len(words))
@@ -180,8 +193,9 @@ def run(inputs: BenchInputs) -> MetricResult:
     control_rows: dict[str, dict] = {r["letter"]: r for r in control["rows"]}
     details = [{**row, "control_absorption_rate": control_rows.get(row["letter"], {}).get("absorption_rate"),
                 "control_split": control_rows.get(row["letter"], {}).get("split")} for row in real["rows"]]
+    note = fewer_words_note(len(words), settings["n_words"], len(real["rows"]), settings["min_test_words"])
     return MetricResult(NAME, MEANING, absorption_measures(real, control, chance, control_encoder.label),
                         settings={**settings, "words": len(words), "with_leading_space": spaced,
                                   "without_leading_space": len(words) - spaced, "letters_scored": len(real["rows"]),
-                                  "prefix": PREFIX},
+                                  "prefix": PREFIX, **({"note": note} if note else {})},
                         details=details, seconds=time.perf_counter() - started)
