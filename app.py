@@ -27,6 +27,9 @@ PAGES = [
     ("pages/fourier.py", "Fourier features", ":material/graphic_eq:", "numbers-fourier"),
 ]
 OTHER = "Other: Hugging Face id or local folder…"
+DEMO_NOTE = ("No mixture-of-experts or T5 model ships (no such weights exist offline). Give a saved Mixtral, "
+             "Qwen2-MoE, OLMoE or T5 / Flan-T5 folder, or write tiny random ones to try those views with "
+             "`python scripts/make_demo_models.py` (a clone; it prints their folders).")
 
 DEVICES = ["auto", "cpu", "cuda", "mps"]
 DTYPES = ["float32", "bfloat16", "float16", "float64"]
@@ -72,6 +75,7 @@ def model_picker() -> str | None:
         if choice == OTHER:
             custom = st.text_input("Hugging Face id or folder", key="model_custom",
                                    placeholder="gpt2 or /path/to/model")
+            st.caption(DEMO_NOTE)
             try:
                 st.session_state["model_name"] = model_choice(custom) if custom.strip() else DEFAULT_MODEL
             except InterpscopeError as err:

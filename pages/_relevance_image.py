@@ -67,7 +67,8 @@ def image_input(lm: LoadedImageModel) -> tuple[np.ndarray, str] | None:
         with show_errors():
             return decode_image(example.path.read_bytes(), example.name), example.name
     upload = st.file_uploader(f"A PNG or JPEG image (at most {MAX_IMAGE_BYTES / 2**20:.0f} MiB)",
-                              type=["png", "jpg", "jpeg"], key="relevance-image-upload")
+                              type=["png", "jpg", "jpeg"], key="relevance-image-upload",
+                              max_upload_size=MAX_IMAGE_BYTES // 2**20)  # the widget's own limit says the same
     if upload is None:
         st.info("Upload an image to explain.")
         return None

@@ -16,7 +16,14 @@ from interpscope.fourier.data import TEMPLATES, check_template
 from interpscope.fourier.filters import KINDS, POSITIONS, reading
 from interpscope.fourier.lens import default_tau, module_lens, prompt_fourier, top_components
 from interpscope.fourier.numbers import splits_digits
-from interpscope.fourier.probe import check_numbers, default_numbers, prompt_pairs, run_filters, single_token_setup
+from interpscope.fourier.probe import (
+    check_numbers,
+    default_numbers,
+    default_prompts,
+    prompt_pairs,
+    run_filters,
+    single_token_setup,
+)
 from interpscope.fourier.spectra import baseline_sentence, describe_regime, embedding_spectrum, hidden_spectra
 from interpscope.limits import check_amounts
 from interpscope.models.registry import BUNDLED
@@ -58,7 +65,8 @@ def params(lm: LoadedModel, digits: bool, n_default: int) -> list[Param]:
             Param("fourier-matrix", "matrix", "embedding", choices=["embedding", "unembedding"]),
             Param("fourier-template", "template", list(TEMPLATES)[0], choices=list(TEMPLATES) + ["custom…"]),
             Param("fourier-prompts", "prompts", 40 if digits else 200, int, low=1, high=5000),
-            Param("fourier-filter-prompts", "filter_prompts", 500, int, low=1, high=20000),
+            Param("fourier-filter-prompts", "filter_prompts", default_prompts(n_default, "test"), int, low=1,
+                  high=20000),  # the default split's size where it holds fewer than 500
             Param("fourier-filter-positions", "positions", "last", choices=list(POSITIONS)),
             Param("fourier-custom", "custom", "{a} + {b} =", max_length=200),
             Param("fourier-prefix", "prefix", "", max_length=2000),

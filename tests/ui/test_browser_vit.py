@@ -54,6 +54,8 @@ def test_vit_relevance_in_the_browser(app_server, browser_page, artefacts, tmp_p
     # was lost once, and Run then explained the bundled example again, CI 2026-12-02)
     page.get_by_text("Upload an image to explain.").wait_for(timeout=120_000)
     wait_for_app(page)
+    uploader = page.locator("[data-testid='stFileUploader']").first.inner_text()
+    assert "at most 10 MiB" in uploader and "10MB" in uploader.replace(" ", "")  # 45.16: label and widget agree
     page.locator("input[type='file']").set_input_files(str(example.path))
     page.get_by_text(f"{example.path.name}: ").first.wait_for(timeout=120_000)  # the image's caption: the page read it
     wait_for_app(page)

@@ -1,6 +1,7 @@
 """Entry points shared by the command line and the page: pick the numbers and prompts a model supports."""
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -45,6 +46,18 @@ def probe_pairs(n_numbers: int, n_prompts: int, split: str = "test", seed: int =
     if not 1 <= n_prompts <= 100_000:
         raise InterpscopeError("Ask for between 1 and 100000 prompts.")
     return sample_pairs(n_numbers, n_prompts, split=split, seed=seed)
+
+
+@lru_cache(maxsize=64)
+def split_size(n_numbers: int, split: str = "test") -> int:
+    """How many operand pairs `split` holds for N = n_numbers (what the filter table can run on at most)."""
+    return int(len(sample_pairs(n_numbers, 100_000, split=split, seed=0)))
+
+
+def default_prompts(n_numbers: int, split: str = "test", wanted: int = 500) -> int:
+    """The filter table's default prompt count: `wanted`, or the whole split where it holds fewer (a default that
+    always warns "the split has fewer pairs" is no default; issue 45.16)."""
+    return min(int(wanted), split_size(n_numbers, split))
 
 
 def prompt_pairs(n_numbers: int, n_prompts: int, split: str = "test", seed: int = 0) -> PromptPairs:
