@@ -50,10 +50,14 @@ def open_head(name: str) -> None:
 
 
 def clicked(event, key: str) -> str | None:
-    """A newly clicked grid cell's "L.H" (None when the click was already handled)."""
+    """A newly clicked grid cell's "L.H" (None when the click was already handled). A click on the selected cell
+    clears the selection (plotly toggles it): the next click on it is new again."""
     points = getattr(getattr(event, "selection", None), "points", None) or []
     names = [p.get("customdata") for p in points if isinstance(p.get("customdata"), str)]
-    if not names or st.session_state.get(f"_{key}-seen") == names[0]:
+    if not names:
+        st.session_state.pop(f"_{key}-seen", None)
+        return None
+    if st.session_state.get(f"_{key}-seen") == names[0]:
         return None
     st.session_state[f"_{key}-seen"] = names[0]
     return names[0]
@@ -75,9 +79,9 @@ def patterns_view(lm) -> None:
                                                                           prepend_bos=run.get("bos")))
     summary = st.selectbox("Colour the grid by", SUMMARIES, key="heads-summary",
                            format_func=lambda s: SCORE_NAMES[s])
-    grid = result.grid_figure(summary)
-    new = clicked(st.plotly_chart(grid, key="heads-grid", on_select="rerun", selection_mode="points"), "heads-grid")
     names = [f"{layer}.{head}" for layer in range(result.n_layers) for head in range(result.n_heads)]
+    # a click on the grid is read before the grid is drawn, so the head it opens is the one outlined in it
+    new = clicked(st.session_state.get("heads-grid"), "heads-grid")
     if new:
         st.session_state["heads-head"] = new
     if st.session_state.get("heads-head") not in names:
@@ -88,6 +92,8 @@ def patterns_view(lm) -> None:
             st.warning(f"There is no head {asked!r} here (heads are layer.head, layers 0–{result.n_layers - 1}, "
                        f"heads 0–{result.n_heads - 1}): showing {st.session_state['heads-head']}, the strongest "
                        "previous-token head.")
+    grid = result.grid_figure(summary, shown=st.session_state["heads-head"])
+    st.plotly_chart(grid, key="heads-grid", on_select="rerun", selection_mode="points")
     write_url(PARAMS, run=PAGE)
     name = st.selectbox("Head (layer.head)", names, key="heads-head")
     layer, head = parse_head(name, result.n_layers, result.n_heads)
@@ -134,11 +140,8 @@ def finder_view(lm) -> None:
     st.markdown(f"{scores.n_sequences} sequences of 2 x {scores.half_len} random tokens · "
                 f"{timing(scores.seconds, cached)}")
     fig = scores.figure(kind)
-    new = clicked(st.plotly_chart(fig, key="heads-finder", on_select="rerun", selection_mode="points"), "heads-finder")
+    st.plotly_chart(fig, key="heads-finder", on_select="rerun", selection_mode="points")  # a click: main() opens it
     export_menu(fig, scores, key="heads-finder", filename="head-scores")
-    if new:
-        open_head(new)
-        st.rerun()
     top, chance = scores.top(kind, 10), scores.chance[kind]
     above = int((scores.scores[kind] > 10 * chance).sum())
     st.caption(f"The top {LABELS[kind]} head, {top[0]['layer']}.{top[0]['head']}, scores {top[0]['score']:.3f}, "
@@ -183,6 +186,12 @@ def main() -> None:
         st.info(f"{lm.name} ({lm.family}) has no attention heads: pick a transformer.")
         return
     url_inputs(PAGE, PARAMS)
+    # a click on the finder's grid opens that head's pattern: read before the view radio is drawn (the view it
+    # switches to cannot be set once the radio exists)
+    if st.session_state.get("heads-view") == "Head finder":
+        new = clicked(st.session_state.get("heads-finder"), "heads-finder")
+        if new:
+            open_head(new)
     view = st.radio("View", VIEWS, key="heads-view", horizontal=True, label_visibility="collapsed")
     if view == "Patterns":
         patterns_view(lm)

@@ -78,6 +78,36 @@ def _tokens_note(result: PatchingResult) -> None:
             f"{row['token']!r} at {row['position']} ({row['reason']})" for row in result.sinks) + ".")
 
 
+SENDERS = {"heads": "L{row}.H{column}", "attn": "L{row}.attn", "mlp": "L{row}.mlp"}  # a cell as a path sender
+
+
+def _clicked_cell(event, kind: str) -> tuple[int, int] | None:
+    """A newly clicked cell (row, column) of kind's heatmaps (None when none, or the click was handled)."""
+    points = getattr(getattr(event, "selection", None), "points", None) or []
+    cells = [p.get("customdata") for p in points if isinstance(p.get("customdata"), list)]
+    seen = f"_patch-seen-{kind}"
+    if not cells:
+        st.session_state.pop(seen, None)  # a click on the selected cell unselects it: the next one is new again
+        return None
+    if st.session_state.get(seen) == cells[0]:
+        return None
+    st.session_state[seen] = cells[0]
+    return int(cells[0][2]), int(cells[0][3])
+
+
+def _cell_readout(result: PatchingResult, kind: str, row: int, column: int) -> None:
+    """What the clicked cell holds under every method, and the cell as path patching's sender where it can be."""
+    values = " · ".join(f"{METHOD_TITLES[m].split(' (')[0].lower()} {float(result.grid(kind, m)[row, column]):+.3f}"
+                        for m in result.methods)
+    unchanged = "" if bool(result.grids[kind]["changed"][row][column]) else \
+        " (its clean and corrupt activations are identical: patching it changes nothing)"
+    st.markdown(f"**Clicked: {result.cell_label(kind, row, column)}**: {values}{unchanged}.")
+    sender = SENDERS.get(kind)
+    if sender:
+        st.caption(f"Path patching's sender (below) is now {sender.format(row=row, column=column)}: run it to see how "
+                   "much of this cell's effect reaches a receiver.")
+
+
 def _show(result: PatchingResult, cached: bool) -> None:
     st.markdown(f"**{result.metric_label}**: clean {result.clean_value:.4g}, corrupt {result.corrupt_value:.4g} · "
                 + timing(result.seconds.get("total", 0.0), cached) + " · "
@@ -88,9 +118,21 @@ def _show(result: PatchingResult, cached: bool) -> None:
         st.markdown(f"- {sentence}")
     st.caption("Colour: 1 (red) = patching this cell alone restores the clean metric, 0 (white) = no change, "
                "negative (blue) = further from clean; the scale is fixed at −1..1, not fitted to any cell.")
+    st.caption("Click a cell to read it under every method (a head, attention or MLP cell becomes path patching's "
+               "sender).")
+    for kind in result.components:  # the clicks, read before any figure is drawn: one readout, under its figure
+        cell = _clicked_cell(st.session_state.get(f"patch-fig-{kind}"), kind)
+        if cell is not None:
+            st.session_state["_patch-cell"] = (kind, *cell)
+            if kind in SENDERS:
+                st.session_state["patch-sender"] = SENDERS[kind].format(row=cell[0], column=cell[1])
     for kind in result.components:
         fig = kind_figure(result, kind)
-        st.plotly_chart(fig, key=f"patch-fig-{kind}")
+        st.plotly_chart(fig, key=f"patch-fig-{kind}", on_select="rerun", selection_mode="points")
+        held = st.session_state.get("_patch-cell")
+        if held is not None and held[0] == kind and held[1] < result.grid(kind, result.methods[0]).shape[0] and \
+                held[2] < result.grid(kind, result.methods[0]).shape[1]:  # a cell of this result's grid
+            _cell_readout(result, kind, held[1], held[2])
         export_menu(fig, result, key=f"patch-{kind}", filename=f"patching-{kind}")
     if "real" in result.methods and len(result.methods) > 1:
         fig = result.scatter_figure()

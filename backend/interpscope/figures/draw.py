@@ -7,7 +7,9 @@ overlap either.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import plotly.graph_objects as go
 
@@ -59,6 +61,46 @@ def spread_row(wanted: Sequence[tuple[float, str]], span: float, marker_px: floa
             previous = (xs[i], half)
         span = max(span, max(xs, default=0.0) + 1)
     return xs, below
+
+
+def log_ticks(values: Iterable[Any]) -> dict:
+    """Tick values and labels for a log axis over `values` (positive finite ones): every label a full number
+    ("0.02", "50", "2k"), at 1, 2 and 5 per decade over up to three decades and at each power of ten beyond that.
+    Plotly's own log ticks label 2 and 5 by their leading digit alone ("100 5 2 10 5 2 1"). Empty for no positive
+    value (plotly's defaults then)."""
+    shown = [float(v) for v in values if v is not None and math.isfinite(float(v)) and float(v) > 0]
+    if not shown:
+        return {}
+    low, high = math.floor(math.log10(min(shown))), math.ceil(math.log10(max(shown)))
+    high = max(high, low + 1)
+    steps = (1, 2, 5) if high - low <= 3 else (1,)
+    ticks = [m * 10.0 ** e for e in range(low, high + 1) for m in steps]
+    ticks = [t for t in ticks if t <= 10.0 ** high * 1.0001]
+    return dict(tickmode="array", tickvals=ticks, ticktext=[tick_text(t) for t in ticks])
+
+
+def tick_text(value: float) -> str:
+    """A tick's full value, short: 0.002, 0.5, 20, 5k, 2M, 1e-06."""
+    if value >= 1e6 and value < 1e10:
+        return f"{value / 1e6:g}M"
+    if value >= 1e3 and value < 1e6:
+        return f"{value / 1e3:g}k"
+    if 1e-4 <= value < 1e3:
+        return f"{value:.4f}".rstrip("0").rstrip(".") if value < 1 else f"{value:g}"
+    return f"{value:.0e}"
+
+
+def click_targets(x: Sequence, y: Sequence, customdata: Sequence, hovertext: Sequence[str] | None = None,
+                  **kwargs: Any) -> go.Scatter:
+    """Invisible markers at the centres of a heatmap's cells, carrying each cell's customdata: a heatmap emits no
+    selection when clicked (Streamlit's on_select needs a point), these do. The heatmap's own hover is skipped
+    (hoverinfo "skip") and these carry it; with layout.hoverdistance -1 a click anywhere in a cell is nearest its
+    own centre. Selection never restyles them (they stay invisible)."""
+    return go.Scatter(x=list(x), y=list(y), mode="markers", customdata=list(customdata), showlegend=False,
+                      hovertext=list(hovertext) if hovertext is not None else None,
+                      hoverinfo="text" if hovertext is not None else "none", name="cells",
+                      marker=dict(size=8, color="rgba(0,0,0,0)", opacity=0),
+                      selected=dict(marker=dict(opacity=0)), unselected=dict(marker=dict(opacity=0)), **kwargs)
 
 
 def token_axis(tokens: Sequence[str]) -> dict:

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from interpscope.figures.draw import click_targets
+
 SCORE_NAMES = {"previous_token": "previous-token attention", "self": "attention to itself",
                "sinks": "attention to excluded positions", "entropy": "row entropy (nats)",
                "induction": "induction score", "duplicate_token": "duplicate-token score"}
@@ -54,17 +56,27 @@ def pattern_figure(tokens: Sequence[str], pattern: np.ndarray, excluded: Sequenc
     return fig
 
 
-def grid_figure(grid: np.ndarray, score: str, chance: float | None, title: str | None = None) -> go.Figure:
-    """Layers (rows) x heads (columns) of one per-head score; chance (a uniform causal pattern) in the title."""
+def grid_figure(grid: np.ndarray, score: str, chance: float | None, title: str | None = None,
+                shown: str | None = None) -> go.Figure:
+    """Layers (rows) x heads (columns) of one per-head score; chance (a uniform causal pattern) in the title. Each
+    cell is clickable: an invisible marker at its centre carries its "L.H" (a heatmap itself emits no selection).
+    `shown`: the head whose pattern the page shows, outlined."""
     n_layers, n_heads = grid.shape
     names = [[f"{layer}.{head}" for head in range(n_heads)] for layer in range(n_layers)]
     label = SCORE_NAMES.get(score, score)
-    fig = go.Figure(go.Heatmap(z=grid, x=[f"H{h}" for h in range(n_heads)],
-                               y=[f"L{layer}" for layer in range(n_layers)], customdata=names, colorscale="Viridis",
-                               colorbar=dict(title=dict(text=label, side="right")),
-                               hovertemplate="head %{customdata}<br>" + label + " %{z:.3f}<extra></extra>"))
+    xs, ys = [f"H{h}" for h in range(n_heads)], [f"L{layer}" for layer in range(n_layers)]
+    fig = go.Figure(go.Heatmap(z=grid, x=xs, y=ys, customdata=names, colorscale="Viridis",
+                               colorbar=dict(title=dict(text=label, side="right")), hoverinfo="skip"))
+    fig.add_trace(click_targets([x for _ in ys for x in xs], [y for y in ys for _ in xs],
+                                [name for row in names for name in row],
+                                [f"head {names[r][c]}<br>{label} {float(grid[r, c]):.3f}"
+                                 for r in range(n_layers) for c in range(n_heads)]))
+    if shown in {name for row in names for name in row}:
+        layer, head = (int(v) for v in str(shown).split("."))
+        fig.add_shape(type="rect", x0=head - 0.5, x1=head + 0.5, y0=layer - 0.5, y1=layer + 0.5,
+                      line=dict(color="#d6604d", width=2.5))
     chance_text = f" · uniform causal pattern: {chance:.3f}" if chance is not None and np.isfinite(chance) else ""
-    fig.update_layout(title=f"{title or label}{chance_text} (click a head to open its pattern)",
+    fig.update_layout(title=f"{title or label}{chance_text} (click a head to open its pattern)", hoverdistance=-1,
                       template="plotly_white", height=max(320, 90 + 16 * n_layers), clickmode="event+select",
                       xaxis=dict(side="top"), yaxis=dict(title="layer", autorange="reversed"),
                       margin=dict(l=60, r=20, t=90, b=30))

@@ -14,6 +14,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from interpscope.figures.draw import click_targets
+
 KIND_TITLES = {"resid": "Residual stream", "attn": "Attention output", "mlp": "MLP output",
                "heads": "Attention heads (all positions)"}
 METHOD_TITLES = {"real": "Activation patching", "atp": "Attribution patching (AtP)",
@@ -40,30 +42,47 @@ def _columns(result: Any, kind: str) -> list[str]:
     return labels
 
 
-def _heatmap(result: Any, kind: str, method: str, show_scale: bool) -> go.Heatmap:
+def _heatmap(result: Any, kind: str, method: str, show_scale: bool, clickable: bool = False) -> go.Heatmap:
     block = result.grids[kind]
     values = np.asarray(block[method], dtype=float)
     across = "head" if kind == "heads" else "position"
     return go.Heatmap(z=values, x=_columns(result, kind), y=list(block["rows"]), colorscale=SCALE, zmin=-1, zmax=1,
-                      zmid=0, showscale=show_scale,
+                      zmid=0, showscale=show_scale, hoverinfo="skip" if clickable else None,
                       colorbar=dict(title=dict(text="restored<br>(1 = clean)", side="right"), len=0.8),
-                      hovertemplate=f"%{{y}}, {across} %{{x}}<br>{METHOD_TITLES[method]}: %{{z:.3f}}<extra></extra>")
+                      hovertemplate=None if clickable else
+                      f"%{{y}}, {across} %{{x}}<br>{METHOD_TITLES[method]}: %{{z:.3f}}<extra></extra>")
+
+
+def _cells(result: Any, kind: str, method: str) -> go.Scatter:
+    """The click targets of one heatmap: customdata [kind, method, row, column], the heatmap's hover text."""
+    block = result.grids[kind]
+    values = np.asarray(block[method], dtype=float)
+    columns, rows = _columns(result, kind), list(block["rows"])
+    across = "head" if kind == "heads" else "position"
+    cells = [(r, c) for r in range(len(rows)) for c in range(len(columns))]
+    return click_targets([columns[c] for _, c in cells], [rows[r] for r, _ in cells],
+                         [[kind, method, r, c] for r, c in cells],
+                         [f"{rows[r]}, {across} {columns[c]}<br>{METHOD_TITLES[method]}: {values[r, c]:.3f}"
+                          for r, c in cells])
 
 
 def kind_figure(result: Any, kind: str) -> go.Figure:
-    """One component kind: a heatmap per method, side by side (real patching first)."""
+    """One component kind: a heatmap per method, side by side (real patching first). Every cell is clickable: an
+    invisible marker at its centre carries [kind, method, row, column] (a heatmap itself emits no selection)."""
     methods = list(result.methods)
     fig = make_subplots(rows=1, cols=len(methods), shared_yaxes=True, horizontal_spacing=0.03,
                         subplot_titles=[method_title(result, kind, m) for m in methods])
     for i, method in enumerate(methods):
-        fig.add_trace(_heatmap(result, kind, method, show_scale=i == len(methods) - 1), row=1, col=i + 1)
+        fig.add_trace(_heatmap(result, kind, method, show_scale=i == len(methods) - 1, clickable=True),
+                      row=1, col=i + 1)
+        fig.add_trace(_cells(result, kind, method), row=1, col=i + 1)
     n_rows = len(result.grids[kind]["rows"])
     fig.update_yaxes(autorange="reversed", title_text="layer", row=1, col=1)
     fig.update_xaxes(tickangle=-60, tickfont=dict(size=10))
     fig.update_layout(title=f"{KIND_TITLES[kind]}: share of the clean {result.metric_label} restored by patching "
                             f"({result.model})",
-                      template="plotly_white", height=max(320, 160 + 16 * n_rows),
-                      width=max(900, 330 * len(methods)), margin=dict(l=60, r=30, t=80, b=140))
+                      template="plotly_white", height=max(320, 160 + 16 * n_rows), clickmode="event+select",
+                      hoverdistance=-1, width=max(900, 330 * len(methods)), margin=dict(l=60, r=30, t=80, b=140))
     return fig
 
 

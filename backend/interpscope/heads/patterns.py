@@ -170,11 +170,12 @@ class HeadPatterns(Result):
         return pattern_figure(self.tokens, self.pattern(layer, head), self.excluded, f"Head {layer}.{head}",
                               self.sinks)
 
-    def grid_figure(self, summary: str = "previous_token"):
-        """Layers x heads coloured by one summary, its chance level in the title (click a cell to open it)."""
+    def grid_figure(self, summary: str = "previous_token", shown: str | None = None):
+        """Layers x heads coloured by one summary, its chance level in the title (click a cell to open it); the
+        head `shown` ("L.H") outlined."""
         from interpscope.figures.heads import grid_figure
 
-        return grid_figure(self.stats[summary], summary, self.chance.get(summary))
+        return grid_figure(self.stats[summary], summary, self.chance.get(summary), shown=shown)
 
 
 def head_patterns(lm: LoadedModel, text: str, *, heads: list[str] | None = None,
