@@ -236,7 +236,7 @@ def setups() -> dict[str, tuple[str, dict, list[Action]]]:
             Action("SAE feature page", "features", 0.3, feature_page)]),
         "search": ("feature-browser", {"store": store}, [Action("SAE search", "search", 0.5, search)]),
         "prompt": ("feature-browser", {"store": store, "view": "Prompt"}, [
-            Action("SAE prompt view", "prompt", 1.0, live(None, "[data-testid='stCaptionContainer']"))]),
+            Action("SAE prompt view", "prompt", 1.0, live("Run", "[data-testid='stCaptionContainer']"))]),
         "attribution": ("feature-browser", {"store": store, "view": "Attribution", "feature": 3444}, [
             Action("Feature attribution (LRP), <= 64 tokens", "attribution", 2.0, live("Run", ".relevance-heatmap"))]),
         "steering": ("feature-browser", {"store": store, "view": "Steering", "feature": 3444, "new": 32}, [

@@ -32,7 +32,7 @@ def current_model() -> LoadedModel | None:
     from interpscope.models import smollm2
 
     first = name == "smollm2-135m" and not smollm2.is_converted()
-    message = f"Loading {name}" + (" (first use: converting the bundled GGUF once, ~30 s)…" if first else "…")
+    message = f"Loading {name}" + (" (first use: converting the bundled GGUF once)…" if first else "…")
     try:
         with st.spinner(message):
             return load_model(name, device=device, dtype=dtype)
@@ -343,7 +343,8 @@ def committed(page: str, inputs: dict, submitted: bool) -> dict | None:
         submitted = True
     if state.pop(f"_stop-{page}", False) or state.get(f"{page}-stop"):
         forget_run(page)
-        st.info("Stopped. Press Run to start again.")
+        # a passing note: the page's own box (what Run computes) is what stays, so a Stop never leaves two boxes
+        st.toast("Stopped: the page keeps its inputs; press Run to start again.")
         return None
     upload = state.get("_text-upload")
     if submitted:
@@ -374,17 +375,18 @@ def request_stop(page: str) -> None:
 
 
 @contextmanager
-def progress(label: str, page: str | None = None) -> Iterator[Callable[..., None]]:
+def progress(label: str, page: str | None = None, first: str | None = None) -> Iterator[Callable[..., None]]:
     """The one progress bar of every page: a bar with an ETA and, with `page`, a Stop button beside it (pressing it
     ends the run at the next progress step and clears the page's Run). Bar and button live in one st.empty slot
     that is emptied when the block ends, whether the work finished, raised, or was stopped (a Stop reruns the
     script, which raises inside the block): nothing stays on screen after the work.
 
     The update takes the three shapes backend calls use (interpscope.progress): (done, total), (fraction, text) and
-    (stage, done, total)."""
+    (stage, done, total). `first`: what the bar says until the first update (e.g. "starting"), after the label;
+    every update replaces it with its own stage."""
     slot = st.empty()
     row = slot.container()
-    bar = row.progress(0.0, text=label)
+    bar = row.progress(0.0, text=f"{label}: {first}" if first else label)
     if page is not None:
         row.button("Stop", key=f"{page}-stop", help="Stop this computation (the page keeps its inputs).",
                    on_click=request_stop, args=(page,))

@@ -122,7 +122,8 @@ def heldout_section(lm: LoadedModel, labels: dict[str, str]) -> None:
     if st.button("Run on the held-out set", type="primary", key=f"{PAGE}-set-run"):
         st.session_state[f"{PAGE}-set-started"] = inputs
     if st.session_state.get(f"{PAGE}-set-started") != inputs:
-        st.info("Press **Run on the held-out set** to compute the table (about 6 s of CPU per prompt).")
+        st.info("Press **Run on the held-out set** to compute the table (every method on every prompt; the bar "
+                "estimates the time left from its pace).")
         return
     with progress("Prompts", PAGE) as report:
         try:

@@ -62,8 +62,8 @@ def show_bench(path: str) -> None:
     chosen = st.multiselect("Metrics", list(registry), default=list(registry), key="sae_bench_metrics",
                             help=" ".join(f"{m.name}: {m.meaning}" for m in registry.values()))
     submitted = st.button("Run bench", key="sae_bench_run",
-                          help="Recompute the chosen metrics on this SAE (several minutes on a CPU: the bundled "
-                               "LM judges every explanation).")
+                          help="Recompute the chosen metrics on this SAE (slow: the bundled LM judges every "
+                               "explanation; the bar estimates the time left from the pace so far).")
     run = committed(PAGE, {"path": path, "metrics": chosen}, submitted)
     result, origin = None, ""
     if run is not None and run["path"] == path and run["metrics"]:
@@ -71,7 +71,7 @@ def show_bench(path: str) -> None:
         if lm is None:
             return
         key = (model_key(), run["path"], tuple(run["metrics"]))
-        with show_errors(), progress("Bench: starting", PAGE) as report:
+        with show_errors(), progress("Bench", PAGE, first="starting") as report:
             result = shared("sae-bench", key, lambda: bench_sae(lm, run["path"], metric_names=list(run["metrics"]),
                                                                   progress=report))
         origin = "Measured on this Run"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,7 +29,7 @@ from interpscope.sae.store import FeatureStore, build_store
 from interpscope.sae.store.prompt import FeatureAttribution, PromptFeatures, feature_attribution
 from interpscope.sae.store.steering import MAX_NEW_TOKENS, STRENGTH_MULTIPLE, SteeringResult, default_strength, steer
 from interpscope.sinks import SINK_FACTOR
-from pages._common import KEEP, bounded, committed, follow, progress, text_source
+from pages._common import KEEP, bounded, committed, follow, progress, shared, text_source
 from pages._relevance_extras import bos_toggle
 from pages._sae_circuit import show_circuit
 from pages._sae_models import device_dtype, firing_note, prompt_view, store_lm, store_sae
@@ -40,6 +41,7 @@ VIEWS_LIVE = ["Prompt", "Attribution", "Steering", "Circuit"]
 DEFAULT_PROMPT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
                   "must be in want of a wife.")
 MAX_TOKEN_PILLS = 160
+TOP_MAX = 50  # the most features the prompt heatmap shows: computed once per Run, the slider shows a prefix
 BOS_KEY = "sae-prompt-bos"
 
 
@@ -63,12 +65,15 @@ def _attribution(store_path: str, model_key: tuple, text: str, feature: int, pos
                                prepend_bos=bos)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
 def _steer(store_path: str, model_key: tuple, text: str, feature: int, mode: str, strength: float,
-           n_new: int, bos: bool | None = None) -> SteeringResult:
-    store = FeatureStore(store_path)
-    return steer(store_lm(store, model_key), store_sae(store_path), text, feature, mode, strength, n_new,
-                 prepend_bos=bos)
+           n_new: int, bos: bool | None = None, report=None) -> SteeringResult:
+    """One steering run, computed once per process (shared: its progress callback draws on the page's bar, which
+    st.cache_data cannot replay)."""
+    def compute() -> SteeringResult:
+        store = FeatureStore(store_path)
+        return steer(store_lm(store, model_key), store_sae(store_path), text, feature, mode, strength, n_new,
+                     progress=report, prepend_bos=bos)
+    return shared("sae-steer", (store_path, model_key, text, feature, mode, strength, n_new, bos), compute)
 
 
 def _feature_input(store: FeatureStore, key: str) -> int:
@@ -100,8 +105,19 @@ def exclusion_caption(result: PromptFeatures) -> str:
 
 def show_prompt(store: FeatureStore, lm: LoadedModel, text: str, open_feature: Callable[[int], None],
                 bos: bool | None) -> None:
-    n_top = st.slider("Features in the heatmap", 5, 50, key="sae-prompt-top", **KEEP)  # default, URL: the Param
-    result = prompt_view(str(store.folder), (lm.name,) + device_dtype(), text, n_top, bos)
+    """Every feature on the text, after an explicit Run (the model and the SAE run on it); the heatmap's size is a
+    view of that Run (no recomputing)."""
+    submitted = st.button("Run", type="primary", key="sae-prompt-run")
+    run = committed("sae-prompt", {"store": store.name, "text": text, "bos": bos}, submitted)
+    n_top = st.slider("Features in the heatmap", 5, TOP_MAX, key="sae-prompt-top", **KEEP)  # default, URL: the Param
+    if run is None or run["store"] != store.name:
+        st.info("Press **Run** to read every feature of this SAE on the text (one pass of the store's model).")
+        return
+    text = run["text"]
+    with st.spinner("Reading every feature on the text…"):
+        every = prompt_view(str(store.folder), (lm.name,) + device_dtype(), text, TOP_MAX, run.get("bos"))
+    # the strongest n_top of the same ranking (prompt_features sorts by peak activation, stably)
+    result = replace(every, top_features=every.top_features[:n_top], top_values=every.top_values[:, :n_top])
     sinks = result.excluded_positions
     st.caption(exclusion_caption(result))
     if not result.top_features:
@@ -161,7 +177,7 @@ def _attribution_block(result: FeatureAttribution, sinks: list[int], reasons: di
 
 def show_attribution(store: FeatureStore, lm: LoadedModel, text: str, bos: bool | None) -> None:
     feature = _feature_input(store, "sae-attr-feature")
-    view = prompt_view(str(store.folder), (lm.name,) + device_dtype(), text, 20, bos)
+    view = prompt_view(str(store.folder), (lm.name,) + device_dtype(), text, TOP_MAX, bos)
     column = view.activations[:, feature]
     sinks = view.excluded_positions
     readable = np.array([i not in sinks for i in range(len(view.tokens))])
@@ -195,7 +211,7 @@ def show_attribution(store: FeatureStore, lm: LoadedModel, text: str, bos: bool 
     stale = run.get("bos") != bos or run["text"] != text  # the view above reads the text box, not the last Run
     text, feature, position, method = run["text"], run["feature"], run["position"], run["method"]
     if stale:  # the positions of the last Run's text, as it was read then
-        view = prompt_view(str(store.folder), (lm.name,) + device_dtype(), text, 20, run.get("bos"))
+        view = prompt_view(str(store.folder), (lm.name,) + device_dtype(), text, TOP_MAX, run.get("bos"))
         sinks = view.excluded_positions
     if 0 <= position < len(view.tokens) and not view.activations[position, feature] > 0:
         # an inactive feature's value is 0: its maps would be all zeros, drawn as if they meant something
@@ -237,9 +253,10 @@ def show_steering(store: FeatureStore, lm: LoadedModel, text: str, bos: bool | N
     if run is None or run["store"] != store.name:
         st.info("Press **Run** to generate the clean and the edited continuation.")
         return
-    with st.spinner("Running the clean and the edited model…"):
+    # a bar per generated token with a Stop (which clears this Run), not a spinner that only waits
+    with progress("Clean and edited continuations: tokens", "sae-steer", first="reading the prompt") as report:
         result = _steer(str(store.folder), (lm.name,) + device_dtype(), run["text"], run["feature"], run["mode"],
-                        run["strength"], run["n_new"], run.get("bos"))
+                        run["strength"], run["n_new"], run.get("bos"), report)
     feature, mode, text = run["feature"], run["mode"], run["text"]
     verb = f"+ {result.strength:.3g} × direction" if mode == "add" else "removed"
     st.metric("KL(clean ‖ edited), next token", f"{result.kl:.4f}")

@@ -273,9 +273,15 @@ def text_view(lm: LoadedModel, chosen: list[str]) -> None:
     if text is None:
         return
     prepend = bos_toggle(lm, st, key=BOS_KEY)
-    with show_errors():
-        seen = shared("neuron-text", (model_key(), text, tuple(chosen), prepend),
-                      lambda: text_activations(lm, text, chosen, prepend_bos=prepend))
+    submitted = st.button("Run", type="primary", key="en-text-run")
+    run = committed("en-text", {"text": text, "neurons": tuple(chosen), "bos": prepend}, submitted)
+    if run is None:  # the model runs on an explicit Run only, never on opening the view
+        st.info("Press **Run** to read the chosen neurons, the entropy and the top prediction at every token of the "
+                "text (one pass of the model).")
+        return
+    with show_errors(), st.spinner("Reading the neurons on the text…"):
+        seen = shared("neuron-text", (model_key(), run["text"], run["neurons"], run["bos"]),
+                      lambda: text_activations(lm, run["text"], list(run["neurons"]), prepend_bos=run["bos"]))
     excluded = seen.excluded_positions or []
     reasons = seen.reasons()
     fig = figs.text_figure(seen.tokens, seen.activation, seen.neurons, seen.entropy, excluded, reasons)
@@ -325,7 +331,8 @@ def main() -> None:
         "a live computation (no precomputed store for this model)"
     st.caption(f"Weight statistics and corpus data from {source}.")
     view = st.segmented_control("View", VIEWS, key="en-view") or VIEWS[0]
-    runs = {"Causal ablation": "en-abl", "Token-frequency neurons": "en-tf", "Induction": "en-ind"}
+    runs = {"Causal ablation": "en-abl", "Token-frequency neurons": "en-tf", "Induction": "en-ind",
+            "Your text": "en-text"}
     write_url(page_params, run=runs.get(view))  # before the slow part: a reload mid-run keeps the last Run's inputs
     with show_errors():
         if view == "Candidates":

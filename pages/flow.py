@@ -17,6 +17,7 @@ from pages._common import (
     is_shared,
     model_key,
     model_params,
+    progress,
     shared,
     show_errors,
     text_source,
@@ -37,10 +38,11 @@ PARAMS = [Param("flow-text", "text", DEFAULT_TEXT), Param("flow-token", "token",
           Param("flow-tuned", "tuned", False, bool)]
 
 
-def _flow(text: str, token: str | None, prepend: bool | None = None, lens: str = "logit") -> InformationFlow:
+def _flow(text: str, token: str | None, prepend: bool | None = None, lens: str = "logit",
+          report=None) -> InformationFlow:
     key = (model_key(), text, token, prepend) + ((lens,) if lens != "logit" else ())
     return shared("flow", key, lambda: information_flow(current_model(), text, token=token, prepend_bos=prepend,
-                                                        lens=lens))
+                                                        lens=lens, progress=report))
 
 
 def selected_node(event) -> str | None:
@@ -117,13 +119,14 @@ def main() -> None:
                           step=0.01, key="flow-threshold")
     if run is None:
         write_url(PARAMS, run=PAGE)
-        st.info("Press **Run** (about a second on the bundled model).")
+        st.info("Press **Run**: a forward pass for the logit lens and contributions, and one forward and backward "
+                "pass for AttnLRP.")
         return
     lens = run.get("lens", "logit")
     cached = is_shared("flow", (model_key(), run["text"], run["token"] or None, run.get("bos")) +
                        ((lens,) if lens != "logit" else ()))
-    with show_errors(), st.spinner("Logit lens, contributions and AttnLRP…"):
-        flow = _flow(run["text"], run["token"] or None, run.get("bos"), lens)
+    with show_errors(), progress("Information flow", PAGE) as report:  # its Stop clears this Run
+        flow = _flow(run["text"], run["token"] or None, run.get("bos"), lens, report)
     write_url(PARAMS, run=PAGE)
     last = flow.tidy()[-1]
     st.markdown(f"**{flow.target.value_label}** {flow.value:.4g} · p = {last['probability']:.3f} (rank "

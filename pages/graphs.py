@@ -337,11 +337,14 @@ def _interventions(lm, tset, graph, key: tuple, selected: list[str], groups: lis
         mode = cols[1].radio("Intervention", ["ablate", "steer"], key="graph-mode", horizontal=True)
         factor = cols[2].number_input("Factor", value=2.0, step=0.5, key="graph-factor", disabled=mode == "ablate")
         done = _session("results", key, [])
+        if st.session_state.pop("_stop-graph-intervene", False):  # its Stop's rerun: nothing is half-shown
+            st.toast("Stopped: the intervention did not finish; press Intervene to start it again.")
         if cols[3].button("Intervene", key="graph-intervene", type="primary"):
             members, label = options[pick]
-            with show_errors():
+            with show_errors(), progress("Intervening", "graph-intervene", first="freezing the prompt's run") as report:
+                prepared = _prepared(lm, tset, graph, key)
                 done.append(intervene(lm, tset, graph, members, mode=mode, scale=factor, label=label,
-                                      prepared=_prepared(lm, tset, graph, key)))
+                                      prepared=prepared, progress=report))
         if done:
             st.markdown(done[-1].summary())
             fig = intervention_figure(done[-8:])
@@ -352,8 +355,10 @@ def _interventions(lm, tset, graph, key: tuple, selected: list[str], groups: lis
     readouts = tuple(READOUTS) if st.checkbox(
         "Also diagnostic readouts (the real model with the graph's frozen parts imposed, labelled as such)",
         key="graph-check-readouts") else ()
+    if st.session_state.pop("_stop-graph-check", False):
+        st.toast("Stopped: the ablation check did not finish; press its button to start it again.")
     if st.button("Ablation check: the 20 strongest ablated one by one, and 20 random (control)", key="graph-check"):
-        with show_errors(), progress("Ablations (real forward passes)", None) as report:
+        with show_errors(), progress("Ablations (real forward passes)", "graph-check") as report:
             st.session_state["_graph-check"] = (key, ablation_check(
                 lm, tset, graph, n=20, groups=check_groups, prepared=_prepared(lm, tset, graph, key),
                 progress=report, readouts=readouts))
@@ -447,7 +452,7 @@ def main() -> None:
     write_url(PARAMS, run=PAGE)
     if run is None:
         st.info("Press **Run**: one real forward pass, then the linear replay's backward passes for the strongest "
-                "features (about 10–60 s for a short prompt on the bundled model on a CPU).")
+                "features (the bar estimates the time left from its pace).")
         return
     cached = is_shared("graph", _graph_key(run))
     with show_errors():

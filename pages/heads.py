@@ -70,7 +70,7 @@ def patterns_view(lm) -> None:
     run = committed(PAGE, {"text": text, "bos": prepend}, submitted) if text is not None else None
     if run is None:
         write_url(PARAMS, run=PAGE)
-        st.info("Press **Run** to read every head's attention on this text (about a second on the bundled model).")
+        st.info("Press **Run** to read every head's attention on this text (one forward pass).")
         return
     key = (model_key(), run["text"], run.get("bos"))
     cached = is_shared("heads", key)
@@ -127,7 +127,8 @@ def finder_view(lm) -> None:
     run = committed(FINDER, inputs, submitted)
     if run is None:
         write_url(PARAMS, run=FINDER)
-        st.info("Press **Run** to score every head (a few seconds on the bundled model; ablation adds a few more).")
+        st.info("Press **Run** to score every head (one pass over the random sequences; ablation adds more, each "
+                "with the bar's estimate of the time left).")
         return
     key = (model_key(), *run.values())
     cached = is_shared("head-scores", key)

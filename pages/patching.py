@@ -216,8 +216,8 @@ def main() -> None:
     run = committed(PAGE, inputs, submitted)
     if run is None:
         write_url(PARAMS, run=PAGE)
-        st.info("Press **Run**: real patching runs one forward pass per changed cell (batched), about 10–60 s on the "
-                "bundled model on a CPU; AtP and RelP take about a second.")
+        st.info("Press **Run**: real patching runs one forward pass per changed cell (batched; the bar estimates the "
+                "time left from its pace); AtP and RelP estimate every cell from one backward pass each.")
         return
     key = (model_key(), *(run[k] for k in sorted(run)))
     cached = is_shared("patching", key)

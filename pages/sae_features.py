@@ -89,7 +89,7 @@ def url_params(stores: dict[str, str]) -> list[Param]:
             Param("sae_search_kind", "search_by", next(iter(SEARCH_KINDS)), choices=list(SEARCH_KINDS), scope="nav"),
             Param("sae_search_query", "search", "", scope="nav"),
             Param("sae-prompt-text", "text", DEFAULT_PROMPT),
-            Param("sae-prompt-top", "top", 20, int, low=5, high=50),
+            Param("sae-prompt-top", "top", 20, int, low=5, high=50, scope="view"),
             bos_param(BOS_KEY),
             Param("sae-attr-feature", "attr_feature", None, **feature_id),
             Param("sae-attr-position", "position", None, int, low=0, high=10 ** 6),
@@ -279,7 +279,7 @@ def show_feature(store: FeatureStore, path: str) -> None:
                       hide_weak=not show_weak)
 
 
-RUN_PAGES = {"Attribution": "sae-attr", "Steering": "sae-steer", "Circuit": "sae-circuit"}
+RUN_PAGES = {"Prompt": "sae-prompt", "Attribution": "sae-attr", "Steering": "sae-steer", "Circuit": "sae-circuit"}
 
 
 def main() -> None:

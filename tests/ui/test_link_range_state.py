@@ -12,7 +12,6 @@ from streamlit.testing.v1 import AppTest
 from pages._common import Param
 from tests.apptest_util import APP, ROOT
 from tests.ui.test_sae_browser_page import PAGE as SAE_PAGE
-from tests.ui.test_neurons_page import tiny_folder  # noqa: F401  (a saved tiny model with MLP neurons)
 from tests.ui.test_sae_browser_page import env  # noqa: F401  (the module's fixture: a tiny store)
 
 
@@ -93,15 +92,12 @@ def test_a_graph_threshold_out_of_range_is_named(bundled_lm):
     assert at.session_state["graph-threshold"] == 1.0 and not ignored(at)
 
 
-def test_a_layer_the_model_lacks_is_named(tiny_folder):  # noqa: F811
-    from app import OTHER
-
-    at = open_link("pages/entropy_neurons.py", {"layer": "999"}, model_choice=OTHER, model_custom=str(tiny_folder),
-                   **{"en-store-tokens": 256})
-    last = at.number_input(key="en-layer").max
+@pytest.mark.bundled
+def test_a_layer_the_model_lacks_is_named(bundled_lm):
+    at = open_link("pages/entropy_neurons.py", {"layer": "999"})
+    last = bundled_lm.adapter.n_layers - 1
     assert at.number_input(key="en-layer").value == last
-    assert f"The link asks for layer=999, outside its range (0 to {last:,.0f}): using {last:.0f} instead." in \
-        warnings(at), warnings(at)
+    assert f"The link asks for layer=999, outside its range (0 to {last:,}): using {last} instead." in warnings(at)
     assert not ignored(at)
 
 

@@ -165,6 +165,7 @@ def test_induction_view(page):
 def test_your_text_view(page):
     view(page, "Your text")
     page.text_area(key="en-text-text").input("Mr. Darcy danced with Elizabeth.").run()
+    page.button(key="en-text-run").click().run()
     assert not page.exception, page.exception
     spec = chart(page, "Your text")
     table = [df.value for df in page.dataframe if "top prediction" in df.value.columns][0]
@@ -177,6 +178,7 @@ def test_your_text_view(page):
     assert "Left out of the lines and the scale: 0 '<|endoftext|>' (prepended BOS" in spec["layout"][
         "annotations"][0]["text"]
     page.toggle(key="en-text-bos").set_value(False).run()  # off: the text as typed, the first word at position 0
+    page.button(key="en-text-run").click().run()
     assert not page.exception, page.exception
     plain = [df.value for df in page.dataframe if "top prediction" in df.value.columns][0]
     assert page.query_params["bos"] == "0" and list(plain["token"]) == list(table["token"].iloc[1:])

@@ -23,7 +23,8 @@ def test_bundled_model_views_open_from_the_shipped_store(bundled_lm):
     at.segmented_control(key="en-view").set_value("Token-frequency neurons").run()
     assert chart(at, "Cosine of each layer-29 neuron")
     at.segmented_control(key="en-view").set_value("Your text").run()
-    assert chart(at, "Your text")  # the default sentence runs through the model
+    at.button(key="en-text-run").click().run()
+    assert chart(at, "Your text")  # the default sentence runs through the model, on Run
 
 
 def test_position_0_never_tops_neuron_29_830s_contexts(bundled_lm):

@@ -208,10 +208,12 @@ def token_pills(at):
 def test_a_new_prompt_starts_at_its_own_last_token(env):
     store, _, _ = env
     at = open_browser(store, "Prompt")
+    at.button(key="sae-prompt-run").click().run()
     token_pills(at).set_value(4).run()  # ' truth': a pill's label is its token, and ' a' is there twice
     assert token_pills(at).value == 4
     text = "One two three four five six seven eight nine ten"
     at.text_area(key="sae-prompt-text").input(text).run()
+    at.button(key="sae-prompt-run").click().run()
     assert not at.exception
     assert token_pills(at).value == tiny_lm().encode(text).shape[1]  # (after the prepended BOS) not 2 carried over
 
@@ -219,6 +221,7 @@ def test_a_new_prompt_starts_at_its_own_last_token(env):
 def test_prompt_view_click_token_then_feature(env):
     store, _, _ = env
     at = open_browser(store, "Prompt")
+    at.button(key="sae-prompt-run").click().run()
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert spec["data"][0]["type"] == "heatmap" and spec["layout"]["yaxis"]["type"] == "category"
     from pages._sae_live import DEFAULT_PROMPT
@@ -250,7 +253,8 @@ def test_prepend_bos_is_in_the_url_and_off_reads_the_first_word_at_position_0(en
     positions, and the link keeps bos=0."""
     store, _, _ = env
     at = AppTest.from_file(str(ROOT / PAGE), default_timeout=180)
-    at.query_params.update({"store": store.name, "view": "Prompt", "text": "The cat sat on the mat", "bos": "0"})
+    at.query_params.update({"store": store.name, "view": "Prompt", "text": "The cat sat on the mat", "bos": "0",
+                            "run": "1"})
     at.run()
     assert not at.exception, at.exception
     n_words = tiny_lm().encode("The cat sat on the mat").shape[1]
@@ -260,6 +264,7 @@ def test_prepend_bos_is_in_the_url_and_off_reads_the_first_word_at_position_0(en
     assert any("No attention sink measured" in c.value for c in at.caption), [c.value for c in at.caption]
     assert at.query_params["bos"] == "0"
     at.toggle(key="sae-prompt-bos").set_value(True).run()
+    at.button(key="sae-prompt-run").click().run()  # the view reads the text again on Run
     assert token_pills(at).options[0] == "The" and len(token_pills(at).options) == n_words  # the BOS is no pill
     assert token_pills(at).value == n_words and at.query_params["bos"] == "1"
     at.segmented_control(key="sae_view").set_value("Attribution").run()
@@ -283,7 +288,7 @@ def test_live_views_reject_empty_and_oversized_text(env, view):
     at.text_area(key="sae-prompt-text").input("  \n ").run()
     assert not at.exception and any("empty" in w.value for w in at.warning)
     at.text_area(key="sae-prompt-text").input("word " * 3000).run()
-    for key in ("sae-attr-run", "sae-steer-run"):  # views that wait for Run check the length on Run
+    for key in ("sae-prompt-run", "sae-attr-run", "sae-steer-run"):  # views that wait for Run check it on Run
         if any(b.key == key for b in at.button):
             at.button(key=key).click().run()
     assert not at.exception and any("tokens long" in e.value for e in at.error)

@@ -3,7 +3,6 @@ link opens stays the feature, in the box and in the URL, after Prompt, Steering 
 start at it; a search query and its kind are in the URL and come back from it."""
 from __future__ import annotations
 
-import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.apptest_util import ROOT

@@ -52,7 +52,8 @@ def test_the_progress_bar_is_gone_after_stop_and_the_run_is_cleared():
     assert not at.exception, at.exception
     assert at.session_state["stopped-once"]  # the work was interrupted inside the block
     assert not at.get("progress") and not stop_buttons(at)
-    assert any("Stopped" in i.value for i in at.info)
+    assert any("Stopped" in t.value for t in at.toast)  # a passing note, not a second box beside the page's own
+    assert not any("Stopped" in i.value for i in at.info)
     assert not any("finished" in m.value for m in at.markdown)
     at.button(key="work-run").click().run()  # Run again: the work runs to its end
     assert any("finished" in m.value for m in at.markdown) and not at.get("progress")

@@ -17,6 +17,7 @@ contribution to the explained value, and a token -> component -> prediction grap
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -250,12 +251,13 @@ def flow_graph(latent: LatentRelevance, input_relevance: np.ndarray, tokens: lis
 
 
 def information_flow(lm: LoadedModel, text: str, *, token: str | int | None = None, contrast: tuple | None = None,
-                     method: str = "attnlrp", prepend_bos: bool | None = None, lens: str = "logit") -> InformationFlow:
+                     method: str = "attnlrp", prepend_bos: bool | None = None, lens: str = "logit",
+                     progress: Callable[[float, str], None] | None = None) -> InformationFlow:
     """The logit lens, per-layer contributions and AttnLRP latent relevance for the next-token target after `text`
     (the graph at any threshold comes from InformationFlow.graph). prepend_bos: put the model's BOS first (None:
     where the tokenizer adds none), so the first word is explained like any other; sinks are measured. lens
     "tuned": also the shipped tuned lens beside the logit lens (interpscope.flow.compare), per-layer KL to the final
-    distribution."""
+    distribution. progress(fraction, stage) before each pass (a page's bar and Stop)."""
     from interpscope.relevance.api import input_ids_for, model_kind
     from interpscope.relevance.sinks import sink_report
     from interpscope.sinks import words
@@ -269,11 +271,18 @@ def information_flow(lm: LoadedModel, text: str, *, token: str | int | None = No
     start = time.perf_counter()
     ids, prepended = input_ids_for(lm, text, prepend_bos)
     target = make_target(lm, ids, token=token, contrast=contrast)
+    say = progress or (lambda fraction, stage: None)
     with model_lock(lm):
+        say(0.0, "measuring sinks")
         report = sink_report(lm.adapter, ids, 0 if prepended else None)
+        say(0.2, "the residual stream (logit lens)")  # fractions: the stages' shares of the time, measured
         acts = _residuals(lm.adapter, ids)
+        say(0.5, f"{spec.label} relevance (a forward and a backward pass)")
         attribution = attribute(lm.adapter, ids, target, spec.rules(lm.adapter), latent=True, conservation=False)
+        if lens == "tuned":
+            say(0.85, "the tuned lens")
         tuned = compare_lenses(lm, ids, report.positions) if lens == "tuned" else None
+    say(1.0, "done")
     acts = {name: tensor[0] if tensor.dim() == 3 else tensor for name, tensor in acts.items()}
     probability, rank, lens_value = logit_lens(lm.adapter, acts, target)
     embed, attn, mlp, constant = contributions(lm.adapter, acts, target)

@@ -394,19 +394,30 @@ def node_label(members: Sequence[dict[str, Any]]) -> str:
 
 def intervene(lm: LoadedModel, transcoders: Any, graph: AttributionGraph, node_ids: Sequence[str],
               mode: str = "ablate", scale: float | None = None, label: str | None = None,
-              prepared: GraphRun | None = None) -> InterventionResult:
+              prepared: GraphRun | None = None,
+              progress: Callable[[float, str], None] | None = None) -> InterventionResult:
     """Ablate (mode "ablate") or scale by `scale` (mode "steer") the feature nodes node_ids (one node or a
     supernode's members) and compare the graph's predicted change of the target logit with the real one.
-    `prepared`: the graph's GraphRun, when the caller keeps one (else it is made here: one more forward pass)."""
+    `prepared`: the graph's GraphRun, when the caller keeps one (else it is made here: one more forward pass).
+    progress(fraction, stage) before each of its steps (a page's bar and Stop)."""
     start = time.perf_counter()
+    report = progress or (lambda fraction, stage: None)
     factor = intervention_factor(mode, scale)
     members = feature_members(graph, node_ids)
-    prepared = prepared or GraphRun(lm, transcoders, graph)
+    if prepared is None:
+        report(0.0, "freezing the prompt's run")
+        prepared = GraphRun(lm, transcoders, graph)
+    report(0.0, "the graph's prediction")  # fractions: the steps' shares of the time, measured on SmolLM2
     (predicted,) = prepared.predicted([members], factor)
+    report(0.05, "the graph's prediction, final norm frozen")
     (linear,) = prepared.predicted_linear([members], factor)
+    report(0.1, "the real model's gradient")
     (real_linear,) = prepared.predicted_real_linear([members], factor)
+    report(0.6, "the pruned graph's edges")
     pruned = prepared.pruned.predicted([str(n["id"]) for n in members], factor)
+    report(0.6, "the real forward pass")
     (actual,), clean = prepared.actual([members], factor)
+    report(1.0, "done")
     return InterventionResult(model=graph.model, text=graph.text, target=dict(graph.target), mode=mode,
                               factor=factor, nodes=[str(n["id"]) for n in members],
                               label=label or node_label(members), clean_logit=clean, predicted=predicted,
