@@ -14,6 +14,7 @@ from interpscope.patching.prompts import METRIC_LABELS, METRICS
 from interpscope.patching.results import PatchingResult, PathPatchingResult
 from interpscope.patching.run import METHODS, patch, path_patch
 from pages._common import (
+    KEEP,
     Param,
     committed,
     current_model,
@@ -26,6 +27,7 @@ from pages._common import (
     url_inputs,
     write_url,
 )
+from pages._patching_set import set_view
 from pages._relevance_extras import bos_param, bos_toggle
 
 PAGE = "patching"
@@ -39,8 +41,14 @@ PARAMS = [Param("patch-clean", "clean", DEFAULT_CLEAN), Param("patch-corrupt", "
           Param("patch-components", "components", ",".join(KINDS)),
           Param("patch-methods", "methods", ",".join(METHODS)),
           Param("patch-rules", "rules", DEFAULT_RELP_RULES, choices=RULES), bos_param("patch-bos"),
+          Param("patch-mode", "mode", "One pair", choices=["One pair", "A set of pairs"], scope="nav"),
+          Param("patch-set-source", "pairs", "The shipped IOI pairs (six, one template)",
+                choices=["The shipped IOI pairs (six, one template)", "Upload a file"]),
           Param("patch-sender", "sender", "", scope="view"), Param("patch-receiver", "receiver", "logits",
                                                                      scope="view")]
+
+
+MODES = ["One pair", "A set of pairs"]
 
 
 def _picker(label: str, key: str, options: tuple[str, ...], names: dict[str, str]) -> list[str]:
@@ -180,14 +188,19 @@ def main() -> None:
         st.info(f"{lm.name} ({lm.family}) has no attention heads to patch: pick a transformer.")
         return
     url_inputs(PAGE, PARAMS)
-    left, right = st.columns(2)
-    clean = left.text_area("Clean prompt", key="patch-clean", height=90)
-    corrupt = right.text_area("Corrupt prompt (same number of tokens)", key="patch-corrupt", height=90)
+    one_pair = st.segmented_control("Patch", MODES, key="patch-mode") != MODES[1]  # 45.15: or a set of pairs
+    clean = corrupt = answer = wrong = ""
+    if one_pair:
+        left, right = st.columns(2)
+        clean = left.text_area("Clean prompt", key="patch-clean", height=90, **KEEP)
+        corrupt = right.text_area("Corrupt prompt (same number of tokens)", key="patch-corrupt", height=90,
+                                **KEEP)  # kept while the set-of-pairs mode hides it
     a, b, c = st.columns(3)
-    answer = a.text_input("Answer token (empty: the clean prompt's top prediction)", key="patch-answer")
     metric = c.selectbox("Metric", METRICS, key="patch-metric", format_func=METRIC_LABELS.get)
-    wrong = b.text_input("Wrong token (empty: the corrupt prompt's top prediction)", key="patch-wrong",
-                         disabled=metric != "logit-diff")
+    if one_pair:
+        answer = a.text_input("Answer token (empty: the clean prompt's top prediction)", key="patch-answer", **KEEP)
+        wrong = b.text_input("Wrong token (empty: the corrupt prompt's top prediction)", key="patch-wrong",
+                             disabled=metric != "logit-diff", **KEEP)
     d, e, f = st.columns([2, 2, 1])
     with d:
         components = _picker("Components", "patch-components", KINDS, KIND_LABELS)
@@ -200,6 +213,10 @@ def main() -> None:
                         "(queries and keys detached); cp-lrp: gate detached too; attnlrp: relevance through the "
                         "softmax; -qk / -qk4 / -q: queries and keys kept, x 1/4, queries only.")
     prepend = bos_toggle(lm, st, key="patch-bos")
+    if not one_pair:
+        write_url(PARAMS, run="patch-set")
+        set_view(lm, metric, components, methods, rules, prepend)
+        return
     submitted = st.button("Run", type="primary", key="patch-run")
     try:
         inputs = {"clean": check_text(clean), "corrupt": check_text(corrupt), "answer": answer, "wrong": wrong,

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         methods,
         patch,
         patch_flipping,
+        patch_set,
         path_patch,
         predict,
     )
@@ -66,6 +67,7 @@ _LAZY = {
     "flow": "interpscope.api",
     "patch": "interpscope.api",
     "path_patch": "interpscope.api",
+    "patch_set": "interpscope.api",
     "head_patterns": "interpscope.api",
     "find_heads": "interpscope.api",
     "tuned_lens": "interpscope.api",
@@ -78,7 +80,7 @@ _LAZY = {
 __all__ = [
     "LoadedModel", "Result", "compare_faithfulness", "document", "explain", "explain_file", "explain_seq2seq",
     "faithfulness", "flow", "heldout", "ig_convergence", "list_models", "load", "methods", "patch", "path_patch",
-    "predict", "without_timings", "load_image", "explain_image", "patch_flipping",
+    "patch_set", "predict", "without_timings", "load_image", "explain_image", "patch_flipping",
     "explain_experts", "head_patterns", "find_heads", "tuned_lens",
     "entropy_neurons", "fourier", "graphs", "sae",  # the namespaces (subpackages, imported on first access)
 ]

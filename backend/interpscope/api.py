@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from interpscope.heads.patterns import HeadPatterns
     from interpscope.models.loading import LoadedModel, ModelList
     from interpscope.models.vision import LoadedImageModel
+    from interpscope.patching.dataset import PatchingSetResult
     from interpscope.patching.results import PatchingResult, PathPatchingResult
     from interpscope.predict import Prediction
     from interpscope.relevance.api import RelevanceResult
@@ -228,6 +229,22 @@ def patch(lm: LoadedModel, clean: str, corrupt: str, *, metric: str = "logit-dif
 
     return patch_pair(lm, clean, corrupt, metric=metric, answer=answer, wrong=wrong, components=components,
                       methods=methods, relp_rules=relp_rules, prepend_bos=prepend_bos)
+
+
+def patch_set(lm: LoadedModel, pairs: Sequence[dict] | str, *, metric: str = "logit-diff",
+              components: str | Sequence[str] | None = None, methods: str | Sequence[str] | None = None,
+              relp_rules: str | None = None, prepend_bos: bool | None = None) -> PatchingSetResult:
+    """Patching over a set of pairs of one template ({"clean", "corrupt", optional "answer", "wrong"} each, or
+    "ioi" for the shipped six): the mean grid per component kind and method, its sd over the pairs, and each
+    estimate's r against real patching on the mean grid (schema interpscope.patching_set; = `interpscope patching
+    --pairs FILE --json` and the Patching page's "Over a set of pairs" export)."""
+    from interpscope.patching.attribution import DEFAULT_RELP_RULES
+    from interpscope.patching.dataset import patch_set as run_set
+    from interpscope.patching.dataset import shipped_pairs
+
+    chosen = shipped_pairs(pairs) if isinstance(pairs, str) else list(pairs)
+    return run_set(lm, chosen, metric=metric, components=components, methods=methods,
+                   relp_rules=relp_rules or DEFAULT_RELP_RULES, prepend_bos=prepend_bos)
 
 
 def path_patch(lm: LoadedModel, clean: str, corrupt: str, sender: str, receiver: str, *, metric: str = "logit-diff",
