@@ -115,6 +115,31 @@ def test_frontiers_and_the_matched_l0_ratio_on_a_synthetic_table():
     assert moving.ratio_min == pytest.approx(1.0) and moving.value_at_min == pytest.approx(0.98)
 
 
+def test_a_second_seed_gives_the_ratio_an_interval_over_seed_pairings():
+    """45.14: the shipped ratios came from one seed each; with a second seed of each architecture the ratio of every
+    pairing of seeds is computed, and its range is the interval; one seed says it has none."""
+    table = _synthetic()
+    single = pareto_analysis(table)
+    assert single.ratio("gated").seed_low is None and "no interval" in single.sentences()[0]
+    second = [dict(_row("relu", l0, lr, fvu), name=f"relu-{l0:g}-s1", seed=1)
+              for l0, lr, fvu in ((12, 0.90, 0.30), (24, 0.95, 0.20), (48, 0.98, 0.10))]
+    second += [dict(_row("gated", l0, lr, fvu), name=f"gated-{l0:g}-s1", seed=1)
+               for l0, lr, fvu in ((4, 0.90, 0.30), (8, 0.95, 0.20), (16, 0.98, 0.10))]
+    both = pareto_analysis(SweepTable(model_name="m", hook_name="h", width=64, tokens_per_sae=1000, cache_tokens=1000,
+                                      eval={"n_tokens": 100, "split": "test"}, rows=table.rows + second))
+    gated = both.ratio("gated")
+    assert gated.ratio_median == pytest.approx(0.5)  # the first seeds' pairing, as before
+    medians = sorted(p["ratio_median"] for p in gated.seed_ratios)
+    assert medians == pytest.approx(sorted([0.5, 5 / 12, 0.4, 1 / 3]))  # gated/relu at seeds (0,0) (0,1) (1,0) (1,1)
+    assert (gated.seed_low, gated.seed_high) == (pytest.approx(1 / 3), pytest.approx(0.5))
+    assert gated.n_seeds == gated.n_baseline_seeds == 2
+    assert "over 2 seed(s) of gated and 2 of relu (4 pairings) the median ratio spans 0.33 to 0.50" in \
+        both.sentences()[0]
+    assert both.frontiers["loss_recovered"]["relu"] == ["relu-10", "relu-20", "relu-40"]  # the first seed's frontier
+    topk = both.ratio("topk")
+    assert topk.n_seeds == 1 and topk.n_baseline_seeds == 2
+
+
 def _cli(capsys, argv: list[str]) -> tuple[int, str, str]:
     code = main(argv)
     captured = capsys.readouterr()
@@ -131,7 +156,7 @@ def test_pareto_document_is_one_from_cli_page_and_api(tmp_path, capsys):
     cli = json.loads((tmp_path / "p.json").read_text())
     api = pareto_analysis(load_table(folder)).to_dict()
     page = json.loads(data_json(pareto_analysis(load_table(folder))))
-    assert cli["schema"] == "interpscope.sae_pareto" and cli["schema_version"] == 1
+    assert cli["schema"] == "interpscope.sae_pareto" and cli["schema_version"] == 2
     assert without_timings(cli) == without_timings(api) == without_timings(page)
     assert cli["frontiers"]["loss_recovered"]["relu"] == ["relu-10", "relu-20", "relu-40"]
     code, out, err = _cli(capsys, ["sae", "pareto", "--sweep", str(folder)])

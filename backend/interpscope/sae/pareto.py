@@ -53,6 +53,13 @@ class MatchedRatio:
     value_at_min: float | None = None
     value_at_max: float | None = None
     reason: str | None = None
+    # seeds (issue 45.14): the median ratio of every pairing of an architecture's seed with the baseline's, and its
+    # range; the fields above are the pairing of both first seeds. Absent (None / empty) with one seed of each.
+    seed_ratios: list[dict] = field(default_factory=list)
+    seed_low: float | None = None
+    seed_high: float | None = None
+    n_seeds: int = 1
+    n_baseline_seeds: int = 1
 
 
 def matched_ratio(front: list[dict], base: list[dict], metric: str, architecture: str, baseline: str,
@@ -85,7 +92,7 @@ class ParetoAnalysis(Result):
     loss recovered and at matched FVU."""
 
     SCHEMA: ClassVar[str] = "interpscope.sae_pareto"
-    SCHEMA_VERSION: ClassVar[int] = 1
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: seed_ratios, seed_low / seed_high, n_seeds per ratio
 
     model_name: str
     hook_name: str
@@ -114,10 +121,11 @@ class ParetoAnalysis(Result):
             spread = (f"the ratio is {r.ratio_min:.2f} across that range" if f"{r.ratio_min:.2f}" ==
                       f"{r.ratio_max:.2f}" else f"the ratio ranges from {r.ratio_min:.2f} (at {label} "
                       f"{r.value_at_min:.3f}) to {r.ratio_max:.2f} (at {r.value_at_max:.3f})")
+            seeds = seed_words(r)
             out.append(
                 f"{r.architecture} needs {r.ratio_median:.2f}x the L0 of {r.baseline} at matched {label} (median "
                 f"over {label} {r.overlap_low:.3f} to {r.overlap_high:.3f}, where both frontiers have SAEs): "
-                f"{fewer}; {spread}.")
+                f"{fewer}; {spread}; {seeds}.")
         return out
 
     def tidy(self) -> list[dict]:
@@ -137,19 +145,47 @@ class ParetoAnalysis(Result):
         return pareto_figure(self.rows, self.frontiers)
 
 
+def seed_words(r: MatchedRatio) -> str:
+    """What the seeds say about a ratio: its range over the seed pairings, or that one seed gives no interval."""
+    if len(r.seed_ratios) < 2 or r.seed_low is None or r.seed_high is None:
+        return (f"one training seed of each, so no interval (the ratio's spread over seeds is unknown; a second seed "
+                f"of {r.architecture} and {r.baseline} gives one)")
+    return (f"over {r.n_seeds} seed(s) of {r.architecture} and {r.n_baseline_seeds} of {r.baseline} "
+            f"({len(r.seed_ratios)} pairings) the median ratio spans {r.seed_low:.2f} to {r.seed_high:.2f}")
+
+
+def _seed(row: dict) -> int:
+    return int(row.get("seed") or 0)
+
+
 def pareto_analysis(table: SweepTable, baseline: str = "relu") -> ParetoAnalysis:
-    """Frontiers per architecture and each one's matched-fidelity L0 ratio to `baseline` (its short name)."""
-    by_arch: dict[str, list[dict]] = {}
+    """Frontiers per architecture (of its first seed) and each one's matched-fidelity L0 ratio to `baseline` (its
+    short name), with the range of that ratio over every pairing of the two architectures' seeds (rows' `seed`)."""
+    by_arch: dict[str, dict[int, list[dict]]] = {}
     for row in table.rows:
-        by_arch.setdefault(row["architecture"], []).append(row)
-    frontiers = {metric: {arch: [r["name"] for r in frontier(rows, metric)] for arch, rows in by_arch.items()}
+        by_arch.setdefault(row["architecture"], {}).setdefault(_seed(row), []).append(row)
+    first = {arch: seeds[min(seeds)] for arch, seeds in by_arch.items()}
+    frontiers = {metric: {arch: [r["name"] for r in frontier(rows, metric)] for arch, rows in first.items()}
                  for metric in METRICS}
     ratios = []
     if baseline in by_arch:
         for metric in METRICS:
-            base = frontier(by_arch[baseline], metric)
-            for arch, rows in by_arch.items():
-                if arch != baseline:
-                    ratios.append(matched_ratio(frontier(rows, metric), base, metric, arch, baseline))
+            base = frontier(first[baseline], metric)
+            for arch, rows in first.items():
+                if arch == baseline:
+                    continue
+                ratio = matched_ratio(frontier(rows, metric), base, metric, arch, baseline)
+                ratio.n_seeds, ratio.n_baseline_seeds = len(by_arch[arch]), len(by_arch[baseline])
+                for seed, arch_rows in sorted(by_arch[arch].items()):
+                    for base_seed, base_rows in sorted(by_arch[baseline].items()):
+                        paired = matched_ratio(frontier(arch_rows, metric), frontier(base_rows, metric), metric,
+                                               arch, baseline)
+                        if paired.ratio_median is not None:
+                            ratio.seed_ratios.append({"seed": seed, "baseline_seed": base_seed,
+                                                      "ratio_median": paired.ratio_median})
+                medians = [p["ratio_median"] for p in ratio.seed_ratios]
+                if len(medians) >= 2:
+                    ratio.seed_low, ratio.seed_high = float(min(medians)), float(max(medians))
+                ratios.append(ratio)
     return ParetoAnalysis(model_name=table.model_name, hook_name=table.hook_name, baseline=baseline,
                           frontiers=frontiers, ratios=ratios, rows=list(table.rows), target_hook=table.target_hook)
