@@ -11,7 +11,7 @@ import streamlit as st
 
 from components.export import export_menu
 from interpscope.config import InterpscopeError
-from interpscope.figures.graphs import graph_figure, intervention_figure, merge_groups
+from interpscope.figures.graphs import MORE, graph_figure, intervention_figure, merge_groups
 from interpscope.graphs.defaults import (
     DEFAULT_EDGE_BUDGET,
     DEFAULT_LOGIT_PROBABILITY,
@@ -58,7 +58,13 @@ PARAMS = [Param("graph-text", "text", DEFAULT_TEXT), Param("graph-target", "targ
           Param("graph-folder", "folder", ""), Param("graph-width", "width", 256, int, low=1, high=65536),
           Param("graph-group", "group", "none", choices=tuple(GROUPINGS), scope="view"),
           Param("graph-threshold", "threshold", 0.5, float, low=-1.0, high=1.0, scope="view"),
-          Param("graph-merge", "merge", False, bool, scope="view")]
+          Param("graph-merge", "merge", False, bool, scope="view"),
+          # what is selected, the node shown, and the supernodes made by hand: node ids, "," between nodes and
+          # ";" between supernodes (ids are letters, digits and _)
+          Param("graph-select", "select", "", scope="view", max_length=4000),
+          Param("graph-node", "node", "", scope="view", max_length=100),
+          Param("graph-supernodes", "supernodes", "", scope="view", max_length=4000)]
+LINKED_VIEW = ("graph-select", "graph-node", "graph-supernodes")
 SCORE_MEANING = {
     "replacement_score": "the share of the graph's end-to-end influence on the logit that starts at token "
                          "embeddings rather than error nodes (1: the transcoders explain every path)",
@@ -225,15 +231,89 @@ def _lrp(graph, tokens: list[str], n_layers: int) -> None:
         st.markdown(sentence)
 
 
-def _selection(event, graph, key: tuple) -> list[str]:
-    selected = _session("selected", key, [])
+def _hits(event) -> tuple[list[str], list[tuple[str, str]]]:
+    """The node ids and the edges (source, target) a figure event holds: node points carry their id (a "+N more"
+    node MORE + the ids it stands for), points along an edge carry [source, target]."""
     points = getattr(getattr(event, "selection", None), "points", None) or []
-    ids = [p.get("customdata") for p in points if isinstance(p.get("customdata"), str)]
+    ids: list[str] = []
+    edges: list[tuple[str, str]] = []
+    for point in points:
+        data = point.get("customdata")
+        if isinstance(data, str):
+            ids += [i for i in data[len(MORE):].split(",") if i] if data.startswith(MORE) else [data]
+        elif isinstance(data, list) and len(data) == 2:
+            edges.append((str(data[0]), str(data[1])))
+    return ids, edges
+
+
+def _selection(event, graph, key: tuple) -> list[str]:
+    """The selected nodes, after the figure's newest event: nodes (a click, a box: edges inside a box are not
+    selected), or one edge (a click on it): its two ends, the edge remembered for its readout."""
+    state = st.session_state
+    selected = _session("selected", key, [])
+    ids, edges = _hits(event)
+    if not ids and not edges:  # nothing selected in the figure (a click on the selected point unselects it)
+        state.pop("_graph-last-event", None)
+        return selected
+    if state.get("_graph-last-event") == [ids, edges]:
+        return selected
+    state["_graph-last-event"] = [ids, edges]
     known = {n["id"] for n in graph.nodes}
-    if ids and st.session_state.get("_graph-last-event") != ids:
-        st.session_state["_graph-last-event"] = ids
+    if ids:
         selected[:] = [i for i in dict.fromkeys(ids) if i in known]
+        state.pop("_graph-edge-clicked", None)
+    elif len(set(edges)) == 1:
+        source, target = edges[0]
+        selected[:] = [i for i in (source, target) if i in known]
+        state["_graph-edge-clicked"] = (key, source, target)
+        if selected:
+            state["graph-node"] = selected[0]
     return selected
+
+
+def _edge_readout(graph, key: tuple, edges: list[dict]) -> tuple[str, str] | None:
+    """The clicked edge, said with its direct effect (the edge as drawn: merged supernodes' edges are sums)."""
+    held = st.session_state.get("_graph-edge-clicked")
+    if held is None or held[0] != key:
+        return None
+    source, target = held[1], held[2]
+    edge = next((e for e in edges if (str(e["source"]), str(e["target"])) == (source, target)), None)
+    if edge is None:
+        return None
+    weight, strongest = float(edge["weight"]), max(abs(float(e["weight"])) for e in edges)
+    logit = " (the logit)" if target == target_node(graph) else ""
+    st.markdown(f"**Edge {source} → {target}**: direct effect {weight:+.4g} ({'raises' if weight >= 0 else 'lowers'} "
+                f"{target}{logit}; the strongest edge drawn has |direct effect| {strongest:.3g}).")
+    return source, target
+
+
+def _apply_link(graph, key: tuple, link: dict[str, str]) -> None:
+    """A link's selection, node and supernodes, on the graph it opened (ids this graph lacks named, left out)."""
+    known = {n["id"] for n in graph.nodes}
+    asked = [i for i in link.get("graph-select", "").split(",") if i]
+    missing = [i for i in asked if i not in known]
+    _session("selected", key, [])[:] = [i for i in dict.fromkeys(asked) if i in known]
+    manual = _session("manual", key, [])
+    manual.clear()
+    for text in [g for g in link.get("graph-supernodes", "").split(";") if g]:
+        members = [i for i in text.split(",") if i]
+        missing += [i for i in members if i not in known]
+        try:
+            manual.append(manual_group(graph.nodes, [i for i in members if i in known], index=len(manual)))
+        except (InterpscopeError, ValueError) as err:
+            st.warning(f"The link's supernode {text!r} was left out: {err}")
+    if missing:
+        st.warning(f"The link names node(s) this graph does not have, left out: {', '.join(dict.fromkeys(missing))}.")
+
+
+def _keep_in_url(key: tuple, selected: list[str]) -> None:
+    """The selection and the supernodes made by hand, into the URL's view inputs."""
+    state = st.session_state
+    state["graph-select"] = ",".join(selected)
+    state["graph-supernodes"] = ";".join(",".join(g.members) for g in _session("manual", key, []))
+    if not selected:
+        state["graph-node"] = ""
+    write_url(PARAMS, run=PAGE)
 
 
 def _groups(lm, tset, graph, key: tuple) -> list[Supernode]:
@@ -304,14 +384,23 @@ def _node_panel(lm, tset, graph, key: tuple, node_id: str) -> None:
         st.dataframe(pd.DataFrame(edges[:12]), hide_index=True)
 
 
-def _edge_heads(lm, tset, graph, key: tuple, node_id: str) -> None:
+def _edge_name(edge: dict) -> str:
+    return f"{edge['source']} → {edge['target']} ({edge['weight']:+.3g})"
+
+
+def _edge_heads(lm, tset, graph, key: tuple, node_id: str, clicked: tuple[str, str] | None = None) -> None:
     writes, reads = {"feature", "embedding", "error"}, {"feature", "logit"}
     kinds = {n["id"]: n["kind"] for n in graph.nodes}
     edges = sorted((e for e in graph.edges if node_id in (e["source"], e["target"]) and kinds[e["source"]] in writes
-                    and kinds[e["target"]] in reads), key=lambda e: -abs(e["weight"]))[:20]
+                    and kinds[e["target"]] in reads), key=lambda e: -abs(e["weight"]))
+    chosen = [e for e in edges if (e["source"], e["target"]) == clicked]
+    edges = edges[:20] + [e for e in chosen if e not in edges[:20]]  # a clicked edge is offered, however weak
     if not edges:
         return
-    names = {f"{e['source']} → {e['target']} ({e['weight']:+.3g})": e for e in edges}
+    names = {_edge_name(e): e for e in edges}
+    if chosen and st.session_state.get("_graph-edge-shown") != (key, clicked):  # a new click picks its edge
+        st.session_state["_graph-edge-shown"] = (key, clicked)
+        st.session_state["graph-edge"] = _edge_name(chosen[0])
     choice = st.selectbox("Which attention heads carry this edge?", list(names), key="graph-edge")
     edge = names[choice]
     with show_errors():
@@ -374,31 +463,40 @@ def _interventions(lm, tset, graph, key: tuple, selected: list[str], groups: lis
 def _show(lm, tset, graph, run: dict, cached: bool, control_width: int) -> None:
     key = _graph_key(run)
     n_layers = lm.adapter.n_layers
+    link = st.session_state.pop("_graph-link-view", None)
+    if link is not None:
+        _apply_link(graph, key, link)
     _header(graph, cached)
     _scores(lm, graph, run, control_width)
     groups = _groups(lm, tset, graph, key)
     nodes, edges = graph.nodes, graph.edges
     if st.session_state.get("graph-merge") and groups:
         nodes, edges = merge_groups(graph.nodes, groups), group_edges(graph.edges, groups)
-    selected = _session("selected", key, [])
-    fig = graph_figure(nodes, edges, graph.tokens, n_layers, f"Attribution graph of {graph.target['token']!r}",
-                       selected=selected)
-    event = st.plotly_chart(fig, key="graph-figure", on_select="rerun", selection_mode=("points", "box", "lasso"))
+    # the figure's newest click, read before it is drawn: what it selected is what the figure outlines
+    selected = _selection(st.session_state.get("graph-figure"), graph, key)
+    title = f"Attribution graph of {graph.target['token']!r}"
+    fig = graph_figure(nodes, edges, graph.tokens, n_layers, title, selected=selected)
+    st.plotly_chart(fig, key="graph-figure", on_select="rerun", selection_mode=("points", "box", "lasso"))
     st.caption("x: token position; y: layer (embeddings at the bottom, the logit on top). Marker size: |influence| "
                "on the logit; edge width: |direct effect|, red positive, blue negative; open squares: error nodes "
-               "(what the transcoders miss). Click a node or drag a box to select.")
-    export_menu(fig, graph, key="graph", filename="attribution-graph")
+               "(what the transcoders miss); \"+N\": a crowded cell's weakest nodes. Click a node (shift-click adds "
+               "one) or an edge to inspect it; the toolbar's box select selects many; drag to zoom, double-click to "
+               "zoom out.")
+    # the export: the same graph without this session's selection outlines
+    export_menu(graph_figure(nodes, edges, graph.tokens, n_layers, title), graph, key="graph",
+                filename="attribution-graph")
     st.download_button("Neuronpedia JSON", data=lambda: json.dumps(graph.to_neuronpedia()).encode("utf-8"),
                        file_name="attribution-graph.neuronpedia.json", mime="application/json",
                        key="graph-neuronpedia", on_click="ignore")
-    selected = _selection(event, graph, key)
+    clicked = _edge_readout(graph, key, list(edges))
     if selected:
         if st.session_state.get("graph-node") not in selected:
             st.session_state["graph-node"] = selected[0]
         _make_group(graph, key, selected)
         focus = st.selectbox("Selected node", selected, key="graph-node")
         _node_panel(lm, tset, graph, key, focus)
-        _edge_heads(lm, tset, graph, key, focus)
+        _edge_heads(lm, tset, graph, key, focus, clicked)
+    _keep_in_url(key, selected)
     _interventions(lm, tset, graph, key, selected, groups)
     _lrp(graph, graph.tokens, n_layers)
 
@@ -420,6 +518,8 @@ def main() -> None:
         st.info(str(err))
         return
     url_inputs(PAGE, PARAMS)
+    if set(st.session_state.get("_url-just-read", ())) & set(LINKED_VIEW):  # for the graph this link opens
+        st.session_state["_graph-link-view"] = {k: str(st.session_state.get(k) or "") for k in LINKED_VIEW}
     text = st.text_area("Prompt", key="graph-text", height=80, help=f"Up to {MAX_TOKENS} tokens.")
     cols = st.columns([2, 1, 1])
     target = cols[0].text_input("Target token (empty: the top prediction; #id for a token id)", key="graph-target")

@@ -154,7 +154,7 @@ def test_cli_top_logits_document_equals_api(folders):
 
 
 def test_figure_puts_the_logits_in_a_row_within_the_axis(tiny):
-    from interpscope.figures.graphs import graph_figure, layout
+    from interpscope.figures.graphs import graph_figure, layout, logit_row
 
     lm, tset = tiny
     graph = build_graph(lm, tset, TEXT, max_logits=10, logit_probability=1.0, node_budget=10, edge_budget=30,
@@ -163,8 +163,9 @@ def test_figure_puts_the_logits_in_a_row_within_the_axis(tiny):
     assert len(logits) == 10
     placed = layout(graph.nodes, lm.adapter.n_layers)
     spots = [placed[n["id"]] for n in logits]
-    assert len(set(spots)) == 10 and {y for _, y in spots} == {float(lm.adapter.n_layers)}
-    assert placed[target_node(graph)] == (float(len(graph.tokens) - 1), float(lm.adapter.n_layers))
+    row = logit_row(lm.adapter.n_layers)  # a layer above the last one: clear of the last layer's features
+    assert len(set(spots)) == 10 and {y for _, y in spots} == {row} and row > lm.adapter.n_layers - 1 + 0.3
+    assert placed[target_node(graph)] == (float(len(graph.tokens) - 1), row)
     assert all(-0.7 <= x <= len(graph.tokens) - 0.3 for x, _ in spots)
     figure = graph_figure(graph.nodes, graph.edges, graph.tokens, lm.adapter.n_layers, "top logits")
     texts = [t for trace in figure.data if trace.name == "logit" for t in trace.text]

@@ -135,3 +135,92 @@ def test_bad_inputs_get_a_clear_message(llama_folder, state, message):
     assert not at.exception, at.exception
     said = " ".join(x.value for x in [*at.warning, *at.error])
     assert message.lower() in said.lower(), said
+
+
+def _open_link(params: dict):
+    """The graph page opened from a link carrying `params` (the model too: a folder, by its path)."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.apptest_util import APP, ROOT
+
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.query_params.update(params)
+    at.run()  # the sidebar takes the link's model (a page is switched to only after a first run)
+    at.query_params.clear()
+    at.query_params.update(params)
+    at.switch_page(str(ROOT / "pages/graphs.py"))
+    return at.run()
+
+
+def test_selection_and_supernodes_round_trip_through_the_url(llama_folder, exports):
+    """Issue 45.13: the graph's selection, the node shown and the supernodes made by hand are in the URL, and the
+    link brings them back on the graph it rebuilds."""
+    at = open_graph(llama_folder)
+    at.button(key="graph-run").click().run()
+    ids = [n["id"] for n in exports["graph"]["nodes"] if n["kind"] == "feature"][:3]
+    assert len(ids) == 3
+    at.session_state["_graph-selected"] = ids[:2]  # a box selection, as the figure's event would report it
+    at.run()
+    at.button(key="graph-make-group").click().run()
+    at.session_state["_graph-selected"] = [ids[2]]
+    at.run()
+    assert not at.exception, at.exception
+    link = {k: v[0] if isinstance(v, list) else v for k, v in at.query_params.items()}
+    assert link["select"] == ids[2] and link["node"] == ids[2] and link["supernodes"] == ",".join(ids[:2]), link
+    again = _open_link(link)
+    assert not again.exception, again.exception
+    assert again.selectbox(key="graph-node").value == ids[2]
+    table = next(df.value for df in again.dataframe if "supernode" in df.value.columns)
+    assert list(table["supernode"]) == ["manual-0"] and list(table["members"]) == [2]
+    assert not [w.value for w in again.warning]
+    back = {k: v[0] if isinstance(v, list) else v for k, v in again.query_params.items()}
+    assert back == link
+    # a link naming nodes the graph lacks says so and keeps the rest
+    other = _open_link({**link, "select": f"{ids[2]},F9_9_9"})
+    assert other.selectbox(key="graph-node").value == ids[2]
+    assert any("F9_9_9" in w.value for w in other.warning)
+
+
+@pytest.fixture
+def exported_figures(monkeypatch) -> dict:
+    """export key -> the figure the page hands its export menu (what PNG/SVG/PDF render)."""
+    import sys
+
+    from components import export
+
+    recorded: dict = {}
+    original = export.export_menu
+
+    def recording(fig, data, key, filename):
+        recorded[key] = fig
+        return original(fig, data, key, filename)
+
+    monkeypatch.setattr(export, "export_menu", recording)
+    for name, module in list(sys.modules.items()):
+        if (name == "pages" or name.startswith(("pages.", "components."))) and \
+                getattr(module, "export_menu", None) is not None:
+            monkeypatch.setattr(module, "export_menu", recording)
+    return recorded
+
+
+def test_the_exported_graph_has_the_edge_legend_and_no_selection(llama_folder, exports, exported_figures):
+    """Issue 45.11: the exported PNG carried this session's selection outline and had no legend for the edges'
+    colours."""
+    at = open_graph(llama_folder)
+    at.button(key="graph-run").click().run()
+    feature = next(n["id"] for n in exports["graph"]["nodes"] if n["kind"] == "feature")
+    at.session_state["_graph-selected"] = [feature]
+    at.run()
+    assert not at.exception, at.exception
+    shown = json.loads(next(c.proto.spec for c in at.get("plotly_chart") if "Attribution graph of" in c.proto.spec))
+    outlines = [c for t in shown["data"] for c in (t.get("marker", {}).get("line", {}).get("color") or [])
+                if isinstance(c, str)]
+    assert "#1a9850" in outlines  # the page outlines the selected node
+    fig = exported_figures["graph"]
+    exported = [c for t in fig.data if t.marker is not None and t.marker.line is not None
+                and isinstance(t.marker.line.color, (list, tuple)) for c in t.marker.line.color]
+    assert "#1a9850" not in exported  # the export does not
+    legend = {t.name for t in fig.data if t.showlegend}
+    assert {"edge +: raises its target", "edge −: lowers its target"} & legend, legend
+    colours = {t.line.color for t in fig.data if t.showlegend and t.name and t.name.startswith("edge")}
+    assert colours <= {"#d6604d", "#4393c3"}  # the legend's colours are the edges' own

@@ -1,5 +1,9 @@
 """Figures of the attribution-graph page: the graph itself (positions across, layers up), the ablation check's
-predicted-vs-actual scatter, and an intervention's predicted beside actual change. Plain data in, no models run."""
+predicted-vs-actual scatter, and an intervention's predicted beside actual change. Plain data in, no models run.
+
+The graph is laid out for its pixels: the figure grows with the layers, the logit row sits a layer above the last
+one, nodes sharing a layer and position spread over a grid at least MIN_DX_PX x MIN_DY_PX apart, and a cell with
+more nodes than fit is drawn with its strongest ones and one "+N more" node (a click on it selects them all)."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -9,7 +13,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from interpscope.figures.draw import BLUE, RED, token_axis
+from interpscope.figures.draw import BLUE, PLOT_PX, RED, token_axis
 
 STYLE = {  # kind -> (marker symbol, colour)
     "embedding": ("diamond", "#444444"),
@@ -17,8 +21,19 @@ STYLE = {  # kind -> (marker symbol, colour)
     "error": ("square-open", "#888888"),
     "logit": ("star", "black"),
     "group": ("hexagon", "#8c510a"),
+    "more": ("circle-open", "#555555"),
 }
 WIDTH_BINS = 5  # edges are drawn in this many width classes per sign (one trace each: fast with hundreds of edges)
+LOGIT_GAP = 1.0  # the logit row's distance above the last layer (the star never sits on a last-layer feature)
+MIN_DX_PX, MIN_DY_PX = 16.0, 12.0  # the closest two nodes of one cell are drawn (centre to centre)
+MORE = "more:"  # customdata of a "+N more" node: MORE + the ids it stands for, comma-separated
+EDGE_POINTS = (0.3, 0.5, 0.7)  # where along an edge a click (or hover) finds it
+MARGIN = dict(l=60, r=20, t=60, b=100)
+
+
+def graph_height(n_layers: int) -> int:
+    """The figure's height: 26 px per layer of the y axis (30 layers: 1036 px), never under 480."""
+    return max(480, int(MARGIN["t"] + MARGIN["b"] + 26 * (n_layers + 3.7)))
 
 
 def _node_label(node: Mapping[str, Any]) -> str:
@@ -32,6 +47,8 @@ def _node_label(node: Mapping[str, Any]) -> str:
         return f"logit {node.get('token', '')!r}{share}"
     if kind == "group":
         return str(node.get("label", node["id"]))
+    if kind == "more":
+        return f"+{len(node['members'])}"
     return ""
 
 
@@ -53,13 +70,44 @@ def merge_groups(nodes: Sequence[Mapping[str, Any]], groups: Sequence[Any]) -> l
     return out
 
 
-def layout(nodes: Sequence[Mapping[str, Any]], n_layers: int) -> dict[str, tuple[float, float]]:
-    """x = token position, y = layer (embeddings -1, logit n_layers); nodes sharing a layer and position spread over
-    a small grid within ±0.35 of both."""
+def layout(nodes: Sequence[Mapping[str, Any]], n_layers: int, n_tokens: int | None = None,
+           height: int | None = None) -> dict[str, tuple[float, float]]:
+    """x = token position, y = layer (embeddings -1, logits LOGIT_GAP above the last layer); nodes sharing a layer
+    and position spread over a grid (within ±0.4 position and ±0.25 layer at most), every two nodes at least
+    MIN_DX_PX across or MIN_DY_PX up apart in a figure of `height` (graph_height by default) PLOT_PX wide. A node
+    folded into a "+N more" node (see arrange) is placed where that node is."""
+    return arrange(nodes, n_layers, n_tokens, height)[0]
+
+
+def logit_row(n_layers: int) -> float:
+    return float(n_layers) + LOGIT_GAP
+
+
+def arrange(nodes: Sequence[Mapping[str, Any]], n_layers: int, n_tokens: int | None = None,
+            height: int | None = None) -> tuple[dict[str, tuple[float, float]], list[dict[str, Any]]]:
+    """Positions of every node (see layout), and the "+N more" nodes of cells too crowded to draw whole: such a cell
+    shows its error node and its most influential features, and one node of kind "more" (id MORE + cell, members:
+    the folded ids) in its last slot."""
+    if n_tokens is None:
+        n_tokens = int(max([float(n["position"]) for n in nodes] or [0.0])) + 1
+    height = height or graph_height(n_layers)
+    many_logits = sum(n.get("kind") == "logit" for n in nodes) > 1
+    span_y = logit_row(n_layers) + (1.8 if many_logits else 0.9) + 1.8
+    layer_px = (height - MARGIN["t"] - MARGIN["b"]) / span_y
+    column_px = PLOT_PX * 0.92 / (n_tokens + 0.4)
+    # a cell's grid spans ±spread_x position and ±spread_y layer, leaving neighbouring cells' grids a gap of at
+    # least MIN_DX_PX / MIN_DY_PX
+    spread_x = max(0.0, min(0.4, 0.5 - MIN_DX_PX / (2 * column_px)))
+    spread_y = max(0.0, min(0.25, 0.5 - MIN_DY_PX / (2 * layer_px)))
+    most_across = int(2 * spread_x * column_px // MIN_DX_PX) + 1
+    most_rows = int(2 * spread_y * layer_px // MIN_DY_PX) + 1
     cells: dict[tuple[float, float], list[str]] = defaultdict(list)
-    for node in sorted(nodes, key=lambda n: (str(n.get("kind")), -abs(n.get("influence") or 0.0), str(n["id"]))):
+    influence = {str(n["id"]): abs(n.get("influence") or 0.0) for n in nodes}
+    # a cell's order: its error node, its sinks (never ranked, so never folded away), then the most influential
+    for node in sorted(nodes, key=lambda n: (n.get("kind") != "error", not n.get("sink"), str(n.get("kind")),
+                                             -abs(n.get("influence") or 0.0), str(n["id"]))):
         kind = node.get("kind")
-        y = -1.0 if kind == "embedding" else float(n_layers) if kind == "logit" else float(node["layer"])
+        y = -1.0 if kind == "embedding" else logit_row(n_layers) if kind == "logit" else float(node["layer"])
         cells[(float(node["position"]), y)].append(str(node["id"]))
     placed = {}
     logits = [n for n in nodes if n.get("kind") == "logit"]
@@ -68,16 +116,28 @@ def layout(nodes: Sequence[Mapping[str, Any]], n_layers: int) -> dict[str, tuple
         last = max(float(n["position"]) for n in logits)
         step = min(1.0, (last + 0.6) / len(logits))  # within the token axis, however short the prompt
         for k, node in enumerate(logits):
-            placed[str(node["id"])] = (float(node["position"]) - k * step, float(n_layers))
+            placed[str(node["id"])] = (float(node["position"]) - k * step, logit_row(n_layers))
         cells = {cell: ids for cell, ids in cells.items() if not any(i in placed for i in ids)}
+    folds: list[dict[str, Any]] = []
     for (x, y), ids in cells.items():
-        across = min(len(ids), 6)  # a crowded cell becomes a small grid: up to 6 across, rows within ±0.35 layer
-        rows = -(-len(ids) // across)
-        xs = np.linspace(-0.35, 0.35, across) if across > 1 else [0.0]
-        ys = np.linspace(-0.35, 0.35, rows) if rows > 1 else [0.0]
-        for k, node_id in enumerate(ids):
-            placed[node_id] = (x + float(xs[k % across]), y + float(ys[k // across]))
-    return placed
+        room = most_across * most_rows
+        shown, folded = (ids, []) if len(ids) <= room else (ids[:room - 1], ids[room - 1:])
+        slots = len(shown) + bool(folded)
+        across = min(slots, most_across)  # a crowded cell becomes a grid
+        rows = -(-slots // across)
+        xs = np.linspace(-spread_x, spread_x, across) if across > 1 else [0.0]
+        ys = np.linspace(-spread_y, spread_y, rows) if rows > 1 else [0.0]
+        spots = [(x + float(xs[k % across]), y + float(ys[k // across])) for k in range(slots)]
+        for node_id, spot in zip(shown, spots, strict=False):
+            placed[node_id] = spot
+        if folded:
+            more = {"id": f"{MORE}{x:g}:{y:g}", "kind": "more", "members": folded, "position": x,
+                    "layer": y, "influence": sum(influence[i] for i in folded)}
+            folds.append(more)
+            for node_id in folded:
+                placed[node_id] = spots[-1]
+            placed[more["id"]] = spots[-1]
+    return placed, folds
 
 
 def _edge_traces(edges: Sequence[Mapping[str, Any]], placed: Mapping[str, tuple[float, float]],
@@ -88,7 +148,11 @@ def _edge_traces(edges: Sequence[Mapping[str, Any]], placed: Mapping[str, tuple[
     for edge in shown:
         strength = abs(float(edge["weight"])) / biggest
         buckets[(float(edge["weight"]) >= 0, min(WIDTH_BINS - 1, int(strength * WIDTH_BINS)))].append(edge)
-    traces = []
+    traces = [go.Scatter(x=[None], y=[None], mode="lines", name=name, legendgroup=group, showlegend=True,
+                         line=dict(width=3, color=colour), hoverinfo="skip")  # the edge colours' legend
+              for name, group, colour in (("edge +: raises its target", "edges+", RED),
+                                          ("edge −: lowers its target", "edges-", BLUE))
+              if any((float(e["weight"]) >= 0) == (group == "edges+") for e in shown)]
     for (positive, level), group in sorted(buckets.items(), key=lambda kv: kv[0][1]):
         xs: list[float | None] = []
         ys: list[float | None] = []
@@ -97,42 +161,74 @@ def _edge_traces(edges: Sequence[Mapping[str, Any]], placed: Mapping[str, tuple[
             xs += [x0, x1, None]
             ys += [y0, y1, None]
         traces.append(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
+                                 legendgroup="edges+" if positive else "edges-",
                                  opacity=0.25 + 0.5 * (level + 1) / WIDTH_BINS,
                                  line=dict(width=0.5 + width * (level + 1) / WIDTH_BINS,
                                            color=RED if positive else BLUE)))
     return traces
 
 
+def _edge_targets(edges: Sequence[Mapping[str, Any]], placed: Mapping[str, tuple[float, float]]) -> go.Scatter:
+    """Invisible points along every edge (strongest first), each carrying [source, target]: a line itself is never
+    hovered or clicked in plotly, these are."""
+    shown = sorted((e for e in edges if str(e["source"]) in placed and str(e["target"]) in placed),
+                   key=lambda e: -abs(float(e["weight"])))
+    xs, ys, data, hover = [], [], [], []
+    for edge in shown:
+        (x0, y0), (x1, y1) = placed[str(edge["source"])], placed[str(edge["target"])]
+        for t in EDGE_POINTS:
+            xs.append(x0 + t * (x1 - x0))
+            ys.append(y0 + t * (y1 - y0))
+            data.append([str(edge["source"]), str(edge["target"])])
+            hover.append(f"edge {edge['source']} → {edge['target']}: direct effect {float(edge['weight']):+.4g}")
+    return go.Scatter(x=xs, y=ys, mode="markers", name="edges", showlegend=False, customdata=data, hovertext=hover,
+                      hoverinfo="text", marker=dict(size=8, color="rgba(0,0,0,0)", opacity=0),
+                      selected=dict(marker=dict(opacity=0)), unselected=dict(marker=dict(opacity=0)))
+
+
 def graph_figure(nodes: Sequence[Mapping[str, Any]], edges: Sequence[Mapping[str, Any]], tokens: Sequence[str],
-                 n_layers: int, title: str, selected: Sequence[str] = (), height: int = 640) -> go.Figure:
+                 n_layers: int, title: str, selected: Sequence[str] = (), height: int | None = None) -> go.Figure:
     """The attribution graph: tokens across, layers up; marker size ~ |influence| (sinks never set the scale),
-    edge width ~ |weight| (red positive, blue negative), error nodes as open squares, sinks named. Each node point
-    carries its id in customdata, so a click or a box selection returns node ids."""
-    placed = layout(nodes, n_layers)
+    edge width ~ |weight| (red positive, blue negative, both in the legend), error nodes as open squares, sinks
+    named; `selected` nodes outlined in green (an export passes none). Each node point carries its id in customdata
+    (a "+N more" node: MORE + its ids), and points along each edge carry [source, target], so a click or a box
+    selection returns what it hit. Drag zooms (double-click resets); the toolbar's box select selects several."""
+    height = height or graph_height(n_layers)
+    placed, folds = arrange(nodes, n_layers, len(tokens), height)
+    folded = {i for more in folds for i in more["members"]}
+    nodes = [n for n in nodes if str(n["id"]) not in folded] + folds
     fig = go.Figure()
     for trace in _edge_traces(edges, placed, width=6.0):
         fig.add_trace(trace)
-    scale = max([abs(n.get("influence") or 0.0) for n in nodes if not n.get("sink") and n.get("kind") != "logit"]
-                or [1.0]) or 1.0
-    chosen = set(selected)
+    fig.add_trace(_edge_targets(edges, placed))
+    scale = max([abs(n.get("influence") or 0.0) for n in nodes
+                 if not n.get("sink") and n.get("kind") not in ("logit", "more")] or [1.0]) or 1.0
+    chosen = set(selected) | {str(m["id"]) for m in folds if set(m["members"]) & set(selected)}
     for kind, (symbol, colour) in STYLE.items():
         members = [n for n in nodes if n.get("kind") == kind]
         if not members:
             continue
         sizes = [(12 + 10 * min(1.0, abs(n.get("influence") or 0.0)) if n.get("probability") is not None else 22.0)
-                 if kind == "logit" else 7 + 17 * min(1.0, abs(n.get("influence") or 0.0) / scale) for n in members]
+                 if kind == "logit" else 16.0 if kind == "more" else
+                 7 + 17 * min(1.0, abs(n.get("influence") or 0.0) / scale) for n in members]
         hover = []
         for n in members:
+            if kind == "more":
+                names = ", ".join(n["members"][:8]) + (" …" if len(n["members"]) > 8 else "")
+                hover.append(f"{len(n['members'])} more nodes at layer {n['layer']:g}, position {n['position']:g} "
+                             f"(the cell's weakest; their edges end here): {names}. Click to select them all.")
+                continue
             sink = " · attention SINK (never ranked; size not scaled by it)" if n.get("sink") else ""
             act = f" · activation {n['activation']:.4g}" if n.get("activation") is not None else ""
             inf = f" · influence {n['influence']:.3g}" if n.get("influence") is not None else ""
             hover.append(f"{n['id']} · {kind} at {n.get('position')} ({n.get('token', '')!r}){act}{inf}{sink}")
         fig.add_trace(go.Scatter(
             x=[placed[str(n["id"])][0] for n in members], y=[placed[str(n["id"])][1] for n in members],
-            mode="markers+text" if kind in ("logit", "group") else "markers", name=kind, cliponaxis=False,
-            text=[_node_label(n) for n in members], textposition="top center",
-            customdata=[str(n["id"]) for n in members],
+            mode="markers+text" if kind in ("logit", "group", "more") else "markers", name=kind, cliponaxis=False,
+            text=[_node_label(n) for n in members], textposition="middle center" if kind == "more" else "top center",
+            customdata=[MORE + ",".join(n["members"]) if kind == "more" else str(n["id"]) for n in members],
             hovertext=hover, hoverinfo="text", selectedpoints=None,
+            unselected=dict(marker=dict(opacity=1.0)),  # a click selects one node: the others stay as drawn
             marker=dict(symbol=symbol, color=colour, size=sizes,
                         line=dict(width=[3 if str(n["id"]) in chosen else 1 for n in members],
                                   color=["#1a9850" if str(n["id"]) in chosen else
@@ -142,13 +238,15 @@ def graph_figure(nodes: Sequence[Mapping[str, Any]], edges: Sequence[Mapping[str
         x, y = placed[str(n["id"])]
         fig.add_annotation(x=x, y=y, text="sink", showarrow=False, yshift=-14, font=dict(size=10, color="#762a83"))
     top_room = 1.8 if sum(n.get("kind") == "logit" for n in nodes) > 1 else 0.9  # room for a row of logit labels
+    layers = list(range(0, n_layers, max(1, n_layers // 10)))
+    # dragmode zoom, not select: with select (or lasso) Streamlit sets clickmode "event", and a click selects nothing
     fig.update_layout(title=title, template="plotly_white", height=height, clickmode="event+select",
-                      dragmode="select", margin=dict(l=60, r=20, t=60, b=100),
+                      dragmode="zoom", margin=MARGIN,
                       legend=dict(orientation="h", yanchor="bottom", y=1.0, x=1, xanchor="right"),
                       xaxis=token_axis(list(tokens)),
-                      yaxis=dict(title="layer", tickvals=[-1, *range(0, n_layers, max(1, n_layers // 10)), n_layers],
-                                 ticktext=["emb", *[str(i) for i in range(0, n_layers, max(1, n_layers // 10))],
-                                           "logit"], range=[-1.8, n_layers + top_room], zeroline=False))
+                      yaxis=dict(title="layer", tickvals=[-1, *layers, logit_row(n_layers)],
+                                 ticktext=["emb", *[str(i) for i in layers], "logit"],
+                                 range=[-1.8, logit_row(n_layers) + top_room], zeroline=False))
     fig.update_xaxes(range=[-0.7, len(tokens) - 0.3])
     return fig
 
