@@ -254,7 +254,7 @@ def show_steering(store: FeatureStore, lm: LoadedModel, text: str, bos: bool | N
         st.info("Press **Run** to generate the clean and the edited continuation.")
         return
     # a bar per generated token with a Stop (which clears this Run), not a spinner that only waits
-    with progress("Clean and edited continuations: tokens", "sae-steer", first="reading the prompt") as report:
+    with progress("Clean and edited continuations: token", "sae-steer") as report:
         result = _steer(str(store.folder), (lm.name,) + device_dtype(), run["text"], run["feature"], run["mode"],
                         run["strength"], run["n_new"], run.get("bos"), report)
     feature, mode, text = run["feature"], run["mode"], run["text"]

@@ -23,6 +23,7 @@ from interpscope.results import Panel
 from interpscope.sae.store import FeatureStore, list_stores
 from interpscope.sae.store.documents import FeatureSearch
 from interpscope.sae.store.explanation_quality import chance_score, explanation_summary, quality
+from interpscope.sae.store.explanations import SCORE_DIFFERENCE, SCORE_NAME
 from interpscope.sae.store.search import no_match_reason, search
 from pages._common import KEEP, Param, bounded, model_key, model_params, show_errors, url_inputs, url_is_new, write_url
 from pages._relevance_extras import bos_param
@@ -235,13 +236,13 @@ def explanation_sentence(summary: dict, show_weak: bool) -> str:
     chance = summary["chance"]
     weak = summary["degenerate"] + summary["at_or_below_chance"]
     return (f"{summary['written']:,} features have a written explanation; {summary['scored']:,} of them are scored "
-            f"by detection (features that fired too rarely have no held-out contexts to score on). "
+            f"by their {SCORE_NAME} (features that fired too rarely have no held-out contexts to score on). "
             f"{summary['degenerate']:,} are degenerate (no word beyond the writer's instructions, e.g. \"The marked "
             f"words are:\") and {summary['at_or_below_chance']:,} score at or below the chance score "
             f"{chance['threshold']:.3f} ({chance['source']}); "
             + ("they are shown, marked in the explanation_quality column." if show_weak else
                f"their {weak:,} scores are hidden (Show weak explanations, above, shows them).")
-            + f" {summary['ok']:,} remain, ranked by detection score (best first).")
+            + f" {summary['ok']:,} remain, ranked by {SCORE_NAME} (best first). {SCORE_DIFFERENCE}")
 
 
 def explanation_note(entry: dict | None, chance: dict) -> str | None:
@@ -250,7 +251,7 @@ def explanation_note(entry: dict | None, chance: dict) -> str | None:
     if kind == "degenerate":
         return "degenerate: no word beyond the writer's own instructions, so it says nothing about the feature"
     if kind == "at or below chance":
-        return (f"its detection score {entry['score']:.2f} is at or below the chance score "
+        return (f"its {SCORE_NAME} {entry['score']:.2f} is at or below the chance score "
                 f"{chance['threshold']:.2f} ({chance['source']})")
     return None
 
@@ -280,6 +281,7 @@ def show_feature(store: FeatureStore, path: str) -> None:
 
 
 RUN_PAGES = {"Prompt": "sae-prompt", "Attribution": "sae-attr", "Steering": "sae-steer", "Circuit": "sae-circuit"}
+BROWSING = "sae-browse"  # Overview, Feature: no Run; the URL holds where the visitor is, not the live views' inputs
 
 
 def main() -> None:
@@ -318,7 +320,7 @@ def main() -> None:
                    f"describes the old weights. Rebuild it: `interpscope sae store --sae {sae_shown} --force`.")
     view = st.segmented_control("View", VIEWS, key="sae_view") or "Overview"
     bounded("sae_feature", 0, store.d_sae - 1, "feature")
-    write_url(params, run=RUN_PAGES.get(view))  # before the slow part: a reload mid-run keeps the last Run's inputs
+    write_url(params, run=RUN_PAGES.get(view, BROWSING))  # before the slow part: a reload mid-run keeps the last Run's
     if view in ("Overview", "Feature") and store.explanations:
         st.toggle("Show weak explanations", key="sae-weak-explanations", **KEEP,
                   help="Degenerate answers (only the writer's instructions, no word of their own) and explanations "
@@ -330,7 +332,7 @@ def main() -> None:
             show_feature(store, path)
         else:
             live_view(view, store, open_feature)
-    too_long = write_url(params, run=RUN_PAGES.get(view))
+    too_long = write_url(params, run=RUN_PAGES.get(view, BROWSING))
     if too_long:
         st.caption("The prompt is too long for a link: a shared link opens with the default prompt.")
     with st.expander("Build another store"):

@@ -35,6 +35,9 @@ def test_a_linked_feature_survives_prompt_then_steering_and_stays_in_the_url(env
     assert at.number_input(key="sae-steer-feature").value == 7  # the feature a steering Run would steer
     view(at, "Feature")
     assert at.number_input(key="sae_feature").value == 7 and at.query_params["feature"] == "7"
+    # the feature page's link says where the visitor is; the live views' boxes (kept for them) are not in it
+    assert set(at.query_params) <= {"store", "view", "feature", "all_models", "model", "device", "dtype"}, \
+        dict(at.query_params)
 
 
 def test_feature_overview_feature_comes_back_to_the_same_feature(env):  # noqa: F811
