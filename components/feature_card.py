@@ -10,6 +10,7 @@ import html
 from collections.abc import Callable, Sequence
 
 from interpscope.figures.sae import ORANGE, histogram_figure, logits_figure
+from interpscope.sae.store.explanations import SCORE_DIFFERENCE, score_text
 
 
 def _visible(token: str) -> str:
@@ -61,7 +62,8 @@ def show_feature_card(card, store_name: str, open_feature: Callable[[int], None]
     st.markdown(f"**Label:** {html.escape(card.label)}")
     if card.explanation:
         score = card.explanation.get("score")
-        scored = f" · detection score {score:.2f} ({card.explanation.get('scorer', '')})" if score is not None else ""
+        scored = (f" · {score_text(card.explanation)} ({card.explanation.get('scorer', '')})"
+                  if score is not None else "")  # named apart from the bench's detection AUROC (45.14)
         writer = card.explanation.get("writer", "a bundled model")
         if explanation_note and hide_weak:
             st.caption(f"No usable written explanation: the one written by {writer} is hidden ({explanation_note}). "
@@ -69,7 +71,8 @@ def show_feature_card(card, store_name: str, open_feature: Callable[[int], None]
         else:
             note = f" · **weak**: {html.escape(explanation_note)}" if explanation_note else ""
             st.markdown(f"**Explanation** (written by {writer}): "
-                        f"{html.escape(card.explanation.get('explanation', ''))}{scored}{note}")
+                        f"{html.escape(card.explanation.get('explanation', ''))}{scored}{note}",
+                        help=SCORE_DIFFERENCE)
     cols = st.columns(4)
     cols[0].metric("Density", f"{card.density:.3e}" if card.density else "dead",
                    help=f"fraction of the store's {card.n_tokens:,} corpus tokens where it is > 0")

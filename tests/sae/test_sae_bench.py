@@ -146,7 +146,7 @@ def test_cli_document_is_the_api_document(tmp_path, capsys, bundled_lm):
     api = bench_sae(bundled_lm, GATED, metric_names="probing",
                     options={"probing": {"per_novel": 6, "per_novel_test": 3}}).to_dict()
     assert without_timings(document) == without_timings(api)
-    assert document["schema"] == "interpscope.sae_bench" and document["schema_version"] == 1
+    assert document["schema"] == "interpscope.sae_bench" and document["schema_version"] == 2
     measures = {m["name"]: m for m in document["metrics"]["probing"]["measures"]}
     assert measures["all-activation probe accuracy"]["control"] == 0.5
 
@@ -177,3 +177,35 @@ def test_cli_bad_input_exits_2(tmp_path, capsys, make):
     err = capsys.readouterr().err.strip()
     assert err and len(err.splitlines()) == 1
     assert {"empty": "not an SAE folder", "pickle": "pickle", "metric": "nonsense"}[make] in err
+
+
+def test_a_mean_over_few_features_carries_its_bootstrap_interval_and_says_when_it_does_not_resolve():
+    """45.14: a bench AUROC of 0.542 over six features stood as bare as if it were exact."""
+    from interpscope.sae.bench.simulator import feature_measure
+
+    rows = [{"auroc": a, "random_auroc": r} for a, r in
+            ((0.9, 0.5), (0.4, 0.6), (0.7, 0.45), (0.5, 0.55), (0.6, 0.5), (0.3, 0.4))]
+    measure = feature_measure(rows, "AUROC", "auroc")
+    assert measure.value == pytest.approx(0.5667, abs=1e-4) and measure.over == "6 features"
+    assert measure.low < measure.value < measure.high and measure.control_low < measure.control < measure.control_high
+    assert "not distinguishable on this sample from" in measure.sentence() and "over 6 features" in measure.sentence()
+    clear = feature_measure([{"auroc": 0.95 + i / 1000, "random_auroc": 0.5 + i / 1000} for i in range(8)],
+                            "AUROC", "auroc")
+    assert "better than" in clear.sentence()
+    one = feature_measure([{"auroc": 0.8, "random_auroc": 0.5}], "AUROC", "auroc")
+    assert one.low is None and one.over is None and "[" not in one.sentence()  # no interval from one feature
+
+
+def test_the_per_feature_lexical_score_has_its_own_name_and_an_interval():
+    """45.14: per-feature 'detection scores' of 1.00 stood beside a bench 'detection' AUROC of 0.542: two numbers,
+    one name, no interval."""
+    from interpscope.sae.store.explanations import SCORE_DIFFERENCE, SCORE_NAME, score_interval, score_text
+
+    low, high = score_interval({"score": 1.0, "positives": 10, "negatives": 10})
+    assert high == 1.0 and 0.8 < low < 0.87  # Wilson, 20 of 20
+    low, high = score_interval({"score": 0.5, "positives": 10, "negatives": 10})
+    assert low < 0.3 and high > 0.7  # chance is inside a 10 + 10 score of 0.5
+    assert score_interval({"score": None}) is None and score_interval({"score": 0.7}) is None
+    text = score_text({"score": 1.0, "positives": 10, "negatives": 10})
+    assert text.startswith(f"{SCORE_NAME} 1.00 [0.8") and "10 + 10 held-out contexts" in text
+    assert "detection" not in SCORE_NAME and "AUROC" in SCORE_DIFFERENCE

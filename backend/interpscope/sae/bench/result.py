@@ -21,21 +21,38 @@ class Measure:
     control: float | None
     control_name: str
     higher_is_better: bool = True
+    # a 95% percentile-bootstrap interval of the value and of the control over `over` (e.g. "6 features"), where the
+    # number is a mean over a sample (issue 45.14); absent where it is not
+    low: float | None = None
+    high: float | None = None
+    control_low: float | None = None
+    control_high: float | None = None
+    over: str | None = None
 
     def sentence(self) -> str:
-        """What the number says against its control, computed from the two numbers."""
+        """What the number says against its control, computed from the two numbers (and their intervals: two
+        intervals that overlap say the gap is not resolved by this sample)."""
         if self.value is None:
             return f"{self.name}: not measured."
+        shown = f"{self.value:.3f}" + (f" [{self.low:.3f}, {self.high:.3f}]" if self.low is not None else "")
         if self.control is None:
-            return f"{self.name} {self.value:.3f} (no control measured)."
+            return f"{self.name} {shown} (no control measured)."
+        control = f"{self.control:.3f}" + (f" [{self.control_low:.3f}, {self.control_high:.3f}]"
+                                            if self.control_low is not None else "")
         gap = self.value - self.control
+        overlap = (self.low is not None and self.control_low is not None and self.high is not None
+                   and self.control_high is not None and self.low <= self.control_high
+                   and self.control_low <= self.high)
         if abs(gap) < 0.02:
             verdict = "about the same as"
+        elif overlap:
+            verdict = "not distinguishable on this sample from"
         else:
             better = (gap > 0) == self.higher_is_better
             verdict = f"{'better' if better else 'worse'} than"
-        return (f"{self.name} {self.value:.3f}: {verdict} the {self.control:.3f} of {self.control_name} "
-                f"({gap:+.3f}; {'higher' if self.higher_is_better else 'lower'} is better).")
+        note = f"; 95% bootstrap intervals over {self.over}" if self.over and self.low is not None else ""
+        return (f"{self.name} {shown}: {verdict} the {control} of {self.control_name} "
+                f"({gap:+.3f}; {'higher' if self.higher_is_better else 'lower'} is better{note}).")
 
 
 @dataclass
@@ -61,7 +78,7 @@ class SAEBenchResult(Result):
     """SAEBench-style metrics of one SAE (absent metrics were not asked for; `skipped` says why one could not run)."""
 
     SCHEMA = "interpscope.sae_bench"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2  # 2: measures' bootstrap intervals (low, high, control_low, control_high, over)
 
     sae: str
     sae_weights_sha256: str | None
