@@ -112,6 +112,16 @@ def text_source(key: str, label: str = "Text", default: str = "", height: int = 
 SCOPES = ("run", "view", "nav")
 
 
+def _number(x: float | None) -> str:
+    """A bound or a value in a note: whole numbers with thousands separators (1,000,000), others as short as exact
+    enough (0.5, 1e-06)."""
+    if x is None:
+        return ""
+    if float(x).is_integer() and abs(x) < 1e15:
+        return f"{int(x):,}"
+    return f"{x:g}"
+
+
 @dataclass(frozen=True)
 class Param:
     """One page input kept in the URL: widget key, query-string name, default, and how to read it back.
@@ -165,11 +175,9 @@ class Param:
 
     def range_text(self) -> str:
         """This input's range in words, for the note on a link's value outside it."""
-        def number(x: float | None) -> str:
-            return "" if x is None else f"{x:,}" if self.kind is int else f"{x:g}"
         if self.low is not None and self.high is not None:
-            return f"{number(self.low)} to {number(self.high)}"
-        return f"at least {number(self.low)}" if self.high is None else f"at most {number(self.high)}"
+            return f"{_number(self.low)} to {_number(self.high)}"
+        return f"at least {_number(self.low)}" if self.high is None else f"at most {_number(self.high)}"
 
     def format(self, value: Any) -> str | None:
         if self.kind is bool:
@@ -219,7 +227,7 @@ def url_inputs(page: str, params: Sequence[Param]) -> None:
             used = param.in_range(value)
             if used != value:  # never changed silently: what was asked, its range, what is used instead
                 st.warning(f"The link asks for {param.url}={raw}, outside its range ({param.range_text()}): using "
-                           f"{param.format(used)} instead.")
+                           f"{_number(used)} instead.")
             state[param.key] = used
             state["_url-just-read"].add(param.key)
         known = {param.url for param in params} | SIDEBAR_PARAMS

@@ -82,7 +82,7 @@ def url_params(stores: dict[str, str]) -> list[Param]:
     from pages._sae_circuit import TARGETS
 
     first = next(iter(stores), "")
-    feature_id = dict(kind=int, low=0, high=10 ** 8)
+    feature_id = dict(kind=int, low=0)  # the store's own count bounds it from above, named by bounded()
     rules = [m.name for m in rule_methods()]  # methods with LRP rules (the views narrow them to the store's model)
     return [Param("sae_store", "store", first, choices=list(stores), scope="nav"),
             Param("sae_view", "view", "Overview", choices=VIEWS, scope="nav"),
@@ -93,7 +93,7 @@ def url_params(stores: dict[str, str]) -> list[Param]:
             Param("sae-prompt-top", "top", 20, int, low=5, high=50, scope="view"),
             bos_param(BOS_KEY),
             Param("sae-attr-feature", "attr_feature", None, **feature_id),
-            Param("sae-attr-position", "position", None, int, low=0, high=10 ** 6),
+            Param("sae-attr-position", "position", None, int, low=0),  # past the text: named by the view
             Param("sae-attr-method", "method", rules[0] if rules else None, choices=rules),
             Param("sae-steer-feature", "steer_feature", None, **feature_id),
             Param("sae-steer-mode", "mode", "add", choices=["add", "ablate"]),

@@ -55,7 +55,7 @@ def test_the_sae_browser_names_each_out_of_range_value_and_uses_the_nearest(env)
     at.run()
     assert not at.exception, at.exception
     notes = warnings(at)
-    assert "The link asks for feature=-1, outside its range (0 to 100,000,000): using 0 instead." in notes, notes
+    assert "The link asks for feature=-1, outside its range (at least 0): using 0 instead." in notes, notes
     assert "The link asks for top=999, outside its range (5 to 50): using 50 instead." in notes, notes
     assert not ignored(at)  # neither is called a parameter the page cannot use
     assert at.session_state["sae_feature"] == 0 and at.slider(key="sae-prompt-top").value == 50
@@ -69,7 +69,8 @@ def test_a_steering_link_with_an_infinite_strength_says_so_and_steers_at_the_bou
     at.run()
     assert not at.exception, at.exception
     notes = warnings(at)
-    assert "The link asks for strength=1e309, outside its range (-1e+06 to 1e+06): using 1000000.0 instead." in notes
+    assert ("The link asks for strength=1e309, outside its range (-1,000,000 to 1,000,000): using 1,000,000 "
+            "instead.") in notes
     assert not ignored(at)
     assert at.number_input(key="sae-steer-strength").value == 1e6
     # the run the link asked for ran at that strength, not at the feature's default one
@@ -88,7 +89,7 @@ def test_a_flow_threshold_past_the_slider_is_named_and_the_page_still_opens(bund
 @pytest.mark.bundled
 def test_a_graph_threshold_out_of_range_is_named(bundled_lm):
     at = open_link("pages/graphs.py", {"threshold": "5"})
-    assert "The link asks for threshold=5, outside its range (-1 to 1): using 1.0 instead." in warnings(at)
+    assert "The link asks for threshold=5, outside its range (-1 to 1): using 1 instead." in warnings(at)
     assert at.session_state["graph-threshold"] == 1.0 and not ignored(at)
 
 
@@ -97,7 +98,7 @@ def test_a_layer_the_model_lacks_is_named(bundled_lm):
     at = open_link("pages/entropy_neurons.py", {"layer": "999"})
     last = bundled_lm.adapter.n_layers - 1
     assert at.number_input(key="en-layer").value == last
-    assert f"The link asks for layer=999, outside its range (0 to {last:,}): using {last} instead." in warnings(at)
+    assert f"The link asks for layer=999, outside its range (0 to {last:,}): using {last:,} instead." in warnings(at)
     assert not ignored(at)
 
 
