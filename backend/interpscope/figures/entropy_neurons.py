@@ -7,6 +7,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from interpscope.figures.draw import log_ticks
+
 CHOSEN = "#d62728"
 RANDOM = "#7f7f7f"
 TEMPLATE = "plotly_white"
@@ -89,7 +91,7 @@ def effects_bars(labels: Sequence[str], total: Sequence[float], direct: Sequence
     ])
     fig.update_layout(barmode="group", title=f"Mean |change in {quantity}| when each neuron is mean-ablated",
                       xaxis_title="neuron", yaxis_title=f"mean |Δ {quantity}| (nats, log scale)",
-                      yaxis=dict(type="log", exponentformat="power"), template=TEMPLATE,
+                      yaxis=dict(type="log", **log_ticks([*total, *direct])), template=TEMPLATE,
                       height=430, legend=dict(orientation="h", y=-0.3))
     return fig
 

@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from interpscope.figures.draw import add_edges, spread_row, token_axis
+from interpscope.figures.draw import add_edges, log_ticks, spread_row, token_axis
 
 RED, BLUE, GREY = "#d6604d", "#4393c3", "#888888"
 
@@ -120,7 +120,10 @@ def kl_figure(steps: Sequence[str], kl_logit: np.ndarray, kl_tuned: np.ndarray, 
         fig.add_trace(go.Scatter(x=x[shown], y=list(heldout_tuned)[shown], name="tuned lens (held-out corpus)",
                                  mode="lines", line=dict(color=RED, dash="dot")))
     fig.update_layout(title="KL from the final distribution, per layer (lower: closer to the model's prediction)",
-                      template="plotly_white", height=360, yaxis=dict(title="KL (nats)", type="log"),
+                      template="plotly_white", height=360,
+                      yaxis=dict(title="KL (nats)", type="log", **log_ticks(
+                          [*list(kl_logit)[shown], *list(kl_tuned)[shown], *list(heldout_logit)[shown],
+                           *list(heldout_tuned)[shown]])),
                       xaxis=dict(title="read after", tickangle=-45), margin=dict(l=60, r=20, t=60, b=80),
                       legend=dict(orientation="h", y=1.1, x=0))
     return fig

@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from interpscope.figures.draw import add_edges, token_axis
+from interpscope.figures.draw import add_edges, log_ticks, token_axis
 
 CURVES = (("loss", "loss"), ("l0", "L0"), ("fvu", "FVU (batch)"))
 ORANGE = (230, 120, 20)
@@ -140,7 +140,8 @@ def training_curves_figure(histories: dict[str, list[dict]]) -> go.Figure:
                                      legendgroup=name, showlegend=col == 1,
                                      line=dict(color=palette[i % len(palette)])), row=1, col=col)
             fig.update_xaxes(title_text="training tokens", row=1, col=col)
-    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_yaxes(type="log", row=1, col=1, **log_ticks(h["loss"] for history in histories.values()
+                                                            for h in history))
     fig.update_layout(height=360, title="Training curves", margin=dict(t=70, b=50), legend=dict(orientation="h",
                       y=-0.25))
     return fig

@@ -144,6 +144,9 @@ def pareto_figure(rows: list[dict], frontiers: dict[str, dict[str, list[str]]]):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    from interpscope.figures.draw import log_ticks
+
+    rows_all = list(rows)
     fig = make_subplots(rows=1, cols=2, subplot_titles=("L0 vs loss recovered (up-left is better)",
                                                         "L0 vs FVU (down-left is better)"))
     by_arch: dict[str, list[dict]] = {}
@@ -168,7 +171,8 @@ def pareto_figure(rows: list[dict], frontiers: dict[str, dict[str, list[str]]]):
                     marker={"color": colour, "size": 7, "opacity": 0.35, "symbol": "circle-open"},
                     customdata=[r["folder"] for r in off], hovertext=[hover_text(r) for r in off],
                     hoverinfo="text"), row=1, col=col)
-        fig.update_xaxes(type="log", title_text="L0 (features active per token, log scale)", row=1, col=col)
+        fig.update_xaxes(type="log", title_text="L0 (features active per token, log scale)", row=1, col=col,
+                         **log_ticks(r["l0"] for r in rows_all))
         fig.update_yaxes(title_text=METRICS[metric][1], row=1, col=col)
     fig.update_layout(height=460, margin={"l": 50, "r": 20, "t": 50, "b": 50}, legend={"orientation": "h", "y": -0.2})
     return fig

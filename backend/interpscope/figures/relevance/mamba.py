@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from interpscope.figures.draw import log_ticks
+
 
 def distance_figure(distances: np.ndarray, share: np.ndarray, signed: np.ndarray, counts: np.ndarray,
                     n_prompts: int, method_label: str) -> go.Figure:
@@ -26,7 +28,8 @@ def distance_figure(distances: np.ndarray, share: np.ndarray, signed: np.ndarray
     fig.update_layout(title=f"{method_label}: relevance vs distance from the predicted position "
                             f"({n_prompts} prompts)",
                       template="plotly_white", xaxis_title="tokens back from the predicted position (0 = last)",
-                      yaxis=dict(title="mean share of |R| per prompt (log)", type="log", exponentformat="power"),
+                      yaxis=dict(title="mean share of |R| per prompt (log)", type="log",
+                                 **log_ticks(np.maximum(share, 1e-12))),
                       yaxis2=dict(title="cumulative share of |R|", overlaying="y", side="right", range=[0, 1.02],
                                   tickformat=".0%", showgrid=False),
                       height=440, legend=dict(orientation="h", y=-0.25), margin=dict(l=80, r=80, t=60, b=100))
@@ -42,7 +45,7 @@ def fix_error_figure(labels: Sequence[str], errors: Sequence[float], title: str)
     fig = go.Figure(go.Bar(x=list(labels), y=values, marker_color=colors, text=[f"{v:.1e}" for v in values],
                            textposition="outside", hovertemplate="%{x}<br>relative error %{y:.2e}<extra></extra>"))
     fig.update_layout(title=title, template="plotly_white", height=420,
-                      yaxis=dict(type="log", exponentformat="power"),
+                      yaxis=dict(type="log", **log_ticks(values)),
                       xaxis_title="MambaLRP setting", yaxis_title="relative conservation error (log)",
                       margin=dict(l=70, r=20, t=60, b=80))
     return fig
