@@ -35,7 +35,12 @@ def register(subparsers) -> None:
                     "error and logit nodes with direct-effect edges, pruned by influence; replacement and "
                     f"completeness scores; LRP edges into the logit beside them. Texts up to {MAX_TOKENS} tokens.")
     add_model_args(graph)
-    graph.add_argument("--text", required=True, help="the prompt")
+    graph.add_argument("--text", help="the prompt")
+    graph.add_argument("--texts", metavar="FILE",
+                       help="instead of --text, with --ablation-check N and --check-json: one prompt per line (.txt) "
+                            "or row (.csv text column / .jsonl \"text\"), each with its own graph and check; the "
+                            "means over the prompts with 95%% intervals beside the control (schema "
+                            "interpscope.graph.ablation_check_set)")
     graph.add_argument("--target", help="the next token to explain (text of one token, or #id; default: the top one)")
     graph.add_argument("--node-budget", type=int_at_least(1), default=DEFAULT_NODE_BUDGET,
                        help=f"feature and error nodes kept (default {DEFAULT_NODE_BUDGET})")
@@ -103,6 +108,11 @@ def run_graph(args: argparse.Namespace) -> int:
     from interpscope.inputs import check_text
     from interpscope.sae.transcoder_set import default_transcoder_set, load_transcoder_set
 
+    if args.texts is not None:
+        return _check_set(args)
+    if args.text is None:
+        raise InterpscopeError("Give --text (one graph), or --texts FILE with --ablation-check N (the check over many "
+                               "prompts).")
     check_text(args.text)
     _check_options(args)
     check_outputs(args)
@@ -156,3 +166,50 @@ def _ablation_check(lm, transcoders, graph, args: argparse.Namespace) -> None:
         emit_json(check, args.check_json)
     if "-" not in (args.json, args.check_json):
         print(check.summary())
+
+
+def _check_set(args: argparse.Namespace) -> int:
+    """--texts: the ablation check over many prompts (interpscope.graphs.check_set); its document goes to
+    --check-json (the graphs themselves are not kept)."""
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from interpscope.cli.common import read_input_bytes
+    from interpscope.config import InterpscopeError
+    from interpscope.graphs.check_set import ablation_check_set
+    from interpscope.sae.transcoder_set import default_transcoder_set, load_transcoder_set
+    from interpscope.uploads import parse_examples
+
+    if args.text is not None:
+        raise InterpscopeError("--texts takes no --text.")
+    if not args.ablation_check:
+        raise InterpscopeError("--texts runs the ablation check over the prompts: give --ablation-check N (N >= 1).")
+    if args.check_supernodes is not None or args.check_readouts:
+        raise InterpscopeError("--texts runs the plain check: it takes no --check-supernodes or --check-readouts.")
+    for flag in ("json", "csv", "png", "svg", "html"):
+        if getattr(args, flag, None) is not None:
+            raise InterpscopeError(f"--texts keeps no graph: its document goes to --check-json, not --{flag}.")
+    if not args.check_json:
+        raise InterpscopeError("--texts needs --check-json FILE (or '-') for the check's document.")
+    _check_options(args)
+    texts = parse_examples(read_input_bytes(args.texts, "--texts"), Path(args.texts).name)
+    check_out_file(args.check_json, "--check-json")
+    lm = load_from_args(args)
+    folder = args.transcoders or default_transcoder_set(lm.name)
+    if folder is None:
+        raise InterpscopeError(f"No transcoders for {lm.name}: none is shipped for it; pass --transcoders DIR.")
+    transcoders = load_transcoder_set(folder, lm=lm)
+    bar = tqdm(total=len(texts), desc="prompts (graph + ablation check)", file=sys.stderr)
+    options = dict(target=args.target, node_budget=args.node_budget, edge_budget=args.edge_budget,
+                   max_feature_nodes=args.max_feature_nodes, lrp=None, max_logits=args.max_logits,
+                   logit_probability=args.logit_probability)
+    try:
+        result = ablation_check_set(lm, transcoders, texts, n=args.ablation_check, graph_options=options,
+                                    progress=lambda done, total: bar.update(done - bar.n))
+    finally:
+        bar.close()
+    emit_json(result, args.check_json)
+    if args.check_json != "-":
+        print(result.summary())
+    return 0

@@ -17,12 +17,15 @@ from interpscope.lazy import lazy_names
 _LAZY = {
     "build_graph": "interpscope.graphs.build",
     "AttributionGraph": "interpscope.graphs.result",
+    "ablation_check_set": "interpscope.graphs.check_set",
+    "AblationCheckSet": "interpscope.graphs.check_set",
 }
 
-__all__ = ["AttributionGraph", "build_graph"]
+__all__ = ["AblationCheckSet", "AttributionGraph", "ablation_check_set", "build_graph"]
 
 if TYPE_CHECKING:
     from interpscope.graphs.build import build_graph
+    from interpscope.graphs.check_set import AblationCheckSet, ablation_check_set
     from interpscope.graphs.result import AttributionGraph
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY)
