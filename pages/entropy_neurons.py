@@ -77,12 +77,32 @@ def _write_note(post_scale: float | None) -> str:
             "sample, sinks left out).")
 
 
+def open_neuron(label: str) -> None:
+    """Callback: add neuron `label` to the chosen neurons (if it is not there) and show it in Neuron detail."""
+    state = st.session_state
+    listed = [s for s in str(state.get("en-neurons", "")).replace(" ", ",").split(",") if s]
+    if label not in listed:
+        state["en-neurons"] = ", ".join([*listed, label])
+    state["en-view"] = "Neuron detail"
+    state["en-detail-neuron"] = label
+
+
 def candidates_view(lm: LoadedModel, page, chosen: list[str]) -> None:
     stats, layer = page.stats, page.layer
     in_layer = [int(n.split(".")[1]) for n in chosen if int(n.split(".")[0]) == layer]
     fig = figs.candidates_scatter(stats.norm, stats.logit_var, stats.rho, layer, stats.k, in_layer, lm.name)
-    st.plotly_chart(fig, key="en-scatter")
+    event = st.plotly_chart(fig, key="en-scatter", on_select="rerun", selection_mode="points")
+    st.caption("Click a neuron to read its numbers; open it in Neuron detail from there.")
     export_menu(fig, stats, key="en-scatter", filename=f"entropy-candidates-layer{layer}")
+    points = getattr(getattr(event, "selection", None), "points", None) or []
+    clicked = next((p.get("customdata") for p in points if isinstance(p.get("customdata"), str)), None)
+    if clicked and clicked.startswith(f"{layer}."):
+        index = int(clicked.split(".")[1])
+        st.markdown(f"**Clicked: neuron {clicked}**: rho {stats.rho[index]:.3f} (rank "
+                    f"{int((stats.rho > stats.rho[index]).sum()) + 1} of {len(stats.rho)} by rho), ||write|| "
+                    f"{stats.norm[index]:.3g}, LogitVar {stats.logit_var[index]:.3g}, rho x norm "
+                    f"{stats.rho[index] * stats.norm[index]:.3g}.")
+        st.button(f"Open {clicked} in Neuron detail", key="en-open-clicked", on_click=open_neuron, args=(clicked,))
     table = pd.DataFrame(stats.rows())
     table.insert(0, "neuron", [f"{r['layer']}.{r['index']}" for r in stats.rows()])
     table["null_space_norm"] = table["rho"] * table["norm"]

@@ -95,3 +95,21 @@ def test_log_ticks():
     assert log_ticks([2e-9, 0.5])["dtick"] == 1  # many decades: each power of ten
     assert log_ticks([0.0, -1.0, float("nan")]) == {}  # nothing to put on a log axis
     assert log_ticks([1500, 40000])["ticktext"][:3] == ["1k", "2k", "5k"]
+
+
+def test_chosen_neurons_are_named_above_the_webgl_points():
+    """Issue 45.11: the chosen neurons' labels were a text trace, drawn under the WebGL scatter of every neuron
+    (hidden behind the points); they are annotations now (drawn above it), on a white box, and every neuron point
+    carries its name for a click."""
+    from interpscope.figures.entropy_neurons import candidates_scatter
+
+    rng = np.random.default_rng(0)
+    norm, var, rho = rng.uniform(1, 5, 300), 10 ** rng.uniform(-3.5, -2, 300), rng.uniform(0, 0.8, 300)
+    fig = candidates_scatter(norm, var, rho, 29, 6, [12, 40, 41], "m")
+    notes = {a.text: a for a in fig.layout.annotations}
+    assert set(notes) >= {"29.12", "29.40", "29.41"}
+    assert all(notes[n].bgcolor and notes[n].showarrow for n in ("29.12", "29.40", "29.41"))
+    assert not any(t.text is not None and "text" in (t.mode or "") for t in fig.data)  # no label under the points
+    points = next(t for t in fig.data if t.name == "neurons")
+    assert list(points.customdata[:3]) == ["29.0", "29.1", "29.2"]
+    assert readable(log_axes(fig)[0])

@@ -67,7 +67,7 @@ def test_candidates_view(page):
     assert len(values(spec["data"][0]["x"])) == 64
     assert spec["layout"]["yaxis"]["type"] == "log"
     assert "rho" in spec["data"][0]["marker"]["colorbar"]["title"]["text"]
-    assert spec["data"][1]["text"][0] == "1.5"  # the planted neuron is the first default choice
+    assert spec["layout"]["annotations"][0]["text"] == "1.5"  # the planted neuron is the first default choice
     table = page.dataframe[0].value
     assert len(table) == 64 and table["neuron"].iloc[0] == "1.5" and table["rho"].iloc[0] > 0.999
     assert page.text_input(key="en-neurons").value.startswith("1.5")

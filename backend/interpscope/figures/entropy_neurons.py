@@ -17,25 +17,31 @@ TEMPLATE = "plotly_white"
 def candidates_scatter(norm: np.ndarray, logit_var: np.ndarray, rho: np.ndarray, layer: int, k: int,
                        highlight: Sequence[int] = (), model: str = "") -> go.Figure:
     """||write|| (what each neuron writes into the residual, folded) vs LogitVar (log y) of every neuron of a layer,
-    coloured by rho; chosen neurons circled."""
+    coloured by rho; chosen neurons circled and named in labels drawn over the points (annotations: a text trace lies
+    under the WebGL points), each point carrying its "layer.index" in customdata (a click inspects it)."""
     labels = [f"{layer}.{i}" for i in range(len(norm))]
     floor = max(float(np.min(logit_var[logit_var > 0])) if np.any(logit_var > 0) else 1e-12, 1e-14)
     shown_var = np.maximum(logit_var, floor)
     fig = go.Figure(go.Scattergl(
-        x=norm, y=shown_var, mode="markers", text=labels, name="neurons",
+        x=norm, y=shown_var, mode="markers", text=labels, name="neurons", customdata=labels,
+        unselected=dict(marker=dict(opacity=1.0)),  # a click selects one neuron: the others stay as drawn
         marker=dict(color=rho, colorscale="Viridis", size=6, cmin=0, cmax=max(1e-6, float(rho.max())),
                     colorbar=dict(title=dict(text=f"rho (k={k})"))),
         hovertemplate="neuron %{text}<br>norm %{x:.3f}<br>LogitVar %{y:.2e}<br>rho %{marker.color:.3f}<extra></extra>"))
     if len(highlight):
         idx = np.asarray(list(highlight), dtype=int)
         fig.add_trace(go.Scatter(
-            x=norm[idx], y=shown_var[idx], mode="markers+text", text=[labels[i] for i in idx],
-            textposition="top center", name="chosen",
+            x=norm[idx], y=shown_var[idx], mode="markers", name="chosen",
             marker=dict(size=14, color="rgba(0,0,0,0)", line=dict(color=CHOSEN, width=2)), hoverinfo="skip"))
+        for k, i in enumerate(idx):  # above the WebGL layer, on a white box, clear of the point (alternating sides)
+            fig.add_annotation(x=float(norm[i]), y=float(np.log10(shown_var[i])), text=labels[i], showarrow=True,
+                               arrowhead=0, arrowcolor=CHOSEN, ax=(-1) ** k * 36, ay=-34 - 14 * (k % 3),
+                               bgcolor="rgba(255,255,255,0.9)", bordercolor=CHOSEN, borderpad=2,
+                               font=dict(size=11, color="#222222"))
     fig.update_layout(title=dict(text=f"Layer {layer} neurons{' of ' + model if model else ''}: norm vs LogitVar"
                                       f"<br><sup>entropy neurons: large norm, low LogitVar, high rho (bright)</sup>"),
                       xaxis_title="||write|| (folded)", yaxis_title="LogitVar (log scale)",
-                      yaxis=dict(type="log", dtick=1, exponentformat="power"),
+                      yaxis=dict(type="log", **log_ticks(shown_var)),  # dtick 1 left a narrow range unlabelled
                       template=TEMPLATE, height=540, legend=dict(orientation="h", y=-0.15))
     return fig
 
