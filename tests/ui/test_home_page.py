@@ -78,9 +78,10 @@ def test_a_csv_without_a_text_column_says_which_column_it_used(app):
     assert app.get("plotly_chart")
 
 
-def test_the_sidebar_says_how_to_get_a_moe_or_t5_model_and_the_script_writes_both(tmp_path):
+def test_the_sidebar_says_how_to_get_a_moe_or_t5_model_and_the_script_writes_both(tmp_path, bundled_lm):
     """45.16: the docs describe MoE and T5 views no bundled model reaches; the sidebar says how to get one, and the
-    script it names writes two tiny (random) folders that the loader opens as those kinds."""
+    script it names writes two tiny (random) folders that the loader opens as those kinds, never over existing ones."""
+    import importlib.util
     import subprocess
     import sys
     from pathlib import Path
@@ -94,14 +95,14 @@ def test_the_sidebar_says_how_to_get_a_moe_or_t5_model_and_the_script_writes_bot
     assert any(c.value == DEMO_NOTE for c in at.sidebar.caption)
     script = Path(__file__).resolve().parents[2] / "scripts" / "make_demo_models.py"
     assert "scripts/make_demo_models.py" in DEMO_NOTE and script.is_file()
-    done = subprocess.run([sys.executable, str(script), "--out", str(tmp_path)], capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr
+    spec = importlib.util.spec_from_file_location("make_demo_models", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.write_demo_models(tmp_path, bundled_lm.tokenizer)  # what the script's main does after loading the model
     mixtral = interpscope.load(str(tmp_path / "tiny-mixtral"), device="cpu")
     assert mixtral.adapter.family == "mixtral"
     assert interpscope.explain_experts(mixtral, "The cat sat").to_dict()["schema"] == "interpscope.expert_relevance"
-    t5 = interpscope.load(str(tmp_path / "tiny-t5"), device="cpu")
-    assert t5.is_encoder_decoder
+    assert interpscope.load(str(tmp_path / "tiny-t5"), device="cpu").is_encoder_decoder
     again = subprocess.run([sys.executable, str(script), "--out", str(tmp_path)], capture_output=True, text=True,
                            timeout=600)
-    assert again.returncode != 0 and "Already there" in again.stderr  # never replaces what is there
+    assert again.returncode != 0 and "Already there" in again.stderr  # refused before any model loads
