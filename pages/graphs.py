@@ -4,6 +4,7 @@ change with a real forward pass; LRP edges beside the direct effects; which atte
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from typing import Any
 
 import pandas as pd
@@ -100,12 +101,13 @@ def _graph(lm, tset, run: dict, report=None):
         progress=report, max_logits=logits, logit_probability=run.get("cover", DEFAULT_LOGIT_PROBABILITY)))
 
 
-def _prepared(lm, tset, graph, key: tuple) -> GraphRun:
-    """The graph's frozen run for interventions and edge heads, kept in this session (one per graph)."""
+def _prepared(lm, tset, graph, key: tuple, spinner: bool = True) -> GraphRun:
+    """The graph's frozen run for interventions and edge heads, kept in this session (one per graph). spinner=False
+    under a progress bar that already names this step."""
     state = st.session_state
     held = state.get("_graph-prepared")
     if held is None or held[0] != key:
-        with st.spinner("Freezing the prompt's run (one forward pass)…"):
+        with st.spinner("Freezing the prompt's run (one forward pass)…") if spinner else nullcontext():
             state["_graph-prepared"] = (key, GraphRun(lm, tset, graph))
     return state["_graph-prepared"][1]
 
@@ -431,7 +433,7 @@ def _interventions(lm, tset, graph, key: tuple, selected: list[str], groups: lis
         if cols[3].button("Intervene", key="graph-intervene", type="primary"):
             members, label = options[pick]
             with show_errors(), progress("Intervening", "graph-intervene", first="freezing the prompt's run") as report:
-                prepared = _prepared(lm, tset, graph, key)
+                prepared = _prepared(lm, tset, graph, key, spinner=False)
                 done.append(intervene(lm, tset, graph, members, mode=mode, scale=factor, label=label,
                                       prepared=prepared, progress=report))
         if done:
