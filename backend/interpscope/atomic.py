@@ -3,25 +3,109 @@ flushed and fsynced, then renamed over the target. A reader (or a resumed run) n
 error the temporary file is removed and the target is left as it was. A full disk is one clear error ("No space
 left on device writing X"), never a traceback or a truncated file.
 
-Temporary names are `.<name>.<pid>.<random>.tmp`: a run killed mid-write leaves one behind, and
-`remove_stale_temps` (called when an output folder is claimed) deletes those whose writing process is gone.
+Temporary names are `.<name>.<pid>.<tag>.<random>.tmp`, the tag an HMAC of the writing process's id under a secret
+kept in the data directory (`.interpscope-key`, 32 random bytes made on first use, readable by its owner only): a
+run killed mid-write leaves one behind, and `remove_stale_temps` (called when an output folder is claimed) deletes
+those whose tag proves they are ours and whose writing process is gone. A person's own file that merely looks like
+one (`.notes.99999.bak.tmp`) carries no valid tag and is never touched. The same secret signs output markers
+(interpscope.outputs), so a hand-written or copied marker is not taken for one Interpscope wrote.
 """
 from __future__ import annotations
 
 import errno
+import hashlib
+import hmac
 import json
 import os
 import re
+import secrets
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
-from interpscope.config import InterpscopeError
+from interpscope.config import InterpscopeError, _data_dir_setting
 
-_TEMP = re.compile(r"^\..+\.(\d+)\.[A-Za-z0-9_]+\.tmp$")
+_TEMP = re.compile(r"^\..+\.(\d+)\.([0-9a-f]{16})\.[A-Za-z0-9_]+\.tmp$")
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+FULL_DISK = _FULL  # the errors that mean "no space left" (a full disk, a quota, a file too large)
+KEY_FILE = ".interpscope-key"
+_KEYS: dict[str, bytes] = {}  # data directory's key file -> its secret, read once per process
+_EPHEMERAL = secrets.token_bytes(32)  # when the data directory cannot hold a key: this process's own temps only
+
+
+def _secret(create: bool) -> bytes | None:
+    """The data directory's secret; made there on first use when `create` (None when it has none and create is
+    False). A data directory that cannot hold one (read-only, a file) falls back to a key of this process alone: its
+    temporary files are then still removed on error, but one a kill leaves is not recognised later."""
+    try:
+        folder = _data_dir_setting()[0]
+    except InterpscopeError:
+        return _EPHEMERAL if create else None
+    path = folder / KEY_FILE
+    known = _KEYS.get(str(path))
+    if known is not None:
+        return known
+    for _attempt in range(20):
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            data = None
+        except OSError:
+            return _EPHEMERAL if create else None
+        if data is not None and len(data) == 32:
+            _KEYS[str(path)] = data
+            return data
+        if data is None and not create:
+            return None
+        if data is None:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                continue  # another process made it a moment ago: read it
+            except OSError:
+                return _EPHEMERAL
+            try:
+                written = os.write(fd, secrets.token_bytes(32))
+            except OSError:
+                written = 0
+            finally:
+                os.close(fd)
+            if written != 32:  # e.g. a full disk: leave no short key behind to poison later runs
+                with suppress(OSError):
+                    path.unlink()
+                return _EPHEMERAL
+            continue
+        time.sleep(0.01)  # a key being written by another process right now
+    return _EPHEMERAL if create else None
+
+
+def sign(text: str, create: bool = True) -> str | None:
+    """An HMAC of `text` under the data directory's secret (32 hex digits), None when there is no secret."""
+    key = _secret(create)
+    return None if key is None else hmac.new(key, text.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def signed(text: str, signature: object) -> bool:
+    """Whether `signature` is sign(text) under the data directory's secret (never true without one)."""
+    if not isinstance(signature, str):
+        return False
+    return any(hmac.compare_digest(hmac.new(key, text.encode(), hashlib.sha256).hexdigest()[:32], signature)
+               for key in (_secret(False), _EPHEMERAL) if key is not None)
+
+
+def _tag(pid: int, key: bytes) -> str:
+    return hmac.new(key, f"temp:{pid}".encode(), hashlib.sha256).hexdigest()[:16]
+
+
+def temp_prefix(target: str | Path, pid: int | None = None) -> str:
+    """The start of a temporary file's name for `target` written by process `pid` (default this one)."""
+    pid = os.getpid() if pid is None else pid
+    key = _secret(True) or _EPHEMERAL
+    return f".{Path(target).name}.{pid}.{_tag(pid, key)}."
 
 
 def _umask() -> int:
@@ -41,9 +125,20 @@ def write_error(err: OSError, path: str | Path) -> InterpscopeError:
     return InterpscopeError(f"Cannot write {path}: {reason}.")
 
 
+def _own_temp(name: str) -> int | None:
+    """The writing process's id when `name` is one of this module's temporary files (its tag verified), else None."""
+    found = _TEMP.match(name)
+    if not found:
+        return None
+    pid, tag = int(found.group(1)), found.group(2)
+    keys = [key for key in (_secret(False), _EPHEMERAL) if key is not None]
+    return pid if any(hmac.compare_digest(_tag(pid, key), tag) for key in keys) else None
+
+
 def is_temp_name(name: str) -> bool:
-    """Whether `name` is one of this module's temporary files."""
-    return _TEMP.match(name) is not None
+    """Whether `name` is one of this module's temporary files: the name's pattern and its tag, which only this data
+    directory's secret makes (a file that merely looks like one is a person's, and is kept)."""
+    return _own_temp(name) is not None
 
 
 @contextmanager
@@ -58,7 +153,7 @@ def atomic_open(path: str | Path, mode: str = "wb", encoding: str | None = None)
     if "b" not in mode and encoding is None:
         encoding = "utf-8"
     try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=temp_prefix(target), suffix=".tmp")
     except OSError as err:
         raise write_error(err, target) from None
     try:
@@ -124,14 +219,14 @@ def _alive(pid: int) -> bool:
 
 def remove_stale_temps(folder: str | Path) -> list[Path]:
     """Delete the temporary files a killed run left in `folder` and its sub-folders (only names this module makes,
-    only of processes no longer running); returns what was removed."""
+    their tag verified, only of processes no longer running); returns what was removed."""
     removed: list[Path] = []
     root = Path(folder)
     if not root.is_dir():
         return removed
     for path in root.rglob(".*.tmp"):
-        found = _TEMP.match(path.name)
-        if found and path.is_file() and not _alive(int(found.group(1))):
+        pid = _own_temp(path.name)
+        if pid is not None and path.is_file() and not path.is_symlink() and not _alive(pid):
             with suppress(OSError):
                 path.unlink()
                 removed.append(path)

@@ -6,16 +6,25 @@ lists. A non-empty folder without the marker (made by a person or another progra
 given; even then nothing that was already there is deleted, only the files Interpscope itself wrote and recorded.
 Output file paths (`--json FILE`, `--png FILE`) are checked before any computation: a missing or read-only
 parent folder fails at once, not after minutes of work.
+
+A marker Interpscope writes now carries a random id and its signature under the data directory's secret
+(interpscope.atomic.sign). The folders a command names for itself (a store's `<store>.partial/` working folder) are
+used only when their marker is signed so (`check_own_folder`): a folder there without one, or with a hand-written
+or copied marker, is refused even with --force and nothing in it is touched. Folders a person names (`--out`)
+still accept the unsigned markers older versions wrote (the shipped stores carry those). A file a command is about
+to write that is already there and not recorded in the marker (a person's own `rows.jsonl`) is refused
+(`foreign_files`), never overwritten or read as the command's own.
 """
 from __future__ import annotations
 
 import json
 import os
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from interpscope.atomic import is_temp_name, remove_stale_temps, write_json
+from interpscope.atomic import is_temp_name, remove_stale_temps, sign, signed, write_json
 from interpscope.config import InterpscopeError
 
 MARKER = ".interpscope-output.json"
@@ -73,6 +82,63 @@ def read_marker(folder: Path) -> dict | None:
     return marker
 
 
+def new_marker(command: str, created: bool) -> dict:
+    """A fresh marker: nothing recorded yet, a random id and its signature (see signed_marker)."""
+    marker_id = secrets.token_hex(16)
+    return {"tool": "interpscope", "command": command, "created": created, "files": [], "id": marker_id,
+            "sig": sign(f"marker:{marker_id}")}
+
+
+def signed_marker(marker: dict | None) -> bool:
+    """Whether a marker was written by Interpscope under this data directory: its id signed with the secret only
+    this data directory holds (a hand-written marker, or one copied from elsewhere, is not)."""
+    return (isinstance(marker, dict) and isinstance(marker.get("id"), str)
+            and signed(f"marker:{marker['id']}", marker.get("sig")))
+
+
+def _only_temps(folder: Path) -> bool:
+    """Whether a folder holds nothing, or nothing but Interpscope's own temporary files (what a run killed while it
+    wrote the folder's first marker leaves)."""
+    return all(path.is_file() and is_temp_name(path.name) for path in folder.iterdir())
+
+
+def check_own_folder(path: str | Path, what: str) -> Path:
+    """Raise unless the folder at `path` (one a command names for itself, e.g. `<store>.partial`) is absent, empty,
+    or carries a marker Interpscope signed here; no side effects. --force does not change this: a folder of that name
+    that Interpscope did not make is a person's, and nothing in it may be deleted."""
+    path = Path(path).expanduser()
+    if not path.exists() and not path.is_symlink():
+        return path
+    if path.is_symlink() or not path.is_dir():
+        raise InterpscopeError(f"{what} {path} is not a folder Interpscope made (it is a "
+                               f"{'link' if path.is_symlink() else 'file'}); move it away, then run again.")
+    if _only_temps(path) or signed_marker(read_marker(path)):
+        return path
+    raise InterpscopeError(f"{what} {path} was not made by Interpscope with this data directory (it has no signed "
+                           f"{MARKER}), so it is left as it is, even with --force; move it away or delete it "
+                           "yourself, then run again.")
+
+
+def foreign_files(folder: str | Path, names: tuple[str, ...] | list[str]) -> list[str]:
+    """Of the files a command will write into `folder` (relative names), those already there that its marker does
+    not list as Interpscope's: a person's files of the same name, never to be overwritten or read as ours."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        return []
+    marker = read_marker(folder)
+    own = set(marker["files"]) if marker else set()
+    return [name for name in names if ((folder / name).exists() or (folder / name).is_symlink()) and name not in own]
+
+
+def refuse_foreign_files(folder: str | Path, names: tuple[str, ...] | list[str], flag: str = "--out") -> None:
+    """Raise, naming them, when files a command is about to write into `folder` are there and not Interpscope's."""
+    foreign = foreign_files(folder, names)
+    if foreign:
+        raise InterpscopeError(f"{flag} {folder} already holds {', '.join(foreign)}, which Interpscope did not write "
+                               "there; it is neither overwritten nor read as a result. Choose a new folder (or "
+                               "move that file away).")
+
+
 def foreign_entries(folder: Path) -> list[str]:
     """Names in folder that Interpscope did not write there (all of them when the folder has no marker)."""
     marker = read_marker(folder)
@@ -123,8 +189,8 @@ class OutputFolder:
         path = Path(os.path.abspath(check_output_folder(path, force)))
         marker = read_marker(path) if path.is_dir() else None
         if marker is None:
-            empty = not path.exists() or not any(path.iterdir())
-            marker = {"tool": "interpscope", "command": command, "created": empty, "files": []}
+            empty = not path.exists() or _only_temps(path)
+            marker = new_marker(command, empty)
         existed = path.exists()
         try:
             path.mkdir(parents=True, exist_ok=True)

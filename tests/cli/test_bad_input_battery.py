@@ -39,6 +39,15 @@ class Case:
     words: tuple[str, ...] = ()
     deny: str | None = None  # a fixture path whose reads fail with PermissionError
     env: dict = field(default_factory=dict)
+    patch: str | None = None  # a name in PATCHES: how the machine misbehaves during the run (a full disk)
+
+
+def _disk_full(monkeypatch) -> None:
+    """The data directory's disk has 1 KiB left (what shutil.disk_usage reports; nothing is really full)."""
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**40, 2**40 - 1024, 1024))
+
+
+PATCHES = {"disk-full": _disk_full}
 
 
 def _closed_port() -> int:
@@ -132,7 +141,29 @@ def _newer_inputs(root: Path) -> dict[str, Path]:
     for name, text in RAGGED.items():
         out[name] = root / f"{name}.csv"
         out[name].write_text(text, encoding="utf-8")
+    # 45.23: folders whose files a --force run deleted or took for its own
+    for name, marker in FORGED_MARKERS.items():  # an unfinished-build folder Interpscope did not make
+        partial = root / f"forged-{name}" / "store.partial"
+        partial.mkdir(parents=True)
+        (partial / ".interpscope-output.json").write_text(json.dumps(marker), encoding="utf-8")
+        for listed in ("notes.txt", "chunk_00000.npz"):
+            (partial / listed).write_text("a person's file", encoding="utf-8")
+        out[f"forged_{name}"] = partial.parent
+    for name in ("rows.jsonl", "spec.json", "aggregates.json", "labels.json", "train_meta.json", "sweep.json",
+                 "sweep_table.csv"):  # a person's file named like one a command writes
+        folder = root / f"user-{name.replace('.', '-')}"
+        folder.mkdir()
+        (folder / name).write_text('{"row": 0, "mine": true}\n', encoding="utf-8")
+        out[f"user_{name.replace('.', '_')}"] = folder
     return out
+
+
+FORGED_MARKERS = {
+    "plain": {"files": ["notes.txt", "chunk_00000.npz"]},
+    "full-shape": {"tool": "interpscope", "command": "sae store", "created": True,
+                   "files": ["notes.txt", "chunk_00000.npz"]},
+    "bad-signature": {"tool": "interpscope", "command": "sae store", "created": True, "id": "0" * 32,
+                      "sig": "1" * 32, "files": ["notes.txt", "chunk_00000.npz"]}}
 
 
 _MISSING = object()
@@ -185,6 +216,9 @@ BASE = {
     "fourier-filter": ("fourier", "filter", "--model", "{model}", "--kind", "low", "--modules", "attn"),
     "fourier-table": ("fourier", "table", "--model", "{model}"),
     "fourier-store": ("fourier", "store", "--model", "{model}", "--out", "{tmp}/fstore"),
+    "sae-sweep": ("sae", "sweep", "--model", "{model}", "--hook", HOOK, "--archs", "relu", "--sparsity", "1",
+                  "--width", "32", "--tokens", "512", "--cache-tokens", "512", "--context", "32", "--batch-size",
+                  "128", "--eval-tokens", "64", "--out", "{tmp}/sweep", "--json", "{tmp}/sweep.json"),
 }
 
 # --- numbers: per option, the kinds of bad value it must refuse ----------------------------------------------
@@ -419,6 +453,29 @@ def _newer_cases() -> dict[str, Case]:
         cases[f"explain-rows text {flag[0]}"] = Case(BASE["explain-rows"] + flag, (flag[0], "--image"))
     cases["explain file --target-class"] = Case(("explain", "--model", "{model}", "--file", "{good_csv}",
                                                  "--target-class", "0"), ("--target-class",))
+    # 45.23 --force and files Interpscope did not write: a forged marker in <store>.partial, a person's rows.jsonl
+    for name in FORGED_MARKERS:
+        for force in ((), ("--force",)):
+            cases[f"sae-store forged partial {name}{' force' if force else ''}"] = Case(
+                _without(BASE["sae-store"], "--out") + ("--out", f"{{forged_{name}}}/store") + force,
+                ("store.partial", "not made by Interpscope"))
+    own_files = {"explain-rows": ("rows.jsonl", "spec.json", "aggregates.json"), "sae-store": ("labels.json",),
+                 "sae-train": ("train_meta.json",), "sae-sweep": ("sweep.json", "sweep_table.csv")}
+    for command, names in own_files.items():
+        for name in names:
+            cases[f"{command} user's {name} force"] = Case(
+                _without(BASE[command], "--out") + ("--out", f"{{user_{name.replace('.', '_')}}}", "--force"),
+                (name, "did not write"))
+    # 45.24 silent deaths: a full data directory (was a bus error, rc 135, mid-cache), a sweep wider than memory
+    # (was checked only after a half-hour cache)
+    for command in ("sae-train", "sae-sweep"):
+        cases[f"{command} data dir full"] = Case(BASE[command], ("activation cache needs", "GiB is free"),
+                                                 patch="disk-full")
+    cases["sae-sweep width needs terabytes"] = Case(_without(BASE["sae-sweep"], "--width")
+                                                    + ("--width", "100000000000"), ("GiB", "--width"))
+    cases["sae-sweep width needs terabytes, big cache"] = Case(
+        _without(_without(BASE["sae-sweep"], "--width"), "--cache-tokens")
+        + ("--width", "100000000000", "--cache-tokens", "100000000"), ("GiB", "--width"))
     return cases
 
 
@@ -473,6 +530,8 @@ def test_bad_input(name, files, tmp_path, monkeypatch, capsys):
     for key, value in case.env.items():
         monkeypatch.setenv(key, value.format(**values))
     before = _tree(tmp_path), _tree(Path(files["model"]).parent)
+    if case.patch:
+        PATCHES[case.patch](monkeypatch)
     if case.deny:
         _deny(monkeypatch, files[case.deny])
     capsys.readouterr()
@@ -492,3 +551,27 @@ def test_bad_input(name, files, tmp_path, monkeypatch, capsys):
     after = _tree(tmp_path), _tree(Path(files["model"]).parent)
     assert after[0] == before[0], sorted(set(after[0]) ^ set(before[0])) or "a file changed"
     assert after[1] == before[1], sorted(set(after[1]) ^ set(before[1])) or "a fixture changed"
+
+
+# --- runs that must succeed and keep every file they did not write (45.23: --force deleted files named like
+# Interpscope's temporary files, in the folder and its sub-folders) -----------------------------------------------
+PLANTED = {".notes.99999.bak.tmp": b"a person's backup", ".notes.4194305.0123456789abcdef.abcdefgh.tmp": b"mine too",
+           "sub/.deep.99999.x.tmp": b"deeper", "notes.txt": b"keep me"}
+
+
+@pytest.mark.parametrize("command", ["sae-store", "sae-train", "sae-sweep", "explain-rows"])
+def test_force_keeps_what_interpscope_did_not_write(command, files, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("INTERPSCOPE_DATA_DIR", str(tmp_path / "data"))
+    out = tmp_path / "out"
+    for name, data in PLANTED.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(data)
+    values = dict(files, tmp=str(tmp_path))
+    argv = [part.format(**values) if "{" in part else part for part in _without(BASE[command], "--out")]
+    quick = ["--eval-tokens", "0"] if command == "sae-store" else []  # the store's evaluation takes 25 s here
+    code = main(argv + quick + ["--out", str(out), "--force"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "Traceback" not in err
+    for name, data in PLANTED.items():
+        assert (out / name).is_file() and (out / name).read_bytes() == data, name

@@ -411,7 +411,8 @@ def test_teardown_unmounts_a_busy_tmpfs(tmp_path):
 # --- a planted marker ----------------------------------------------------------------------------------------
 def test_a_marker_cannot_name_files_outside_its_folder(fx, tmp_path, capsys):
     """sae store --force with an unfinished build folder whose marker lists ../victims/v1.txt, an absolute path
-    and a symlink out: the build runs and every outside file survives."""
+    and a symlink out: a marker Interpscope did not sign is refused even with --force (issue 45.23) and every
+    outside file survives; once that folder is moved away the build runs."""
     victims = tmp_path / "victims"
     victims.mkdir()
     for name in ("v1.txt", "v2.txt", "v3.txt"):
@@ -425,9 +426,15 @@ def test_a_marker_cannot_name_files_outside_its_folder(fx, tmp_path, capsys):
         "files": ["../victims/v1.txt", str(victims / "v2.txt"), "outside/v3.txt", "outside/", "sub/../../victims/"]}))
     (partial / "progress.json").write_text(json.dumps({"spec": {"other": "settings"}}))
     argv, _ = _jobs(fx)["sae-store"]
-    assert _run(argv + ["--force"], out) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert _run(argv + ["--force"], out) == 2
+    assert "was not made by Interpscope" in capsys.readouterr().err
     assert sorted(p.name for p in victims.iterdir()) == ["v1.txt", "v2.txt", "v3.txt"]
     assert all((victims / n).read_text() == "precious" for n in ("v1.txt", "v2.txt", "v3.txt"))
+    assert sorted(p.name for p in partial.iterdir()) == [".interpscope-output.json", "outside", "progress.json"]
+    partial.rename(tmp_path / "moved-away")
+    assert _run(argv + ["--force"], out) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in victims.iterdir()) == ["v1.txt", "v2.txt", "v3.txt"]
     assert (out / "manifest.json").is_file()
 
 

@@ -115,6 +115,6 @@ def test_killed_build_resumes_identically(bundled_lm, tmp_path):
     files = sorted(p.name for p in reference.iterdir())
     assert files == sorted(p.name for p in resumed.iterdir())
     for name in files:
-        if name != "manifest.json":
+        if name not in ("manifest.json", ".interpscope-output.json"):  # the marker has a random id of its own
             assert (resumed / name).read_bytes() == (reference / name).read_bytes(), name
     assert FeatureStore(resumed).card(0).top_contexts == FeatureStore(reference).card(0).top_contexts

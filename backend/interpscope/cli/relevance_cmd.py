@@ -179,6 +179,9 @@ def _print_human(result) -> None:
               f"vs {c.target_logit:.4f} (relative error {c.relative_error:.2e})")
 
 
+ALL_ROWS_FILES = ("aggregates.json", "relevance.csv", "by_token.png", "by_distance.png")  # besides spec and rows
+
+
 def run_all_rows(args: argparse.Namespace) -> int:
     """--file F --all-rows --out DIR: every row explained (resumable), then aggregates, a tidy CSV and figures."""
     import sys
@@ -198,6 +201,11 @@ def run_all_rows(args: argparse.Namespace) -> int:
     path = Path(args.file)
     data = read_input_bytes(args.file)
     check_out_folder(args.out, "--out", force=args.force)
+    from interpscope.outputs import refuse_foreign_files
+    from interpscope.relevance.file_attribution import ROWS_FILE, SPEC_FILE
+
+    # a person's own rows.jsonl there would be read as finished rows (and appended to), their other files replaced
+    refuse_foreign_files(args.out, (SPEC_FILE, ROWS_FILE) + ALL_ROWS_FILES)
     table = parse_table(data, path.name, text_column=args.text_column, label_column=args.label_column)
     options = _options(args)
     lm = load_from_args(args)
@@ -216,7 +224,10 @@ def run_all_rows(args: argparse.Namespace) -> int:
     out = Path(run.folder)
     aggregates = run.aggregates()
     from interpscope.atomic import write_text, write_with
+    from interpscope.outputs import OutputFolder
 
+    # listed before they are written, so a kill between a write and its record leaves no file of ours unlisted
+    OutputFolder.claim(out, force=True, command="explain --all-rows").record(*ALL_ROWS_FILES)
     write_text(out / "aggregates.json", to_json(aggregates) + "\n")
     import pandas as pd
 
@@ -227,10 +238,6 @@ def run_all_rows(args: argparse.Namespace) -> int:
     save_bars(out / "by_distance.png", [str(r["distance"]) for r in aggregates.by_distance],
               [r["mean_relevance"] for r in aggregates.by_distance],
               "Mean relevance by distance from the predicted position (0 = last token)")
-    from interpscope.outputs import OutputFolder
-
-    OutputFolder.claim(out, force=True, command="explain --all-rows").record(
-        "aggregates.json", "relevance.csv", "by_token.png", "by_distance.png")
     if table.note:
         print(f"{path.name}: {table.note}", file=sys.stderr)
     print(f"{len(run.rows)} of {run.spec.n_rows} rows explained ({len(run.errors)} could not be: see rows.jsonl), "

@@ -115,11 +115,15 @@ def _train(args: argparse.Namespace) -> int:
     bars: dict[str, tqdm] = {}
 
     def cache_progress(done: int, total: int) -> None:
-        bar = bars.setdefault("cache", tqdm(total=total, desc="caching activations", unit="tok", file=sys.stderr))
+        if "cache" not in bars:  # once: setdefault built (and printed) a bar per call
+            bars["cache"] = tqdm(total=total, desc="caching activations", unit="tok", file=sys.stderr)
+        bar = bars["cache"]
         bar.update(done - bar.n)
 
     def progress(step: int, total: int, logs: dict) -> None:
-        bar = bars.setdefault("train", tqdm(total=total, desc="training", unit="step", file=sys.stderr))
+        if "train" not in bars:  # once: setdefault built (and printed) a bar per call
+            bars["train"] = tqdm(total=total, desc="training", unit="step", file=sys.stderr)
+        bar = bars["train"]
         bar.update(step - bar.n)
         bar.set_postfix({name: f"L0 {log['l0']:.0f} FVU {log['fvu']:.3f}" for name, log in logs.items()})
 

@@ -33,14 +33,15 @@ if TYPE_CHECKING:
 
 def _check_store_target(args: argparse.Namespace) -> None:
     """Before the model loads: the store folder and its unfinished-build folder may be written."""
-    from interpscope.outputs import check_output_folder
+    from interpscope.outputs import check_output_folder, check_own_folder, refuse_foreign_files
     from interpscope.sae.store.build import partial_folder
-    from interpscope.sae.store.layout import MANIFEST, default_store_dir
+    from interpscope.sae.store.layout import MANIFEST, STORE_FILES, default_store_dir
 
     out = Path(args.out).expanduser() if args.out else default_store_dir(args.sae)
     if not (out / MANIFEST).is_file():  # a finished store there: kept if built the same way, else needs --force
         check_output_folder(out, args.force)
-    check_output_folder(partial_folder(out), args.force, flag="The unfinished build folder")
+        refuse_foreign_files(out, STORE_FILES)  # not a store: a person's labels.json there is not replaced
+    check_own_folder(partial_folder(out), "The unfinished build folder")  # refused even with --force unless ours
 
 
 def _model_for_sae(args: argparse.Namespace):

@@ -97,6 +97,9 @@ def _sweep(args: argparse.Namespace) -> int:
     if not args.target_hook and any(spec.arch == "transcoder" for spec in specs):
         raise InterpscopeError("A transcoder needs --target-hook (the activation it predicts, e.g. "
                                "blocks.L.hook_mlp_out).")
+    from interpscope.sae.sweep import check_sweep_memory
+
+    check_sweep_memory(specs, None, args.batch_size)  # before the corpus or the model: a lower bound, as sae train
     check_corpus(args.corpus)
     settings = sweep_settings(args)
     check_sweep(args.out, settings, force=args.force)
@@ -111,11 +114,15 @@ def _sweep(args: argparse.Namespace) -> int:
     bars: dict[str, tqdm] = {}
 
     def cache_progress(done: int, total: int) -> None:
-        bar = bars.setdefault("cache", tqdm(total=total, desc="caching activations", unit="row", file=sys.stderr))
+        if "cache" not in bars:  # once: setdefault built (and printed) a bar per call
+            bars["cache"] = tqdm(total=total, desc="caching activations", unit="row", file=sys.stderr)
+        bar = bars["cache"]
         bar.update(done - bar.n)
 
     def progress(stage: str, done: int, total: int) -> None:
-        bar = bars.setdefault(stage, tqdm(total=total, desc=f"SAEs {stage}", unit="SAE", file=sys.stderr))
+        if stage not in bars:  # once: setdefault built (and printed) a bar per call
+            bars[stage] = tqdm(total=total, desc=f"SAEs {stage}", unit="SAE", file=sys.stderr)
+        bar = bars[stage]
         bar.update(done - bar.n)
 
     table = run_sweep(loaded, specs, settings, args.out, eval_tokens=args.eval_tokens, force=args.force,

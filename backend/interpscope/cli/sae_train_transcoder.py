@@ -59,10 +59,14 @@ def train_transcoders(args: argparse.Namespace, specs: list, *,
     scale = scale_from_args(args)
     loaded = load_from_args(args)
     settings.model_name = loaded.name
+    from interpscope.sae.activations import check_cache_space
+
+    check_cache_space(loaded, settings.cache_hook, settings.cache_tokens, source=settings.source,
+                      context_size=settings.context_size)  # before the folder is claimed: a full disk, one line
     output = OutputFolder.claim(args.out, force=args.force, command="sae train")
+    output.record(output.path / SWEEP_FILE)  # listed before it is written (a kill in between: nothing unlisted)
     atomic.write_json(output.path / SWEEP_FILE, {"settings": settings.to_json(),
                                                  "grid": [point_record(spec) for spec in specs]}, indent=1)
-    output.record(output.path / SWEEP_FILE)
     cache = sweep_cache(loaded, settings, scale, cache_progress)
     if cache.n_rows < settings.batch_size:
         raise InterpscopeError(f"Only {cache.n_rows} cached activations; need at least one batch of "

@@ -27,7 +27,7 @@ import numpy as np
 
 from interpscope.atomic import write_json
 from interpscope.config import InterpscopeError, data_dir
-from interpscope.outputs import OutputFolder
+from interpscope.outputs import OutputFolder, refuse_foreign_files
 from interpscope.relevance.methods import METHODS, MethodOptions, get_method
 from interpscope.results import Result
 from interpscope.resume import appending, check_same_settings, read_log
@@ -192,19 +192,19 @@ def explain_file(lm: LoadedModel, table: UploadTable, data: bytes, method: str, 
     spec = FileSpec(file_sha256=file_sha256(data), n_rows=len(table.examples), model=lm.name, method=spec_method.name,
                     options=options.to_dict(), token=token, prefix_token_id=lm.prefix_token_id)
     out = Path(folder) if folder else default_folder(spec)
+    refuse_foreign_files(out, (SPEC_FILE, ROWS_FILE))  # a person's rows.jsonl is not read as finished rows
     owned = OutputFolder.claim(out, force=force, command="explain --all-rows")
     saved = json.loads((out / SPEC_FILE).read_text(encoding="utf-8")) if (out / SPEC_FILE).is_file() else None
     if saved is not None and not check_same_settings(saved, asdict(spec), what="This file attribution run",
                                                      where="in the folder", force=force):
         owned.remove(out / ROWS_FILE)
+    owned.record(SPEC_FILE, ROWS_FILE)  # before they are written: a kill in between leaves no file of ours unlisted
     if saved is None or saved != asdict(spec):
         write_json(out / SPEC_FILE, asdict(spec))
-        owned.record(SPEC_FILE)
     done = read_log(out / ROWS_FILE)  # a torn last line is cut off, so the resume appends whole lines
     start = time.perf_counter()
     total = len(table.examples)
     with appending(out / ROWS_FILE) as append:
-        owned.record(ROWS_FILE)
         for index in range(len(done), total):
             if should_stop is not None and should_stop():
                 break

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ import torch
 
 from interpscope import atomic
 from interpscope.capture import StopForward, hooks, model_lock
-from interpscope.config import InterpscopeError, data_dir
+from interpscope.config import DATA_DIR_ENV, InterpscopeError, data_dir
 from interpscope.corpus import token_chunks
 from interpscope.scale.pool import Scale, Shard, batch_shards, map_shards
 from interpscope.scale.shards import covered, merge_intervals
@@ -151,6 +152,57 @@ def _windows_done(progress_file: Path, spec: CacheSpec, n_rows: int, rows_per_ch
     return [[0, prefix]] if prefix else []
 
 
+def refuse_without_room(partial: Path, size: int) -> None:
+    """One line, before any work, when the cache file `partial` cannot grow to `size` bytes on its disk (what a
+    resumed build already holds there counts)."""
+    held = partial.stat().st_blocks * 512 if partial.is_file() else 0
+    existing = next((p for p in (partial.parent, *partial.parent.parents) if p.exists()), Path("."))
+    free = shutil.disk_usage(existing).free
+    if size - held > free:
+        more = f" ({(size - held) / 2**30:,.2f} GiB more than it holds)" if held else ""
+        raise InterpscopeError(
+            f"The activation cache needs {size / 2**30:,.2f} GiB in {partial.parent}{more} and only "
+            f"{free / 2**30:,.2f} GiB is free there; free some space, point {DATA_DIR_ENV} at a larger disk, or "
+            "lower --cache-tokens.")
+
+
+def check_cache_space(lm: LoadedModel, hook_name: str, n_tokens: int, *, source: str | None = None,
+                      split: str = "train", context_size: int = 128, dtype: str = "float16") -> None:
+    """Before an output folder is claimed or the model runs: refuse a cache the data directory has no room for (at
+    most n_tokens // context_size windows), unless a complete one of these settings is there already. No side
+    effects beyond the data directory itself."""
+    names = paired_hooks(hook_name)
+    d_in = lm.adapter.d_model * len(names)
+    spec = CacheSpec(model_name=lm.name, hook_name=hook_name, d_in=d_in, n_tokens=int(n_tokens),
+                     source=str(source or "austen"), split=split, context_size=int(context_size), dtype=dtype)
+    folder = cache_folder(spec)
+    if (folder / "meta.json").is_file() or dtype not in NP_DTYPES:
+        return
+    rows = (int(n_tokens) // int(context_size)) * (int(context_size) - 1)
+    refuse_without_room(folder / "acts.partial", rows * d_in * np.dtype(NP_DTYPES[dtype]).itemsize)
+
+
+def reserve_space(path: Path, size: int, fresh: bool) -> None:
+    """Before any model pass: make `path` a file of `size` bytes with its blocks allocated (posix_fallocate), or
+    refuse in one line with what is needed and what is free. A cache that does not fit used to run for minutes and
+    then die with a bus error (rc 135, no message) when a write through its memory map found the disk full. fresh:
+    start the file over (nothing of an earlier build is kept)."""
+    if fresh:
+        path.unlink(missing_ok=True)
+    refuse_without_room(path, size)
+    try:
+        with open(path, "r+b" if path.is_file() else "wb") as handle:
+            try:
+                os.posix_fallocate(handle.fileno(), 0, size)
+            except (AttributeError, OSError) as err:  # no fallocate here (macOS, some file systems): the size only
+                if isinstance(err, OSError) and err.errno in atomic.FULL_DISK:
+                    raise
+                if os.fstat(handle.fileno()).st_size < size:
+                    handle.truncate(size)
+    except OSError as err:
+        raise atomic.write_error(err, path) from None
+
+
 def build_activation_cache(lm: LoadedModel, hook_name: str, n_tokens: int, *, source: str | None = None,
                            split: str = "train", context_size: int = 128, batch_size: int = 8,
                            dtype: str = "float16", progress: Progress | None = None,
@@ -189,22 +241,33 @@ def build_activation_cache(lm: LoadedModel, hook_name: str, n_tokens: int, *, so
     shards = [Shard(i, first, stop, chunks[first:stop]) for i, (first, stop) in
               enumerate(batch_shards(chunks.shape[0], batch_size, scale, lambda a, b: covered(done, a, b)))]
 
+    row_bytes = d_in * np.dtype(NP_DTYPES[dtype]).itemsize
+    reserve_space(partial, n_rows * row_bytes, fresh=not done)
+
     def fill() -> None:
-        """Write every shard into acts.partial; the mapping is released when this returns, before the rename."""
-        acts = np.memmap(partial, dtype=NP_DTYPES[dtype], mode="r+" if done else "w+", shape=(n_rows, d_in))
+        """Write every shard into acts.partial with plain writes at its offset: a full disk is then an OSError and
+        one clear line (through a memory map it was a bus error, rc 135, and no message). The file is closed when
+        this returns, before the rename."""
+        with open(partial, "r+b") as handle:
+            def write(shard: Shard, rows: np.ndarray) -> None:
+                nonlocal done
+                data = memoryview(np.ascontiguousarray(rows, dtype=NP_DTYPES[dtype])).cast("B")
+                offset = shard.first * rows_per_chunk * row_bytes
+                try:
+                    while len(data):  # a write may stop short (then the next one reports why)
+                        written = os.pwrite(handle.fileno(), data, offset)
+                        data, offset = data[written:], offset + written
+                    os.fsync(handle.fileno())
+                except OSError as err:
+                    raise atomic.write_error(err, partial) from None
+                done = merge_intervals(done + [[shard.first, shard.stop]])
+                prefix = done[0][1] if done[0][0] == 0 else 0
+                atomic.write_json(progress_file, {"spec": asdict(spec), "n_rows": n_rows, "windows_done": done,
+                                                 "rows_done": prefix * rows_per_chunk})
+                if progress:
+                    progress(sum(b - a for a, b in done) * rows_per_chunk, n_rows)
 
-        def write(shard: Shard, rows: np.ndarray) -> None:
-            nonlocal done
-            acts[shard.first * rows_per_chunk:shard.stop * rows_per_chunk] = rows
-            acts.flush()
-            done = merge_intervals(done + [[shard.first, shard.stop]])
-            prefix = done[0][1] if done[0][0] == 0 else 0
-            atomic.write_json(progress_file, {"spec": asdict(spec), "n_rows": n_rows, "windows_done": done,
-                                             "rows_done": prefix * rows_per_chunk})
-            if progress:
-                progress(sum(b - a for a, b in done) * rows_per_chunk, n_rows)
-
-        map_shards(CacheJob(hook_name, dtype, batch_size), shards, write, lm=lm, scale=scale)
+            map_shards(CacheJob(hook_name, dtype, batch_size), shards, write, lm=lm, scale=scale)
 
     fill()
     atomic.replace(partial, folder / "acts.bin")

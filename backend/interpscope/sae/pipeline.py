@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from interpscope import atomic
 from interpscope.config import InterpscopeError
-from interpscope.outputs import OutputFolder, check_output_folder
+from interpscope.outputs import OutputFolder, check_output_folder, refuse_foreign_files
 from interpscope.resume import check_same_settings
-from interpscope.sae.activations import ActivationCache, ShuffledBuffer, build_activation_cache
+from interpscope.sae.activations import ActivationCache, ShuffledBuffer, build_activation_cache, check_cache_space
 from interpscope.sae.architectures import SAEConfig, SparseAutoencoder, architecture_class, build_sae
 from interpscope.sae.folder import CFG_FILE, WEIGHTS_FILE, hook_width, save_sae
 from interpscope.sae.training import TrainConfig, Trainer, TrainRun
@@ -26,6 +26,7 @@ from interpscope.sinks import SINK_FACTOR
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
 
+META_FILE = "train_meta.json"
 OUTLIER_FACTOR = SINK_FACTOR  # training drops rows whose norm exceeds 10x the RMS norm (sinks past position 0)
 
 
@@ -174,6 +175,7 @@ def check_resume(out_dir: str | Path, settings: dict, force: bool = False) -> bo
     says start afresh. Otherwise an error naming each differing setting with its old and new value.
     """
     folder = check_output_folder(out_dir, force)
+    refuse_foreign_files(folder, (META_FILE,))  # a person's train_meta.json is neither replaced nor read as ours
     checkpoint = folder / "checkpoints" / "latest.json"
     if not checkpoint.is_file():
         return True
@@ -226,6 +228,7 @@ def train_saes(lm: LoadedModel, hook_name: str, specs: list[SAESpec], out_dir: s
                               warmup_steps=warmup_steps, decay_fraction=decay_fraction, resample_at=resample_at,
                               dead_window_tokens=dead_window_tokens, seed=seed)
     resumable = check_resume(out_dir, settings, force)
+    check_cache_space(lm, hook_name, cache_tokens, source=source, split=split, context_size=context_size)
     output = OutputFolder.claim(out_dir, force=force, command="sae train")
     if not resumable:
         output.remove("checkpoints")
@@ -240,12 +243,12 @@ def train_saes(lm: LoadedModel, hook_name: str, specs: list[SAESpec], out_dir: s
     cfg = TrainConfig(total_tokens=int(tokens), batch_size=batch_size, lr=lr, warmup_steps=warmup_steps,
                       decay_fraction=decay_fraction, resample_at=resample_at, dead_window_tokens=dead_window_tokens,
                       checkpoint_every=checkpoint_every, seed=seed, log_every=log_every)
-    meta_file = output.path / "train_meta.json"
+    meta_file = output.path / META_FILE
+    output.record(meta_file)  # listed before it is written: a kill in between leaves nothing of ours unlisted
     atomic.write_json(meta_file, {
         "input_scale": act_scale, "cache_folder": str(cache.folder), "cache_rows": cache.n_rows, "lr": lr,
         "batch_size": batch_size, "hook_name": hook_name, "model_name": lm.name, "settings": settings},
         indent=None)
-    output.record(meta_file)
     trainer = Trainer(runs, buffer, cfg, checkpoint_dir=output.path / "checkpoints", output=output)
     if resumable:
         trainer.resume()

@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING
 
 from interpscope import atomic
 from interpscope.config import InterpscopeError
-from interpscope.outputs import OutputFolder, check_output_folder
+from interpscope.outputs import OutputFolder, check_output_folder, refuse_foreign_files
 from interpscope.paths import confined, display_path
 from interpscope.resume import check_same_settings
-from interpscope.sae.activations import ActivationCache, ShuffledBuffer, build_activation_cache
+from interpscope.sae.activations import ActivationCache, ShuffledBuffer, build_activation_cache, check_cache_space
 from interpscope.sae.architectures import SAEConfig, build_sae
-from interpscope.sae.folder import CFG_FILE, WEIGHTS_FILE, load_sae, save_sae
-from interpscope.sae.pipeline import OUTLIER_FACTOR, SAESpec, check_specs, input_scale
+from interpscope.sae.folder import CFG_FILE, WEIGHTS_FILE, hook_width, load_sae, save_sae
+from interpscope.sae.pipeline import OUTLIER_FACTOR, SAESpec, check_specs, check_training_memory, input_scale
 from interpscope.sae.sweep_docs import SweepTable, row_problem, sweep_row
 from interpscope.sae.training import TrainConfig, Trainer, TrainRun
 from interpscope.scale.pool import Scale, Shard, map_shards
@@ -123,9 +123,18 @@ def point_record(spec: SAESpec) -> dict:
     return {"name": spec.run_name(), "architecture": spec.arch, "width": spec.width, **spec.knob_setting()}
 
 
+def check_sweep_memory(specs: list[SAESpec], d_in: int | None, batch_size: int) -> None:
+    """Refuse a grid whose SAEs cannot be trained in the free memory, before the activation cache is built (a width
+    of 10^11 used to cache for half an hour first). The grid trains one SAE at a time in a process, so the largest
+    one must fit; d_in None: before the model is loaded, a lower bound (as `sae train` checks)."""
+    if specs:
+        check_training_memory([max(specs, key=lambda spec: spec.width)], d_in, batch_size)
+
+
 def check_sweep(out_dir: str | Path, settings: SweepSettings, force: bool = False) -> Path:
     """Before any work: the folder may be written, and any sweep already there has the same shared settings."""
     folder = check_output_folder(out_dir, force)
+    refuse_foreign_files(folder, (SWEEP_FILE, TABLE_CSV, TABLE_JSON))  # a person's files of those names are kept
     saved_file = folder / SWEEP_FILE
     if saved_file.is_file():
         try:
@@ -241,11 +250,14 @@ def run_sweep(lm: LoadedModel, specs: list[SAESpec], settings: SweepSettings, ou
     write the table (see the module docstring). progress(stage, done, total) reports SAEs trained and evaluated.
     train False: train nothing; evaluate and tabulate the grid points already finished."""
     check_specs(specs)
+    check_sweep_memory(specs, hook_width(lm.adapter, settings.hook_name), settings.batch_size)
     check_sweep(out_dir, settings, force)
+    check_cache_space(lm, settings.cache_hook, settings.cache_tokens, source=settings.source,
+                      context_size=settings.context_size)
     output = OutputFolder.claim(out_dir, force=force, command="sae sweep")
     saved = {"settings": settings.to_json(), "grid": [point_record(spec) for spec in specs]}
+    output.record(output.path / SWEEP_FILE)  # listed before it is written (a kill in between: nothing unlisted)
     atomic.write_json(output.path / SWEEP_FILE, saved, indent=1)
-    output.record(output.path / SWEEP_FILE)
     cache = sweep_cache(lm, settings, scale, cache_progress)
     if cache.n_rows < settings.batch_size:
         raise InterpscopeError(f"Only {cache.n_rows} cached activations; need at least one batch of "
@@ -341,9 +353,9 @@ def write_table(output: OutputFolder, specs: list[SAESpec], settings: SweepSetti
     table = SweepTable(model_name=settings.model_name, hook_name=settings.hook_name,
                        target_hook=settings.target_hook, width=settings.width, tokens_per_sae=settings.tokens,
                        cache_tokens=settings.cache_tokens, eval=eval_settings(settings, eval_tokens), rows=rows)
+    output.record(output.path / TABLE_CSV, output.path / TABLE_JSON)  # listed before they are written
     table.to_csv(output.path / TABLE_CSV)
     atomic.write_json(output.path / TABLE_JSON, table.to_dict(), indent=1)
-    output.record(output.path / TABLE_CSV, output.path / TABLE_JSON)
     return table
 
 

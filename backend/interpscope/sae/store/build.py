@@ -27,7 +27,14 @@ import torch
 from interpscope import atomic
 from interpscope.config import InterpscopeError
 from interpscope.corpus import token_chunks
-from interpscope.outputs import OutputFolder, check_output_folder
+from interpscope.outputs import (
+    OutputFolder,
+    check_output_folder,
+    check_own_folder,
+    read_marker,
+    refuse_foreign_files,
+    signed_marker,
+)
 from interpscope.resume import check_same_settings
 from interpscope.sae.arch import SparseAutoencoder
 from interpscope.sae.folder import check_compatible, load_sae
@@ -81,8 +88,9 @@ def _comparable(spec: dict) -> dict:
 def check_partial(partial: Path, spec: StoreSpec, force: bool) -> bool:
     """No side effects. True: no unfinished build, or one started with the same spec (resume it). False: one whose
     settings differ or are unreadable, to start afresh (force, or unreadable). Otherwise an error naming each
-    differing setting."""
-    check_output_folder(partial, force, flag="The unfinished build folder")
+    differing setting. A folder of that name Interpscope did not make (no signed marker) is refused even with force:
+    its files are a person's (outputs.check_own_folder)."""
+    check_own_folder(partial, "The unfinished build folder")
     if not partial.is_dir():
         return True
     try:
@@ -240,12 +248,14 @@ def build_store(lm: LoadedModel, sae_folder: str | Path, out: str | Path | None 
         from interpscope.sae.store.store import read_manifest
 
         if _same_contents(read_manifest(out).get("spec") or {}, spec.to_dict()):
+            _drop_partial(partial_folder(out))  # what a build killed after it installed the store left behind
             return out
         if not force:
             raise InterpscopeError(f"{out} already holds a store built with other settings; pass force (--force) "
                                    "to replace it or choose another --out.")
     else:
         check_output_folder(out, force)
+        refuse_foreign_files(out, STORE_FILES)  # a person's labels.json there is not replaced by the store's
     partial = partial_folder(out)
     resumable = check_partial(partial, spec, force)
     tokens = token_chunks(lm.tokenizer, context_size, n_tokens, source=corpus, split=split)
@@ -299,17 +309,25 @@ def build_store(lm: LoadedModel, sae_folder: str | Path, out: str | Path | None 
     return out
 
 
+def _drop_partial(partial: Path) -> None:
+    """Remove an unfinished build folder Interpscope made (signed marker): only the files it recorded, and the
+    folder once empty; anything else there, or a folder it did not make, stays."""
+    marker = read_marker(partial) if partial.is_dir() and not partial.is_symlink() else None
+    if marker is not None and signed_marker(marker):
+        OutputFolder(partial, marker).remove_all()
+
+
 def _install(final: Path, out: Path, manifest: dict, force: bool) -> None:
     """Move the finished files into the store folder, replacing only a previous store's own files; the manifest
     goes last (it marks the store complete), so a reader never sees a mix of two stores as a complete one."""
     store = OutputFolder.claim(out, force=True if (out / MANIFEST).is_file() else force, command="sae store")
     (out / MANIFEST).unlink(missing_ok=True)
     moved = [name for name in STORE_FILES if name != MANIFEST and (final / name).is_file()]
+    store.record(*moved)  # before they move in: a kill part-way leaves no store file of ours unlisted
     for name in moved:
         atomic.replace(final / name, out / name)
     for name in STORE_FILES:  # a previous store's own files the new one does not have (e.g. its explanations)
         if name != MANIFEST and name not in moved and store.owns(out / name):
             store.remove(out / name)
-    store.record(*moved)
     FEATURE_STORES.write_manifest(out, manifest)
     store.record(MANIFEST)
