@@ -261,7 +261,7 @@ def patch_set(lm: LoadedModel, pairs: Sequence[dict], *, metric: str = "logit-di
                              "std": stack.std(axis=0, ddof=1) if len(results) > 1 else np.zeros(stack.shape[1:])}
         grids[kind] = block
         if "real" in chosen and any(m in chosen for m in ESTIMATES):
-            anywhere = masks.any(axis=0)
+            anywhere = np.asarray(masks.any(axis=0), dtype=bool)
             scores: dict[str, Any] = {"cells": int(anywhere.sum())}
             for method in ESTIMATES:
                 if method in chosen:
