@@ -196,7 +196,7 @@ def graph_figure(nodes: Sequence[Mapping[str, Any]], edges: Sequence[Mapping[str
     height = height or graph_height(n_layers)
     placed, folds = arrange(nodes, n_layers, len(tokens), height)
     folded = {i for more in folds for i in more["members"]}
-    nodes = [n for n in nodes if str(n["id"]) not in folded] + folds
+    nodes = [*(n for n in nodes if str(n["id"]) not in folded), *folds]
     fig = go.Figure()
     for trace in _edge_traces(edges, placed, width=6.0):
         fig.add_trace(trace)
