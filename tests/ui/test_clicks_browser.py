@@ -179,6 +179,24 @@ def test_patching_cell_click_shows_the_cell_and_sets_the_sender(server, tall_pag
     shot(page, "patching-cell-clicked")
 
 
+def test_flow_node_click_opens_the_head_and_fades_nothing(server, tall_page, llama_folder):
+    page = tall_page
+    page.goto(link(server, "information-flow", model=llama_folder, device="cpu", run=1))
+    figure = chart(page, "heads and MLPs above")
+    wait_for_app(page)
+    head = next(n for n in figure.evaluate(CUSTOMDATA_JS, None) if n.startswith("h"))
+    layer, index = head[1:].split(".")
+    click_point(page, figure, head)
+    page.get_by_role("heading").filter(has_text=f"L{layer}.H{index}: relevance").first.wait_for(timeout=60_000)
+    wait_for_app(page)
+    assert query(page).get("node") == head
+    figure = chart(page, "heads and MLPs above")
+    faded = figure.evaluate("""el => Array.from(el.querySelectorAll('.scatterlayer .point'))
+        .filter(p => parseFloat(getComputedStyle(p).opacity) < 0.5).length""")
+    assert faded == 0  # the other nodes stay as drawn (plotly fades unselected points to 0.2)
+    shot(page, "flow-node-clicked")
+
+
 def test_pareto_point_click_opens_the_sae(server, tall_page):
     page = tall_page
     page.goto(f"{server}/sae-pareto")

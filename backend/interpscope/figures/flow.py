@@ -92,6 +92,8 @@ def graph_figure(nodes: Sequence, edges: Sequence, n_layers: int, title: str) ->
         text=[n.label if n.kind != "token" else "" for n in shown],  # tokens: the x axis' tick labels
         textposition=["bottom center" if n.id in below else "top center" for n in shown],
         customdata=[n.id for n in shown], showlegend=False,
+        # a click selects one node: plotly would fade every other node and label to near white
+        unselected=dict(marker=dict(opacity=1.0), textfont=dict(color="#444444")),
         marker=dict(size=[10 + 14 * min(1.0, abs(n.relevance) / biggest) for n in shown],
                     color=[colours[n.kind] for n in shown], symbol=["square" if n.kind == "mlp" else "circle"
                                                                     for n in shown]),

@@ -228,7 +228,8 @@ def graph_figure(nodes: Sequence[Mapping[str, Any]], edges: Sequence[Mapping[str
             text=[_node_label(n) for n in members], textposition="middle center" if kind == "more" else "top center",
             customdata=[MORE + ",".join(n["members"]) if kind == "more" else str(n["id"]) for n in members],
             hovertext=hover, hoverinfo="text", selectedpoints=None,
-            unselected=dict(marker=dict(opacity=1.0)),  # a click selects one node: the others stay as drawn
+            # a click selects one node: the others (and their labels) stay as drawn
+            unselected=dict(marker=dict(opacity=1.0), textfont=dict(color="#444444")),
             marker=dict(symbol=symbol, color=colour, size=sizes,
                         line=dict(width=[3 if str(n["id"]) in chosen else 1 for n in members],
                                   color=["#1a9850" if str(n["id"]) in chosen else

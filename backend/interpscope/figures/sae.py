@@ -177,6 +177,7 @@ def circuit_figure(nodes: Sequence, edges: Sequence, title: str) -> go.Figure:
         text=["" if n.kind == "token" else n.label for n in shown],  # tokens: the x axis' tick labels
         textposition=["bottom center" if n.id in label_below else "top center" for n in shown],
         customdata=[n.index if n.kind == "feature" else -1 for n in shown], showlegend=False,
+        unselected=dict(marker=dict(opacity=1.0), textfont=dict(color="#444444")),  # a click fades nothing
         marker=dict(size=[12 + 16 * min(1.0, abs(n.relevance) / biggest) for n in shown],
                     color=[KIND_COLOUR[n.kind] for n in shown]),
         hovertext=[f"{n.label}: relevance {n.relevance:+.4g}" for n in shown], hoverinfo="text"))
