@@ -37,6 +37,8 @@ POINT_JS = """(el, want) => {
   return null;
 }"""
 # every customdata of the traces named `name` (all traces when null)
+FADED_JS = """(el, below) => Array.from(el.querySelectorAll('.scatterlayer .point'))
+  .filter(p => parseFloat(getComputedStyle(p).opacity) < below).length"""
 CUSTOMDATA_JS = """(el, name) => {
   const gd = el.querySelector('.js-plotly-plot');
   return gd._fullData.filter(t => t.customdata && (name === null || t.name === name))
@@ -191,8 +193,7 @@ def test_flow_node_click_opens_the_head_and_fades_nothing(server, tall_page, lla
     wait_for_app(page)
     assert query(page).get("node") == head
     figure = chart(page, "heads and MLPs above")
-    faded = figure.evaluate("""el => Array.from(el.querySelectorAll('.scatterlayer .point'))
-        .filter(p => parseFloat(getComputedStyle(p).opacity) < 0.5).length""")
+    faded = figure.evaluate(FADED_JS, 0.5)
     assert faded == 0  # the other nodes stay as drawn (plotly fades unselected points to 0.2)
     shot(page, "flow-node-clicked")
 
@@ -208,6 +209,8 @@ def test_pareto_point_click_opens_the_sae(server, tall_page):
     page.get_by_text("Selected:").first.wait_for(timeout=60_000)
     wait_for_app(page)
     assert page.get_by_text(folders[0]).count() >= 1
+    faded = chart(page, "L0 vs loss recovered").evaluate(FADED_JS, 0.3)
+    assert faded == 0  # the other SAEs keep their look (plotly fades unselected points to 0.2 of theirs)
     shot(page, "pareto-point-clicked")
 
 

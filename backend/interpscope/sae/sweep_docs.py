@@ -162,6 +162,7 @@ def pareto_figure(rows: list[dict], frontiers: dict[str, dict[str, list[str]]]):
             fig.add_trace(go.Scatter(
                 x=[r["l0"] for r in front], y=[r[metric] for r in front], mode="lines+markers", name=label,
                 legendgroup=arch, showlegend=col == 1, line={"color": colour}, marker={"size": 9},
+                unselected={"marker": {"opacity": 1.0}},  # a click opens one SAE: the others keep their look
                 customdata=[r["folder"] for r in front], hovertext=[hover_text(r) for r in front],
                 hoverinfo="text"), row=1, col=col)
             if off:
@@ -169,6 +170,7 @@ def pareto_figure(rows: list[dict], frontiers: dict[str, dict[str, list[str]]]):
                     x=[r["l0"] for r in off], y=[r[metric] for r in off], mode="markers",
                     name=f"{label} (off the frontier)", legendgroup=arch, showlegend=False,
                     marker={"color": colour, "size": 7, "opacity": 0.35, "symbol": "circle-open"},
+                    unselected={"marker": {"opacity": 0.35}},
                     customdata=[r["folder"] for r in off], hovertext=[hover_text(r) for r in off],
                     hoverinfo="text"), row=1, col=col)
         fig.update_xaxes(type="log", title_text="L0 (features active per token, log scale)", row=1, col=col,
