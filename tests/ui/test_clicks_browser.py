@@ -36,9 +36,10 @@ POINT_JS = """(el, want) => {
   }
   return null;
 }"""
-# every customdata of the traces named `name` (all traces when null)
+# how many drawn points are fainter than `below` (plotly fades the points a click did not select)
 FADED_JS = """(el, below) => Array.from(el.querySelectorAll('.scatterlayer .point'))
   .filter(p => parseFloat(getComputedStyle(p).opacity) < below).length"""
+# every customdata of the traces named `name` (all traces when null)
 CUSTOMDATA_JS = """(el, name) => {
   const gd = el.querySelector('.js-plotly-plot');
   return gd._fullData.filter(t => t.customdata && (name === null || t.name === name))

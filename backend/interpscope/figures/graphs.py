@@ -225,7 +225,7 @@ def graph_figure(nodes: Sequence[Mapping[str, Any]], edges: Sequence[Mapping[str
         fig.add_trace(go.Scatter(
             x=[placed[str(n["id"])][0] for n in members], y=[placed[str(n["id"])][1] for n in members],
             mode="markers+text" if kind in ("logit", "group", "more") else "markers", name=kind, cliponaxis=False,
-            text=[_node_label(n) for n in members], textposition="middle center" if kind == "more" else "top center",
+            text=[_node_label(n) for n in members], textposition="middle right" if kind == "more" else "top center",
             customdata=[MORE + ",".join(n["members"]) if kind == "more" else str(n["id"]) for n in members],
             hovertext=hover, hoverinfo="text", selectedpoints=None,
             # a click selects one node: the others (and their labels) stay as drawn
