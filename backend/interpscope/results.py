@@ -59,7 +59,10 @@ class Result:
     not apply to this result (a Mamba map has no softmax share) and is absent from the document, never 0 or null.
     Subclasses set SCHEMA and SCHEMA_VERSION (bump the version when a key is renamed or its meaning changes), and
     may override `payload()` (the document's body), `tidy()` (the tidy table, which `table_rows()` gives) and `figure()`
-    (the page's figure)."""
+    (the page's figure). A result with no chart to draw (a search's hits, a store build's summary) does not override
+    `figure()`, which then raises NotImplementedError naming the result; a result with no table likewise raises from
+    `table_rows()` / `to_frame()`. Inline in Jupyter (`_repr_html_`) a result shows its figure, else its table, else
+    its JSON document, never an error."""
 
     SCHEMA: ClassVar[str] = ""
     SCHEMA_VERSION: ClassVar[int] = 1
@@ -101,26 +104,27 @@ class Result:
         return None
 
     def figure(self):  # -> plotly.graph_objects.Figure
-        raise NotImplementedError(f"{type(self).__name__} has no figure")
+        raise NotImplementedError(f"{type(self).__name__} has no figure; use to_frame() or to_dict()")
 
     def panel(self, name: str, data: Any) -> Panel:
         """One part of this result (a histogram, a top-k list) as its own document, naming this result's schema."""
         return Panel(of=self.SCHEMA, part=name, data=data)
 
     def _repr_html_(self) -> str:
-        """Inline in Jupyter: the figure, or else the table. Offline: plotly.js (~4.6 MB) is embedded in the first
-        figure a kernel shows and reused by the later ones (as plotly's own notebook renderer does), never fetched."""
-        global _PLOTLY_JS_SHOWN
+        """Inline in Jupyter: the figure, or else the table. Every figure output carries plotly.js itself (~4.6 MB,
+        never fetched): a saved notebook then renders offline whichever cells were re-run, cleared or reordered. (It
+        used to be embedded in the first figure a kernel showed only, so a re-run cell or a saved notebook opened
+        later showed blank figures.)"""
         try:
             figure = self.figure()
         except NotImplementedError:
-            return self.to_frame().to_html(index=False)
-        html = figure.to_html(full_html=False, include_plotlyjs=not _PLOTLY_JS_SHOWN)
-        _PLOTLY_JS_SHOWN = True
-        return html
+            try:
+                return self.to_frame().to_html(index=False)
+            except NotImplementedError:
+                from html import escape
 
-
-_PLOTLY_JS_SHOWN = False  # whether this process already sent plotly.js to its notebook
+                return f"<pre>{escape(self.to_json())}</pre>"
+        return figure.to_html(full_html=False, include_plotlyjs=True)
 
 
 def rows_of(data: Any) -> list[dict[str, Any]]:

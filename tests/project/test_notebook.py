@@ -57,13 +57,15 @@ def test_prediction_and_map_render_inline(executed):
     assert "methods: ['attnlrp'" in _streams(executed[2])
 
 
-def test_plotly_js_is_sent_once_per_kernel(executed):
+def test_plotly_js_is_in_every_figure(executed):
+    """Each figure output carries plotly.js (issue 45.21: sent once per kernel, a re-run cell or a saved notebook
+    showed blank figures; tests/project/test_notebook_figures.py renders a saved notebook offline)."""
     shown = [out.data.get("text/html", "") for cell in executed for out in cell.outputs
              if out.output_type in ("execute_result", "display_data")]
-    figures = [html for html in shown if "plotly" in html.lower()]
-    assert len(figures) >= 2
+    figures = [html for html in shown if "plotly-graph-div" in html]
+    assert len(figures) >= 1
     bundles = [html.count("plotly.js v") for html in figures]
-    assert bundles[0] == 1 and sum(bundles) == 1  # offline, embedded once, never fetched
+    assert bundles == [1] * len(figures)  # offline, embedded in each, never fetched
     # no script is fetched from a network (the embedded bundle itself mentions cdn.plot.ly in its config)
     assert not any(re.search(r"<script[^>]*src=[\"']?https?://", html) for html in figures)
 

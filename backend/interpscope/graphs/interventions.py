@@ -366,6 +366,20 @@ class InterventionResult(Result):
     def error(self) -> float:
         return self.actual - self.predicted
 
+    def tidy(self) -> list[dict[str, Any]]:
+        """One row: what was changed, the graph's predictions and the actual change of the target logit."""
+        return [{"label": self.label, "mode": self.mode, "factor": self.factor, "nodes": " ".join(self.nodes),
+                 "target": self.target.get("token"), "clean_logit": self.clean_logit, "predicted": self.predicted,
+                 "predicted_pruned": self.predicted_pruned, "predicted_linear": self.predicted_linear,
+                 "predicted_real_linear": self.predicted_real_linear, "actual": self.actual, "error": self.error}]
+
+    def figure(self):
+        """The page's bars: predicted (all paths, the pruned graph's edges, the real model's first-order estimate)
+        beside the actual change (interpscope.figures.graphs.intervention_figure)."""
+        from interpscope.figures.graphs import intervention_figure
+
+        return intervention_figure([self])
+
     def summary(self) -> str:
         """One sentence from the numbers: how far the graph's prediction is from the real change."""
         what = "Ablating" if self.mode == "ablate" else f"Steering ×{self.factor:g}"

@@ -72,6 +72,17 @@ class AttributionGraph(Result):
     SCHEMA_VERSION = 1
 
     # --- views -------------------------------------------------------------------------------------------
+    def figure(self):
+        """The graph as the page draws it (tokens across, layers up, the logit on top; interpscope.figures.graphs),
+        without a selection."""
+        from interpscope.figures.graphs import graph_figure
+
+        logit_layers = [int(n["layer"]) for n in self.nodes if n.get("kind") == "logit" and n.get("layer") is not None]
+        n_layers = (logit_layers[0] if logit_layers else
+                    1 + max((int(n["layer"]) for n in self.nodes if n.get("layer") is not None), default=0))
+        return graph_figure(self.nodes, self.edges, self.tokens, n_layers,
+                            f"Attribution graph of {self.target.get('token', '')!r}")
+
     def node(self, node_id: str) -> dict[str, Any]:
         for node in self.nodes:
             if node["id"] == node_id:

@@ -252,6 +252,21 @@ class ModelList(Result):
                  "modality": m.modality}
                 for m in self.models]
 
+    def figure(self):
+        """The list as a plotly table (name, family, what it reads, where it comes from, what it is): a list of
+        models has no chart to draw, and this keeps `.figure()` and the inline view the same for every result."""
+        import plotly.graph_objects as go
+
+        rows = self.tidy()
+        columns = ("name", "family", "modality", "source", "description")
+        fig = go.Figure(go.Table(
+            header={"values": [f"<b>{c}</b>" for c in columns], "align": "left", "fill_color": "#eeeeee"},
+            cells={"values": [[str(r[c] or "") for r in rows] for c in columns], "align": "left"},
+            columnwidth=[2, 1, 1, 1, 4]))
+        fig.update_layout(title=f"{len(rows)} model(s) `load` can open here", height=120 + 28 * max(len(rows), 1),
+                          margin={"l": 10, "r": 10, "t": 40, "b": 10})
+        return fig
+
 
 def model_list() -> ModelList:
     """available_models() as a typed result (the CLI's `models --json`, the API's interpscope.list_models())."""
