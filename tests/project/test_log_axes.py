@@ -88,8 +88,11 @@ def test_log_axes_label_full_values(build):
 def test_log_ticks():
     from interpscope.figures.draw import log_ticks
 
-    assert log_ticks([0.05, 4.0]) == {"tickmode": "array", "tickvals": [0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0],
-                                      "ticktext": ["0.01", "0.03", "0.1", "0.3", "1", "3", "10"]}
+    assert log_ticks([0.012, 15.0]) == {"tickmode": "array", "tickvals": [0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0,
+                                                                           100.0],
+                                        "ticktext": ["0.01", "0.03", "0.1", "0.3", "1", "3", "10", "30", "100"]}
+    assert log_ticks([0.7, 101.0])["ticktext"] == ["0.1", "0.2", "0.5", "1", "2", "5", "10", "20", "50", "100",
+                                                   "200", "500", "1k"]  # the KL axis: ~2 decades, 1-2-5
     small = log_ticks([1.2, 95.0])
     assert small["ticktext"] == ["1", "2", "5", "10", "20", "50", "100"]
     assert log_ticks([2e-9, 0.5])["dtick"] == 1  # many decades: each power of ten

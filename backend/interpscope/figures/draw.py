@@ -64,18 +64,19 @@ def spread_row(wanted: Sequence[tuple[float, str]], span: float, marker_px: floa
 
 
 def log_ticks(values: Iterable[Any]) -> dict:
-    """Ticks for a log axis over `values` (positive finite ones), every label a full number: "1 2 5 10 20 50" over
-    up to two decades, "0.01 0.03 0.1 0.3 1" over three, each power of ten (as 10 to the power) beyond. Plotly's
-    own log ticks label 2 and 5 by their leading digit alone ("100 5 2 10 5 2 1"). Empty for no positive value
-    (plotly's defaults then)."""
+    """Ticks for a log axis over `values` (positive finite ones), every label a full number: "1 2 5 10 20 50" when
+    the values span up to 2.3 decades, "0.01 0.03 0.1 0.3 1" up to 3.3, each power of ten (as 10 to the power)
+    beyond. Plotly's own log ticks label 2 and 5 by their leading digit alone ("100 5 2 10 5 2 1"). Empty for no
+    positive value (plotly's defaults then)."""
     shown = [float(v) for v in values if v is not None and math.isfinite(float(v)) and float(v) > 0]
     if not shown:
         return {}
+    span = math.log10(max(shown)) - math.log10(min(shown))
+    if span > 3.3:
+        return dict(tickmode="linear", dtick=1, exponentformat="power")  # log axes: dtick 1 = each power of 10
     low, high = math.floor(math.log10(min(shown))), math.ceil(math.log10(max(shown)))
     high = max(high, low + 1)
-    if high - low > 3:
-        return dict(tickmode="linear", dtick=1, exponentformat="power")  # log axes: dtick 1 = each power of 10
-    steps = (1, 2, 5) if high - low <= 2 else (1, 3)
+    steps = (1, 2, 5) if span <= 2.3 else (1, 3)
     ticks = [float(f"{m}e{e}") for e in range(low, high + 1) for m in steps]  # 0.3, not 0.30000000000000004
     ticks = [t for t in ticks if t <= float(f"1e{high}")]
     return dict(tickmode="array", tickvals=ticks, ticktext=[tick_text(t) for t in ticks])
