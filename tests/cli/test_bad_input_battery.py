@@ -21,6 +21,7 @@ import os
 import pickle
 import shutil
 import socket
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,6 +117,7 @@ def files(tmp_path_factory) -> dict[str, str]:
                  garbage_cfg_sae=garbage_cfg, denied_sae=denied_sae, dir_cfg_sae=dir_cfg,
                  denied_cfg=denied_sae / "cfg.json")
     paths.update(_newer_inputs(root))
+    paths.update(_reproduction_inputs(root, lm, paths))
     yield {name: str(path) for name, path in paths.items()}
     for name in ("denied_txt", "denied_csv", "denied_cfg"):
         os.chmod(paths[name], 0o644)
@@ -155,6 +157,35 @@ def _newer_inputs(root: Path) -> dict[str, Path]:
         folder.mkdir()
         (folder / name).write_text('{"row": 0, "mine": true}\n', encoding="utf-8")
         out[f"user_{name.replace('.', '_')}"] = folder
+    return out
+
+
+def _reproduction_inputs(root: Path, lm, paths: dict[str, Path]) -> dict[str, Path]:
+    """Inputs of the reproductions of issue 45.17 (an output onto an input) and 45.18 (tracebacks)."""
+    from interpscope.sae.transcoder_set import random_transcoder_set, save_transcoder_set
+
+    out: dict[str, Path] = {"tset": root / "tset", "tset_positional": root / "tset-positional",
+                            "sweep_dir": root / "sweep-dir", "x_png": root / "x.png", "f_csv": root / "f.csv",
+                            "corpus": root / "corpus", "graph_json": root / "graph.json",
+                            "deep_jsonl": root / "deep.jsonl", "cfg_link": root / "cfg-link.json"}
+    tset = random_transcoder_set(lm, 8, seed=0)
+    save_transcoder_set(tset, out["tset"])
+    save_transcoder_set(tset, out["tset_positional"])
+    manifest = json.loads((out["tset_positional"] / "manifest.json").read_text(encoding="utf-8"))
+    manifest["hook_in"] = "blocks.{}.mlp.hook_in"  # 45.18: IndexError 'Replacement index 0'
+    (out["tset_positional"] / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    out["sweep_dir"].mkdir()
+    shutil.copy(paths["sweep_nan_fvu"].parent / "sweep-nan_fvu.json", out["sweep_dir"] / "sweep_table.json")
+    document = json.loads((out["sweep_dir"] / "sweep_table.json").read_text(encoding="utf-8"))
+    document["rows"][2]["fvu"] = 0.5  # a good table
+    (out["sweep_dir"] / "sweep_table.json").write_text(json.dumps(document), encoding="utf-8")
+    out["x_png"].write_bytes(b"\x89PNG\r\n\x1a\nnot really a picture")
+    out["f_csv"].write_text("text\nhello world\n", encoding="utf-8")
+    out["corpus"].mkdir()
+    (out["corpus"] / "a.txt").write_text("some words to train on\n", encoding="utf-8")
+    out["graph_json"].write_text("{}", encoding="utf-8")
+    out["deep_jsonl"].write_text("[" * 100_000 + "]" * 100_000 + "\n", encoding="utf-8")
+    out["cfg_link"].symlink_to(paths["sae"] / "cfg.json")
     return out
 
 
@@ -216,6 +247,14 @@ BASE = {
     "fourier-filter": ("fourier", "filter", "--model", "{model}", "--kind", "low", "--modules", "attn"),
     "fourier-table": ("fourier", "table", "--model", "{model}"),
     "fourier-store": ("fourier", "store", "--model", "{model}", "--out", "{tmp}/fstore"),
+    "graph": ("graph", "--transcoders", "{tset}", "--model", "{model}", "--text", "hi"),
+    "heads": ("heads", "--model", "{model}", "--find"),
+    "flow-tuned": ("flow", "--model", "{model}", "--text", "hi", "--lens", "tuned"),
+    "patch": ("patch", "--model", "{model}", "--clean", "The cat sat", "--corrupt", "The dog sat"),
+    "sae-bench": ("sae", "bench", "--sae", "{sae}", "--model", "{model}"),
+    "sae-pareto": ("sae", "pareto", "--sweep", "{sweep_dir}"),
+    "explain-image": ("explain", "--image", "{x_png}"),
+    "explain-faithfulness": ("explain", "--model", "{model}", "--text", "hi there", "--faithfulness"),
     "sae-sweep": ("sae", "sweep", "--model", "{model}", "--hook", HOOK, "--archs", "relu", "--sparsity", "1",
                   "--width", "32", "--tokens", "512", "--cache-tokens", "512", "--context", "32", "--batch-size",
                   "128", "--eval-tokens", "64", "--out", "{tmp}/sweep", "--json", "{tmp}/sweep.json"),
@@ -262,6 +301,22 @@ NUMBERS = {
     "fourier-filter": {"--tau": POS, "--prompts": POS, "--numbers": POS + ("huge",),
                        "--batch-size": ("negative", "zero", "word"), "--workers": POS + ("huge",)},
     "fourier-table": {"--tau": POS, "--prompts": POS, "--numbers": POS},
+    # the newer commands the issue's battery walked (45.17-24)
+    "graph": {"--node-budget": POS + ("huge",), "--edge-budget": POS + ("huge",),
+              "--max-feature-nodes": POS + ("huge",), "--max-logits": POS + ("huge",),
+              "--logit-probability": FLOAT + ("negative", "zero", "fraction"), "--lrp-features": INT + ("huge",),
+              "--ablation-check": INT + ("huge",), "--check-supernodes": FLOAT + ("negative",)},
+    "heads": {"--sequences": POS + ("huge",), "--half-len": POS + ("huge",), "--seed": INT + ("huge",),
+              "--ablate": INT + ("huge",)},
+    "flow-tuned": {"--threshold": FLOAT + ("negative", "fraction")},
+    "sae-bench": {"--words": POS + ("huge",), "--passages": POS + ("huge",), "--features": POS,
+                  "--examples": POS, "--seed": INT + ("huge",), "--threads": POS + ("huge",)},
+    "sae-sweep": {"--width": POS + ("huge",), "--tokens": POS, "--cache-tokens": POS,
+                  "--eval-tokens": ("negative", "word", "nan"), "--context": POS, "--batch-size": POS,
+                  "--lr": FLOAT + ("negative", "zero"), "--warmup-steps": INT,
+                  "--decay-fraction": FLOAT + ("negative", "fraction"), "--dead-window-tokens": POS,
+                  "--checkpoint-every": INT, "--seed": INT + ("huge",), "--workers": POS + ("huge",)},
+    "explain-faithfulness": {"--curve-steps": POS, "--bootstrap": POS, "--seed": INT},
 }
 
 # --- input files: per command, the option that reads one ------------------------------------------------------
@@ -441,6 +496,47 @@ def _cases() -> dict[str, Case]:
 def _newer_cases() -> dict[str, Case]:
     """The reproductions of issue 45.17-24 that must be refused (one line, exit 2, nothing written)."""
     cases: dict[str, Case] = {}
+    # the newer commands' own bad values beyond numbers
+    cases.update({
+        "patch metric unknown": Case(BASE["patch"] + ("--metric", "nope"), ("--metric",)),
+        "patch components unknown": Case(BASE["patch"] + ("--components", "nope"), ("nope",)),
+        "patch method unknown": Case(BASE["patch"] + ("--method", "nope"), ("nope",)),
+        "patch path not a component": Case(BASE["patch"] + ("--path", "99", "0"), ("'99'",)),
+        "patch prompts of different lengths": Case(_without(BASE["patch"], "--corrupt")
+                                                   + ("--corrupt", "The big dog sat on"), ("different lengths",)),
+        "patch corrupt empty": Case(_without(BASE["patch"], "--corrupt") + ("--corrupt", ""), ("empty",)),
+        "flow lens unknown": Case(_without(BASE["flow-tuned"], "--lens") + ("--lens", "magic"), ("--lens",)),
+        "sae-bench metric unknown": Case(BASE["sae-bench"] + ("--metrics", "absorption,nonsense"), ("nonsense",)),
+        "explain-image png not an image": Case(BASE["explain-image"], ()),
+    })
+    # 45.17 an output onto one of the command's inputs (7 commands overwrote it)
+    onto_input = {
+        "graph json onto the set's manifest": (BASE["graph"] + ("--json", "{tset}/manifest.json")),
+        "graph check-json onto the graph json": (BASE["graph"] + ("--json", "{graph_json}", "--check-json",
+                                                                  "{graph_json}", "--ablation-check", "2")),
+        "sae-pareto json onto the table": (BASE["sae-pareto"] + ("--json", "{sweep_dir}/sweep_table.json")),
+        "explain image json onto the image": (BASE["explain-image"] + ("--json", "{x_png}")),
+        "explain file json onto the file": (("explain", "--model", "{model}", "--file", "{f_csv}", "--json",
+                                             "{f_csv}")),
+        "sae-bench json onto cfg.json": (BASE["sae-bench"] + ("--json", "{sae}/cfg.json")),
+        "sae-bench json through a link onto cfg.json": (BASE["sae-bench"] + ("--json", "{cfg_link}")),
+        "sae-sweep json onto its corpus": (_without(BASE["sae-sweep"], "--json")
+                                           + ("--corpus", "{corpus}", "--json", "{corpus}/a.txt")),
+        "sae-store out onto the sae": (_without(BASE["sae-store"], "--out") + ("--out", "{sae}")),
+        "sae-store force out onto the sae": (_without(BASE["sae-store"], "--out") + ("--out", "{sae}", "--force")),
+    }
+    for name, argv in onto_input.items():
+        cases[name] = Case(argv, ())
+    # 45.18 tracebacks, a hang and a crash
+    cases["graph max-feature-nodes 2**70"] = Case(_without(BASE["graph"], "--max-feature-nodes")
+                                                  + ("--max-feature-nodes", "1180591620717411303424"), ("too large",))
+    cases["graph positional hook template"] = Case(("graph", "--transcoders", "{tset_positional}", "--model",
+                                                    "{model}", "--text", "hi"), ("{layer}",))
+    cases["sae-pareto table is a JSON list"] = Case(("sae", "pareto", "--sweep", "{sweep_list}"), ("list",))
+    cases["explain file nested 100000 deep"] = Case(("explain", "--model", "{model}", "--file", "{deep_jsonl}"),
+                                                    ("nested too deeply",))
+    cases["sae-bench words 1e11"] = Case(BASE["sae-bench"] + ("--words", "100000000000"), ("20000",))
+    cases["sae-bench threads 100000"] = Case(BASE["sae-bench"] + ("--threads", "100000"), ("256",))
     # 45.19 accepted nonsense: sweep tables with bad figures, image flags on text, ragged CSV rows
     for name, words in SWEEP_WORDS.items():
         cases[f"sae-pareto table {name}"] = Case(("sae", "pareto", "--sweep", f"{{sweep_{name}}}"), words)
@@ -483,22 +579,29 @@ CASES = _cases()
 
 
 def test_the_battery_is_large():
-    assert len(CASES) >= 250, len(CASES)
+    """At least 350 cases (issue 45), the newer commands among them, and every reproduction of 45.17-24."""
+    assert len(CASES) >= 350, len(CASES)
+    for command in ("graph", "heads", "flow-tuned", "patch", "sae-bench", "sae-pareto", "sae-sweep", "explain-image",
+                    "explain-faithfulness"):
+        assert any(name.startswith(command + " ") for name in CASES), command
+    for found in ("onto", "2**70", "nested 100000 deep", "table nan_fvu", "ragged_first", "text --target-class",
+                  "forged partial", "user's rows.jsonl", "data dir full", "width needs terabytes"):
+        assert any(found in name for name in CASES), found
 
 
-def _tree(root: str | Path) -> dict[str, bytes | None]:
-    """Every path under root: a file's bytes, None for a folder (FIFOs and unreadable files by name only). The
-    data dir itself may appear (empty) when a model is looked up; anything inside it counts."""
-    out: dict[str, bytes | None] = {}
+def _tree(root: str | Path) -> dict[str, tuple[int, ...] | None]:
+    """Every path under root with what identifies its contents: a file's (or link's, FIFO's) size, modification
+    time in ns, inode and mode as os.lstat reports them, None for a folder. A write, a replacement (a new inode), a
+    chmod and a new or removed path all show (reading every file's bytes twice per case, as this did, took as long as
+    the cases themselves once the fixtures of 45.17-24 joined). The data dir itself may appear (empty) when a model
+    is looked up; anything inside it counts."""
+    out: dict[str, tuple[int, ...] | None] = {}
     for path in sorted(Path(root).rglob("*")):
         if path == Path(root) / "data":
             continue
-        if path.is_dir():
-            out[str(path.relative_to(root))] = None
-        elif path.is_file() and os.access(path, os.R_OK):
-            out[str(path.relative_to(root))] = path.read_bytes() if path.stat().st_size < 2**22 else b"big"
-        else:
-            out[str(path.relative_to(root))] = b"?"
+        info = path.lstat()
+        out[str(path.relative_to(root))] = None if stat.S_ISDIR(info.st_mode) else (
+            info.st_size, info.st_mtime_ns, info.st_ino, info.st_mode)
     return out
 
 

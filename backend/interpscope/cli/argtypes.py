@@ -110,6 +110,14 @@ def list_of(item: Callable[[str], float | int], allow_empty: bool = False) -> Ca
     return parse
 
 
+def positive_fraction(text: str) -> float:
+    """A number above 0 and at most 1 (a probability mass to cover)."""
+    value = _float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got {text}")
+    return value
+
+
 def open_fraction(text: str) -> float:
     """A number strictly between 0 and 1."""
     value = _float(text)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from interpscope.cli.argtypes import int_at_least
+from interpscope.cli.argtypes import int_at_least, positive_fraction
 from interpscope.cli.common import (
     add_model_args,
     add_outputs,
@@ -53,7 +53,8 @@ def register(subparsers) -> None:
                        help=f"logit nodes: 1 (default) traces the target alone; up to {MAX_LOGITS} adds the most "
                             f"probable other next tokens until they cover --logit-probability, influence weighted by "
                             f"their probabilities (circuit-tracer's top logits)")
-    graph.add_argument("--logit-probability", type=float, default=DEFAULT_LOGIT_PROBABILITY,
+    # checked as it is parsed: nan, inf or 2 used to load the model first and be refused only then
+    graph.add_argument("--logit-probability", type=positive_fraction, default=DEFAULT_LOGIT_PROBABILITY,
                        help=f"with --max-logits above 1: the next-token probability the logit nodes cover "
                             f"(default {DEFAULT_LOGIT_PROBABILITY})")
     graph.add_argument("--transcoders", metavar="DIR",

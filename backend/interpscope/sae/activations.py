@@ -251,7 +251,7 @@ def build_activation_cache(lm: LoadedModel, hook_name: str, n_tokens: int, *, so
         with open(partial, "r+b") as handle:
             def write(shard: Shard, rows: np.ndarray) -> None:
                 nonlocal done
-                data = memoryview(np.ascontiguousarray(rows, dtype=NP_DTYPES[dtype])).cast("B")
+                data = memoryview(np.ascontiguousarray(rows, dtype=NP_DTYPES[dtype]).tobytes())
                 offset = shard.first * rows_per_chunk * row_bytes
                 try:
                     while len(data):  # a write may stop short (then the next one reports why)
