@@ -203,12 +203,14 @@ SWEEP_VARIANTS = {"nan_fvu": (2, "fvu", float("nan")), "string_fvu": (2, "fvu", 
                   "missing_fvu": (0, "fvu", _MISSING), "null_l0": (5, "l0", None), "inf_loss": (1, "loss_recovered",
                                                                                                 float("inf")),
                   "string_l0": (3, "l0", "12"), "bool_fvu": (4, "fvu", True), "negative_fvu": (6, "fvu", -0.5),
-                  "missing_name": (7, "name", _MISSING), "repeated_name": (8, "name", "relu-576-l8")}
+                  "missing_name": (7, "name", _MISSING), "repeated_name": (8, "name", "relu-576-l8"),
+                  "string_seed": (2, "seed", "one")}
 SWEEP_WORDS = {"nan_fvu": ("row 3", "fvu = NaN"), "string_fvu": ("row 3", "fvu = '0.31'"),
                "missing_fvu": ("row 1", "no fvu"), "null_l0": ("row 6", "no l0"),
                "inf_loss": ("row 2", "loss_recovered = inf"), "string_l0": ("row 4", "l0 = '12'"),
                "bool_fvu": ("row 5", "fvu = True"), "negative_fvu": ("row 7", "fvu = -0.5"),
-               "missing_name": ("row 8", "no name"), "repeated_name": ("row 9", "repeats the name")}
+               "missing_name": ("row 8", "no name"), "repeated_name": ("row 9", "repeats the name"),
+               "string_seed": ("row 3", "seed = 'one'")}
 # CSV rows whose field count differs from the header's (45.19: pandas re-aligned them silently)
 RAGGED = {"ragged_first": "text,label\nThe cat sat,a,extra\nThe dog ran,b\n",
           "ragged_short": "text,label\nThe cat sat,a\nThe dog ran\n",

@@ -86,6 +86,9 @@ def row_problem(rows: Any) -> str | None:
             if not ok:
                 shown = "NaN" if isinstance(value, float) and math.isnan(value) else repr(value)[:40]
                 return f"{where} has {key} = {shown} (it needs {wanted})"
+        seed = row.get("seed")  # optional: a second training seed's rows (issue 45.14)
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+            return f"{where} has seed = {repr(seed)[:40]} (it needs a whole number of 0 or more)"
         if row["name"] in names:
             return f"{where} repeats the name {row['name']!r} of an earlier row"
         names.add(row["name"])
