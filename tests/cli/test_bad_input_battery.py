@@ -134,6 +134,8 @@ def _newer_inputs(root: Path) -> dict[str, Path]:
         document = copy.deepcopy(table)
         if value is _MISSING:
             del document["rows"][row][key]
+        elif value is _FIRST_NAME:
+            document["rows"][row][key] = document["rows"][0]["name"]
         else:
             document["rows"][row][key] = value
         out[f"sweep_{name}"] = root / f"sweep-{name}.json"
@@ -197,13 +199,13 @@ FORGED_MARKERS = {
                       "sig": "1" * 32, "files": ["notes.txt", "chunk_00000.npz"]}}
 
 
-_MISSING = object()
+_MISSING, _FIRST_NAME = object(), object()
 # a sweep table's row (0-based), field and the bad value put there (45.19: ratios were given silently)
 SWEEP_VARIANTS = {"nan_fvu": (2, "fvu", float("nan")), "string_fvu": (2, "fvu", "0.31"),
                   "missing_fvu": (0, "fvu", _MISSING), "null_l0": (5, "l0", None), "inf_loss": (1, "loss_recovered",
                                                                                                 float("inf")),
                   "string_l0": (3, "l0", "12"), "bool_fvu": (4, "fvu", True), "negative_fvu": (6, "fvu", -0.5),
-                  "missing_name": (7, "name", _MISSING), "repeated_name": (8, "name", "relu-576-l8"),
+                  "missing_name": (7, "name", _MISSING), "repeated_name": (8, "name", _FIRST_NAME),
                   "string_seed": (2, "seed", "one")}
 SWEEP_WORDS = {"nan_fvu": ("row 3", "fvu = NaN"), "string_fvu": ("row 3", "fvu = '0.31'"),
                "missing_fvu": ("row 1", "no fvu"), "null_l0": ("row 6", "no l0"),
