@@ -2,7 +2,8 @@
 
 Written for this project, not drawn from the training corpus (Austen etc.): factual recall, indirect-object
 identification (IOI), subject-verb agreement, code, arithmetic, and a few others (antonyms, sequences, morphology).
-Every expected next token must be ONE token of the bundled model's tokenizer (the prompt runs as every view runs it, with the model's measured prefix token first); a prompt whose
+Every expected next token must be ONE token of the bundled model's tokenizer (the prompt runs as every view runs it,
+with the model's measured prefix token first); a prompt whose
 expected text is not one token stops the build. For each prompt the bundled model's top-1 token, its probability
 and the expected token's probability are recorded, so a run can keep the prompts where the model is confident.
 
