@@ -138,3 +138,8 @@ def test_the_page_runs_the_shipped_pairs_and_exports_the_document(folder, lm, ex
     assert any("over 6 pairs" in m.value for m in at.markdown)
     at.segmented_control(key="patch-mode").set_value("One pair").run()
     assert at.text_area(key="patch-clean").value == PAIRS[1]["clean"]  # kept while the mode hid it
+
+
+def test_pairs_with_their_own_answers_name_the_metric_not_pair_ones(result):
+    assert result.metric_label == "logit difference (answer − wrong)"  # not "logit(' Mary') − logit(' John')"
+    assert "clean logit difference (answer − wrong)" in result.figure().layout.title.text

@@ -12,6 +12,8 @@ from plotly.subplots import make_subplots
 
 from interpscope.figures.patching import KIND_TITLES, METHOD_TITLES, SCALE
 
+SHORT = {"real": "real patching", "atp": "AtP", "relp": "RelP"}
+
 
 def _columns(result: Any, kind: str) -> list[str]:
     if kind == "heads":
@@ -30,7 +32,7 @@ def set_figure(result: Any) -> go.Figure:
         for method in methods:
             entry = result.agreement.get(kind, {}).get(method) if method != "real" else None
             r = entry.get("mean_grid_r") if entry else None
-            titles.append(f"{KIND_TITLES[kind].split(' (')[0]}: {METHOD_TITLES[method]}"
+            titles.append(f"{KIND_TITLES[kind].split(' (')[0]}: {SHORT[method]}"
                           + (f", mean-grid r = {r:.2f}" if r is not None else ""))
     fig = make_subplots(rows=len(kinds), cols=len(methods), subplot_titles=titles, vertical_spacing=0.12,
                         horizontal_spacing=0.04)
@@ -53,6 +55,6 @@ def set_figure(result: Any) -> go.Figure:
     fig.update_annotations(font_size=12)
     fig.update_layout(title=f"Patching over {result.n_pairs} pairs on {result.model}: mean of 1 = clean "
                             f"{result.metric_label}, 0 = corrupt (sd over pairs on hover)",
-                      template="plotly_white", height=420 * len(kinds), width=max(900, 330 * len(methods)),
+                      template="plotly_white", height=420 * len(kinds), width=max(900, 380 * len(methods)),
                       margin=dict(l=60, r=30, t=80, b=100))
     return fig

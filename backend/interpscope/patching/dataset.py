@@ -270,8 +270,12 @@ def patch_set(lm: LoadedModel, pairs: Sequence[dict], *, metric: str = "logit-di
                                       "per_pair": [float(v) for v in per if v is not None]}
             agreement[kind] = scores
     excluded = sorted({p for r in results for p in r.excluded})
+    from interpscope.patching.prompts import METRIC_LABELS
+
+    same = len({r.metric_label for r in results}) == 1  # each pair has its own answer: name the metric, not pair 1's
     return PatchingSetResult(
-        model=lm.name, metric=first.metric, metric_label=first.metric_label, methods=chosen, components=kinds,
+        model=lm.name, metric=first.metric, metric_label=first.metric_label if same else METRIC_LABELS[first.metric],
+        methods=chosen, components=kinds,
         pairs=[{"clean": r.clean, "corrupt": r.corrupt, "answer": r.answer, "wrong": r.wrong,
                 "clean_tokens": r.clean_tokens, "corrupt_tokens": r.corrupt_tokens, "clean_value": r.clean_value,
                 "corrupt_value": r.corrupt_value,
