@@ -83,6 +83,10 @@ def _flow(store_app, page, artefacts) -> None:
     page.screenshot(path=str(artefacts / "sae-browser-feature.png"), full_page=True)
 
     page.get_by_role("radiogroup", name="View").get_by_role("radio", name="Prompt", exact=True).click()
+    run = page.locator(".st-key-sae-prompt-run button")  # the Prompt view runs the model on Run only (45.12)
+    run.wait_for(timeout=120_000)
+    wait_for_app(page)
+    run.click()
     page.get_by_text("Features active at a token").wait_for(timeout=300_000)
     wait_for_app(page)
     page.screenshot(path=str(artefacts / "sae-browser-prompt.png"), full_page=True)

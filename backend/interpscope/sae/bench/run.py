@@ -76,13 +76,15 @@ def from_dict(document: dict) -> SAEBenchResult:
     """An SAEBenchResult from its JSON document (the inverse of to_dict, absent values back to None)."""
     if document.get("schema") != SAEBenchResult.SCHEMA:
         raise InterpscopeError(f"Not an SAE bench document (schema {document.get('schema')!r}).")
-    if document.get("schema_version") != SAEBenchResult.SCHEMA_VERSION:
+    if document.get("schema_version") not in (1, SAEBenchResult.SCHEMA_VERSION):  # 1: the same, without intervals
         raise InterpscopeError(f"SAE bench document version {document.get('schema_version')} is not "
                                f"{SAEBenchResult.SCHEMA_VERSION}; rerun the bench.")
     metrics_ = {}
     for name, body in document.get("metrics", {}).items():
         measures = [Measure(m["name"], m.get("value"), m.get("control"), m.get("control_name", ""),
-                            m.get("higher_is_better", True)) for m in body.get("measures", [])]
+                            m.get("higher_is_better", True), low=m.get("low"), high=m.get("high"),
+                            control_low=m.get("control_low"), control_high=m.get("control_high"), over=m.get("over"))
+                    for m in body.get("measures", [])]
         metrics_[name] = MetricResult(body.get("metric", name), body.get("meaning", ""), measures,
                                       body.get("settings", {}), body.get("details", []), body.get("seconds"))
     return SAEBenchResult(sae=document["sae"], sae_weights_sha256=document.get("sae_weights_sha256"),
