@@ -24,7 +24,7 @@ import numpy as np
 
 from interpscope.config import InterpscopeError
 from interpscope.patching.attribution import DEFAULT_RELP_RULES, pearson
-from interpscope.patching.results import KIND_LABELS
+from interpscope.patching.results import KIND_LABELS, best_cell
 from interpscope.progress import Progress
 from interpscope.results import Result
 
@@ -74,13 +74,11 @@ class PatchingSetResult(Result):
         """(row, column, mean, std) of the cell whose mean restores most, excluded positions never ranked."""
         if kind not in self.grids or method not in self.grids[kind]:
             return None
-        values = self.mean(kind, method).copy()
-        if kind != "heads":
-            values[:, [p for p in self.excluded if p < values.shape[1]]] = -np.inf
-        if not np.isfinite(values).any():
+        found = best_cell(self.mean(kind, method), kind, self.excluded)
+        if found is None:
             return None
-        row, column = np.unravel_index(int(np.argmax(values)), values.shape)
-        return int(row), int(column), float(values[row, column]), float(self.std(kind, method)[row, column])
+        row, column, value = found
+        return row, column, value, float(self.std(kind, method)[row, column])
 
     def summary(self) -> list[str]:
         """One sentence per component kind from the mean grids: the cell restoring most on average, its spread over
@@ -123,14 +121,16 @@ class PatchingSetResult(Result):
         rows = []
         for kind in self.components:
             block = self.grids[kind]
+            changed = np.asarray(block["changed_in"])
+            means = {method: self.mean(kind, method) for method in self.methods}
+            sds = {method: self.std(kind, method) for method in self.methods}
             for r, row_label in enumerate(block["rows"]):
                 for c, column_label in enumerate(block["columns"]):
                     entry: dict[str, Any] = {"component": kind, "row": row_label, "column": column_label,
-                                             "changed_in": int(np.asarray(block["changed_in"])[r, c]),
-                                             "pairs": self.n_pairs}
+                                             "changed_in": int(changed[r, c]), "pairs": self.n_pairs}
                     for method in self.methods:
-                        entry[f"{method}_mean"] = float(self.mean(kind, method)[r, c])
-                        entry[f"{method}_sd"] = float(self.std(kind, method)[r, c])
+                        entry[f"{method}_mean"] = float(means[method][r, c])
+                        entry[f"{method}_sd"] = float(sds[method][r, c])
                     rows.append(entry)
         return rows
 

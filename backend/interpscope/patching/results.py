@@ -34,6 +34,18 @@ class PairResult(Result):
     bos_prepended: bool = False
 
 
+def best_cell(grid: np.ndarray, kind: str, excluded: list[int]) -> tuple[int, int, float] | None:
+    """(row, column, value) of the grid's largest cell, the excluded positions' columns never ranked (heads have no
+    position columns); None when nothing is left to rank. Shared by one pair's grids and a set's mean grids."""
+    values = np.array(grid, dtype=float)
+    if kind != "heads":
+        values[:, [p for p in excluded if p < values.shape[1]]] = -np.inf
+    if not np.isfinite(values).any():
+        return None
+    row, column = np.unravel_index(int(np.argmax(values)), values.shape)
+    return int(row), int(column), float(values[row, column])
+
+
 @dataclass(kw_only=True)
 class PatchingResult(PairResult):
     """Activation patching of one prompt pair, with its approximations beside it.
@@ -81,13 +93,7 @@ class PatchingResult(PairResult):
         nothing is left to rank."""
         if kind not in self.grids or method not in self.grids[kind]:
             return None
-        values = self.grid(kind, method).copy()
-        if kind != "heads":
-            values[:, [p for p in self.excluded if p < values.shape[1]]] = -np.inf
-        if not np.isfinite(values).any():
-            return None
-        row, column = np.unravel_index(int(np.argmax(values)), values.shape)
-        return int(row), int(column), float(values[row, column])
+        return best_cell(self.grid(kind, method), kind, self.excluded)
 
     def cell_label(self, kind: str, row: int, column: int) -> str:
         if kind == "heads":
