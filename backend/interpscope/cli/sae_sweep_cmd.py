@@ -92,9 +92,10 @@ def _sweep(args: argparse.Namespace) -> int:
         raise InterpscopeError(f"--tokens ({args.tokens}) must be at least one batch ({args.batch_size}).")
     if args.target_hook and args.target_hook == args.hook:
         raise InterpscopeError("--target-hook must differ from --hook (the same hook is an SAE: leave it out).")
-    if args.target_hook and any(spec.arch != "transcoder" for spec in specs):
-        raise InterpscopeError("--target-hook trains transcoders: use --archs transcoder with it.")
-    if not args.target_hook and any(spec.arch == "transcoder" for spec in specs):
+    if args.target_hook and any(not spec.arch_class.paired for spec in specs):
+        raise InterpscopeError("--target-hook trains transcoders: use --archs transcoder (or jumprelu_transcoder) "
+                               "with it.")
+    if not args.target_hook and any(spec.arch_class.paired for spec in specs):
         raise InterpscopeError("A transcoder needs --target-hook (the activation it predicts, e.g. "
                                "blocks.L.hook_mlp_out).")
     from interpscope.sae.sweep import check_sweep_memory

@@ -68,7 +68,7 @@ def save_sae(sae: SparseAutoencoder, folder: str | Path, dtype: str | None = Non
         raise InterpscopeError(f"Unknown dtype {dtype!r} for saving an SAE.")
     sae.cfg.dtype = dtype
     tensors = {name: tensor.detach().to(DTYPES[dtype]).contiguous().cpu()
-               for name, tensor in sae.state_dict().items()}
+               for name, tensor in sae.folder_tensors().items()}
     atomic.write_bytes(folder / WEIGHTS_FILE, save(tensors, metadata={"format": "pt"}))
     atomic.write_json(folder / CFG_FILE, config_to_json(sae.cfg))
     return folder

@@ -93,7 +93,7 @@ def transcoder_hooks(saes: list[SparseAutoencoder], lm: LoadedModel) -> tuple[st
     if not hook_in or not hook_out:
         raise InterpscopeError("A transcoder's cfg.json must name hook_name (input) and hook_name_out (target).")
     for sae in saes:
-        if sae.cfg.architecture != "transcoder":
+        if not type(sae).paired:
             raise InterpscopeError(f"{sae.cfg.architecture} is not a transcoder; evaluate it with evaluate_saes.")
         d_out = int(sae.cfg.extra["d_out"])
         if hook_width(lm.adapter, hook_in) != sae.cfg.d_in or hook_width(lm.adapter, hook_out) != d_out:
@@ -124,7 +124,7 @@ def evaluate_any(lm: LoadedModel, sae: SparseAutoencoder, **options) -> SAEEvalu
     """evaluate_sae for an SAE, evaluate_transcoders for a transcoder (its output spliced in place of the MLP's)."""
     from interpscope.sae.evaluation import evaluate_sae
 
-    if sae.cfg.architecture == "transcoder":
+    if type(sae).paired:
         options.pop("hook_name", None)
         return evaluate_transcoders(lm, [sae], **options)[0]
     return evaluate_sae(lm, sae, **options)

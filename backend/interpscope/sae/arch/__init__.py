@@ -9,6 +9,7 @@ from interpscope.sae.arch.base import Knob, LossTerms, PerFeature, SAEConfig, Sp
 from interpscope.sae.arch.batchtopk import BatchTopKSAE
 from interpscope.sae.arch.gated import GatedSAE
 from interpscope.sae.arch.jumprelu import JumpReLUSAE
+from interpscope.sae.arch.jumprelu_transcoder import JumpReLUTranscoder
 from interpscope.sae.arch.matryoshka import MatryoshkaBatchTopKSAE
 from interpscope.sae.arch.registry import (
                                        architecture_class,
@@ -29,6 +30,7 @@ register(JumpReLUSAE)
 register(BatchTopKSAE)
 register(MatryoshkaBatchTopKSAE)
 register(Transcoder)
+register(JumpReLUTranscoder)
 
 __all__ = ["Knob", "LossTerms", "PerFeature", "SAEConfig", "SparseAutoencoder", "architecture_class", "build_sae",
            "canonical_architecture", "choices_text", "register", "registered"]

@@ -14,7 +14,7 @@ An architecture module subclasses `SparseAutoencoder` and fills in:
 - inference: `activate(sae_in)`; training: `training_loss`, and optionally `observe_dead`, `after_step`,
   `resample_dead`, `density_bias` (data-aware start);
 - the folder format: `folder_architecture`, `activation_fn`, `claims_folder`, `read_fields`, `write_fields`,
-  `prepare_tensors` (see interpscope.sae.cfg_json and interpscope.sae.folder).
+  `prepare_tensors` / `folder_tensors` (see interpscope.sae.cfg_json and interpscope.sae.folder).
 """
 from __future__ import annotations
 
@@ -154,6 +154,10 @@ class SparseAutoencoder(nn.Module):
         """Turn a folder's tensors into this class's parameters with the same meaning (e.g. fold a run-time
         rescaling the common library applies); raise ValueError naming what cannot be read."""
         return tensors
+
+    def folder_tensors(self) -> dict[str, torch.Tensor]:
+        """The tensors a folder stores, by name, in the common library's orientation (default: the parameters)."""
+        return dict(self.state_dict())
 
     # --- inference ---------------------------------------------------------------------------------------
     def activate(self, sae_in: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ hook_head_index_out; W_enc [d_in, d_sae], W_dec [d_sae, d_out], b_enc [d_sae], b
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -39,7 +39,7 @@ class Transcoder(SparseAutoencoder):
     """ReLU transcoder with an L1 penalty: input activation -> sparse features -> another activation."""
 
     architecture = "transcoder"
-    aliases = ("transcoder",)
+    aliases: ClassVar[tuple[str, ...]] = ("transcoder",)
     short_name = "transcoder"
     label = "Transcoder (ReLU, L1)"
     knob = Knob("l1", "L1 coefficient", 5.0)
