@@ -44,7 +44,7 @@ GPT2_VOCAB = 50257  # GPT-2's real tokenizer
 _IDS = dict(pad_token_id=0, eos_token_id=1, bos_token_id=2)
 _TRANSFORMER = frozenset({"attention", "transformer_lrp"})
 _DENSE = _TRANSFORMER | {"mlp_neurons", "gated_mlp"}
-_REPLAYED = _DENSE | {"linear_replay"}  # Llama-style blocks: the attribution graph's linear replay models them exactly
+_REPLAYED = _DENSE | {"linear_replay"}  # Llama/Gemma-style blocks: the attribution graph's linear replay models them
 _SPARSE = _TRANSFORMER | {"experts", "gated_mlp"}
 _MOE = dict(num_experts_per_tok=2)
 
@@ -144,12 +144,12 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
                  "bos_token_id": 0}),
     _family("qwen3", hf.Qwen3Config, hf.Qwen3ForCausalLM, "llama", _REPLAYED, head_dim=8),  # per-head q/k norms
     _family("mistral", hf.MistralConfig, hf.MistralForCausalLM, "llama", _REPLAYED, sliding_window=4),
-    _family("gemma", hf.GemmaConfig, hf.GemmaForCausalLM, "gemma", _DENSE, gain_centre=0.0, head_dim=8),
+    _family("gemma", hf.GemmaConfig, hf.GemmaForCausalLM, "gemma", _REPLAYED, gain_centre=0.0, head_dim=8),
     _family("gemma2", hf.Gemma2Config, hf.Gemma2ForCausalLM, "gemma2", _DENSE, gain_centre=0.0, head_dim=8,
             query_pre_attn_scalar=8, sliding_window=4, final_logit_softcapping=3.0, attn_logit_softcapping=5.0),
     # (1 + w) RMSNorms, sandwich norms (the MLP's output is normalised before it joins the residual), q/k norms,
     # scaled embeddings, sliding window
-    _family("gemma3", hf.Gemma3TextConfig, hf.Gemma3ForCausalLM, "gemma", _DENSE, gain_centre=0.0,
+    _family("gemma3", hf.Gemma3TextConfig, hf.Gemma3ForCausalLM, "gemma", _REPLAYED, gain_centre=0.0,
             small={**_SMALL, "num_key_value_heads": 1, "head_dim": 16, "query_pre_attn_scalar": 16,
                    "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"], **_IDS},
             lrp={**_D16, "num_key_value_heads": 2, **_GEMMA3, **_IDS},

@@ -442,17 +442,21 @@ class ModelAdapter:
 
     def _replays_linearly(self) -> bool:
         """What the attribution graph's linear replay (interpscope.graphs.replay) models exactly: RMSNorm before
-        attention and a dense gated MLP, no norm on a sub-layer's output, a sequential residual, unscaled token
-        embeddings, and separate q/k/v/o projections (the frozen patterns are applied through v and o)."""
+        attention and a dense gated MLP, a sequential residual, separate q/k/v/o projections (the frozen patterns
+        are applied through v and o), token embeddings scaled by at most a constant (Gemma), norms on the
+        sub-layers' outputs frozen like the others (Gemma 3's sandwich norms; with an attention bias they are not
+        modelled), and logits that are not soft-capped (Gemma 2)."""
         if self.layout is None or not (self.n_layers and self.has_attention and self.has_mlp and self.gated_mlp):
             return False
-        if self.norm.centred or self.parallel_residual or self.scaled_embedding:
+        if self.norm.centred or self.parallel_residual or self.final_logit_softcap:
             return False
         if any(self.experts(layer) is not None for layer in range(self.n_layers)):  # a mixture of experts anywhere
             return False
-        if self.attention_output_norm(0) is not None or self.mlp_output_norm(0) is not None:
+        projections = self.attention_projections(0)
+        if set(projections) != {"q", "k", "v", "o"}:
             return False
-        return set(self.attention_projections(0)) == {"q", "k", "v", "o"}
+        biased = any(getattr(projections[name], "bias", None) is not None for name in ("v", "o"))
+        return not (biased and self.attention_output_norm(0) is not None)
 
     def describe(self) -> dict:
         """Facts for a model card."""

@@ -5,7 +5,9 @@ node per (layer, position), one embedding per position; the logit is a target on
 activation * W_dec[f] into the residual stream after its block's MLP; an error node writes
 mlp_out - sum_f activation_f W_dec[f] there (the transcoder's reconstruction error AND its decoder bias b_dec, a
 constant too: folded into the error so that every contribution to a pre-activation or the logit is a node);
-an embedding writes its token's embedding row at block 0's input.
+an embedding writes its token's embedding row (times the model's embedding scale) at block 0's input. A transcoder
+with a skip connection (W_skip) also writes mlp_in W_skip, which is linear in the residual stream: the replay
+carries it as a path (interpscope.graphs.replay.skip_backward), so it is in no node and the error node excludes it.
 
 A row (target) is the logit or an expanded feature: its entries are the direct effects v_s . g(layer_s, pos_s)
 from linear_backward, so row sum + b_enc[f] = the feature's pre-activation, and logit row sum (+ the model's
@@ -46,6 +48,11 @@ class Replacement:
     features: ActiveFeatures
     errors: torch.Tensor  # [L, T, d]
     sinks: list[int]  # positions measured (or put) as attention sinks: never ranked, never expanded
+    skips: list[torch.Tensor | None] | None = None  # per block: the transcoder's W_skip [d, d], or None
+
+    @property
+    def has_skips(self) -> bool:
+        return self.skips is not None and any(w is not None for w in self.skips)
 
     @property
     def n_features(self) -> int:
@@ -94,8 +101,15 @@ def _in_dtype(tc, dtype: torch.dtype):
     return copy.deepcopy(tc).to(dtype)
 
 
+def skip_matrix(tc, dtype: torch.dtype) -> torch.Tensor | None:
+    """A transcoder's skip connection W_skip [d_in, d_out] in the replay's dtype, or None (no skip)."""
+    W_skip = getattr(tc, "W_skip", None)
+    return None if W_skip is None else W_skip.detach().to(dtype)
+
+
 def replacement(run: FrozenRun, transcoders: list, sinks: list[int]) -> Replacement:
-    """Encode every block's MLP input with its transcoder; the error nodes are what the features do not write."""
+    """Encode every block's MLP input with its transcoder; the error nodes are what the features (and a skip
+    connection) do not write."""
     layers, positions, feats, acts, starts, padded = [], [], [], [], [0], []
     errors = []
     T = run.n_tokens
@@ -104,7 +118,11 @@ def replacement(run: FrozenRun, transcoders: list, sinks: list[int]) -> Replacem
         with torch.no_grad():
             active = tc.encode(run.mlp_in[layer])  # [T, width]
         W_dec = tc.W_dec.detach().to(run.dtype)
-        errors.append(run.mlp_out[layer] - active @ W_dec)
+        written = active @ W_dec
+        skip = skip_matrix(tc, run.dtype)
+        if skip is not None:
+            written = written + run.mlp_in[layer] @ skip
+        errors.append(run.mlp_out[layer] - written)
         pos, feat = torch.nonzero(active > 0, as_tuple=True)
         layers.append(torch.full_like(pos, layer))
         positions.append(pos)
@@ -119,7 +137,9 @@ def replacement(run: FrozenRun, transcoders: list, sinks: list[int]) -> Replacem
         starts.append(starts[-1] + int(pos.numel()))
     features = ActiveFeatures(torch.cat(layers), torch.cat(positions), torch.cat(feats), torch.cat(acts), starts,
                               padded)
-    return Replacement(run, list(transcoders), features, torch.stack(errors), sorted(sinks))
+    skips = [skip_matrix(tc, run.dtype) for tc in transcoders]
+    return Replacement(run, list(transcoders), features, torch.stack(errors), sorted(sinks),
+                       skips if any(w is not None for w in skips) else None)
 
 
 @dataclass
@@ -158,9 +178,10 @@ def compute_rows(rep: Replacement, reads: Reads) -> Rows:
     def at_embed(G: torch.Tensor) -> None:
         P = G.shape[1]
         start = rep.embedding_column(0)
-        weights[:, start:start + P] = torch.einsum("bpd,pd->bp", G, run.W_E[run.ids[:P]])
+        weights[:, start:start + P] = torch.einsum("bpd,pd->bp", G, run.embedding_rows(P))
 
-    linear_backward(run, reads, at_post, at_embed, at_mid if any(b is not None for b in run.attn_bias) else None)
+    linear_backward(run, reads, at_post, at_embed, at_mid if any(b is not None for b in run.attn_bias) else None,
+                    rep.skips)
     return Rows(weights.numpy(), bias.numpy())
 
 

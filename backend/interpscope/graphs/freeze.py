@@ -7,11 +7,12 @@ be imposed on a real forward pass separately, through interpscope.capture's scop
 passes only, and nothing here is kept after the pass):
 
 - "final_norm": the final RMSNorm divides by the clean run's rms per position (its scale frozen);
-- "norms": the same for every block's attention and MLP norm;
+- "norms": the same for every block's attention and MLP norm (and Gemma 3's norms on their outputs);
 - "attention": every attention pattern is the clean run's (the query and key projections return the clean run's
   outputs, so the scores and softmax are the clean ones; values still flow from the edited residual stream);
-- "mlps": every MLP is its transcoder plus the clean run's error (mlp_out - sum_i a_i W_dec[i]) at each position,
-  so features downstream of an edit respond through their ReLU and nothing else in the MLP does.
+- "mlps": every MLP (with its output norm, where there is one: the transcoder predicts `hook_mlp_out`) is its
+  transcoder plus the clean run's error (mlp_out - sum_i a_i W_dec[i] - a skip connection's mlp_in W_skip) at each
+  position, so features downstream of an edit respond through their ReLU (and the skip) and nothing else does.
 
 With all four, the forward pass IS the local replacement model; it differs from the graph's prediction only where
 a feature crosses its threshold (the prediction keeps the clean run's active set and lets active features go
@@ -90,14 +91,27 @@ def _constant(value: torch.Tensor) -> OutputHook:
     return hook
 
 
-def _transcoder_mlp(transcoder: Any, W_dec: torch.Tensor, error: torch.Tensor) -> OutputHook:
-    """An MLP replaced by its transcoder's features (ReLU live) plus the clean run's error node per position."""
+def _transcoder_mlp(transcoder: Any, W_dec: torch.Tensor, error: torch.Tensor,
+                    inputs: dict[str, torch.Tensor] | None = None) -> OutputHook:
+    """An MLP replaced by its transcoder's features (ReLU live), its skip connection if it has one, plus the clean
+    run's error node per position. inputs: where a pre-hook left the MLP's input when this hook sits on the MLP's
+    output norm (Gemma 3) rather than on the MLP itself."""
     def hook(module: Any, args: tuple, output: torch.Tensor) -> torch.Tensor:
-        x = args[0]  # differentiable (for a linearisation of this model); a plain readout runs without grad
+        # differentiable (for a linearisation of this model); a plain readout runs without grad
+        x = args[0] if inputs is None else inputs["x"]
         acts = transcoder.encode(x.to(transcoder.W_enc.dtype)).to(W_dec.dtype)
         rebuilt = acts @ W_dec.to(acts.device) + error[: x.shape[-2]].to(device=acts.device)
+        W_skip = getattr(transcoder, "W_skip", None)
+        if W_skip is not None:
+            rebuilt = rebuilt + x.to(W_dec.dtype) @ W_skip.to(device=acts.device, dtype=W_dec.dtype)
         return rebuilt.to(output.dtype)
     return hook
+
+
+def _keep_input(inputs: dict[str, torch.Tensor]) -> Callable[[Any, tuple, torch.Tensor], None]:
+    def read(module: Any, args: tuple, output: torch.Tensor) -> None:
+        inputs["x"] = args[0]
+    return read
 
 
 def clean_projections(lm: LoadedModel, ids: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -135,6 +149,12 @@ def frozen(lm: LoadedModel, run: FrozenRun, parts: Collection[str], *, errors: l
         if "norms" in parts:
             pairs.append((adapter.attention_norm(layer), _frozen_norm(run.attn_scale[layer], run.gamma_attn[layer])))
             pairs.append((adapter.mlp_norm(layer), _frozen_norm(run.mlp_scale[layer], run.gamma_mlp[layer])))
+            if run.attn_out_scale is not None and run.gamma_attn_out is not None:
+                pairs.append((adapter.attention_output_norm(layer),
+                              _frozen_norm(run.attn_out_scale[layer], run.gamma_attn_out[layer])))
+            if run.mlp_out_scale is not None and run.gamma_mlp_out is not None and "mlps" not in parts:
+                pairs.append((adapter.mlp_output_norm(layer),
+                              _frozen_norm(run.mlp_out_scale[layer], run.gamma_mlp_out[layer])))
         if "attention" in parts:
             if projections is None:
                 raise InterpscopeError("Freezing attention needs the clean run's query and key projections.")
@@ -144,7 +164,13 @@ def frozen(lm: LoadedModel, run: FrozenRun, parts: Collection[str], *, errors: l
         if "mlps" in parts:
             if transcoders is None or errors is None or W_dec is None:
                 raise InterpscopeError("Replacing the MLPs needs the transcoders and the clean run's error nodes.")
-            pairs.append((adapter.mlp(layer), _transcoder_mlp(transcoders[layer], W_dec[layer], errors[layer])))
+            output_norm = adapter.mlp_output_norm(layer)
+            if output_norm is None:
+                pairs.append((adapter.mlp(layer), _transcoder_mlp(transcoders[layer], W_dec[layer], errors[layer])))
+            else:  # the transcoder replaces the MLP and its output norm; it reads the MLP's input
+                inputs: dict[str, torch.Tensor] = {}
+                pairs.append((adapter.mlp(layer), _keep_input(inputs)))
+                pairs.append((output_norm, _transcoder_mlp(transcoders[layer], W_dec[layer], errors[layer], inputs)))
     with ExitStack() as stack:
         if pairs:
             stack.enter_context(scoped(pairs, role="edit"))

@@ -51,6 +51,7 @@ import torch
 
 from interpscope.capture import EditFn
 from interpscope.config import InterpscopeError
+from interpscope.graphs.engine import skip_matrix
 from interpscope.graphs.freeze import check_parts, clean_projections, frozen, readout_parts
 from interpscope.graphs.grouping import pick_features
 from interpscope.graphs.replay import FrozenRun, attention_forward, record
@@ -152,6 +153,7 @@ class GraphRun:
         dtype = self.run.dtype
         self.W_enc = [tc.W_enc.detach().to("cpu", dtype) for tc in transcoders.transcoders]
         self.W_dec = [tc.W_dec.detach().to("cpu", dtype) for tc in transcoders.transcoders]
+        self.skips = [skip_matrix(tc, dtype) for tc in transcoders.transcoders]  # skip transcoders' W_skip, or None
         with torch.no_grad():
             self.acts = [tc.encode(self.run.mlp_in[layer].to(tc.W_enc.dtype)).to("cpu", dtype)
                          for layer, tc in enumerate(transcoders.transcoders)]
@@ -224,9 +226,10 @@ class GraphRun:
     def final_delta(self, interventions: Sequence[Sequence[dict[str, Any]]], factor: float,
                     direct_only: bool = False, skips: Sequence[torch.Tensor] | None = None) -> torch.Tensor:
         """The graph's predicted change of the final residual stream at the last position [B, d] (before the final
-        norm), per intervention: what `predicted` reads the logit from. skips: per layer a linear map [d, d] from
-        the MLP's normed input to its output added to the transcoder's (a skip transcoder's W_skip; for probes
-        such as bench/graph_skip_probe.py, not the graph's own prediction)."""
+        norm), per intervention: what `predicted` reads the logit from. A skip transcoder's own W_skip is part of
+        the replacement model (a linear path); skips: per layer a further linear map [d, d] from the MLP's normed
+        input to its output added to the transcoder's (for probes such as bench/graph_skip_probe.py, not the
+        graph's own prediction)."""
         run = self.run
         B, T = len(interventions), run.n_tokens
         dx = torch.zeros(B, T, run.W_E.shape[1], dtype=run.dtype)
@@ -240,6 +243,8 @@ class GraphRun:
                         dact[row, int(node["position"]), int(node["feature"])] += (factor - 1.0) * float(
                             node["activation"])
             dx = dx + dact @ self.W_dec[layer]
+            if self.skips[layer] is not None:
+                dx = dx + normed @ self.skips[layer]
             if skips is not None:
                 dx = dx + normed @ skips[layer].to(run.dtype)
         return dx[:, -1]
@@ -288,8 +293,9 @@ class GraphRun:
         if "attention" in parts and self._projections is None:
             self._projections = clean_projections(self.lm, graph_input_ids(self.lm, self.graph))
         if "mlps" in parts and self._errors is None:
-            self._errors = [self.run.mlp_out[layer] - acts @ W for layer, (acts, W) in
-                            enumerate(zip(self.acts, self.W_dec, strict=True))]
+            self._errors = [self.run.mlp_out[layer] - acts @ W - (0 if skip is None else self.run.mlp_in[layer] @ skip)
+                            for layer, (acts, W, skip) in enumerate(zip(self.acts, self.W_dec, self.skips,
+                                                                        strict=True))]
         return frozen(self.lm, self.run, parts, errors=self._errors, transcoders=self.transcoders, W_dec=self.W_dec,
                       projections=self._projections)
 
@@ -657,14 +663,19 @@ def _writes(run: FrozenRun, transcoders: Any, node: dict[str, Any]) -> torch.Ten
         tc = transcoders[int(node["layer"])]
         return float(node["activation"]) * tc.W_dec[int(node["feature"])].detach().to(run.dtype)
     if kind == "embedding":
-        return run.W_E[int(run.ids[position])]
+        return run.embedding_rows(position + 1)[position]
     if kind == "error":
         layer = int(node["layer"])
         tc = transcoders[layer]
+        x_in = run.mlp_in[layer][position:position + 1]
         with torch.no_grad():
-            # the engine's error node: mlp_out - sum_i a_i W_dec[i] (it holds b_dec, so the sums are exact)
-            rebuilt = tc.encode(run.mlp_in[layer][position:position + 1].to(tc.W_enc.dtype)) @ tc.W_dec
-        return run.mlp_out[layer][position] - rebuilt[0].to(run.dtype)
+            # the engine's error node: mlp_out - sum_i a_i W_dec[i] (it holds b_dec, so the sums are exact) - the
+            # skip connection's mlp_in W_skip (a linear path of the replay, not a node)
+            rebuilt = (tc.encode(x_in.to(tc.W_enc.dtype)) @ tc.W_dec).to(run.dtype)
+        skip = skip_matrix(tc, run.dtype)
+        if skip is not None:
+            rebuilt = rebuilt + x_in @ skip
+        return run.mlp_out[layer][position] - rebuilt[0]
     raise InterpscopeError(f"{node['id']} writes nothing into the residual stream (a {kind} node).")
 
 
@@ -687,6 +698,8 @@ def head_parts(run: FrozenRun, layer: int, position: int, write: torch.Tensor, q
     values = (run.W_V[layer] @ x).view(run.n_kv_heads, run.d_head)
     values = values.repeat_interleave(run.n_heads // run.n_kv_heads, dim=0)  # grouped-query: heads share values
     outputs = torch.einsum("hk,dhk->hd", values, run.W_O[layer].view(-1, run.n_heads, run.d_head))
+    if run.attn_out_scale is not None and run.gamma_attn_out is not None:  # the sandwich norm at the query, frozen
+        read = read * run.attn_out_scale[layer, query] * run.gamma_attn_out[layer]
     return run.patterns[layer][:, query, position] * (outputs @ read)
 
 

@@ -26,12 +26,24 @@ from interpscope.relevance.methods import get_method
 from interpscope.relevance.targets import Target
 
 
-def _splice(acts: torch.Tensor, W_dec: torch.Tensor, error: torch.Tensor, dtype: torch.dtype
+def _splice(acts: torch.Tensor, W_dec: torch.Tensor, error: torch.Tensor, dtype: torch.dtype,
+            skip: tuple[torch.Tensor, dict[str, torch.Tensor]] | None = None
             ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The edit of one MLP output: features x W_dec + error node (the same value, the MLP's own path cut)."""
+    """The edit of one MLP output: features x W_dec + error node (the same value, the MLP's own path cut), plus a
+    skip connection's live mlp_in W_skip (skip: W_skip and where the MLP-input hook left mlp_in): a linear path
+    the relevance follows, as the replay does."""
     def edit(x: torch.Tensor) -> torch.Tensor:
-        return (acts @ W_dec + error).to(dtype)[None]
+        out = acts @ W_dec + error
+        if skip is not None:
+            out = out + skip[1]["x"][0].to(out.dtype) @ skip[0]
+        return out.to(dtype)[None]
     return edit
+
+
+def _keep(inputs: dict[str, torch.Tensor]) -> Callable[[torch.Tensor], None]:
+    def read(x: torch.Tensor) -> None:
+        inputs["x"] = x
+    return read
 
 
 class _FeatureRead:
@@ -71,8 +83,13 @@ def lrp_row(lm, rep: Replacement, ids: torch.Tensor, method: str, *, token_id: i
         acts = dense.to(lm.device).requires_grad_(True)
         error = rep.errors[layer].to(lm.device).requires_grad_(True)
         leaves[f"features.{layer}"], leaves[f"error.{layer}"] = acts, error
+        skip = None
+        if rep.skips is not None and rep.skips[layer] is not None:
+            inputs: dict[str, torch.Tensor] = {}
+            edits.append((f"blocks.{layer}.mlp.hook_in", _keep(inputs)))
+            skip = (rep.skips[layer].to(lm.device), inputs)
         edits.append((f"blocks.{layer}.hook_mlp_out", _splice(acts, rep.decoder(layer).to(lm.device), error,
-                                                               model_dtype)))
+                                                               model_dtype, skip)))
     explained: Target | _FeatureRead = Target(run.n_tokens - 1, int(token_id or 0))
     if column is not None:
         explained = _FeatureRead(rep, column)

@@ -12,7 +12,13 @@ LINEAR:
     pre(f at L, p) = (s_m[L, p] * gamma_m * resid_mid[L, p]) . W_enc[:, f] + b_enc[f]
     logit = (s_f[T-1] * gamma_f * resid_final[T-1]) . W_U[:, token] (+ b_U[token])
 
-where c_L is the attention's constant bias (a value or output bias, Qwen2; none for Llama). `linear_backward` runs
+where c_L is the attention's constant bias (a value or output bias, Qwen2; none for Llama). Gemma 3's sandwich
+norms are frozen the same way: a norm on the attention's output multiplies it by s_o[L, p] * gamma_o (its 1/rms from
+the real run), and a norm on the MLP's output is part of what a transcoder predicts (`hook_mlp_out` is the norm's
+output). Scaled token embeddings (Gemma: sqrt(d_model)) enter as embed_scale * W_E[token]. A transcoder with a skip
+connection (W_skip, Gemma Scope 2's affine transcoders) adds mlp_in[L] W_skip: a LINEAR path from resid_mid[L] to
+resid_pre[L + 1] through the frozen MLP norm, which the replay carries (`skips`) instead of folding it into the error.
+`linear_backward` runs
 the transpose of that map for a batch of read directions at once ([B, T, d] gradients, GQA aware) over the
 model's weights, calling back at each layer with the gradient at the point where that layer's MLP writes; an edge
 from a source written at (layer, position) with vector v is v . g there. `replay_forward` is the same model run
@@ -20,7 +26,7 @@ forwards (autograd checks the backward against it; it also proves the replay rep
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -56,6 +62,11 @@ class FrozenRun:
     n_heads: int
     n_kv_heads: int
     d_head: int
+    embed_scale: float = 1.0  # the residual stream starts at embed_scale * W_E[token] (Gemma: sqrt(d_model))
+    attn_out_scale: torch.Tensor | None = None  # [L, T] 1/rms of the attention's raw output (sandwich norm)
+    gamma_attn_out: list[torch.Tensor] | None = None
+    mlp_out_scale: torch.Tensor | None = None  # [L, T] 1/rms of the MLP's raw output (sandwich norm; freeze only)
+    gamma_mlp_out: list[torch.Tensor] | None = None
 
     @property
     def n_layers(self) -> int:
@@ -69,21 +80,26 @@ class FrozenRun:
     def dtype(self) -> torch.dtype:
         return self.resid_final.dtype
 
+    def embedding_rows(self, positions: int | None = None) -> torch.Tensor:
+        """What each position's token embedding writes into the residual stream [P, d] (embed_scale folded in)."""
+        rows = self.W_E[self.ids[:positions]]
+        return rows if self.embed_scale == 1.0 else rows * self.embed_scale
+
     def logit_direction(self, token_id: int) -> torch.Tensor:
         """The read direction of a logit at the final residual of the last position: s_f * gamma_f * W_U[:, t]."""
         return self.final_scale[-1] * self.gamma_final * self.W_U[:, token_id]
 
 
 def check_architecture(adapter) -> None:
-    """Refuse what the linear replay does not model: the adapter must declare 'linear_replay' (a Llama-style block:
-    RMSNorm before attention and MLP, no sandwich norms, sequential residual, unscaled token embeddings; see
-    ModelAdapter.capabilities)."""
+    """Refuse what the linear replay does not model: the adapter must declare 'linear_replay' (a Llama- or Gemma-
+    style block: RMSNorm before attention and MLP, optional sandwich norms, sequential residual, separate q/k/v/o,
+    no soft-capped logits; see ModelAdapter.capabilities)."""
     if "linear_replay" not in adapter.capabilities():
-        why = ("sandwich norms (a norm on a block's output)" if adapter.n_layers and adapter.layout is not None and
-               (adapter.attention_output_norm(0) is not None or adapter.mlp_output_norm(0) is not None)
+        why = ("its logits are soft-capped (cap * tanh(logit / cap)), which no linear graph reproduces"
+               if getattr(adapter, "final_logit_softcap", None)
                else "its blocks are not Llama-style (RMSNorm, gated MLP, sequential residual, separate q/k/v/o)")
-        raise InterpscopeError(f"Attribution graphs need a Llama-style model (RMSNorm, gated MLP, sequential "
-                               f"residual); {adapter.family} models are not supported: {why}.")
+        raise InterpscopeError(f"Attribution graphs need a Llama- or Gemma-3-style model (RMSNorm, gated MLP, "
+                               f"sequential residual); {adapter.family} models are not supported: {why}.")
 
 
 def _scale(adapter, module, x: torch.Tensor) -> torch.Tensor:
@@ -121,6 +137,8 @@ def _kv_heads(adapter) -> int:
 
 def record(lm, ids: torch.Tensor) -> FrozenRun:
     """One real forward pass of ids [1, T] with read hooks (the caller holds the model's lock)."""
+    from interpscope.capture import scoped
+
     adapter = lm.adapter
     check_architecture(adapter)
     n = adapter.n_layers
@@ -131,10 +149,21 @@ def record(lm, ids: torch.Tensor) -> FrozenRun:
             seen[name] = x.detach()[0]
         return read
 
+    def keep_input(name: str):
+        def read(module, args, output) -> None:
+            seen[name] = args[0].detach()[0]
+        return read
+
     names = [f"blocks.{L}.{point}" for L in range(n)
              for point in ("hook_resid_pre", "hook_resid_mid", "mlp.hook_in", "hook_mlp_out")]
     names.append(f"blocks.{n - 1}.hook_resid_post")
-    with torch.no_grad(), hooks(adapter, {name: keep(name) for name in names}, role="read"):
+    sandwich = adapter.attention_output_norm(0) is not None
+    # the raw sub-layer outputs, read where their output norms take them (sandwich norms only)
+    raw = [(norm, keep_input(f"{which}.{L}")) for L in range(n) if sandwich
+           for which, norm in (("attn_raw", adapter.attention_output_norm(L)), ("mlp_raw", adapter.mlp_output_norm(L)))
+           if norm is not None]
+    with torch.no_grad(), hooks(adapter, {name: keep(name) for name in names}, role="read"), \
+            scoped(raw, role="read"):
         out = adapter.model(input_ids=ids, output_attentions=True, use_cache=False)
     attentions = getattr(out, "attentions", None)
     if not attentions or any(a is None for a in attentions):
@@ -149,11 +178,18 @@ def record(lm, ids: torch.Tensor) -> FrozenRun:
     resid_final = seen[f"blocks.{n - 1}.hook_resid_post"].to("cpu", dtype)
     d = adapter.d_model
     W_E = adapter.W_E().detach().to("cpu", dtype)
-    if not torch.allclose(resid_pre[0], W_E[ids[0].cpu()], rtol=1e-4, atol=1e-6):
-        raise InterpscopeError("This model scales or shifts its token embeddings; attribution graphs need the plain "
-                               "embedding rows as the first residual stream.")
+    embed_scale = _embed_scale(W_E[ids[0].cpu()], resid_pre[0])
     projections = [adapter.attention_projections(L) for L in range(n)]
     b_U = adapter.b_U()
+
+    def output_norm(which: str, module_of) -> tuple[torch.Tensor | None, list[torch.Tensor] | None]:
+        if not sandwich or module_of(0) is None:
+            return None, None
+        scales = torch.stack([_scale(adapter, module_of(L), seen[f"{which}.{L}"].to("cpu", dtype)) for L in range(n)])
+        return scales, [_gamma(adapter, module_of(L), d, dtype) for L in range(n)]
+
+    attn_out_scale, gamma_attn_out = output_norm("attn_raw", adapter.attention_output_norm)
+    mlp_out_scale, gamma_mlp_out = output_norm("mlp_raw", adapter.mlp_output_norm)
     return FrozenRun(
         ids=ids[0].cpu(), resid_pre=resid_pre, resid_mid=resid_mid, mlp_in=rows("mlp.hook_in"),
         mlp_out=rows("hook_mlp_out"), resid_final=resid_final,
@@ -170,7 +206,18 @@ def record(lm, ids: torch.Tensor) -> FrozenRun:
         W_E=W_E, W_U=adapter.W_U().detach().to("cpu", dtype),
         b_U=None if b_U is None else b_U.detach().to("cpu", dtype),
         logits=out.logits[0, -1].detach().to("cpu", dtype), n_heads=adapter.n_heads, n_kv_heads=_kv_heads(adapter),
-        d_head=adapter.d_head)
+        d_head=adapter.d_head, embed_scale=embed_scale, attn_out_scale=attn_out_scale, gamma_attn_out=gamma_attn_out,
+        mlp_out_scale=mlp_out_scale, gamma_mlp_out=gamma_mlp_out)
+
+
+def _embed_scale(rows: torch.Tensor, first: torch.Tensor) -> float:
+    """The constant the model multiplies its token embeddings by (1 for most; sqrt(d_model) for Gemma), measured
+    from the run (the least-squares factor, then checked row by row); refuse anything that is not one constant."""
+    scale = float((rows * first).sum() / rows.pow(2).sum().clamp_min(1e-30))
+    if not torch.allclose(first, rows * scale, rtol=1e-4, atol=1e-6 * max(1.0, abs(scale))):
+        raise InterpscopeError("This model shifts its token embeddings or mixes other inputs into the first residual "
+                               "stream; attribution graphs need the embedding rows (times a constant at most).")
+    return 1.0 if abs(scale - 1.0) < 1e-6 else scale
 
 
 # --- the linear map and its transpose -------------------------------------------------------------------------------
@@ -182,12 +229,17 @@ def attention_forward(run: FrozenRun, layer: int, x: torch.Tensor) -> torch.Tens
     v = (normed @ run.W_V[layer].T).unflatten(-1, (run.n_kv_heads, run.d_head))  # [..., P, KV, dh]
     v = v.repeat_interleave(run.n_heads // run.n_kv_heads, dim=-2)  # [..., P, H, dh]
     z = torch.einsum("hqk,...khd->...qhd", run.patterns[layer][:, :P, :P], v)
-    return z.flatten(-2) @ run.W_O[layer].T
+    out = z.flatten(-2) @ run.W_O[layer].T
+    if run.attn_out_scale is not None and run.gamma_attn_out is not None:  # the sandwich norm, frozen
+        out = out * (run.attn_out_scale[layer, :P, None] * run.gamma_attn_out[layer])
+    return out
 
 
 def attention_backward(run: FrozenRun, layer: int, grad: torch.Tensor) -> torch.Tensor:
     """The transpose of attention_forward: grad [B, P, d] at its output -> the gradient at its input x."""
     B, P, _ = grad.shape
+    if run.attn_out_scale is not None and run.gamma_attn_out is not None:  # the sandwich norm, frozen
+        grad = grad * (run.attn_out_scale[layer, :P, None] * run.gamma_attn_out[layer])
     dz = (grad @ run.W_O[layer]).view(B, P, run.n_heads, run.d_head)
     dv = torch.einsum("hqk,bqhd->bkhd", run.patterns[layer][:, :P, :P], dz)
     group = run.n_heads // run.n_kv_heads
@@ -212,14 +264,22 @@ class Reads:
 SourceFn = Callable[[int, torch.Tensor], None]
 
 
+def skip_backward(run: FrozenRun, layer: int, grad: torch.Tensor, W_skip: torch.Tensor) -> torch.Tensor:
+    """The transpose of a skip connection mlp_in[L] W_skip (mlp_in = frozen MLP norm of resid_mid[L]): the gradient
+    at resid_post[L] [B, P, d] -> its part at resid_mid[L] through the skip."""
+    P = grad.shape[1]
+    return (grad @ W_skip.T.to(grad.dtype)) * (run.mlp_scale[layer, :P, None] * run.gamma_mlp[layer])
+
+
 def linear_backward(run: FrozenRun, reads: Reads, at_post: SourceFn, at_embed: Callable[[torch.Tensor], None],
-                    at_mid: SourceFn | None = None) -> None:
+                    at_mid: SourceFn | None = None, skips: Sequence[torch.Tensor | None] | None = None) -> None:
     """The gradient of every read w.r.t. the residual stream, one pass for the batch, top block down.
 
     at_post(L, G): G [B, P, d] is the gradient at resid_post[L] (where block L's MLP writes: its features and error
     node), before the reads of block L are injected; at_mid(L, G): at resid_mid[L] (where block L's attention writes
     its constant bias); at_embed(G): at the embeddings. P = 1 + the largest read position (causality: nothing later
-    moves a read). MLP paths are cut: their outputs are constants of the replacement model."""
+    moves a read). MLP paths are cut: their outputs are constants of the replacement model, except a
+    transcoder's skip connection (skips[L]: W_skip [d, d] or None), a linear path the gradient follows."""
     n = run.n_layers
     P = max(reads.positions) + 1
     top = max(reads.layers)
@@ -236,6 +296,8 @@ def linear_backward(run: FrozenRun, reads: Reads, at_post: SourceFn, at_embed: C
     inject(n)
     for layer in range(min(top, n - 1), -1, -1):
         at_post(layer, G)
+        if skips is not None and skips[layer] is not None:
+            G = G + skip_backward(run, layer, G, skips[layer])
         inject(layer)
         if at_mid is not None:
             at_mid(layer, G)
@@ -243,15 +305,21 @@ def linear_backward(run: FrozenRun, reads: Reads, at_post: SourceFn, at_embed: C
     at_embed(G)
 
 
-def replay_forward(run: FrozenRun, embeds: torch.Tensor, mlp_out: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The replacement model forwards from residual rows embeds [T, d] with the MLP outputs given as constants:
-    the residual stream at every point, [resid_pre[0], resid_mid[0], resid_pre[1], ..., resid_final]."""
+def replay_forward(run: FrozenRun, embeds: torch.Tensor, mlp_out: list[torch.Tensor],
+                   skips: Sequence[torch.Tensor | None] | None = None) -> list[torch.Tensor]:
+    """The replacement model forwards from residual rows embeds [T, d] with the MLP outputs given as constants
+    (plus each skip connection's mlp_in W_skip, linear in the residual stream): the residual stream at every
+    point, [resid_pre[0], resid_mid[0], resid_pre[1], ..., resid_final]."""
     points = [embeds]
     x = embeds
     for layer in range(run.n_layers):
         bias = run.attn_bias[layer]
         x = x + attention_forward(run, layer, x) + (0 if bias is None else bias)
         points.append(x)
+        skip = None if skips is None else skips[layer]
+        if skip is not None:
+            P = x.shape[-2]
+            x = x + (x * (run.mlp_scale[layer, :P, None] * run.gamma_mlp[layer])) @ skip.to(x.dtype)
         x = x + mlp_out[layer]
         points.append(x)
     return points
