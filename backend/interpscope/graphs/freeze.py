@@ -142,7 +142,7 @@ def frozen(lm: LoadedModel, run: FrozenRun, parts: Collection[str], *, errors: l
     in registration order, so an edit then acts on the transcoder's output."""
     check_parts(parts)
     adapter: Any = lm.adapter
-    pairs: list[tuple[Any, OutputHook]] = []
+    pairs: list[tuple[Any, Callable[[Any, tuple, torch.Tensor], Any]]] = []
     if "final_norm" in parts:
         pairs.append((adapter.final_norm(), _frozen_norm(run.final_scale, run.gamma_final)))
     for layer in range(run.n_layers):

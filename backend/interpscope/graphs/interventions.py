@@ -243,8 +243,9 @@ class GraphRun:
                         dact[row, int(node["position"]), int(node["feature"])] += (factor - 1.0) * float(
                             node["activation"])
             dx = dx + dact @ self.W_dec[layer]
-            if self.skips[layer] is not None:
-                dx = dx + normed @ self.skips[layer]
+            own_skip = self.skips[layer]
+            if own_skip is not None:
+                dx = dx + normed @ own_skip
             if skips is not None:
                 dx = dx + normed @ skips[layer].to(run.dtype)
         return dx[:, -1]

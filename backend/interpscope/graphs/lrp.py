@@ -84,10 +84,11 @@ def lrp_row(lm, rep: Replacement, ids: torch.Tensor, method: str, *, token_id: i
         error = rep.errors[layer].to(lm.device).requires_grad_(True)
         leaves[f"features.{layer}"], leaves[f"error.{layer}"] = acts, error
         skip = None
-        if rep.skips is not None and rep.skips[layer] is not None:
+        W_skip = None if rep.skips is None else rep.skips[layer]
+        if W_skip is not None:
             inputs: dict[str, torch.Tensor] = {}
             edits.append((f"blocks.{layer}.mlp.hook_in", _keep(inputs)))
-            skip = (rep.skips[layer].to(lm.device), inputs)
+            skip = (W_skip.to(lm.device), inputs)
         edits.append((f"blocks.{layer}.hook_mlp_out", _splice(acts, rep.decoder(layer).to(lm.device), error,
                                                                model_dtype, skip)))
     explained: Target | _FeatureRead = Target(run.n_tokens - 1, int(token_id or 0))

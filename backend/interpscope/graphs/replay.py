@@ -296,8 +296,9 @@ def linear_backward(run: FrozenRun, reads: Reads, at_post: SourceFn, at_embed: C
     inject(n)
     for layer in range(min(top, n - 1), -1, -1):
         at_post(layer, G)
-        if skips is not None and skips[layer] is not None:
-            G = G + skip_backward(run, layer, G, skips[layer])
+        skip = None if skips is None else skips[layer]
+        if skip is not None:
+            G = G + skip_backward(run, layer, G, skip)
         inject(layer)
         if at_mid is not None:
             at_mid(layer, G)
