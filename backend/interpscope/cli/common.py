@@ -28,15 +28,19 @@ def load_model_for_sae(args: argparse.Namespace, sae, load=load_from_args):
     """--model, or else the model the SAE's cfg.json names (a Hugging Face id of a bundled model reads as that
     bundled model); a named model that cannot be loaded gets a message pointing at --model. `load` is the
     command's own loader (load_from_args)."""
+    from interpscope.sae.releases import check_sae_model
+
     if args.model is not None:
+        check_sae_model(sae, args.model)  # a released dictionary of another model: refused naming both
         return load(args)
     args.model = sae.cfg.model_name or DEFAULT_MODEL
     try:
-        return load(args)
+        loaded = load(args)
     except InterpscopeError as err:
         raise InterpscopeError(f"The SAE's cfg.json names the model {args.model!r}, which could not be loaded "
                                f"({err}). Give the model it reads with --model (a bundled name such as "
                                f"{DEFAULT_MODEL}, a local folder or a Hugging Face id).") from None
+    return loaded
 
 
 def read_input_bytes(path: str, flag: str = "--file") -> bytes:
@@ -318,16 +322,28 @@ def write_figure(figure, path: str | Path, fmt: str, scale: float = 2.0) -> Path
 
 # --- SAE folders --------------------------------------------------------------------------------------------------
 def sae_folder(value: str) -> str:
-    """An `--sae` value (argparse type of every option naming an SAE folder): an SAE folder as given, or a run folder
-    holding exactly one SAE folder (e.g. `sae train --out DIR` writes DIR/<arch>-<width>-...): that one, said on
-    stderr. A folder holding several SAEs, or none, is refused naming the SAE folders inside. Anything else (a file,
-    a missing path, a folder with a cfg.json or weights, pickles) goes on as given for the SAE loader to judge."""
+    """An `--sae` value (argparse type of every option naming an SAE folder): a released dictionary RELEASE/SAE_ID
+    (interpscope.sae.releases: resolved through the Hugging Face cache), a folder in a released format (read into an
+    SAE folder once), an SAE folder as given, or a run folder holding exactly one SAE folder (e.g. `sae train --out
+    DIR` writes DIR/<arch>-<width>-...): that one, said on stderr. A folder holding several SAEs, or none, is refused
+    naming the SAE folders inside. Anything else (a file, a missing path, a folder with a cfg.json or weights,
+    pickles) goes on as given for the SAE loader to judge."""
+    from interpscope.sae import releases
     from interpscope.sae.folder import CFG_FILE, PICKLE_SUFFIXES, WEIGHTS_FILE
+    from interpscope.sae.formats import detect_format
 
+    if releases.looks_like_release(value):
+        folder = releases.resolve(value)
+        print(f"interpscope: {value} is a released dictionary; using {folder}", file=sys.stderr)
+        return str(folder)
     path = Path(value).expanduser()
     try:
         if not path.is_dir() or (path / CFG_FILE).exists() or (path / WEIGHTS_FILE).exists():
             return value
+        if detect_format(path) is not None:
+            folder = releases.import_folder(path)
+            print(f"interpscope: {value} is a released dictionary's folder; read into {folder}", file=sys.stderr)
+            return str(folder)
         entries = sorted(path.iterdir())
         if any(entry.suffix.lower() in PICKLE_SUFFIXES for entry in entries):
             return value  # the loader names (and refuses) the pickle

@@ -88,22 +88,36 @@ def load_sae(path: str | Path, dtype: str | torch.dtype | None = "float32") -> S
         pickles = [p for p in folder.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES]
         if pickles:
             _refuse_pickle(pickles[0])
-        raise InterpscopeError(f"{folder} is not an SAE folder: it needs {CFG_FILE} and {WEIGHTS_FILE}.")
+        from interpscope.sae.formats import detect_format
+
+        released = detect_format(folder)
+        if released is not None:  # a released dictionary's own layout (Gemma Scope, Llama Scope, ...)
+            return released.load(folder, dtype=dtype)
+        raise InterpscopeError(f"{folder} is not an SAE folder: it needs {CFG_FILE} and {WEIGHTS_FILE} (or the "
+                               "files of a released format Interpscope reads: see interpscope.sae.formats).")
     try:
         raw = json.loads((folder / CFG_FILE).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise InterpscopeError(f"{folder / CFG_FILE} is not valid JSON ({err}).") from None
     if not isinstance(raw, dict):
         raise InterpscopeError(f"{folder / CFG_FILE} must hold a JSON object.")
-    cls, cfg = read_config(raw)
+    read_config(raw)  # a cfg.json Interpscope cannot read is refused before the weights are opened
     try:
         tensors = load_file(str(folder / WEIGHTS_FILE))
     except (SafetensorError, OSError) as err:
         raise InterpscopeError(f"{folder / WEIGHTS_FILE} is not a readable safetensors file ({err}).") from None
+    return sae_from_parts(raw, tensors, folder, dtype)
+
+
+def sae_from_parts(raw: dict, tensors: dict[str, torch.Tensor], folder: Path | str,
+                   dtype: str | torch.dtype | None = "float32", weights_file: str = WEIGHTS_FILE) -> SparseAutoencoder:
+    """An SAE from a cfg.json's content and its tensors in the common library's names (what a folder holds, or what
+    a released format's reader (interpscope.sae.formats) made of its files); every check of load_sae applies."""
+    cls, cfg = read_config(raw)
     for name, tensor in tensors.items():
-        check_finite(tensor, name, folder / WEIGHTS_FILE)
+        check_finite(tensor, name, Path(folder) / weights_file)
     if "W_enc" not in tensors:
-        raise InterpscopeError(f"{WEIGHTS_FILE} lacks W_enc (it has {', '.join(sorted(tensors)) or 'nothing'}).")
+        raise InterpscopeError(f"{weights_file} lacks W_enc (it has {', '.join(sorted(tensors)) or 'nothing'}).")
     stored = tensors["W_enc"].dtype
     target = stored if dtype is None else DTYPES[dtype] if isinstance(dtype, str) else dtype
     expected = cls.tensor_shapes(cfg)
@@ -116,7 +130,7 @@ def load_sae(path: str | Path, dtype: str | torch.dtype | None = "float32") -> S
         raise InterpscopeError(f"{folder}: {err}") from None
     missing = [name for name in expected if name not in tensors]
     if missing:
-        raise InterpscopeError(f"{WEIGHTS_FILE} lacks {', '.join(missing)} needed by a {cls.label} SAE "
+        raise InterpscopeError(f"{weights_file} lacks {', '.join(missing)} needed by a {cls.label} SAE "
                                f"(it has {', '.join(sorted(tensors))}).")
     for name, shape in expected.items():
         if tuple(tensors[name].shape) != shape:
@@ -125,7 +139,7 @@ def load_sae(path: str | Path, dtype: str | torch.dtype | None = "float32") -> S
                 f"d_sae={cfg.d_sae}) implies {shape}.")
     unused = sorted(set(tensors) - set(expected))
     if unused:
-        raise InterpscopeError(f"{WEIGHTS_FILE} holds {', '.join(unused)}, which a {cls.label} SAE does not use; "
+        raise InterpscopeError(f"{weights_file} holds {', '.join(unused)}, which a {cls.label} SAE does not use; "
                                "Interpscope refuses to drop weights silently (remove them if they mean nothing).")
     sae = cls(cfg, dtype=target, seed=None)
     with torch.no_grad():
@@ -177,4 +191,4 @@ def check_compatible(sae: SparseAutoencoder, adapter, hook_name: str | None = No
     return hook
 
 
-__all__ = ["save_sae", "load_sae", "check_compatible", "check_finite", "hook_width", "sae_model_name"]
+__all__ = ["save_sae", "load_sae", "sae_from_parts", "check_compatible", "check_finite", "hook_width", "sae_model_name"]
