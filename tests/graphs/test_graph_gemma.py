@@ -150,3 +150,48 @@ def test_edge_heads_sum_to_the_replays_effect_through_the_output_norm(gemma):
     assert split.residual == 0.0
     assert split.one_hop_total == pytest.approx(one_hop, rel=1e-9, abs=1e-12)
     assert abs(one_hop) > 1e-6
+
+
+def _jumprelu_skip_set(lm, width: int = 24, seed: int = 0):
+    """A set of JumpReLU transcoders with skip connections (the Gemma Scope 2 affine form), random but with some
+    features firing on TEXT."""
+    from interpscope.sae.transcoder_set import TranscoderSet, new_transcoder
+
+    generator = torch.Generator().manual_seed(seed)
+    transcoders = []
+    for layer in range(lm.adapter.n_layers):
+        tc = new_transcoder(lm, layer, width, seed=seed + layer, architecture="jumprelu_transcoder", skip=True)
+        tc.double()
+        with torch.no_grad():
+            tc.W_enc.normal_(0.0, 0.5, generator=generator)
+            tc.b_enc.normal_(0.0, 0.2, generator=generator)
+            tc.threshold.uniform_(0.0, 0.3, generator=generator)
+            tc.b_dec.normal_(0.0, 0.05, generator=generator)
+            tc.W_skip.normal_(0.0, 0.1, generator=generator)
+        transcoders.append(tc.eval())
+    return TranscoderSet(lm.name, transcoders)
+
+
+def test_a_jumprelu_skip_set_in_gemma_scope_2_layout_round_trips_into_the_same_graph(gemma, tmp_path):
+    from interpscope.sae.transcoder_set import load_transcoder_set, save_transcoder_set
+
+    lm, _ = gemma
+    tset = _jumprelu_skip_set(lm)
+    folder = save_transcoder_set(tset, tmp_path / "set", dtype="float32", layout="gemma_scope_2",
+                                 hf_model_id="google/gemma-3-270m")
+    first = folder / "transcoder_all" / "layer_0_width_24_l0_small_affine"
+    assert (first / "params.safetensors").is_file() and (first / "config.json").is_file()
+    loaded = load_transcoder_set(folder, dtype="float64", lm=lm)
+    assert type(loaded[0]).__name__ == "JumpReLUTranscoder" and loaded[0].skip
+    x = torch.randn(5, lm.adapter.d_model, dtype=torch.float64)
+    for mine, back in zip(tset.transcoders, loaded.transcoders, strict=True):
+        torch.testing.assert_close(back.encode(x), mine.encode(x), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(back.W_skip, mine.W_skip.float().double(), rtol=0, atol=0)
+    built = build_graph(lm, loaded, TEXT, max_feature_nodes=10_000, node_budget=10_000, edge_budget=10**6,
+                        lrp=None)
+    assert built.n_active_features > 0
+    assert built.logit_inputs_sum == pytest.approx(built.logit, rel=1e-6, abs=1e-9)
+    original = build_graph(lm, tset, TEXT, max_feature_nodes=10_000, node_budget=10_000, edge_budget=10**6,
+                           lrp=None)
+    assert built.n_active_features == original.n_active_features
+    assert built.replacement_score == pytest.approx(original.replacement_score, rel=1e-5)

@@ -4,9 +4,12 @@ replaced by sparse features (the replacement model of attribution graphs).
 
 On disk a set is a folder with `manifest.json` and one SAELens transcoder folder per layer, `layer_00`,
 `layer_01`, ... (cfg.json + sae_weights.safetensors, read by interpscope.sae.folder.load_sae, which refuses
-pickles). The manifest names the model, the hook templates, the width, the dtype, the tokens trained and
-evaluated on, the command that rebuilds the set, and per layer its FVU, spliced loss recovered, L0 and dead
-fraction. The shipped set for a model lives under assets/transcoders/<model>/ (default_transcoder_set).
+pickles), or, when the manifest lists `layer_folders`, those folders in a released layout that load_sae reads
+(Gemma Scope 2's `transcoder_all/layer_L_width_W_l0_X_affine/params.safetensors` + config.json: the layout the
+shipped Gemma 3 270M set is written in, `save_transcoder_set(..., layout="gemma_scope_2")`). The manifest names
+the model, the hook templates, the width, the dtype, the tokens trained and evaluated on, the command that rebuilds
+the set, and per layer its FVU, spliced loss recovered, L0 and dead fraction. The shipped set for a model lives
+under assets/transcoders/<model>/ (default_transcoder_set).
 """
 from __future__ import annotations
 
@@ -116,6 +119,22 @@ def _n_layers(manifest: dict, folder: Path) -> int:
     return n
 
 
+def _layer_folders(manifest: dict, folder: Path, n_layers: int) -> list[str] | None:
+    """The manifest's `layer_folders` (relative paths inside the set, one per layer), or None; refuse a list of
+    the wrong length or a path that leads out of the set."""
+    listed = manifest.get("layer_folders")
+    if listed is None:
+        return None
+    if not isinstance(listed, list) or len(listed) != n_layers or not all(isinstance(p, str) for p in listed):
+        raise InterpscopeError(f"{display_path(folder)}/{MANIFEST}: layer_folders must list {n_layers} relative "
+                               "folder paths, one per layer.")
+    for path in listed:
+        if Path(path).is_absolute() or ".." in Path(path).parts:
+            raise InterpscopeError(f"{display_path(folder)}/{MANIFEST}: layer folder {path[:120]!r} must be a path "
+                                   "inside the set.")
+    return listed
+
+
 def load_transcoder_set(folder: str | Path, dtype: str | torch.dtype | None = "float32",
                         lm: LoadedModel | None = None) -> TranscoderSet:
     """Read manifest.json and layer_00 ... layer_{n-1}; every layer must be a transcoder on its own hook pair with
@@ -134,8 +153,9 @@ def load_transcoder_set(folder: str | Path, dtype: str | torch.dtype | None = "f
     hook_out = str(manifest.get("hook_out") or HOOK_OUT)
     width = manifest.get("width")
     transcoders: list[Transcoder] = []
+    listed = _layer_folders(manifest, folder, n_layers)
     for layer in range(n_layers):
-        sub = folder / layer_folder_name(layer)
+        sub = folder / (listed[layer] if listed else layer_folder_name(layer))
         if not sub.is_dir():
             raise InterpscopeError(f"The transcoder set at {display_path(folder)} lacks layer {layer} ({sub.name}/); "
                                    f"the manifest lists {n_layers} layers.")
@@ -166,17 +186,69 @@ def load_transcoder_set(folder: str | Path, dtype: str | torch.dtype | None = "f
     return result
 
 
+LAYOUTS = ("saelens", "gemma_scope_2")
+
+
+def gemma_scope_2_folder(layer: int, width: int, l0_tag: str, skip: bool) -> str:
+    """A layer's folder as Gemma Scope 2 names its all-layer transcoders: transcoder_all/layer_L_width_W_l0_X[_affine]
+    (W as written: 16k, 262k; here the set's own width)."""
+    shown = f"{width // 1024}k" if width % 1024 == 0 else str(width)
+    return f"transcoder_all/layer_{layer}_width_{shown}_l0_{l0_tag}" + ("_affine" if skip else "")
+
+
+def save_gemma_scope_2(tc: Transcoder, folder: Path, hf_model_id: str, dtype: str = "float16") -> Path:
+    """One JumpReLU transcoder in Gemma Scope 2's layout: params.safetensors (w_enc [d_in, d_sae], w_dec [d_sae,
+    d_out], b_enc, b_dec, threshold, and affine_skip_connection [d_in, d_out] with a skip) + config.json naming the
+    Hugging Face module paths it reads and writes (pre_feedforward_layernorm's and post_feedforward_layernorm's
+    outputs of the block)."""
+    from safetensors.torch import save_file
+
+    threshold = getattr(tc, "threshold", None)
+    if threshold is None or tc.cfg.hook_name != HOOK_IN.format(layer=tc.cfg.hook_layer) or \
+            tc.hook_name_out != HOOK_OUT.format(layer=tc.cfg.hook_layer):
+        raise InterpscopeError("Gemma Scope 2's layout holds JumpReLU transcoders from a block's MLP input to its MLP "
+                               f"output; this one is a {tc.label} on {tc.cfg.hook_name} -> {tc.hook_name_out}.")
+    cast = getattr(torch, dtype)
+    tensors = {"w_enc": tc.W_enc, "w_dec": tc.W_dec, "b_enc": tc.b_enc, "b_dec": tc.b_dec, "threshold": threshold}
+    W_skip = getattr(tc, "W_skip", None)
+    if W_skip is not None:
+        tensors["affine_skip_connection"] = W_skip  # [d_in, d_out], as Gemma Scope 2 stores it
+    layer = tc.cfg.hook_layer
+    config = {"architecture": "jump_relu", "model_name": hf_model_id,
+              "hf_hook_point_in": f"model.layers.{layer}.pre_feedforward_layernorm.output",
+              "hf_hook_point_out": f"model.layers.{layer}.post_feedforward_layernorm.output",
+              "affine_connection": W_skip is not None, "width": int(tc.cfg.d_sae), "dtype": dtype}
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().to(cast).contiguous() for k, v in tensors.items()}, str(folder / "params.safetensors"))
+    atomic.write_json(folder / "config.json", config)
+    return folder
+
+
 def save_transcoder_set(tset: TranscoderSet, folder: str | Path, dtype: str = "float16",
-                        manifest: dict | None = None) -> Path:
-    """Write layer_XX/ folders (SAELens transcoder format, in dtype) and manifest.json (written last)."""
+                        manifest: dict | None = None, layout: str = "saelens", hf_model_id: str = "",
+                        l0_tag: str = "small") -> Path:
+    """Write one folder per layer (layout "saelens": layer_XX/ in SAELens's transcoder format; "gemma_scope_2":
+    Gemma Scope 2's transcoder_all/layer_L_... folders, listed in the manifest as layer_folders, for JumpReLU
+    transcoders of a Gemma 3 model, hf_model_id its Hugging Face id), in dtype, and manifest.json (written last)."""
+    if layout not in LAYOUTS:
+        raise InterpscopeError(f"Unknown transcoder set layout {layout!r}; choose {' or '.join(LAYOUTS)}.")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    layer_folders: list[str] = []
     for layer, tc in enumerate(tset.transcoders):
-        save_sae(tc, folder / layer_folder_name(layer), dtype=dtype)
-    document = {"model": tset.model_name, "hook_in": tset.hook_in, "hook_out": tset.hook_out,
-                "width": tset.width, "dtype": dtype, "n_layers": tset.n_layers}
+        if layout == "gemma_scope_2":
+            sub = gemma_scope_2_folder(layer, tc.cfg.d_sae, l0_tag, getattr(tc, "W_skip", None) is not None)
+            save_gemma_scope_2(tc, folder / sub, hf_model_id, dtype)
+            layer_folders.append(sub)
+        else:
+            save_sae(tc, folder / layer_folder_name(layer), dtype=dtype)
+    document: dict[str, Any] = {"model": tset.model_name, "hook_in": tset.hook_in, "hook_out": tset.hook_out,
+                                "width": tset.width, "dtype": dtype, "n_layers": tset.n_layers}
+    if layer_folders:
+        document.update(layout=layout, layer_folders=layer_folders)
     document.update(manifest if manifest is not None else {k: v for k, v in tset.manifest.items()
-                                                           if k not in document})
+                                                           if k not in document and k not in ("layout",
+                                                                                              "layer_folders")})
     atomic.write_json(folder / MANIFEST, document)
     tset.folder, tset.manifest = folder, document
     return folder
@@ -189,14 +261,26 @@ def default_transcoder_set(model_name: str) -> Path | None:
 
 
 def new_transcoder(lm: LoadedModel, layer: int, width: int, seed: int | None = 0, hook_in: str = HOOK_IN,
-                   hook_out: str = HOOK_OUT, dtype: torch.dtype = torch.float32) -> Transcoder:
-    """An untrained transcoder for one block of lm (the shapes of its hooks)."""
+                   hook_out: str = HOOK_OUT, dtype: torch.dtype = torch.float32, architecture: str = "transcoder",
+                   skip: bool = False) -> Transcoder:
+    """An untrained transcoder for one block of lm (the shapes of its hooks): the ReLU transcoder, or another
+    paired architecture of the registry (e.g. 'jumprelu_transcoder', with skip: a trained skip connection)."""
+    from interpscope.sae.arch import architecture_class
+
     name_in, name_out = hook_in.format(layer=layer), hook_out.format(layer=layer)
-    cfg = SAEConfig(d_in=hook_width(lm.adapter, name_in), d_sae=int(width), architecture="transcoder",
-                    model_name=lm.name, hook_name=name_in, hook_layer=layer,
-                    extra={"d_out": hook_width(lm.adapter, name_out), "hook_name_out": name_out,
-                           "hook_layer_out": layer})
-    return Transcoder(cfg, dtype=dtype, seed=seed)
+    extra: dict[str, Any] = {"d_out": hook_width(lm.adapter, name_out), "hook_name_out": name_out,
+                             "hook_layer_out": layer}
+    if skip:
+        extra["skip"] = True
+    cls = architecture_class(architecture)
+    if not cls.paired:
+        raise InterpscopeError(f"{architecture} is not a transcoder architecture (it reads and writes one "
+                               "activation).")
+    cfg = SAEConfig(d_in=hook_width(lm.adapter, name_in), d_sae=int(width), architecture=cls.architecture,
+                    model_name=lm.name, hook_name=name_in, hook_layer=layer, extra=extra)
+    tc = cls(cfg, dtype=dtype, seed=seed)
+    assert isinstance(tc, Transcoder)
+    return tc
 
 
 def random_transcoder_set(lm: LoadedModel, width: int, seed: int = 0) -> TranscoderSet:
