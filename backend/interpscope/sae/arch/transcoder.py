@@ -26,6 +26,7 @@ from torch import nn
 from interpscope.sae.arch.base import Knob, LossTerms, PerFeature, SAEConfig, SparseAutoencoder, squared_error
 
 _LAYER = re.compile(r"^blocks\.(\d+)\.")
+RIDGE = 0.1  # the data-aware decoder's ridge, relative to the mean squared feature activation (init_from_batch)
 
 
 def _int_field(raw: dict, name: str) -> int:
@@ -129,9 +130,30 @@ class Transcoder(SparseAutoencoder):
 
     @torch.no_grad()
     def init_from_batch(self, x: torch.Tensor, density: float = 0.03) -> None:
-        """b_dec = the target's mean; b_enc so each feature fires on about `density` of the batch."""
+        """b_dec = the target's mean; b_enc so each feature fires on about `density` of the batch; the decoder the
+        ridge regression of the centred target on those first features (rows made unit norm, their norms moved into
+        W_enc and b_enc), so the first prediction starts from what these features can explain on this batch.
+
+        Without the last two, a short run was worse than predicting the mean (issue 42: FVU 1.79 after 8,192
+        tokens): the decoder rows are random and unrelated to the encoder, and a transcoder's input is much larger
+        than its target (resid_mid vs mlp_out: ~25x the squared norm), so the ~8 features firing per row added
+        random vectors larger than the target's own spread, and a few steps at the warm-up learning rate do not
+        undo that. (An SAE's decoder starts as its encoder's transpose, so its first reconstruction points the
+        right way.)"""
         x_in, y = self.split(x)
         self.b_dec.copy_(y.mean(0))
         pre = x_in @ self.W_enc
         k = max(1, min(x_in.shape[0], int(round((1 - density) * x_in.shape[0]))))
         self.b_enc.copy_(-pre.kthvalue(k, dim=0).values)
+        f = torch.relu(pre + self.b_enc).double()
+        centred = (y - self.b_dec).double()
+        gram = f.T @ f
+        ridge = RIDGE * float(gram.diagonal().mean()) + 1e-12
+        rows = torch.linalg.solve(gram + ridge * torch.eye(gram.shape[0], dtype=gram.dtype), f.T @ centred)
+        norms = rows.norm(dim=1)
+        fired = norms > 1e-12
+        # decoder rows unit norm (as training keeps them); the norms move into the encoder: ReLU(a z) = a ReLU(z)
+        self.W_dec[fired] = (rows[fired] / norms[fired, None]).to(self.W_dec.dtype)
+        scale = torch.where(fired, norms, torch.ones_like(norms)).to(self.W_enc.dtype)
+        self.W_enc.mul_(scale[None, :])
+        self.b_enc.mul_(scale)
