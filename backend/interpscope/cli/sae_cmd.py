@@ -38,7 +38,8 @@ from interpscope.config import InterpscopeError
 
 SAE_SUBCOMMAND_MODULES = ["interpscope.cli.sae_store_cmd", "interpscope.cli.sae_live_cmd",
                           "interpscope.cli.sae_circuit_cmd", "interpscope.cli.sae_explain_cmd",
-                          "interpscope.cli.sae_sweep_cmd", "interpscope.cli.sae_bench_cmd"]
+                          "interpscope.cli.sae_sweep_cmd", "interpscope.cli.sae_bench_cmd",
+                          "interpscope.cli.sae_synth_cmd"]
 
 
 def _per_arch(values: list | None, n: int, what: str) -> list:
