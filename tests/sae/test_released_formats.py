@@ -202,18 +202,18 @@ def test_hook_names_are_the_modules_gemma_scope_names(tmp_path):
 
 
 def test_an_identity_like_sae_in_the_published_layout_evaluates_at_fvu_zero(cache):
-    from interpscope.models.tokenizers import gpt2_tokenizer
     from interpscope.sae.evaluation import evaluate_sae
-    from tests.tiny import GPT2_VOCAB, tiny_gemma3
     from tests.tiny import loaded as wrap_loaded
+    from tests.tiny import tiny_gemma3
 
     torch.set_num_threads(1)
-    lm = wrap_loaded(tiny_gemma3(vocab=GPT2_VOCAB), gpt2_tokenizer(), name="tiny-gemma3")
+    lm = wrap_loaded(tiny_gemma3(), None, name="tiny-gemma3")
+    ids = torch.randint(3, 64, (8, 16), generator=torch.Generator().manual_seed(0))
     for path, hook in (("resid_post/layer_1_width_16k_l0_small", "blocks.1.hook_resid_post"),
                        ("mlp_out/layer_0_width_16k_l0_small", "blocks.0.hook_mlp_out")):
         folder = write_gemma_scope_2(cache, path, identity_tensors(lm.adapter.d_model))
         sae = load_sae(folder)
         assert sae.cfg.hook_name == hook
-        report = evaluate_sae(lm, sae, n_tokens=256, context_size=32, batch_size=4)
+        report = evaluate_sae(lm, sae, ids=ids, batch_size=4)
         assert report.fvu < 1e-8 and report.loss_recovered == pytest.approx(1.0, abs=1e-6)
         assert report.l0 > 0

@@ -143,6 +143,17 @@ class JumpReLUTranscoder(Transcoder):
         return y + self.skip_term(x)
 
     # --- training on paired rows [x_in | y] ---------------------------------------------------------------
+    @torch.no_grad()
+    def init_from_batch(self, x: torch.Tensor, density: float = 0.03) -> None:
+        """The transcoder's data-aware start; where it rescales a feature's encoder column (moving a decoder norm
+        into it), the threshold is rescaled alike, so the JumpReLU gate keeps its place (ReLU(a z) = a ReLU(z), and
+        a z > a theta exactly when z > theta)."""
+        before = self.W_enc.norm(dim=0).clone()
+        super().init_from_batch(x, density)
+        after = self.W_enc.norm(dim=0)
+        scale = torch.where(before > 0, after / before.clamp_min(1e-30), torch.ones_like(before))
+        self.threshold.mul_(scale)
+
     def training_loss(self, x: torch.Tensor, coefficient: float) -> LossTerms:
         x_in, y = self.split(x)
         z = self._linear(x_in) + self.b_enc
