@@ -150,3 +150,41 @@ def test_a_clt_of_another_shape_is_refused(gemma):
     with pytest.raises(InterpscopeError, match="spans 3 layers"):
         evaluate_clt(gemma, _random_clt(n_layers=3, d_in=gemma.adapter.d_model, d_out=gemma.adapter.d_model),
                      ids=_ids())
+
+
+def test_a_circuit_tracer_per_layer_set_loads_as_a_transcoder_set(tmp_path):
+    """circuit-tracer's layer_<i>.safetensors (W_enc [d_sae, d], applied as F.linear; W_skip as x @ W_skip.T) with
+    config.yaml: the set computes what circuit-tracer's SingleLayerTranscoder computes from the raw tensors."""
+    import yaml
+
+    from interpscope.sae.arch.jumprelu_transcoder import JumpReLUTranscoder
+    from interpscope.sae.transcoder_set import load_transcoder_set
+
+    folder = tmp_path / "set"
+    folder.mkdir()
+    gen = torch.Generator().manual_seed(7)
+    raw = []
+    for layer in range(2):
+        tensors = {"W_enc": torch.randn(D_SAE, D_IN, generator=gen), "W_dec": torch.randn(D_SAE, D_IN, generator=gen),
+                   "b_enc": torch.randn(D_SAE, generator=gen), "b_dec": torch.randn(D_IN, generator=gen),
+                   "activation_function.threshold": torch.rand(D_SAE, generator=gen),
+                   "W_skip": torch.randn(D_IN, D_IN, generator=gen)}
+        save_file(tensors, str(folder / f"layer_{layer}.safetensors"))
+        raw.append(tensors)
+    (folder / "config.yaml").write_text(yaml.safe_dump({
+        "model_name": "google/gemma-3-270m", "model_kind": "transcoder_set", "feature_input_hook": "mlp.hook_in",
+        "feature_output_hook": "hook_mlp_out"}))
+    tset = load_transcoder_set(folder)
+    assert tset.n_layers == 2 and tset.model_name == "gemma3-270m"
+    x = torch.randn(9, D_IN, generator=torch.Generator().manual_seed(8))
+    for layer, tc in enumerate(tset.transcoders):
+        t = raw[layer]
+        assert isinstance(tc, JumpReLUTranscoder) and tc.skip
+        assert (tc.cfg.hook_name, tc.hook_name_out) == (f"blocks.{layer}.mlp.hook_in", f"blocks.{layer}.hook_mlp_out")
+        pre = torch.nn.functional.linear(x, t["W_enc"], t["b_enc"])
+        acts = pre * (pre > t["activation_function.threshold"])
+        expected = acts @ t["W_dec"] + t["b_dec"] + x @ t["W_skip"].T
+        assert torch.allclose(tc(x), expected, atol=1e-5)
+    save_file({**raw[1], "k": torch.tensor(8)}, str(folder / "layer_1.safetensors"))
+    with pytest.raises(InterpscopeError, match="TopK"):
+        load_transcoder_set(folder)

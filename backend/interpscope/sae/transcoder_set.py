@@ -147,6 +147,13 @@ def load_transcoder_set(folder: str | Path, dtype: str | torch.dtype | None = "f
                                f"folder with {MANIFEST} and one safetensors folder per layer.")
     if not folder.is_dir():
         raise InterpscopeError(f"No transcoder set folder at {display_path(folder)}.")
+    if not (folder / MANIFEST).is_file() and (folder / "config.yaml").is_file():  # circuit-tracer's layout
+        from interpscope.sae.formats.circuit_tracer import load_circuit_tracer_set
+
+        loaded = load_circuit_tracer_set(folder, dtype)
+        if lm is not None:
+            loaded.check_model(lm)
+        return loaded
     manifest = _manifest(folder)
     n_layers = _n_layers(manifest, folder)
     hook_in = str(manifest.get("hook_in") or HOOK_IN)
