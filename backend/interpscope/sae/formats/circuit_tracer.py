@@ -55,7 +55,8 @@ def _hub_file(uri: str) -> Path:
 
     parsed = urlparse(uri)
     repo, _, path = parsed.path.lstrip("/").partition("/")
-    revision = (parse_qs(parsed.query).get("revision") or [None])[0]
+    revisions = parse_qs(parsed.query).get("revision")
+    revision = revisions[0] if revisions else None
     found = try_to_load_from_cache(f"{parsed.netloc}/{repo}", path, cache_dir=hf_hub_cache(), revision=revision)
     if not isinstance(found, str):
         raise InterpscopeError(f"{uri} is not in the Hugging Face cache ({hf_hub_cache()}); download it first.")
@@ -67,6 +68,7 @@ def load_circuit_tracer_set(folder: str | Path, dtype: str | torch.dtype | None 
     from interpscope.paths import confined_folder
     from interpscope.sae.clt import _hook_template, _load, _yaml
     from interpscope.sae.folder import sae_from_parts
+    from interpscope.sae.arch.transcoder import Transcoder
     from interpscope.sae.transcoder_set import HOOK_IN, HOOK_OUT, TranscoderSet
 
     folder = confined_folder(folder, "transcoder set folder")
@@ -78,7 +80,7 @@ def load_circuit_tracer_set(folder: str | Path, dtype: str | torch.dtype | None 
         raise InterpscopeError(f"{folder}: TopK transcoders are not read (Interpscope has no TopK transcoder).")
     hook_in = _hook_template(config.get("feature_input_hook"), HOOK_IN)
     hook_out = _hook_template(config.get("feature_output_hook"), HOOK_OUT)
-    transcoders = []
+    transcoders: list[Transcoder] = []
     for layer, file in enumerate(_layer_files(folder, config)):
         if not file.is_file():
             raise InterpscopeError(f"Layer {layer} of the set: no file {file.name}.")
@@ -114,6 +116,8 @@ def load_circuit_tracer_set(folder: str | Path, dtype: str | torch.dtype | None 
             tc = sae_from_parts(cfg, tensors, file.parent, dtype, weights_file=file.name)
         except InterpscopeError as err:
             raise InterpscopeError(f"Layer {layer} of the set: {err}") from None
+        if not isinstance(tc, Transcoder):
+            raise InterpscopeError(f"Layer {layer} of the set is not a transcoder.")
         tc.eval()
         transcoders.append(tc)
     model = transcoders[0].cfg.model_name
