@@ -66,9 +66,9 @@ def _hub_file(uri: str) -> Path:
 def load_circuit_tracer_set(folder: str | Path, dtype: str | torch.dtype | None = "float32"):
     """A TranscoderSet from circuit-tracer's per-layer layout (see the module docstring)."""
     from interpscope.paths import confined_folder
+    from interpscope.sae.arch.transcoder import Transcoder
     from interpscope.sae.clt import _hook_template, _load, _yaml
     from interpscope.sae.folder import sae_from_parts
-    from interpscope.sae.arch.transcoder import Transcoder
     from interpscope.sae.transcoder_set import HOOK_IN, HOOK_OUT, TranscoderSet
 
     folder = confined_folder(folder, "transcoder set folder")
