@@ -514,7 +514,9 @@ def test_active_feature_rebuilds_a_member_and_refuses_the_rest(exact):
     keys = ("layer", "position", "feature")
     assert {k: member[k] for k in keys} == {k: node[k] for k in keys}
     assert member["activation"] == pytest.approx(node["activation"], rel=1e-6)
-    assert prepared.predicted_real_linear([[member]], 0.0) == prepared.predicted_real_linear([[node]], 0.0)
+    # (the run's dtype, float64 here, as build_graph encodes; this hand-made graph's activations are float32)
+    assert prepared.predicted_real_linear([[member]], 0.0) == pytest.approx(
+        prepared.predicted_real_linear([[node]], 0.0), rel=1e-6)
     inactive = next((L, p, f) for L, a in enumerate(prepared.active) for p, f in (~a).nonzero().tolist())
     for bad in (f"F{inactive[0]}_{inactive[2]}_{inactive[1]}", "F0_99999_0", "R0_1", "F0_x_1", "E_3"):
         with pytest.raises(InterpscopeError):

@@ -46,8 +46,22 @@ __all__ = ["DEFAULT_EDGE_BUDGET", "DEFAULT_LOGIT_PROBABILITY", "DEFAULT_MAX_FEAT
            "DEFAULT_NODE_BUDGET", "MAX_LOGITS", "MAX_TOKENS", "build_graph"]
 
 
-def _transcoder_list(lm: LoadedModel, transcoders: Any) -> tuple[list, str]:
-    """(one transcoder per block, a name for the set): a TranscoderSet, or a list of transcoders."""
+def _transcoder_list(lm: LoadedModel, transcoders: Any) -> tuple[Any, str]:
+    """(one transcoder per block, a name for the set): a TranscoderSet, or a list of transcoders; or (the CLT, its
+    name) for a cross-layer transcoder (interpscope.sae.clt)."""
+    from interpscope.sae.clt import CrossLayerTranscoder
+
+    if isinstance(transcoders, CrossLayerTranscoder):
+        n, d = lm.adapter.n_layers, lm.adapter.d_model
+        if transcoders.n_layers != n:
+            raise InterpscopeError(f"Attribution graphs need a CLT over every block: {lm.name} has {n} blocks, the "
+                                   f"CLT {transcoders.n_layers}.")
+        if (transcoders.d_in, transcoders.d_out) != (d, d):
+            raise InterpscopeError(f"The CLT maps {transcoders.d_in} -> {transcoders.d_out}; {lm.name}'s MLPs map "
+                                   f"{d} -> {d}.")
+        folder = getattr(transcoders, "folder", None)
+        name = display_path(folder) if folder else f"in-memory cross-layer transcoder of width {transcoders.d_sae}"
+        return transcoders, name
     items = list(getattr(transcoders, "transcoders", transcoders) or [])
     folder = getattr(transcoders, "folder", None)
     # named as pages show paths (display_path): 'assets/...', '[data dir]/...'; in server mode never the server's

@@ -16,10 +16,13 @@ biases, `bias` of the row: Llama has none) = the logit, both exactly for the fro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
+from interpscope.config import InterpscopeError
+from interpscope.graphs.dictionary import Dictionary, dictionary
 from interpscope.graphs.replay import FrozenRun, Reads, linear_backward
 
 
@@ -44,11 +47,13 @@ class Replacement:
     """The replacement model of one prompt: the frozen run, its transcoders' features and error nodes."""
 
     run: FrozenRun
-    transcoders: list  # index = block
+    transcoders: Any  # as given: one transcoder per block, or a cross-layer transcoder
     features: ActiveFeatures
     errors: torch.Tensor  # [L, T, d]
     sinks: list[int]  # positions measured (or put) as attention sinks: never ranked, never expanded
     skips: list[torch.Tensor | None] | None = None  # per block: the transcoder's W_skip [d, d], or None
+    parts: Dictionary | None = None  # what each layer reads and writes (interpscope.graphs.dictionary)
+    dense: list[torch.Tensor] | None = None  # per source layer: its features' activations [T, k]
 
     @property
     def has_skips(self) -> bool:
@@ -68,14 +73,21 @@ class Replacement:
     def embedding_column(self, position: int) -> int:
         return self.features.n + self.run.n_layers * self.run.n_tokens + position
 
-    def encoder(self, layer: int) -> torch.Tensor:
-        return self.transcoders[layer].W_enc.detach().to(self.run.dtype)
+    @property
+    def dictionary(self) -> Dictionary:
+        if self.parts is None:
+            raise RuntimeError("a Replacement is made by replacement()")
+        return self.parts
 
-    def decoder(self, layer: int) -> torch.Tensor:
-        return self.transcoders[layer].W_dec.detach().to(self.run.dtype)
+    def encoder(self, layer: int) -> torch.Tensor:
+        return self.dictionary.layers[layer].W_enc
 
     def b_enc(self, layer: int) -> torch.Tensor:
-        return self.transcoders[layer].b_enc.detach().to(self.run.dtype)
+        return self.dictionary.layers[layer].b_enc
+
+    def writes(self, layer: int) -> list[tuple[int, torch.Tensor]]:
+        """Where the features of source layer `layer` write: (target layer, W [k, d])."""
+        return self.dictionary.layers[layer].writes
 
     def pre_activation(self, column: int) -> float:
         """A feature's pre-activation from the real run's MLP input."""
@@ -92,37 +104,19 @@ class Replacement:
         return layer, position, direction
 
 
-def _in_dtype(tc, dtype: torch.dtype):
-    """The transcoder in the replay's precision (a converted copy when it differs: the caller's stays as it is)."""
-    if tc.W_enc.dtype == dtype:
-        return tc
-    import copy
-
-    return copy.deepcopy(tc).to(dtype)
-
-
-def skip_matrix(tc, dtype: torch.dtype) -> torch.Tensor | None:
-    """A transcoder's skip connection W_skip [d_in, d_out] in the replay's dtype, or None (no skip)."""
-    W_skip = getattr(tc, "W_skip", None)
-    return None if W_skip is None else W_skip.detach().to(dtype)
-
-
-def replacement(run: FrozenRun, transcoders: list, sinks: list[int]) -> Replacement:
-    """Encode every block's MLP input with its transcoder; the error nodes are what the features (and a skip
-    connection) do not write."""
+def replacement(run: FrozenRun, transcoders: Any, sinks: list[int]) -> Replacement:
+    """Encode every block's MLP input with its source layer's encoder (one transcoder per block, or a CLT); the
+    error node of a block is what the features that write there (and a skip connection) do not write."""
     layers, positions, feats, acts, starts, padded = [], [], [], [], [0], []
-    errors = []
     T = run.n_tokens
-    transcoders = [_in_dtype(tc, run.dtype) for tc in transcoders]
-    for layer, tc in enumerate(transcoders):
+    parts = dictionary(transcoders, run.dtype)
+    if parts.n_layers != run.n_layers:
+        raise InterpscopeError(f"The dictionary has {parts.n_layers} layers; the model has {run.n_layers} blocks.")
+    dense = []
+    for layer, source in enumerate(parts.layers):
         with torch.no_grad():
-            active = tc.encode(run.mlp_in[layer])  # [T, width]
-        W_dec = tc.W_dec.detach().to(run.dtype)
-        written = active @ W_dec
-        skip = skip_matrix(tc, run.dtype)
-        if skip is not None:
-            written = written + run.mlp_in[layer] @ skip
-        errors.append(run.mlp_out[layer] - written)
+            active = source.encode(run.mlp_in[layer])  # [T, width]
+        dense.append(active)
         pos, feat = torch.nonzero(active > 0, as_tuple=True)
         layers.append(torch.full_like(pos, layer))
         positions.append(pos)
@@ -135,11 +129,11 @@ def replacement(run: FrozenRun, transcoders: list, sinks: list[int]) -> Replacem
         column[pos, slot] = starts[-1] + torch.arange(pos.numel())
         padded.append((column, column >= 0))
         starts.append(starts[-1] + int(pos.numel()))
+    errors = [run.mlp_out[t] - parts.written(t, dense, run.mlp_in[t]) for t in range(run.n_layers)]
     features = ActiveFeatures(torch.cat(layers), torch.cat(positions), torch.cat(feats), torch.cat(acts), starts,
                               padded)
-    skips = [skip_matrix(tc, run.dtype) for tc in transcoders]
-    return Replacement(run, list(transcoders), features, torch.stack(errors), sorted(sinks),
-                       skips if any(w is not None for w in skips) else None)
+    skips = parts.skips if any(w is not None for w in parts.skips) else None
+    return Replacement(run, transcoders, features, torch.stack(errors), sorted(sinks), skips, parts, dense)
 
 
 @dataclass
@@ -161,14 +155,15 @@ def compute_rows(rep: Replacement, reads: Reads) -> Rows:
         P = G.shape[1]
         start = rep.error_column(layer, 0)
         weights[:, start:start + P] = torch.einsum("bpd,pd->bp", G, rep.errors[layer, :P])
-        column, valid = feats.padded[layer]
-        if feats.starts[layer + 1] == feats.starts[layer]:
-            return
-        column, valid = column[:P], valid[:P]
-        safe = column.clamp_min(0)
-        vectors = rep.decoder(layer)[feats.feature[safe]] * (feats.activation[safe] * valid)[..., None]  # [P, k, d]
-        effect = torch.bmm(G.transpose(0, 1), vectors.transpose(1, 2))  # [P, B, k]
-        weights[:, column[valid]] = effect.permute(1, 0, 2)[:, valid]
+        for source, W in rep.dictionary.writes_to(layer):  # a CLT: every source layer at or below this block
+            if feats.starts[source + 1] == feats.starts[source]:
+                continue
+            column, valid = feats.padded[source]
+            column, valid = column[:P], valid[:P]
+            safe = column.clamp_min(0)
+            vectors = W[feats.feature[safe]] * (feats.activation[safe] * valid)[..., None]  # [P, k, d]
+            effect = torch.bmm(G.transpose(0, 1), vectors.transpose(1, 2))  # [P, B, k]
+            weights[:, column[valid]] += effect.permute(1, 0, 2)[:, valid]
 
     def at_mid(layer: int, G: torch.Tensor) -> None:
         constant = run.attn_bias[layer]

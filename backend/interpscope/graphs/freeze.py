@@ -31,6 +31,7 @@ from interpscope.capture import scoped
 from interpscope.config import InterpscopeError
 
 if TYPE_CHECKING:
+    from interpscope.graphs.dictionary import Dictionary
     from interpscope.graphs.replay import FrozenRun
     from interpscope.models.loaded import LoadedModel
 
@@ -91,27 +92,33 @@ def _constant(value: torch.Tensor) -> OutputHook:
     return hook
 
 
-def _transcoder_mlp(transcoder: Any, W_dec: torch.Tensor, error: torch.Tensor,
-                    inputs: dict[str, torch.Tensor] | None = None) -> OutputHook:
-    """An MLP replaced by its transcoder's features (ReLU live), its skip connection if it has one, plus the clean
-    run's error node per position. inputs: where a pre-hook left the MLP's input when this hook sits on the MLP's
-    output norm (Gemma 3) rather than on the MLP itself."""
-    def hook(module: Any, args: tuple, output: torch.Tensor) -> torch.Tensor:
-        # differentiable (for a linearisation of this model); a plain readout runs without grad
-        x = args[0] if inputs is None else inputs["x"]
-        acts = transcoder.encode(x.to(transcoder.W_enc.dtype)).to(W_dec.dtype)
-        rebuilt = acts @ W_dec.to(acts.device) + error[: x.shape[-2]].to(device=acts.device)
-        W_skip = getattr(transcoder, "W_skip", None)
-        if W_skip is not None:
-            rebuilt = rebuilt + x.to(W_dec.dtype) @ W_skip.to(device=acts.device, dtype=W_dec.dtype)
-        return rebuilt.to(output.dtype)
-    return hook
-
-
-def _keep_input(inputs: dict[str, torch.Tensor]) -> Callable[[Any, tuple, torch.Tensor], None]:
-    def read(module: Any, args: tuple, output: torch.Tensor) -> None:
-        inputs["x"] = args[0]
+def _keep_features(parts: Dictionary, layer: int, live: dict[int, torch.Tensor]
+                   ) -> Callable[[Any, tuple, dict], None]:
+    """Read an MLP's input (a pre-read: the MLP's forward still runs) and keep its source layer's live features
+    (ReLU / JumpReLU live, differentiable for a linearisation) and the input itself (for a skip connection)."""
+    def read(module: Any, args: tuple, kwargs: dict) -> None:
+        x = args[0]
+        source = parts.layers[layer]
+        live[layer] = source.encode(x.to(source.W_enc.dtype))
+        live[-1 - layer] = x
     return read
+
+
+def _dictionary_mlp(parts: Dictionary, layer: int, error: torch.Tensor, live: dict[int, torch.Tensor]
+                    ) -> OutputHook:
+    """Block `layer`'s MLP output (after its output norm, where there is one: what a transcoder predicts) replaced by
+    what the dictionary writes there from the live features of every source layer that writes to it (one for
+    per-layer transcoders, all at or below for a CLT), its skip connection, plus the clean run's error node."""
+    def hook(module: Any, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        dtype = error.dtype
+        rebuilt = error[: output.shape[-2]].to(device=output.device)
+        for source, W in parts.writes_to(layer):
+            rebuilt = rebuilt + live[source].to(dtype) @ W.to(device=output.device)
+        skip = parts.skips[layer]
+        if skip is not None:
+            rebuilt = rebuilt + live[-1 - layer].to(dtype) @ skip.to(device=output.device)
+        return rebuilt.to(output.dtype).expand_as(output).contiguous()
+    return hook
 
 
 def clean_projections(lm: LoadedModel, ids: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -134,15 +141,18 @@ def clean_projections(lm: LoadedModel, ids: torch.Tensor) -> list[tuple[torch.Te
 
 @contextmanager
 def frozen(lm: LoadedModel, run: FrozenRun, parts: Collection[str], *, errors: list[torch.Tensor] | None = None,
-           transcoders: Any = None, W_dec: list[torch.Tensor] | None = None,
+           dictionary: Dictionary | None = None,
            projections: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Iterator[None]:
     """Impose `parts` (of PARTS) on this run's forward passes of lm for the `with` block. "mlps" needs the
-    transcoders, their decoders in the run's dtype (W_dec) and the clean error per layer [T, d]; "attention" the
-    clean query/key outputs (clean_projections). Register this BEFORE any edit on hook_mlp_out: forward hooks run
-    in registration order, so an edit then acts on the transcoder's output."""
+    dictionary (per-layer transcoders or a CLT, in the run's dtype: interpscope.graphs.dictionary) and the clean
+    error per layer [T, d]; "attention" the clean query/key outputs (clean_projections). Register this BEFORE any
+    edit on hook_mlp_out: forward hooks run in registration order, so an edit then acts on the transcoder's
+    output."""
     check_parts(parts)
     adapter: Any = lm.adapter
     pairs: list[tuple[Any, Callable[[Any, tuple, torch.Tensor], Any]]] = []
+    pre_reads: list[tuple[Any, Callable[[Any, tuple, dict], None]]] = []
+    live: dict[int, torch.Tensor] = {}  # per source layer its live features; at -1 - layer its MLP input
     if "final_norm" in parts:
         pairs.append((adapter.final_norm(), _frozen_norm(run.final_scale, run.gamma_final)))
     for layer in range(run.n_layers):
@@ -162,16 +172,15 @@ def frozen(lm: LoadedModel, run: FrozenRun, parts: Collection[str], *, errors: l
             found = adapter.attention_projections(layer)
             pairs += [(found["q"], _constant(q)), (found["k"], _constant(k))]
         if "mlps" in parts:
-            if transcoders is None or errors is None or W_dec is None:
-                raise InterpscopeError("Replacing the MLPs needs the transcoders and the clean run's error nodes.")
-            output_norm = adapter.mlp_output_norm(layer)
-            if output_norm is None:
-                pairs.append((adapter.mlp(layer), _transcoder_mlp(transcoders[layer], W_dec[layer], errors[layer])))
-            else:  # the transcoder replaces the MLP and its output norm; it reads the MLP's input
-                inputs: dict[str, torch.Tensor] = {}
-                pairs.append((adapter.mlp(layer), _keep_input(inputs)))
-                pairs.append((output_norm, _transcoder_mlp(transcoders[layer], W_dec[layer], errors[layer], inputs)))
+            if dictionary is None or errors is None:
+                raise InterpscopeError("Replacing the MLPs needs the dictionary and the clean run's error nodes.")
+            pre_reads.append((adapter.mlp(layer), _keep_features(dictionary, layer, live)))
+            # the dictionary predicts hook_mlp_out: the MLP's output norm's output where there is one (Gemma 3)
+            pairs.append((adapter.mlp_output_norm(layer) or adapter.mlp(layer),
+                          _dictionary_mlp(dictionary, layer, errors[layer], live)))
     with ExitStack() as stack:
+        if pre_reads:
+            stack.enter_context(scoped(pre_reads, role="read", kind="input"))
         if pairs:
             stack.enter_context(scoped(pairs, role="edit"))
         yield

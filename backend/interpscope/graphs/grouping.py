@@ -66,8 +66,12 @@ def agglomerate(similarity: np.ndarray, threshold: float) -> list[list[int]]:
 
 
 def decoder_directions(transcoders: Any, nodes: Sequence[Mapping[str, Any]]) -> torch.Tensor:
-    """Each feature node's decoder row W_dec[feature] of its layer's transcoder, [n, d_out] float32."""
-    rows = [transcoders[int(n["layer"])].W_dec[int(n["feature"])].detach().float().cpu() for n in nodes]
+    """Each feature node's decoder row W_dec[feature] of its layer's transcoder, [n, d_out] float32 (a cross-layer
+    transcoder's feature: its write to its own block)."""
+    if hasattr(transcoders, "decoder_rows"):  # a CLT
+        rows = [transcoders.decoder_rows(int(n["layer"]), int(n["feature"]))[0].detach().float().cpu() for n in nodes]
+    else:
+        rows = [transcoders[int(n["layer"])].W_dec[int(n["feature"])].detach().float().cpu() for n in nodes]
     return torch.stack(rows) if rows else torch.zeros(0, 1)
 
 

@@ -51,7 +51,7 @@ import torch
 
 from interpscope.capture import EditFn
 from interpscope.config import InterpscopeError
-from interpscope.graphs.engine import skip_matrix
+from interpscope.graphs.dictionary import dictionary
 from interpscope.graphs.freeze import check_parts, clean_projections, frozen, readout_parts
 from interpscope.graphs.grouping import pick_features
 from interpscope.graphs.replay import FrozenRun, attention_forward, record
@@ -151,12 +151,13 @@ class GraphRun:
         with model_lock(lm):
             self.run: FrozenRun = record(lm, ids)
         dtype = self.run.dtype
-        self.W_enc = [tc.W_enc.detach().to("cpu", dtype) for tc in transcoders.transcoders]
-        self.W_dec = [tc.W_dec.detach().to("cpu", dtype) for tc in transcoders.transcoders]
-        self.skips = [skip_matrix(tc, dtype) for tc in transcoders.transcoders]  # skip transcoders' W_skip, or None
+        # what every source layer reads and writes: one transcoder per block, or a cross-layer transcoder
+        self.parts = dictionary(transcoders, dtype)
+        self.W_enc = [source.W_enc for source in self.parts.layers]
+        self.skips = self.parts.skips  # skip connections' W_skip per block, or None
         with torch.no_grad():
-            self.acts = [tc.encode(self.run.mlp_in[layer].to(tc.W_enc.dtype)).to("cpu", dtype)
-                         for layer, tc in enumerate(transcoders.transcoders)]
+            self.acts = [source.encode(self.run.mlp_in[layer]).to("cpu", dtype)
+                         for layer, source in enumerate(self.parts.layers)]
         self.active = [a > 0 for a in self.acts]
         self.target_id = int(graph.target["id"])
         self.pruned = PrunedGraph(graph)
@@ -233,6 +234,7 @@ class GraphRun:
         run = self.run
         B, T = len(interventions), run.n_tokens
         dx = torch.zeros(B, T, run.W_E.shape[1], dtype=run.dtype)
+        dacts: list[torch.Tensor] = []
         for layer in range(run.n_layers):
             dx = dx + attention_forward(run, layer, dx)
             normed = dx * (run.mlp_scale[layer][:, None] * run.gamma_mlp[layer])
@@ -242,7 +244,9 @@ class GraphRun:
                     if int(node["layer"]) == layer:
                         dact[row, int(node["position"]), int(node["feature"])] += (factor - 1.0) * float(
                             node["activation"])
-            dx = dx + dact @ self.W_dec[layer]
+            dacts.append(dact)
+            for source, W in self.parts.writes_to(layer):  # a CLT: every layer at or below writes here
+                dx = dx + dacts[source] @ W
             own_skip = self.skips[layer]
             if own_skip is not None:
                 dx = dx + normed @ own_skip
@@ -263,8 +267,9 @@ class GraphRun:
             return self._gradients[key]
         lm = self.lm
         ids = graph_input_ids(lm, self.graph)
-        zeros = [torch.zeros(1, ids.shape[1], W.shape[1], dtype=self.run.dtype, requires_grad=True)
-                 for W in self.W_dec]
+        d = self.run.W_E.shape[1]
+        zeros = [torch.zeros(1, ids.shape[1], d, dtype=self.run.dtype, requires_grad=True)
+                 for _ in range(self.run.n_layers)]
         named: dict[str, EditFn] = {str(self.transcoders.hook_out_name(layer)): _adder(zero)
                                     for layer, zero in enumerate(zeros)}
         with self.freezing(freeze), hooks(lm.adapter, named):  # as in `actual`: the freeze first
@@ -283,8 +288,8 @@ class GraphRun:
         model with parts of the replacement model imposed (a diagnostic)."""
         grads = self.real_gradients(freeze)
         return [sum((factor - 1.0) * float(node["activation"]) * float(
-            self.W_dec[int(node["layer"])][int(node["feature"])].double()
-            @ grads[int(node["layer"])][int(node["position"])].double()) for node in members)
+            W[int(node["feature"])].double() @ grads[target][int(node["position"])].double())
+            for node in members for target, W in self.parts.layers[int(node["layer"])].writes)
             for members in interventions]
 
     def freezing(self, parts: Collection[str]) -> AbstractContextManager[None]:
@@ -294,10 +299,9 @@ class GraphRun:
         if "attention" in parts and self._projections is None:
             self._projections = clean_projections(self.lm, graph_input_ids(self.lm, self.graph))
         if "mlps" in parts and self._errors is None:
-            self._errors = [self.run.mlp_out[layer] - acts @ W - (0 if skip is None else self.run.mlp_in[layer] @ skip)
-                            for layer, (acts, W, skip) in enumerate(zip(self.acts, self.W_dec, self.skips,
-                                                                        strict=True))]
-        return frozen(self.lm, self.run, parts, errors=self._errors, transcoders=self.transcoders, W_dec=self.W_dec,
+            self._errors = [self.run.mlp_out[t] - self.parts.written(t, self.acts, self.run.mlp_in[t])
+                            for t in range(self.run.n_layers)]
+        return frozen(self.lm, self.run, parts, errors=self._errors, dictionary=self.parts,
                       projections=self._projections)
 
     def actual(self, interventions: Sequence[Sequence[dict[str, Any]]], factor: float,
@@ -318,12 +322,12 @@ class GraphRun:
             rows = len(chunk) + 1  # row 0: the clean run
             edits: dict[int, torch.Tensor] = {}
             for row, members in enumerate(chunk, start=1):
-                for node in members:
-                    layer = int(node["layer"])
-                    write = float(node["activation"]) * self.W_dec[layer][int(node["feature"])]
-                    if layer not in edits:
-                        edits[layer] = torch.zeros(rows, ids.shape[1], write.shape[0], dtype=write.dtype)
-                    edits[layer][row, int(node["position"])] += (factor - 1.0) * write
+                for node in members:  # a CLT feature writes to its own block and every later one
+                    for layer, W in self.parts.layers[int(node["layer"])].writes:
+                        write = float(node["activation"]) * W[int(node["feature"])]
+                        if layer not in edits:
+                            edits[layer] = torch.zeros(rows, ids.shape[1], write.shape[0], dtype=write.dtype)
+                        edits[layer][row, int(node["position"])] += (factor - 1.0) * write
             named: dict[str, EditFn] = {str(transcoders.hook_out_name(layer)): _adder(delta)
                                         for layer, delta in edits.items()}
             with self.freezing(freeze), hooks(lm.adapter, named):  # the freeze first: edits act on its output
@@ -660,22 +664,22 @@ def ablation_check(lm: LoadedModel, transcoders: Any, graph: AttributionGraph, n
 def _writes(run: FrozenRun, transcoders: Any, node: dict[str, Any]) -> torch.Tensor:
     """The residual-stream vector a node adds at its position: a_f W_dec[f], an embedding row, a transcoder error."""
     kind, position = node.get("kind"), int(node["position"])
+    parts = dictionary(transcoders, run.dtype)
     if kind == "feature":
-        tc = transcoders[int(node["layer"])]
-        return float(node["activation"]) * tc.W_dec[int(node["feature"])].detach().to(run.dtype)
+        writes = parts.layers[int(node["layer"])].writes
+        if len(writes) > 1:
+            raise InterpscopeError(f"{node['id']} is a cross-layer transcoder feature: it writes after block "
+                                   f"{writes[0][0]} and every later one, so its edges are not split by head.")
+        return float(node["activation"]) * writes[0][1][int(node["feature"])]
     if kind == "embedding":
         return run.embedding_rows(position + 1)[position]
     if kind == "error":
         layer = int(node["layer"])
-        tc = transcoders[layer]
-        x_in = run.mlp_in[layer][position:position + 1]
         with torch.no_grad():
-            # the engine's error node: mlp_out - sum_i a_i W_dec[i] (it holds b_dec, so the sums are exact) - the
-            # skip connection's mlp_in W_skip (a linear path of the replay, not a node)
-            rebuilt = (tc.encode(x_in.to(tc.W_enc.dtype)) @ tc.W_dec).to(run.dtype)
-        skip = skip_matrix(tc, run.dtype)
-        if skip is not None:
-            rebuilt = rebuilt + x_in @ skip
+            # the engine's error node: mlp_out - what the features write there (it holds b_dec, so the sums are
+            # exact) - the skip connection's mlp_in W_skip (a linear path of the replay, not a node)
+            acts = [source.encode(run.mlp_in[s][position:position + 1]) for s, source in enumerate(parts.layers)]
+            rebuilt = parts.written(layer, acts, run.mlp_in[layer][position:position + 1])
         return run.mlp_out[layer][position] - rebuilt[0]
     raise InterpscopeError(f"{node['id']} writes nothing into the residual stream (a {kind} node).")
 
@@ -684,7 +688,7 @@ def _reads(run: FrozenRun, transcoders: Any, node: dict[str, Any], target_id: in
     """The residual direction whose dot product is the node's pre-activation (the frozen norm folded in)."""
     if node.get("kind") == "feature":
         layer, position = int(node["layer"]), int(node["position"])
-        column = transcoders[layer].W_enc[:, int(node["feature"])].detach().to(run.dtype)
+        column = dictionary(transcoders, run.dtype).layers[layer].W_enc[:, int(node["feature"])]
         return run.mlp_scale[layer, position] * run.gamma_mlp[layer] * column
     if node.get("kind") == "logit":
         return run.logit_direction(target_id)

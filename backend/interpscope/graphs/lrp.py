@@ -26,14 +26,17 @@ from interpscope.relevance.methods import get_method
 from interpscope.relevance.targets import Target
 
 
-def _splice(acts: torch.Tensor, W_dec: torch.Tensor, error: torch.Tensor, dtype: torch.dtype,
+def _splice(writes: list[tuple[torch.Tensor, torch.Tensor]], error: torch.Tensor, dtype: torch.dtype,
             skip: tuple[torch.Tensor, dict[str, torch.Tensor]] | None = None
             ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The edit of one MLP output: features x W_dec + error node (the same value, the MLP's own path cut), plus a
+    """The edit of one MLP output: the features that write there (acts x W per source layer: one for per-layer
+    transcoders, every layer at or below for a CLT) + error node (the same value, the MLP's own path cut), plus a
     skip connection's live mlp_in W_skip (skip: W_skip and where the MLP-input hook left mlp_in): a linear path
     the relevance follows, as the replay does."""
     def edit(x: torch.Tensor) -> torch.Tensor:
-        out = acts @ W_dec + error
+        out = error
+        for acts, W in writes:
+            out = out + acts @ W
         if skip is not None:
             out = out + skip[1]["x"][0].to(out.dtype) @ skip[0]
         return out.to(dtype)[None]
@@ -76,21 +79,23 @@ def lrp_row(lm, rep: Replacement, ids: torch.Tensor, method: str, *, token_id: i
     model_dtype = next(lm.model.parameters()).dtype
     leaves: dict[str, torch.Tensor] = {}
     edits: list[tuple[str, Callable[[torch.Tensor], torch.Tensor | None]]] = []
-    for layer, tc in enumerate(rep.transcoders):
+    parts = rep.dictionary
+    for layer, source in enumerate(parts.layers):
         mask = feats.layer == layer
-        dense = torch.zeros(run.n_tokens, tc.cfg.d_sae, dtype=run.dtype)
+        dense = torch.zeros(run.n_tokens, source.width, dtype=run.dtype)
         dense[feats.position[mask], feats.feature[mask]] = feats.activation[mask]
-        acts = dense.to(lm.device).requires_grad_(True)
+        leaves[f"features.{layer}"] = dense.to(lm.device).requires_grad_(True)
+    for layer in range(run.n_layers):
         error = rep.errors[layer].to(lm.device).requires_grad_(True)
-        leaves[f"features.{layer}"], leaves[f"error.{layer}"] = acts, error
+        leaves[f"error.{layer}"] = error
+        writes = [(leaves[f"features.{source}"], W.to(lm.device)) for source, W in parts.writes_to(layer)]
         skip = None
         W_skip = None if rep.skips is None else rep.skips[layer]
         if W_skip is not None:
             inputs: dict[str, torch.Tensor] = {}
             edits.append((f"blocks.{layer}.mlp.hook_in", _keep(inputs)))
             skip = (W_skip.to(lm.device), inputs)
-        edits.append((f"blocks.{layer}.hook_mlp_out", _splice(acts, rep.decoder(layer).to(lm.device), error,
-                                                               model_dtype, skip)))
+        edits.append((f"blocks.{layer}.hook_mlp_out", _splice(writes, error, model_dtype, skip)))
     explained: Target | _FeatureRead = Target(run.n_tokens - 1, int(token_id or 0))
     if column is not None:
         explained = _FeatureRead(rep, column)
