@@ -22,6 +22,7 @@ from interpscope.config import InterpscopeError, artefact_hint, resolve_device, 
 from interpscope.models.cache import CACHE, estimate_bytes
 from interpscope.models.checks import cached_hub_folder, check_finite_weights, check_model_name, check_weight_files
 from interpscope.models.loaded import LoadedModel
+from interpscope.models.memory import check_load
 from interpscope.models.registry import ASSET_MODEL_NAMES, BUNDLED
 from interpscope.paths import confined, confined_folder, display_path, from_display, looks_like_path, server_mode
 from interpscope.results import Result
@@ -158,6 +159,7 @@ def load_model(name: str, device: str = "auto", dtype: str | torch.dtype = "floa
 
     def load() -> LoadedModel:
         start = time.perf_counter()
+        check_load(location, torch_dtype, torch_device, name)  # weights that cannot fit are refused unopened
         try:
             model, tokenizer = _from_pretrained(location, torch_device, torch_dtype, local_only)
         except InterpscopeError:
