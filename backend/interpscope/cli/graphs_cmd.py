@@ -124,6 +124,9 @@ def run_graph(args: argparse.Namespace) -> int:
         raise InterpscopeError(f"No transcoders for {lm.name}: none is shipped for it; pass --transcoders DIR (a "
                                f"set folder, e.g. from scripts/train_transcoders.py).")
     transcoders = load_transcoder_set(folder, lm=lm)
+    from interpscope.models.memory import check_run
+
+    check_run(lm, "graph", args.text, graph_width=transcoders.width, graph_feature_nodes=args.max_feature_nodes)
     result = build_graph(lm, transcoders, args.text, target=args.target, node_budget=args.node_budget,
                          edge_budget=args.edge_budget, max_feature_nodes=args.max_feature_nodes,
                          lrp=None if args.lrp == "none" else args.lrp, lrp_features=args.lrp_features,

@@ -81,7 +81,9 @@ def run_heads(args: argparse.Namespace) -> int:
 
 def _find(lm, args: argparse.Namespace) -> int:
     from interpscope.heads.finder import KINDS, LABELS, find_heads
+    from interpscope.models.memory import check_run
 
+    check_run(lm, "heads", tokens=2 * args.half_len, sequences=args.sequences)
     result = find_heads(lm, n_sequences=args.sequences, half_len=args.half_len, seed=args.seed,
                         ablate=args.ablate, mode=args.ablation)
     write_outputs(args, result)

@@ -22,6 +22,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     add_outputs(models, ModelList)
     models.set_defaults(func=run_models)
+    actions = models.add_subparsers(dest="models_action", metavar="{estimate}")
+    estimate = actions.add_parser(
+        "estimate", help="memory of a model and of each view's run, before loading it",
+        description="Estimate, from the model's config and safetensors headers (nothing is loaded), the memory of "
+                    "its weights and of one run of each view (activations, gradients) at --tokens in --dtype, beside "
+                    "the free memory of --device (interpscope.models.memory).")
+    add_model_args(estimate)
+    estimate.add_argument("--tokens", type=positive_int, default=64, help="prompt length in tokens (default 64)")
+    from interpscope.models.memory import VIEWS, MemoryEstimate
+
+    estimate.add_argument("--views", nargs="+", choices=VIEWS, default=list(VIEWS), metavar="VIEW",
+                          help=f"views to estimate (default all: {', '.join(VIEWS)})")
+    add_outputs(estimate, MemoryEstimate)
+    estimate.set_defaults(func=run_estimate)
 
     predict = subparsers.add_parser("predict", help="top next-token probabilities after a text")
     add_model_args(predict)
@@ -50,6 +64,24 @@ def run_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_estimate(args: argparse.Namespace) -> int:
+    from interpscope.models.memory import SAFETY, estimate_model
+
+    check_outputs(args)
+    result = estimate_model(args.model, args.tokens, dtype=args.dtype, device=args.device, views=args.views)
+    write_outputs(args, result)
+    if not json_to_stdout(args):
+        free = "unknown" if result.free_bytes is None else f"{result.free_bytes / 2**30:,.2f} GiB"
+        print(f"{result.model}: {result.parameters:,} parameters, {result.tokens} tokens, {result.dtype}; "
+              f"free: {free} (a run may take {SAFETY:.0%})")
+        print(f"{'view':<10} {'weights':>10} {'activations':>12} {'gradients':>10} {'total':>10}  fits  (MiB)")
+        for row in result.tidy():
+            fits = {True: "yes", False: "NO", None: "?"}[row["fits"]]
+            print(f"{row['view']:<10} {row['weights_mib']:>10,.1f} {row['activations_mib']:>12,.1f} "
+                  f"{row['gradients_mib']:>10,.1f} {row['total_mib']:>10,.1f}  {fits}")
+    return 0
+
+
 def run_predict(args: argparse.Namespace) -> int:
     from interpscope.predict import predict_next
 
@@ -60,6 +92,9 @@ def run_predict(args: argparse.Namespace) -> int:
     text = check_text(read_text_file(args.file) if args.file else args.text)
     check_outputs(args)
     lm = load_from_args(args)
+    from interpscope.models.memory import check_run
+
+    check_run(lm, "predict", text)
     result = predict_next(lm, text, top=args.top, prepend_bos=args.prepend_bos)
     write_outputs(args, result)  # the Prediction's document, as the Home page's export and the API give it
     if not json_to_stdout(args):

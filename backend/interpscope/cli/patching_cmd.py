@@ -66,6 +66,9 @@ def run_patch(args: argparse.Namespace) -> int:
     check_text(args.corrupt)
     check_outputs(args)
     lm = load_from_args(args)
+    from interpscope.models.memory import check_run
+
+    check_run(lm, "patching", args.clean)
     common = dict(metric=args.metric, answer=args.answer, wrong=args.wrong, prepend_bos=args.prepend_bos)
     if args.path:
         from interpscope.patching.run import path_patch
