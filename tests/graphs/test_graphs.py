@@ -443,3 +443,30 @@ def test_the_agreement_sentence_compares_unrounded_and_shows_it():
     assert said(0.7004).endswith("ρ = 0.7004 (above 0.7): they mostly agree.")
     assert said(0.7).endswith("ρ = 0.70: they mostly agree.") and said(0.85).endswith("ρ = 0.85: they mostly agree.")
     assert said(0.2996).endswith("(below 0.3): they disagree.") and said(0.5).endswith("0.50: they partly agree.")
+
+
+def test_an_uncapped_budget_expands_every_reached_feature_in_rounds(tiny, monkeypatch):
+    """With room for every feature, the graph expands exactly the features some path from the logit reaches, in a
+    few rounds (one per depth), not one ranking per BATCH; the same rows as the batched order."""
+    import interpscope.graphs.build as build
+
+    lm, tset = tiny
+    rounds: list[int] = []
+    original = build.influence
+
+    def counted(*args, **kwargs):
+        rounds.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(build, "influence", counted)
+    kwargs = dict(node_budget=10_000, edge_budget=10**6, lrp=None)
+    full = build_graph(lm, tset, TEXT, max_feature_nodes=10**6, **kwargs)
+    uncapped_rounds = len(rounds)
+    assert uncapped_rounds <= lm.adapter.n_layers + 2
+    rounds.clear()
+    monkeypatch.setattr(build, "BATCH", 4)
+    batched = build_graph(lm, tset, TEXT, max_feature_nodes=full.n_expanded_features, **kwargs)
+    assert len(rounds) > uncapped_rounds  # the capped path re-ranks every BATCH
+    assert batched.n_expanded_features == full.n_expanded_features
+    assert batched.replacement_score == pytest.approx(full.replacement_score, rel=1e-9)
+    assert {n["id"] for n in batched.nodes} == {n["id"] for n in full.nodes}

@@ -156,10 +156,13 @@ class _Adjacency:
 
 
 def _expand(adj: _Adjacency, max_feature_nodes: int, seed: np.ndarray, progress) -> None:
-    """Compute feature rows in order of influence on the logit (re-ranked after every batch)."""
+    """Compute feature rows in order of influence on the logit (re-ranked after every batch). When the budget holds
+    every rankable feature, nothing is capped, so the order cannot matter: each round expands every feature the
+    rows so far give influence, at once (no re-ranking every BATCH; a feature no path reaches is never expanded)."""
     rep = adj.rep
     rankable = ~np.isin(rep.features.position.numpy(), rep.sinks)
     expanded = np.zeros(rep.n_features, dtype=bool)
+    uncapped = max_feature_nodes >= int(rankable.sum())
     while expanded.sum() < max_feature_nodes:
         row_node = np.array(adj.row_node)
         weights = np.concatenate([seed, np.zeros(len(row_node) - seed.size)])
@@ -169,7 +172,7 @@ def _expand(adj: _Adjacency, max_feature_nodes: int, seed: np.ndarray, progress)
         if open_.size == 0:
             break
         room = int(max_feature_nodes - expanded.sum())
-        chosen = open_[np.argsort(-score[open_], kind="stable")[:min(BATCH, room)]]
+        chosen = open_[np.argsort(-score[open_], kind="stable")[:room if uncapped else min(BATCH, room)]]
         expanded[chosen] = True
         # a backward pass costs rows x (highest layer + 1) x (last position + 1): passes of alike rows cost less
         chosen = chosen[np.lexsort((rep.features.position.numpy()[chosen], rep.features.layer.numpy()[chosen]))]
