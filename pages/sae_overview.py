@@ -29,6 +29,7 @@ from pages._common import (
     write_url,
 )
 from pages._sae_bench import show_bench
+from pages._sae_releases import RELEASE, pick_release, release_names
 
 PAGE = "sae-overview"
 FOLDER = "A folder on this machine…"
@@ -44,10 +45,14 @@ METRIC_HELP = {
 
 
 def pick_sae(saes: dict[str, str]) -> str | None:
-    labels = list(saes) + [FOLDER]
+    labels = list(saes) + [RELEASE, FOLDER]
     choice = st.selectbox("SAE", labels, key="sae_overview_choice",
-                          help="Shipped SAEs (assets/saes), SAEs trained on the SAE training page, or any folder "
-                               "with cfg.json + sae_weights.safetensors (the common SAE library format).")
+                          help="Shipped SAEs (assets/saes), SAEs trained on the SAE training page, a released "
+                               "dictionary (Gemma Scope 2 for Gemma 3 270M, from the Hugging Face cache), or any "
+                               "folder with cfg.json + sae_weights.safetensors (the common SAE library format) or "
+                               "in a released layout (Gemma Scope params.safetensors / params.npz).")
+    if choice == RELEASE:
+        return pick_release("sae_overview_release", model_key()[0])
     if choice == FOLDER:
         typed = st.text_input("SAE folder", key="sae_overview_path", placeholder="/path/to/sae folder")
         if not typed.strip():
@@ -133,7 +138,8 @@ def main() -> None:
     st.caption("Sparsity, reconstruction, loss recovered when the SAE's output replaces the activation, and the "
                "density of every feature. The first position of each window (the attention sink) is left as is.")
     saes = {label: str(path) for label, path in list_saes().items()}
-    params = [Param("sae_overview_choice", "sae", next(iter(saes), FOLDER), choices=list(saes) + [FOLDER]),
+    params = [Param("sae_overview_choice", "sae", next(iter(saes), FOLDER), choices=list(saes) + [RELEASE, FOLDER]),
+              Param("sae_overview_release", "release", None, choices=release_names()),
               Param("sae_overview_source", "source", SOURCES[0], choices=SOURCES),
               Param("sae_overview_tokens", "tokens", 2048, int, low=128, high=65536),
               Param("sae_overview_text-text", "text", "")]

@@ -8,6 +8,7 @@ from interpscope.config import ASSETS_DIR, InterpscopeError, data_dir
 from interpscope.paths import confined_folder, folder_allowed, server_mode
 from interpscope.sae.cfg_json import folder_class
 from interpscope.sae.folder import CFG_FILE, WEIGHTS_FILE
+from interpscope.sae.releases import RELEASES_DIR
 
 SHIPPED_DIR = ASSETS_DIR / "saes"
 
@@ -25,7 +26,8 @@ def _is_sae_folder(path: Path) -> bool:
 
 
 def list_saes() -> dict[str, Path]:
-    """Label -> folder for every complete SAE folder shipped or trained here (trained runs one level deeper)."""
+    """Label -> folder for every complete SAE folder shipped, trained (runs one level deeper) or read from a release
+    here."""
     found: dict[str, Path] = {}
     if SHIPPED_DIR.is_dir():
         for folder in sorted(SHIPPED_DIR.iterdir()):
@@ -36,6 +38,13 @@ def list_saes() -> dict[str, Path]:
         for folder in sorted(root.glob("*/*")):
             if folder.parent.name != "checkpoints" and _is_sae_folder(folder):
                 found[f"trained: {folder.parent.name}/{folder.name}"] = folder
+    released = data_dir() / RELEASES_DIR  # released dictionaries read so far (interpscope.sae.releases)
+    if released.is_dir():
+        for folder in sorted(released.glob("*/*")):
+            if _is_sae_folder(folder):
+                kind = "imported" if folder.parent.name == "folders" else "release"
+                name = folder.name if kind == "imported" else f"{folder.parent.name}/{folder.name.replace('__', '/')}"
+                found[f"{kind}: {name}"] = folder
     return found
 
 
