@@ -170,3 +170,62 @@ def test_figure_puts_the_logits_in_a_row_within_the_axis(tiny):
     figure = graph_figure(graph.nodes, graph.edges, graph.tokens, lm.adapter.n_layers, "top logits")
     texts = [t for trace in figure.data if trace.name == "logit" for t in trace.text]
     assert len(texts) == 10 and all(" p 0." in t or " p 1." in t for t in texts)
+
+
+# --- contrastive and listed targets ---------------------------------------------------------------------------------
+def test_a_contrastive_graph_reproduces_the_logit_difference(tiny):
+    """--target A --contrast B: one logit node, logit(A) - logit(B); the unpruned graph's contributions add up to it,
+    each edge into it is the difference of the two one-logit graphs' edges, and its interventions and CP-LRP explain
+    the difference too."""
+    from interpscope.graphs.interventions import GraphRun
+
+    lm, tset = tiny
+    probabilities = _next_token_probabilities(lm)
+    top, second = (int(t) for t in torch.argsort(probabilities, descending=True)[:2])
+    both = build_graph(lm, tset, TEXT, target=f"#{top}", contrast=f"#{second}", **EVERYTHING)
+    with torch.no_grad():
+        from interpscope.graphs.defaults import MAX_TOKENS
+        from interpscope.relevance.api import input_ids_for
+
+        logits = lm.model(input_ids_for(lm, TEXT, max_tokens=MAX_TOKENS)[0]).logits[0, -1].double()
+    difference = float(logits[top] - logits[second])
+    assert both.logit == pytest.approx(difference, rel=1e-9)
+    assert both.logit_inputs_sum == pytest.approx(difference, rel=1e-3, abs=1e-6)
+    logit = both.node(target_node(both))
+    assert logit["contrast"]["id"] == second and both.target["contrast"]["id"] == second and " − " in logit["token"]
+    one = build_graph(lm, tset, TEXT, target=f"#{top}", **EVERYTHING)
+    other = build_graph(lm, tset, TEXT, target=f"#{second}", **EVERYTHING)
+    effect = {g: {n["id"]: n["logit_effect"] for n in graph.nodes if n["kind"] != "logit"}
+              for g, graph in (("both", both), ("one", one), ("other", other))}
+    for node, value in effect["both"].items():
+        if node in effect["one"] and node in effect["other"]:
+            assert value == pytest.approx(effect["one"][node] - effect["other"][node], rel=1e-6, abs=1e-9)
+    prepared = GraphRun(lm, tset, both)
+    feature = next(n for n in both.nodes if n["kind"] == "feature")
+    (actual,), clean = prepared.actual([[feature]], 0.0)
+    assert clean == pytest.approx(difference, rel=1e-6)
+    (real_linear,) = prepared.predicted_real_linear([[feature]], 0.0)
+    single = GraphRun(lm, tset, one)
+    assert real_linear != pytest.approx(single.predicted_real_linear([[feature]], 0.0)[0], rel=1e-6)
+    cp = build_graph(lm, tset, TEXT, target=f"#{top}", contrast=f"#{second}", max_feature_nodes=20, lrp="cplrp")
+    lrp = {e["source"]: e["weight"] for e in cp.lrp_edges if e["target"] == target_node(cp)}
+    for node in cp.nodes:
+        if node["kind"] != "logit":
+            assert lrp.get(node["id"], 0.0) == pytest.approx(node["logit_effect"], rel=1e-6, abs=1e-9)
+
+
+def test_a_list_of_targets_is_weighted_by_probability_and_bad_combinations_are_refused(tiny):
+    lm, tset = tiny
+    probabilities = _next_token_probabilities(lm)
+    picked = [int(t) for t in torch.argsort(probabilities, descending=True)[[0, 3, 5]]]
+    graph = build_graph(lm, tset, TEXT, targets=[f"#{t}" for t in picked], **EVERYTHING)
+    assert [e["id"] for e in graph.logits] == picked and graph.target["id"] == picked[0]
+    weights = np.array([float(probabilities[t]) for t in picked])
+    assert [e["weight"] for e in graph.logits] == pytest.approx(list(weights / weights.sum()), rel=1e-9)
+    for entry in graph.logits:
+        assert entry["logit_inputs_sum"] == pytest.approx(entry["logit"], rel=1e-3, abs=1e-6)
+    for kwargs, message in ((dict(contrast="#1", max_logits=3), "contrast"), (dict(targets=["#1", "#1"]), "twice"),
+                            (dict(targets=["#1"], max_logits=2), "not both"),
+                            (dict(target="#2", contrast="#2"), "target itself")):
+        with pytest.raises(InterpscopeError, match=message):
+            build_graph(lm, tset, TEXT, **kwargs)

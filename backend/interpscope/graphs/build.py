@@ -96,13 +96,47 @@ def _sinks(lm: LoadedModel, rep_run, prepended: bool):
     return report_from(lm.adapter, residual, prepended=0 if prepended else None)
 
 
-def _target(lm: LoadedModel, logits: torch.Tensor, target: str | int | None) -> dict[str, Any]:
+def _target(lm: LoadedModel, logits: torch.Tensor, target: str | int | None,
+            contrast: str | int | None = None) -> dict[str, Any]:
+    """The explained logit: the target's (the top next token unless named), or with `contrast` the difference
+    logit(target) - logit(contrast) (circuit-tracer's contrastive AttributionTargets)."""
     from interpscope.relevance.targets import token_id_of
 
     token_id = int(logits.argmax()) if target is None else token_id_of(lm.tokenizer, target, int(logits.shape[0]))
-    probability = float(torch.softmax(logits.double(), -1)[token_id])
-    return {"token": token_text(lm.tokenizer, token_id), "id": token_id, "probability": probability,
-            "chosen": "top next token" if target is None else "named"}
+    probabilities = torch.softmax(logits.double(), -1)
+    chosen = {"token": token_text(lm.tokenizer, token_id), "id": token_id,
+              "probability": float(probabilities[token_id]),
+              "chosen": "top next token" if target is None else "named"}
+    if contrast is not None:
+        other = token_id_of(lm.tokenizer, contrast, int(logits.shape[0]))
+        if other == token_id:
+            raise InterpscopeError(f"The contrast is the target itself ({chosen['token']!r}); name another token.")
+        chosen["contrast"] = {"token": token_text(lm.tokenizer, other), "id": other,
+                              "probability": float(probabilities[other])}
+    return chosen
+
+
+def _named_logit_nodes(lm: LoadedModel, logits: torch.Tensor, chosen: dict[str, Any],
+                       targets: Sequence[str | int]) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """Logit nodes for a list of named tokens (the first is the graph's target), each weighted by its probability
+    over the list's summed probability, as the top-k logits are."""
+    from interpscope.relevance.targets import token_id_of
+
+    probabilities = torch.softmax(logits.double(), -1)
+    picked: list[int] = []
+    for token in targets:
+        token_id = token_id_of(lm.tokenizer, token, int(logits.shape[0]))
+        if token_id in picked:
+            raise InterpscopeError(f"{token_text(lm.tokenizer, token_id)!r} is listed twice among the targets.")
+        picked.append(token_id)
+    entries = [{"token": token_text(lm.tokenizer, t), "id": t, "probability": float(probabilities[t])}
+               for t in picked]
+    weights = np.array([e["probability"] for e in entries], dtype=np.float64)
+    weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(entries), 1.0 / len(entries))
+    for entry, weight in zip(entries, weights, strict=True):
+        entry["weight"] = float(weight)
+    entries[0] = {**chosen, "weight": float(weights[0])}
+    return entries, weights
 
 
 def _logit_nodes(lm: LoadedModel, logits: torch.Tensor, chosen: dict[str, Any], max_logits: int,
@@ -187,15 +221,18 @@ def build_graph(lm: LoadedModel, transcoders: Any, text: str, *, target: str | i
                 node_budget: int = DEFAULT_NODE_BUDGET, edge_budget: int = DEFAULT_EDGE_BUDGET,
                 max_feature_nodes: int = DEFAULT_MAX_FEATURE_NODES, lrp: str | None = "attnlrp",
                 progress: Callable[[float, str], None] | None = None, lrp_features: int = 0,
-                max_logits: int = DEFAULT_MAX_LOGITS, logit_probability: float = DEFAULT_LOGIT_PROBABILITY
-                ) -> AttributionGraph:
+                max_logits: int = DEFAULT_MAX_LOGITS, logit_probability: float = DEFAULT_LOGIT_PROBABILITY,
+                contrast: str | int | None = None, targets: Sequence[str | int] | None = None) -> AttributionGraph:
     """The attribution graph of `text`'s next-token `target` (a token string, an id or '#id'; None: the model's top
     next token) over `transcoders` (a TranscoderSet or one transcoder per block). lrp: an LRP method name
     ('attnlrp', 'cplrp') for the LRP edges into the logit beside the direct ones, or None; lrp_features: also the
     LRP edges into that many kept features, most influential first (one more LRP pass each). max_logits: logit
     nodes (1: the target alone; up to MAX_LOGITS: the target and the top next tokens until they cover
     `logit_probability`, influence seeded by their probabilities, as circuit-tracer does); the target stays the
-    graph's `logit`, its interventions' and LRP's token."""
+    graph's `logit`, its interventions' and LRP's token. contrast: explain logit(target) - logit(contrast)
+    instead (one logit node, the difference; its interventions and LRP explain the difference too). targets: a
+    list of tokens as the logit nodes (the first is the target), weighted by their probabilities like the top
+    logits; neither goes with max_logits > 1, nor with each other."""
     start = time.perf_counter()
     for name, value in (("node_budget", node_budget), ("edge_budget", edge_budget),
                         ("max_feature_nodes", max_feature_nodes), ("lrp_features", lrp_features)):
@@ -206,6 +243,17 @@ def build_graph(lm: LoadedModel, transcoders: Any, text: str, *, target: str | i
     if isinstance(logit_probability, bool) or not isinstance(logit_probability, (int, float)) or not (
             0.0 < float(logit_probability) <= 1.0):
         raise InterpscopeError(f"logit_probability must be above 0 and at most 1 (got {logit_probability!r}).")
+    if contrast is not None and (max_logits > 1 or targets):
+        raise InterpscopeError("A contrast explains one logit difference: it does not go with several logit nodes "
+                               "(max_logits > 1 or a list of targets).")
+    if targets is not None:
+        if isinstance(targets, (str, int)) or not 1 <= len(targets) <= MAX_LOGITS:
+            raise InterpscopeError(f"targets must list 1 to {MAX_LOGITS} tokens (got {targets!r}).")
+        if max_logits > 1:
+            raise InterpscopeError("Name the logit nodes as a list of targets or as the top max_logits, not both.")
+        if target is not None and targets[0] != target:
+            raise InterpscopeError("With a list of targets, the first one is the target: leave target unset.")
+        target = targets[0]
     check_architecture(lm.adapter)
     items, set_name = _transcoder_list(lm, transcoders)
     ids, prepended = _ids(lm, text)
@@ -213,14 +261,18 @@ def build_graph(lm: LoadedModel, transcoders: Any, text: str, *, target: str | i
     with model_lock(lm):
         report(0.0, "Recording the forward pass")
         run = record(lm, ids)
-        chosen = _target(lm, run.logits, target)
-        logit_nodes, seed = _logit_nodes(lm, run.logits, chosen, max_logits, float(logit_probability))
+        chosen = _target(lm, run.logits, target, contrast)
+        if targets is not None:
+            logit_nodes, seed = _named_logit_nodes(lm, run.logits, chosen, targets)
+        else:
+            logit_nodes, seed = _logit_nodes(lm, run.logits, chosen, max_logits, float(logit_probability))
         sinks = _sinks(lm, run, prepended)
         rep = replacement(run, items, sinks.positions)
         report(0.05, "Computing the logit's row" if len(logit_nodes) == 1 else
                f"Computing the rows of {len(logit_nodes)} logits")
         adj = _Adjacency(rep)
-        adj.add([-1] * len(logit_nodes), logit_reads(rep, [int(e["id"]) for e in logit_nodes]))
+        adj.add([-1] * len(logit_nodes), logit_reads(rep, [int(e["id"]) for e in logit_nodes],
+                                                     contrast=None if contrast is None else chosen["contrast"]["id"]))
         _expand(adj, max_feature_nodes, seed, progress)
         report(0.8, "Pruning")
         graph = _assemble(lm, rep, adj, seed, logit_nodes, text, set_name, sinks, node_budget, edge_budget,
@@ -275,14 +327,21 @@ def _assemble(lm: LoadedModel, rep: Replacement, adj: _Adjacency, seed: np.ndarr
                           np.flatnonzero(is_embedding))
     chosen = logit_nodes[0]
     token_id = int(chosen["id"])
+    contrast_id = int(chosen["contrast"]["id"]) if "contrast" in chosen else None
     logit_row = A[0]
+
+    def value_of(t: int) -> float:
+        """A logit node's value: the logit, or the target's difference to the contrast."""
+        return float(run.logits[t]) - (float(run.logits[contrast_id]) if contrast_id is not None else 0.0)
     nodes = [_node(rep, int(c), tokens, pruned.influence[c], logit_row[c], sink_set) for c in pruned.nodes]
     ids_of = {int(c): node["id"] for c, node in zip(pruned.nodes, nodes, strict=False)}
     logit_ids = [node_id("logit", n, T - 1, int(e["id"])) for e in logit_nodes]
     for r, (entry, logit_id) in enumerate(zip(logit_nodes, logit_ids, strict=True)):
         node = {"id": logit_id, "kind": "logit", "layer": n, "position": T - 1, "token": entry["token"],
-                "feature": int(entry["id"]), "activation": float(run.logits[int(entry["id"])]),
-                "influence": float(seed[r])}
+                "feature": int(entry["id"]), "activation": value_of(int(entry["id"])), "influence": float(seed[r])}
+        if contrast_id is not None:
+            node["token"] = f"{entry['token']} − {chosen['contrast']['token']}"
+            node["contrast"] = {"token": chosen["contrast"]["token"], "id": contrast_id}
         if k > 1:
             node.update(probability=float(entry["probability"]), target=r == 0)
         nodes.append(node)
@@ -291,7 +350,10 @@ def _assemble(lm: LoadedModel, rep: Replacement, adj: _Adjacency, seed: np.ndarr
     has_bias = run.b_U is not None or any(b is not None for b in run.attn_bias)
 
     def bias_of(r: int) -> float:
-        return adj.bias[r] + (0.0 if run.b_U is None else float(run.b_U[int(logit_nodes[r]["id"])]))
+        if run.b_U is None:
+            return adj.bias[r]
+        own = float(run.b_U[int(logit_nodes[r]["id"])])
+        return adj.bias[r] + own - (float(run.b_U[contrast_id]) if contrast_id is not None else 0.0)
 
     logits: list[dict[str, Any]] | None = None
     if k > 1:
@@ -312,7 +374,7 @@ def _assemble(lm: LoadedModel, rep: Replacement, adj: _Adjacency, seed: np.ndarr
     return AttributionGraph(
         model=lm.name, transcoders=set_name, text=text, tokens=tokens, token_ids=[int(i) for i in run.ids],
         target={key: value for key, value in chosen.items() if key != "weight"},
-        logit=float(run.logits[token_id]), logit_inputs_sum=float(logit_row.sum(dtype=np.float64)),
+        logit=value_of(token_id), logit_inputs_sum=float(logit_row.sum(dtype=np.float64)),
         bias_sum=bias_of(0) if has_bias else None, nodes=nodes, edges=edges,
         replacement_score=scores.replacement, completeness_score=scores.completeness, node_budget=node_budget,
         edge_budget=edge_budget, max_feature_nodes=max_feature_nodes, n_active_features=rep.n_features,
@@ -329,7 +391,9 @@ def _add_lrp(lm: LoadedModel, graph: AttributionGraph, rep: Replacement, adj: _A
     logit = graph.node(target_node(graph))
     columns = {node["id"]: column for column, node in _columns(rep, graph)}
     names = list(columns)
-    row, label = lrp_row(lm, rep, ids, method, token_id=int(logit["feature"]))
+    contrast = graph.target.get("contrast")
+    row, label = lrp_row(lm, rep, ids, method, token_id=int(logit["feature"]),
+                         contrast_id=None if contrast is None else int(contrast["id"]))
     values = np.array([row[columns[name]] for name in names])
     edges = [{"source": name, "target": logit["id"], "weight": float(v)}
              for name, v in zip(names, values, strict=True) if v != 0]

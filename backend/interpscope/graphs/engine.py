@@ -180,11 +180,14 @@ def compute_rows(rep: Replacement, reads: Reads) -> Rows:
     return Rows(weights.numpy(), bias.numpy())
 
 
-def logit_reads(rep: Replacement, token_ids: list[int]) -> Reads:
+def logit_reads(rep: Replacement, token_ids: list[int], contrast: int | None = None) -> Reads:
+    """The logits' reads at the last position (with `contrast`, each logit minus the contrast token's)."""
     run = rep.run
     n, last = run.n_layers, run.n_tokens - 1
-    return Reads([n] * len(token_ids), [last] * len(token_ids),
-                 torch.stack([run.logit_direction(t) for t in token_ids]))
+    directions = torch.stack([run.logit_direction(t) for t in token_ids])
+    if contrast is not None:
+        directions = directions - run.logit_direction(contrast)
+    return Reads([n] * len(token_ids), [last] * len(token_ids), directions)
 
 
 def feature_reads(rep: Replacement, columns: list[int]) -> Reads:

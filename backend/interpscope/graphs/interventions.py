@@ -160,6 +160,8 @@ class GraphRun:
                          for layer, source in enumerate(self.parts.layers)]
         self.active = [a > 0 for a in self.acts]
         self.target_id = int(graph.target["id"])
+        contrast = graph.target.get("contrast")  # a contrastive graph explains logit(target) - logit(contrast)
+        self.contrast_id: int | None = None if contrast is None else int(contrast["id"])
         self.pruned = PrunedGraph(graph)
         keeps = "logits_to_keep" in inspect.signature(type(lm.model).forward).parameters
         self._projections: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # for frozen-attention readouts
@@ -211,14 +213,28 @@ class GraphRun:
         """As `predicted`, with the final norm's scale frozen too: the graph's logit node, every path linear (the
         sum of the edges' effects; with direct_only, minus the sources' edges into the logit, ablated)."""
         final = self.final_delta(interventions, factor, direct_only)
-        return ((final @ self.run.logit_direction(self.target_id)).double()).tolist()
+        return ((final @ self.read_direction()).double()).tolist()
+
+    def read_direction(self) -> torch.Tensor:
+        """The explained value's read at the final residual (frozen final norm): the target's logit direction, or
+        its difference to the contrast's."""
+        direction = self.run.logit_direction(self.target_id)
+        return direction if self.contrast_id is None else direction - self.run.logit_direction(self.contrast_id)
+
+    def explained(self, logits: torch.Tensor) -> torch.Tensor:
+        """The explained value from logits [..., vocab]: the target's logit, or its difference to the contrast's."""
+        value = logits[..., self.target_id]
+        return value if self.contrast_id is None else value - logits[..., self.contrast_id]
 
     def through_final_norm(self, delta: torch.Tensor) -> list[float]:
         """The target logit's change when the last position's final residual moves by delta [B, d], the final
         norm recomputed (live) rather than frozen: what the module docstring says and why."""
         run = self.run
         x = run.resid_final[-1]
-        read = run.gamma_final * run.W_U[:, self.target_id]
+        column = run.W_U[:, self.target_id]
+        if self.contrast_id is not None:
+            column = column - run.W_U[:, self.contrast_id]
+        read = run.gamma_final * column
 
         def logit(v: torch.Tensor) -> torch.Tensor:
             return (v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + self.final_eps)) @ read
@@ -274,7 +290,7 @@ class GraphRun:
                                     for layer, zero in enumerate(zeros)}
         with self.freezing(freeze), hooks(lm.adapter, named):  # as in `actual`: the freeze first
             logits = capture(lm.adapter, ids, [], grad=True, **self.last_only).require_logits()
-            grads = torch.autograd.grad(logits[-1, self.target_id], zeros, allow_unused=True)
+            grads = torch.autograd.grad(self.explained(logits[-1]), zeros, allow_unused=True)
         found = [torch.zeros_like(z[0]) if g is None else g[0].detach() for z, g in zip(zeros, grads, strict=True)]
         self._gradients[key] = found
         return found
@@ -332,7 +348,7 @@ class GraphRun:
                                         for layer, delta in edits.items()}
             with self.freezing(freeze), hooks(lm.adapter, named):  # the freeze first: edits act on its output
                 logits = capture(lm.adapter, ids.expand(rows, -1), [], **self.last_only).require_logits()
-            values = logits[:, -1, self.target_id].double()
+            values = self.explained(logits[:, -1]).double()
             clean = float(values[0])
             changes += [float(v - values[0]) for v in values[1:]]
             if progress is not None:
@@ -691,7 +707,9 @@ def _reads(run: FrozenRun, transcoders: Any, node: dict[str, Any], target_id: in
         column = dictionary(transcoders, run.dtype).layers[layer].W_enc[:, int(node["feature"])]
         return run.mlp_scale[layer, position] * run.gamma_mlp[layer] * column
     if node.get("kind") == "logit":
-        return run.logit_direction(target_id)
+        direction = run.logit_direction(target_id)
+        contrast = node.get("contrast")
+        return direction if contrast is None else direction - run.logit_direction(int(contrast["id"]))
     raise InterpscopeError(f"{node['id']} reads nothing from the residual stream (a {node.get('kind')} node).")
 
 

@@ -69,7 +69,7 @@ class _FeatureRead:
 
 
 def lrp_row(lm, rep: Replacement, ids: torch.Tensor, method: str, *, token_id: int | None = None,
-            column: int | None = None) -> tuple[np.ndarray, str]:
+            column: int | None = None, contrast_id: int | None = None) -> tuple[np.ndarray, str]:
     """(relevance [n_columns] of every node for the logit of token_id, or for the pre-activation of the feature in
     `column`; the method's label). The caller holds the model's lock."""
     spec = get_method(method, lm.adapter)
@@ -96,7 +96,7 @@ def lrp_row(lm, rep: Replacement, ids: torch.Tensor, method: str, *, token_id: i
             edits.append((f"blocks.{layer}.mlp.hook_in", _keep(inputs)))
             skip = (W_skip.to(lm.device), inputs)
         edits.append((f"blocks.{layer}.hook_mlp_out", _splice(writes, error, model_dtype, skip)))
-    explained: Target | _FeatureRead = Target(run.n_tokens - 1, int(token_id or 0))
+    explained: Target | _FeatureRead = Target(run.n_tokens - 1, int(token_id or 0), contrast_id=contrast_id)
     if column is not None:
         explained = _FeatureRead(rep, column)
         edits.append((f"blocks.{explained.layer}.mlp.hook_in", explained.read))
