@@ -3,6 +3,12 @@ and ship the set under assets/transcoders/<model>/ (interpscope.sae.transcoder_s
 
     nice -n 10 .venv/bin/python scripts/train_transcoders.py --model smollm2-135m
 
+Gemma 3 270M's shipped set (JumpReLU transcoders with a skip connection, in Gemma Scope 2's layout; windows start
+with BOS as Gemma's tokenizer puts it; the exact command is in the set's manifest.json):
+
+    scripts/train_transcoders.sh --model gemma3-270m --work build/transcoders_gemma3 --tokens 49152 \
+        --arch jumprelu_transcoder --skip --width 512 --l1 0.03 --steps-tokens 204800 --layout gemma_scope_2
+
 Stages, all resumable in --work (build/transcoders_smollm2 by default):
 1. cache: ONE forward pass per batch of corpus windows (train split) records every layer's (input, output) pair;
    rows go to one float16 file per layer, layer_XX/acts.bin [rows, 2 d_model] ([x_in | y], an activation cache
@@ -22,6 +28,7 @@ Uses --threads torch threads (1: on a shared 2-core machine more threads ran slo
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import math
 import shlex
@@ -75,8 +82,12 @@ def layer_pairs(lm, windows: torch.Tensor) -> list[np.ndarray]:
             store[name] = tensor.detach()
         return keep
 
+    # the logits of the last position only where the model allows it: Gemma 3's 262k-token unembedding would cost
+    # more than its blocks
+    last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(type(lm.model).forward).parameters \
+        else {}
     with model_lock(lm), torch.no_grad(), hooks(lm.adapter, {name: keeper(name) for name in names}):
-        lm.model(input_ids=windows.to(lm.device), use_cache=False)
+        lm.model(input_ids=windows.to(lm.device), use_cache=False, **last_only)
     rows = []
     for layer in range(n_layers):
         x_in = store[HOOK_IN.format(layer=layer)][:, 1:].reshape(-1, lm.adapter.d_model).float().cpu()
@@ -92,24 +103,39 @@ def _layer_spec(lm, layer: int, n_tokens: int, context_size: int) -> CacheSpec:
                      context_size=int(context_size), dtype="float16")
 
 
+def corpus_windows(lm, context_size: int, n_tokens: int, split: str, bos: bool, source: str | None = None
+                   ) -> torch.Tensor:
+    """[N, context_size] corpus windows; with bos, each starts with the tokenizer's BOS (then context_size - 1
+    corpus tokens), as a person's prompt does where the tokenizer adds it (Gemma): the activations a transcoder is
+    trained on then come from the runs it will read. Position 0 is never a training row either way."""
+    windows = token_chunks(lm.tokenizer, context_size, n_tokens, source=source, split=split)
+    bos_id = getattr(lm.tokenizer, "bos_token_id", None)
+    if not bos or bos_id is None:
+        return windows
+    head = torch.full((windows.shape[0], 1), int(bos_id), dtype=windows.dtype)
+    return torch.cat([head, windows[:, :-1]], dim=1)
+
+
 def cache_all_layers(lm, work: Path, n_tokens: int, *, context_size: int = 128, batch_size: int = 8,
-                     source: str | None = None) -> list[ActivationCache]:
+                     source: str | None = None, bos: bool = False) -> list[ActivationCache]:
     """Stage 1 (resumable): every layer's paired cache from one forward pass per batch. Returns the caches; a
     complete cache (meta.json in every layer folder) is returned without running the model."""
     n_layers = lm.adapter.n_layers
     folders = [work / "cache" / layer_folder_name(layer) for layer in range(n_layers)]
     if all((folder / "meta.json").is_file() for folder in folders):
         return [ActivationCache(folder) for folder in folders]
-    windows = token_chunks(lm.tokenizer, context_size, n_tokens, source=source, split="train")
+    windows = corpus_windows(lm, context_size, n_tokens, "train", bos, source)
     specs = [_layer_spec(lm, layer, n_tokens, context_size) for layer in range(n_layers)]
     row_bytes = specs[0].d_in * 2
     progress_file = work / "cache" / PROGRESS
     state: dict[str, Any] = {"n_tokens": int(n_tokens), "context_size": int(context_size),
-                             "batch_size": int(batch_size), "n_windows": int(windows.shape[0]), "windows_done": 0,
+                             "batch_size": int(batch_size), "bos": bool(bos), "n_windows": int(windows.shape[0]),
+                             "windows_done": 0,
                              "rows": [0] * n_layers}
     if progress_file.is_file():  # the windows of fewer tokens are a prefix of those of more (token_chunks)
         saved = json.loads(progress_file.read_text(encoding="utf-8"))
-        if (all(saved.get(key) == state[key] for key in ("context_size", "batch_size"))
+        if (all(saved.get(key, False if key == "bos" else None) == state[key]
+                for key in ("context_size", "batch_size", "bos"))
                 and saved["windows_done"] <= state["n_windows"]):
             state.update(windows_done=saved["windows_done"], rows=saved["rows"])
     for folder in folders:
@@ -141,11 +167,13 @@ def cache_all_layers(lm, work: Path, n_tokens: int, *, context_size: int = 128, 
 @dataclass
 class TrainSettings:
     width: int = 768
-    l1: float = 1.0
+    l1: float = 1.0  # the architecture's sparsity coefficient: L1 (ReLU transcoder) or L0 (JumpReLU)
     steps_tokens: int = 102_400
     batch_size: int = 1024
     lr: float = 3e-3
     seed: int = 0
+    architecture: str = "transcoder"
+    skip: bool = False
 
 
 class _ScaledBuffer(ShuffledBuffer):
@@ -173,16 +201,24 @@ def pair_scales(cache: ActivationCache, sample_rows: int = 16384) -> tuple[float
 @torch.no_grad()
 def unscale(tc: Transcoder, s_in: float, s_out: float) -> None:
     """Fold the training scales back: trained on (s_in x, s_out y), the transcoder then maps raw x to raw y (W_dec
-    keeps its unit rows; the features are divided by s_out)."""
+    keeps its unit rows; the features, and a JumpReLU's thresholds with them, are divided by s_out; a skip
+    connection maps s_in x to s_out y, so it is scaled by s_in / s_out)."""
     tc.W_enc.mul_(s_in / s_out)
     tc.b_enc.div_(s_out)
     tc.b_dec.div_(s_out)
+    threshold = getattr(tc, "threshold", None)
+    if threshold is not None:
+        threshold.div_(s_out)
+    W_skip = getattr(tc, "W_skip", None)
+    if W_skip is not None:
+        W_skip.mul_(s_in / s_out)
 
 
 def train_layer(lm, cache: ActivationCache, layer: int, settings: TrainSettings) -> tuple[Transcoder, dict]:
     """One layer's transcoder from its paired cache, mapping raw activations; and its training summary."""
     s_in, s_out = pair_scales(cache)
-    tc = new_transcoder(lm, layer, settings.width, seed=settings.seed + layer)
+    tc = new_transcoder(lm, layer, settings.width, seed=settings.seed + layer, architecture=settings.architecture,
+                        skip=settings.skip)
     buffer = _ScaledBuffer(cache, settings.batch_size,
                            torch.tensor([s_in] * (cache.d_in // 2) + [s_out] * (cache.d_in // 2)), settings.seed)
     cfg = TrainConfig(total_tokens=settings.steps_tokens, batch_size=settings.batch_size, lr=settings.lr,
@@ -249,7 +285,7 @@ def _rounded(tc: Transcoder, dtype: str) -> Transcoder:
 
 
 def new_transcoder_like(tc: Transcoder) -> Transcoder:
-    return Transcoder(SAEConfig(**{**tc.cfg.__dict__, "extra": dict(tc.cfg.extra)}), seed=None)
+    return type(tc)(SAEConfig(**{**tc.cfg.__dict__, "extra": dict(tc.cfg.extra)}), seed=None)
 
 
 def compare_fidelity(lm, cache: ActivationCache, trained: Transcoder, layer: int, settings: TrainSettings,
@@ -301,7 +337,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heldout-tokens", type=int, default=512)
     parser.add_argument("--context", type=int, default=128)
     parser.add_argument("--width", type=int, default=768)
-    parser.add_argument("--l1", type=float, default=1.0)
+    parser.add_argument("--l1", "--sparsity", dest="l1", type=float, default=1.0,
+                        help="the sparsity coefficient: L1 for the ReLU transcoder, L0 for the JumpReLU one")
+    parser.add_argument("--arch", default="transcoder", help="a paired architecture of the registry: transcoder "
+                        "(ReLU, L1) or jumprelu_transcoder (JumpReLU, L0)")
+    parser.add_argument("--skip", action="store_true", help="train a skip connection x_in W_skip beside the "
+                        "features (Gemma Scope 2's affine transcoders)")
     parser.add_argument("--steps-tokens", type=int, default=102_400, help="rows seen per layer while training")
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--lr", type=float, default=3e-3)
@@ -311,6 +352,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare-layer", type=int, default=15)
     parser.add_argument("--compare-widths", default="384,1536")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--layout", default="saelens", choices=("saelens", "gemma_scope_2"),
+                        help="the shipped folders: SAELens's layer_XX/ or Gemma Scope 2's transcoder_all/layer_L_...")
+    parser.add_argument("--hf-model-id", default="", help="the model's Hugging Face id written in Gemma Scope 2 "
+                        "config.json files (default: the registry's)")
+    parser.add_argument("--bos", default="auto", choices=("auto", "on", "off"),
+                        help="start every window with the BOS token (auto: where the tokenizer adds it, Gemma)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     from interpscope.models import load_model
@@ -318,15 +365,19 @@ def main(argv: list[str] | None = None) -> int:
     lm = load_model(args.model, device="cpu")
     work = Path(args.work)
     stages = set(args.stages.split(","))
-    caches = cache_all_layers(lm, work, args.tokens, context_size=args.context)
+    from interpscope.inputs import tokenizer_adds_bos
+
+    bos = tokenizer_adds_bos(lm.tokenizer) if args.bos == "auto" else args.bos == "on"
+    caches = cache_all_layers(lm, work, args.tokens, context_size=args.context, bos=bos)
     log(f"cache complete: {[c.n_rows for c in caches]} rows")
     if not stages & {"train", "eval", "ship"}:
         return 0
-    settings = TrainSettings(args.width, args.l1, args.steps_tokens, args.batch_size, args.lr)
+    settings = TrainSettings(args.width, args.l1, args.steps_tokens, args.batch_size, args.lr,
+                             architecture=args.arch, skip=args.skip)
     transcoders = train_all(lm, caches, work, settings)
     if not stages & {"eval", "ship"}:
         return 0
-    heldout = token_chunks(lm.tokenizer, args.context, args.heldout_tokens, split="test")
+    heldout = corpus_windows(lm, args.context, args.heldout_tokens, "test", bos)
     layers = evaluate_all(lm, transcoders, work, heldout)
     argv = sys.argv[1:] if argv is None else argv
     fidelity = None
@@ -338,14 +389,25 @@ def main(argv: list[str] | None = None) -> int:
     if "ship" not in stages:
         return 0
     out = Path(args.out or REPO_ROOT / "assets" / "transcoders" / args.model)
-    manifest = {"architecture": "transcoder (ReLU, L1)", "l1": args.l1,
+    label = transcoders[0].label + (" with a skip connection" if args.skip else "")
+    manifest = {"architecture": label, "l1" if args.arch == "transcoder" else "l0_coefficient": args.l1,
                 "train_tokens": int(args.tokens),
                 "train_rows_per_layer": [c.n_rows for c in caches], "rows_seen_per_layer": args.steps_tokens,
                 "heldout_tokens": int(heldout.numel()), "heldout_split": "test", "context_size": args.context,
+                "bos_first": bos,
                 "command": rebuild_command(argv), "layers": layers}
     if fidelity is not None:
         manifest["fidelity"] = fidelity
-    save_transcoder_set(TranscoderSet(lm.name, transcoders), out, dtype=args.save_dtype, manifest=manifest)
+    from interpscope.models.registry import BUNDLED
+
+    entry = BUNDLED.get(lm.name)
+    hf_id = args.hf_model_id or (entry.hub_ids[0] if entry is not None and entry.hub_ids else lm.name)
+    mean_l0 = sum(float(row["l0"]) for row in layers) / len(layers)
+    tag = "small" if mean_l0 < 20 else "medium" if mean_l0 < 80 else "big"  # Gemma Scope 2's words, our measure
+    if args.layout == "gemma_scope_2":
+        manifest["mean_l0"] = mean_l0
+    save_transcoder_set(TranscoderSet(lm.name, transcoders), out, dtype=args.save_dtype, manifest=manifest,
+                        layout=args.layout, hf_model_id=hf_id, l0_tag=tag)
     log(f"shipped {out}")
     return 0
 
