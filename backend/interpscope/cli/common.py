@@ -332,16 +332,22 @@ def sae_folder(value: str) -> str:
     from interpscope.sae.folder import CFG_FILE, PICKLE_SUFFIXES, WEIGHTS_FILE
     from interpscope.sae.formats import detect_format
 
-    if releases.looks_like_release(value):
-        folder = releases.resolve(value)
-        print(f"interpscope: {value} is a released dictionary; using {folder}", file=sys.stderr)
-        return str(folder)
+    try:
+        if releases.looks_like_release(value):
+            folder = releases.resolve(value)
+            print(f"interpscope: {value} is a released dictionary; using {folder}", file=sys.stderr)
+            return str(folder)
+    except InterpscopeError as err:  # unknown id, not cached offline, unreadable files: argparse's one line, exit 2
+        raise argparse.ArgumentTypeError(" ".join(str(err).split())) from None
     path = Path(value).expanduser()
     try:
         if not path.is_dir() or (path / CFG_FILE).exists() or (path / WEIGHTS_FILE).exists():
             return value
         if detect_format(path) is not None:
-            folder = releases.import_folder(path)
+            try:
+                folder = releases.import_folder(path)
+            except InterpscopeError as err:
+                raise argparse.ArgumentTypeError(" ".join(str(err).split())) from None
             print(f"interpscope: {value} is a released dictionary's folder; read into {folder}", file=sys.stderr)
             return str(folder)
         entries = sorted(path.iterdir())

@@ -94,7 +94,8 @@ def find(spec: str) -> ReleasedSAE:
     for entry in releases[release]:
         if entry.sae_id == sae_id:
             return entry
-    near = [entry.sae_id for entry in releases[release] if sae_id.split("_width")[0] in entry.sae_id][:6]
+    prefix = sae_id.split("_width")[0]
+    near = [entry.sae_id for entry in releases[release] if entry.sae_id.split("_width")[0] == prefix][:6]
     hint = f" Close: {', '.join(near)}." if near else ""
     raise InterpscopeError(f"Release {release} has no SAE {sae_id!r} ({len(releases[release])} listed).{hint}")
 
