@@ -123,3 +123,30 @@ def test_the_local_replacement_readout_over_a_clt_is_the_graphs_prediction():
     assert replaced == pytest.approx(predicted, rel=1e-6, abs=1e-12)
     per_layer = GraphRun(lm, tset, graph).predicted_linear(sets, factor)
     assert max(abs(a - b) for a, b in zip(per_layer, predicted, strict=True)) > 1e-6  # the cross writes count
+
+
+def test_the_cli_traces_a_clt_folder_with_a_contrast_as_the_api_does(folders, tmp_path):
+    """--transcoders CLT_FOLDER (circuit-tracer's CLT layout) and --contrast: the CLI's document is the API's."""
+    import json
+
+    from interpscope.results import without_timings
+    from interpscope.sae.clt import save_clt
+    from interpscope.sae.transcoder_set import load_dictionary, load_transcoder_set
+    from tests.graphs.test_graphs import _assert_same, _run_cli
+
+    lm, model_dir, set_dir = folders
+    clt = _clt_from_set(load_transcoder_set(set_dir, lm=lm), cross=0.2)
+    folder = save_clt(clt, tmp_path / "clt")
+    loaded = load_dictionary(folder, lm=lm)
+    assert isinstance(loaded, CrossLayerTranscoder)
+    text = "The cat sat on the"
+    result = _run_cli("graph", "--model", str(model_dir), "--transcoders", str(folder), "--text", text,
+                      "--contrast", " dog", "--node-budget", "15", "--edge-budget", "40", "--max-feature-nodes", "20",
+                      "--dtype", "float64", "--lrp", "none", "--json", "-")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["target"]["contrast"]["token"] == " dog"
+    api = build_graph(lm, loaded, text, contrast=" dog", node_budget=15, edge_budget=40, max_feature_nodes=20,
+                      lrp=None).to_dict()
+    _assert_same(without_timings(document), without_timings(json.loads(json.dumps(api))))
+    assert document["logit_inputs_sum"] == pytest.approx(document["logit"], rel=1e-4)

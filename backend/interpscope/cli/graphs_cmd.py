@@ -42,6 +42,12 @@ def register(subparsers) -> None:
                             "means over the prompts with 95%% intervals beside the control (schema "
                             "interpscope.graph.ablation_check_set)")
     graph.add_argument("--target", help="the next token to explain (text of one token, or #id; default: the top one)")
+    graph.add_argument("--contrast", metavar="TOKEN",
+                       help="explain logit(target) - logit(TOKEN) instead: why the target rather than this token "
+                            "(circuit-tracer's contrastive targets; one logit node)")
+    graph.add_argument("--targets", nargs="+", metavar="TOKEN",
+                       help=f"the logit nodes as a list of 1 to {MAX_LOGITS} tokens (the first is the target), "
+                            "influence weighted by their probabilities, instead of the top --max-logits")
     graph.add_argument("--node-budget", type=int_at_least(1), default=DEFAULT_NODE_BUDGET,
                        help=f"feature and error nodes kept (default {DEFAULT_NODE_BUDGET})")
     graph.add_argument("--edge-budget", type=int_at_least(1), default=DEFAULT_EDGE_BUDGET,
@@ -58,8 +64,9 @@ def register(subparsers) -> None:
                        help=f"with --max-logits above 1: the next-token probability the logit nodes cover "
                             f"(default {DEFAULT_LOGIT_PROBABILITY})")
     graph.add_argument("--transcoders", metavar="DIR",
-                       help="a transcoder set folder (manifest.json + layer_XX/); default: the set shipped for the "
-                            "model")
+                       help="a transcoder set folder (manifest.json + layer_XX/, or Gemma Scope 2's layer "
+                            "folders), or a cross-layer transcoder folder (circuit-tracer's CLT layout); default: "
+                            "the set shipped for the model")
     # the registry's transformer LRP rule sets (the graph runs on attention models), never typed here
     lrp_names = [m.name for m in rule_methods() if "transformer_lrp" in m.requires]
     graph.add_argument("--lrp", choices=[*lrp_names, "none"], default=lrp_names[0],
@@ -107,7 +114,7 @@ def run_graph(args: argparse.Namespace) -> int:
     from interpscope.config import InterpscopeError
     from interpscope.graphs.build import build_graph
     from interpscope.inputs import check_text
-    from interpscope.sae.transcoder_set import default_transcoder_set, load_transcoder_set
+    from interpscope.sae.transcoder_set import default_transcoder_set, dictionary_width, load_dictionary
 
     if args.texts is not None:
         return _check_set(args)
@@ -123,18 +130,22 @@ def run_graph(args: argparse.Namespace) -> int:
     if folder is None:
         raise InterpscopeError(f"No transcoders for {lm.name}: none is shipped for it; pass --transcoders DIR (a "
                                f"set folder, e.g. from scripts/train_transcoders.py).")
-    transcoders = load_transcoder_set(folder, lm=lm)
+    transcoders = load_dictionary(folder, lm=lm)
     from interpscope.models.memory import check_run
 
-    check_run(lm, "graph", args.text, graph_width=transcoders.width, graph_feature_nodes=args.max_feature_nodes)
-    result = build_graph(lm, transcoders, args.text, target=args.target, node_budget=args.node_budget,
+    check_run(lm, "graph", args.text, graph_width=dictionary_width(transcoders),
+              graph_feature_nodes=args.max_feature_nodes)
+    result = build_graph(lm, transcoders, args.text, target=args.target, contrast=args.contrast,
+                         targets=args.targets, node_budget=args.node_budget,
                          edge_budget=args.edge_budget, max_feature_nodes=args.max_feature_nodes,
                          lrp=None if args.lrp == "none" else args.lrp, lrp_features=args.lrp_features,
                          max_logits=args.max_logits, logit_probability=args.logit_probability)
     write_outputs(args, result)
     if "-" not in (args.json, args.check_json):  # stdout carries at most one document and nothing else
         target = result.target
-        print(f"Attribution graph of {target['token']!r} (p = {target['probability']:.3f}) on {result.model}: "
+        explained = repr(target["token"]) + (f" rather than {target['contrast']['token']!r}"
+                                             if "contrast" in target else "")
+        print(f"Attribution graph of {explained} (p = {target['probability']:.3f}) on {result.model}: "
               f"logit {result.logit:.4f}, direct contributions sum to {result.logit_inputs_sum:.4f}; "
               f"{len(result.nodes)} nodes, {len(result.edges)} edges kept of {result.n_active_features} active "
               f"features ({result.n_expanded_features} expanded); replacement score "
@@ -182,7 +193,7 @@ def _check_set(args: argparse.Namespace) -> int:
     from interpscope.cli.common import read_input_bytes
     from interpscope.config import InterpscopeError
     from interpscope.graphs.check_set import ablation_check_set
-    from interpscope.sae.transcoder_set import default_transcoder_set, load_transcoder_set
+    from interpscope.sae.transcoder_set import default_transcoder_set, load_dictionary
     from interpscope.uploads import parse_examples
 
     if args.text is not None:
@@ -203,9 +214,10 @@ def _check_set(args: argparse.Namespace) -> int:
     folder = args.transcoders or default_transcoder_set(lm.name)
     if folder is None:
         raise InterpscopeError(f"No transcoders for {lm.name}: none is shipped for it; pass --transcoders DIR.")
-    transcoders = load_transcoder_set(folder, lm=lm)
+    transcoders = load_dictionary(folder, lm=lm)
     bar = tqdm(total=len(texts), desc="prompts (graph + ablation check)", file=sys.stderr)
-    options = dict(target=args.target, node_budget=args.node_budget, edge_budget=args.edge_budget,
+    options = dict(target=args.target, contrast=args.contrast, targets=args.targets, node_budget=args.node_budget,
+                   edge_budget=args.edge_budget,
                    max_feature_nodes=args.max_feature_nodes, lrp=None, max_logits=args.max_logits,
                    logit_probability=args.logit_probability)
     try:

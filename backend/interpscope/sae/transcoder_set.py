@@ -302,3 +302,35 @@ def random_transcoder_set(lm: LoadedModel, width: int, seed: int = 0) -> Transco
         tc.eval()
         transcoders.append(tc)
     return TranscoderSet(lm.name, transcoders)
+
+
+def is_clt_folder(folder: str | Path) -> bool:
+    """Whether a folder holds a cross-layer transcoder (circuit-tracer's CLT layout, or a config.yaml that says
+    cross_layer_transcoder) rather than a per-layer set."""
+    folder = Path(folder)
+    if (folder / "W_enc_0.safetensors").is_file():
+        return True
+    config = folder / "config.yaml"
+    return config.is_file() and "cross_layer_transcoder" in config.read_text(encoding="utf-8", errors="replace")
+
+
+def load_dictionary(folder: str | Path, lm: LoadedModel | None = None) -> Any:
+    """What attribution graphs read from a folder: a per-layer transcoder set (load_transcoder_set), or a
+    cross-layer transcoder (interpscope.sae.clt.load_clt), checked against lm's blocks when given."""
+    if is_clt_folder(folder):
+        from interpscope.sae.clt import load_clt
+
+        where = confined_folder(folder, "CLT folder")
+        clt = load_clt(where)
+        clt.folder = where  # type: ignore[assignment]  # named in the graph as a set's folder is
+        if lm is not None and clt.n_layers != lm.adapter.n_layers:
+            raise InterpscopeError(f"The CLT at {display_path(where)} spans {clt.n_layers} layers; {lm.name} has "
+                                   f"{lm.adapter.n_layers} blocks.")
+        return clt
+    return load_transcoder_set(folder, lm=lm)
+
+
+def dictionary_width(dictionary: Any) -> int:
+    """Features per layer of a transcoder set or a CLT."""
+    width = getattr(dictionary, "width", None)
+    return int(width if width is not None else getattr(dictionary, "d_sae", 0))
