@@ -32,6 +32,7 @@ from interpscope.graphs.grouping import (
 )
 from interpscope.graphs.interventions import GraphRun, ablation_check, edge_heads, intervene, target_node
 from interpscope.inputs import check_text
+from interpscope.models.memory import run_checked
 from pages._common import (
     Param,
     committed,
@@ -96,9 +97,10 @@ def _graph(lm, tset, run: dict, report=None):
     from interpscope.graphs.build import build_graph
 
     logits = run.get("logits", DEFAULT_MAX_LOGITS)  # a one-logit run names no coverage
-    return shared("graph", _graph_key(run), lambda: build_graph(
+    return shared("graph", _graph_key(run), lambda: run_checked(lm, "graph", run["text"], lambda: build_graph(
         lm, tset, run["text"], target=run["target"] or None, node_budget=run["nodes"], edge_budget=run["edges"],
-        progress=report, max_logits=logits, logit_probability=run.get("cover", DEFAULT_LOGIT_PROBABILITY)))
+        progress=report, max_logits=logits, logit_probability=run.get("cover", DEFAULT_LOGIT_PROBABILITY)),
+        graph_width=getattr(tset, "width", None)))
 
 
 def _prepared(lm, tset, graph, key: tuple, spinner: bool = True) -> GraphRun:

@@ -8,6 +8,7 @@ from components.export import export_menu
 from interpscope.figures.heads import SCORE_NAMES
 from interpscope.heads.finder import KINDS, LABELS, HeadScores, find_heads
 from interpscope.heads.patterns import SUMMARIES, HeadPatterns, head_patterns, parse_head
+from interpscope.models.memory import run_checked
 from pages._common import (
     Param,
     committed,
@@ -133,9 +134,11 @@ def finder_view(lm) -> None:
     key = (model_key(), *run.values())
     cached = is_shared("head-scores", key)
     with show_errors(), progress("Head finder", page=FINDER) as update:
-        scores: HeadScores = shared("head-scores", key, lambda: find_heads(
-            lm, n_sequences=int(run["seqs"]), half_len=int(run["half"]), seed=int(run["seed"]),
-            ablate=int(run["ablate"]), mode=run["ablation"], progress=update))
+        scores: HeadScores = shared("head-scores", key, lambda: run_checked(
+            lm, "heads", None, lambda: find_heads(
+                lm, n_sequences=int(run["seqs"]), half_len=int(run["half"]), seed=int(run["seed"]),
+                ablate=int(run["ablate"]), mode=run["ablation"], progress=update),
+            tokens=2 * int(run["half"]), sequences=int(run["seqs"])))
     kind = st.selectbox("Score", KINDS, key="heads-kind", format_func=lambda k: LABELS[k])
     write_url(PARAMS, run=FINDER)
     st.markdown(f"{scores.n_sequences} sequences of 2 x {scores.half_len} random tokens · "

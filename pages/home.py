@@ -6,6 +6,7 @@ import streamlit as st
 from components.export import export_menu
 from components.model_card import model_card
 from interpscope.figures.predict import token_chips
+from interpscope.models.memory import run_checked
 from interpscope.predict import Prediction, predict_next
 from pages._common import Param, current_model, model_key, shared, show_errors, text_source, url_inputs, write_url
 from pages._relevance_extras import bos_default, bos_toggle
@@ -21,8 +22,8 @@ def params(lm) -> list[Param]:
 
 
 def _predict(text: str, top: int, prepend: bool) -> Prediction:
-    return shared("predict", (model_key(), text, top, prepend),
-                  lambda: predict_next(current_model(), text, top=top, prepend_bos=prepend))
+    return shared("predict", (model_key(), text, top, prepend), lambda: run_checked(
+        current_model(), "predict", text, lambda: predict_next(current_model(), text, top=top, prepend_bos=prepend)))
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ from components.export import export_menu
 from interpscope.config import InterpscopeError
 from interpscope.figures.patching import METHOD_TITLES, kind_figure
 from interpscope.inputs import check_text
+from interpscope.models.memory import run_checked
 from interpscope.patching.attribution import DEFAULT_RELP_RULES, RELP_RULES
 from interpscope.patching.patching import KIND_LABELS, KINDS
 from interpscope.patching.prompts import METRIC_LABELS, METRICS
@@ -69,10 +70,10 @@ def _picker(label: str, key: str, options: tuple[str, ...], names: dict[str, str
 
 def _result(run: dict, report=None) -> PatchingResult:
     key = (model_key(), *(run[k] for k in sorted(run)))
-    return shared("patching", key, lambda: patch(
+    return shared("patching", key, lambda: run_checked(current_model(), "patching", run["clean"], lambda: patch(
         current_model(), run["clean"], run["corrupt"], metric=run["metric"], answer=run["answer"] or None,
         wrong=run["wrong"] or None, components=run["components"], methods=run["methods"], relp_rules=run["rules"],
-        prepend_bos=run["bos"], progress=report))
+        prepend_bos=run["bos"], progress=report)))
 
 
 def _tokens_note(result: PatchingResult) -> None:

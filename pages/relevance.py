@@ -12,6 +12,7 @@ from interpscope.config import InterpscopeError
 from interpscope.corpus import sample_prompts
 from interpscope.figures.relevance import continuation_figure, latent_figure, top_bar
 from interpscope.limits import check_amounts
+from interpscope.models.memory import RELEVANCE_VIEWS, run_checked
 from interpscope.predict import predict_next
 from interpscope.relevance.api import (
     RelevanceResult,
@@ -73,9 +74,11 @@ def _top(text: str) -> list[str]:
 def _explain(text: str, method: str, token: str | None, contrast: tuple | None, latent: bool,
              options: MethodOptions | None = None, prepend: bool | None = None) -> RelevanceResult:
     options = options or MethodOptions()
-    return shared("explain", (model_key(), text, method, token, contrast, latent, options, prepend), lambda: explain(
+    key = (model_key(), text, method, token, contrast, latent, options, prepend)
+    view = RELEVANCE_VIEWS.get(method)
+    return shared("explain", key, lambda: run_checked(current_model(), view, text, lambda: explain(
         current_model(), text, method, token=token, contrast=contrast, latent=latent, options=options,
-        prepend_bos=prepend))
+        prepend_bos=prepend)))
 
 
 def _explain_timed(*args) -> tuple[RelevanceResult, bool]:

@@ -200,3 +200,19 @@ def test_the_estimate_is_within_30_percent_of_measured_peaks():
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     for view, (measured, predicted) in figures.items():
         assert abs(predicted - measured) <= 0.3 * measured, (view, measured / 2**20, predicted / 2**20)
+
+
+def test_a_page_run_is_checked_before_it_runs(monkeypatch):
+    """The pages wrap each computation in run_checked (inside their shared-result cache): refused, it never runs;
+    a method no estimate covers (view None) runs unchecked."""
+    import interpscope.scale.memory
+    from interpscope.models.memory import run_checked
+    from tests.sae_store_tiny import tiny_lm
+
+    lm = tiny_lm()
+    monkeypatch.setattr(interpscope.scale.memory, "free_bytes", lambda device: 1024)
+    ran: list[str] = []
+    with pytest.raises(InterpscopeError, match="Nothing was run"):
+        run_checked(lm, "attnlrp", "The cat sat on the mat", lambda: ran.append("attnlrp"))
+    assert run_checked(lm, None, "The cat sat", lambda: ran.append("ig") or "done") == "done"
+    assert ran == ["ig"]

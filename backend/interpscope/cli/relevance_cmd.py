@@ -20,9 +20,6 @@ from interpscope.cli.common import (
 from interpscope.cli.method_options import add_method_options, options_from_args
 from interpscope.config import InterpscopeError
 
-# relevance methods whose memory the estimator knows (interpscope.models.memory): LRP methods keep AttnLRP's tensors
-MEMORY_VIEWS = {"attnlrp": "attnlrp", "cplrp": "attnlrp", "mambalrp": "attnlrp", "gradxinput": "gradient"}
-
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
 
@@ -152,10 +149,10 @@ def run_explain(args: argparse.Namespace) -> int:
         return run_seq2seq(args, lm, text)
     if args.method is None:
         args.method = _default_method(lm)
-    if args.method in MEMORY_VIEWS:
-        from interpscope.models.memory import check_run
+    from interpscope.models.memory import RELEVANCE_VIEWS, check_run
 
-        check_run(lm, MEMORY_VIEWS[args.method], text)
+    if args.method in RELEVANCE_VIEWS:
+        check_run(lm, RELEVANCE_VIEWS[args.method], text)
     result = explain(lm, text, args.method, token=args.target_token,
                      contrast=tuple(args.contrast) if args.contrast else None, options=_options(args),
                      prepend_bos=args.prepend_bos)

@@ -29,8 +29,9 @@ The refusal (check_fits, check_run, check_load) compares the bytes with SAFETY o
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -40,10 +41,13 @@ from interpscope.results import Result
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
 
+T = TypeVar("T")
 VIEWS = ("predict", "attnlrp", "gradient", "patching", "heads", "sae", "graph")
 VIEW_LABELS = {"predict": "next-token prediction", "attnlrp": "AttnLRP relevance", "gradient": "Gradient x Input",
                "patching": "activation patching (residual grid)", "heads": "head finder", "sae": "SAE encode/eval",
                "graph": "attribution graph (transcoders)"}
+# relevance methods whose memory a view's estimate covers: the LRP methods keep AttnLRP's tensors
+RELEVANCE_VIEWS = {"attnlrp": "attnlrp", "cplrp": "attnlrp", "mambalrp": "attnlrp", "gradxinput": "gradient"}
 LRP_SAVED = 1.05  # AttnLRP keeps this many times the plain gradient's saved activations (measured)
 RUN_OVERHEAD = 10 * 2**20  # a view's first run in a process: code imported, thread scratch (measured: 8-14 MiB)
 PATCH_BATCH = 24  # patched sequences per forward (interpscope.patching.run.patch's batch_size)
@@ -333,6 +337,15 @@ def check_run(lm: LoadedModel, view: str, text: str | None = None, *, tokens: in
         return view_memory(shape_of(lm), view, tokens, lm.dtype, **options)
     return check_fits(shape_of(lm), view, tokens, lm.dtype, device=lm.device, loaded=True, free=free,
                       model=lm.name, **options)
+
+
+def run_checked(lm: LoadedModel, view: str | None, text: str | None, run: Callable[[], T], *,
+                tokens: int | None = None, **options: Any) -> T:
+    """check_run, then run(): what a page wraps its computation in (inside its shared-result cache, so a result
+    already computed is shown without a check). view None (a method no estimate covers) runs unchecked."""
+    if view is not None:
+        check_run(lm, view, text, tokens=tokens, **options)
+    return run()
 
 
 # --- a model not loaded yet: its folder's config and safetensors headers -----------------------------------------
