@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from interpscope.figures.sae import ORANGE, histogram_figure, logits_figure
 from interpscope.sae.store.explanations import SCORE_DIFFERENCE, score_text
+from interpscope.sae.store.verification import verification_text
 
 
 def _visible(token: str) -> str:
@@ -48,31 +49,61 @@ def contexts_html(contexts: Sequence, scale: float) -> str:
     return contexts_table_html([vars(c) for c in contexts], scale)
 
 
-def show_feature_card(card, store_name: str, open_feature: Callable[[int], None], explanation_note: str | None = None,
-                      hide_weak: bool = True) -> None:
-    """The whole feature card: label and explanation, metrics, top contexts, activation and logit-weight
+NOT_VERIFIED = {"degenerate": "it is degenerate: no word beyond the writer's own instructions",
+                "not verified": "it does not beat its control (other features' explanations scored on the same "
+                                "contexts: the interval of its lead reaches 0)",
+                "unverified": "it has not been tested against its control (no verification of this store's current "
+                              "explanations, or no held-out contexts to test it on)"}
+
+
+def fires_on(card, n: int = 5) -> str:
+    """The tokens a feature fires on in its top contexts, most frequent first ('' for a dead feature)."""
+    from collections import Counter
+
+    counts = Counter(ctx.tokens[ctx.centre] for ctx in card.top_contexts
+                     if ctx.centre is not None and 0 <= ctx.centre < len(ctx.tokens))
+    return ", ".join(f"{html.escape(repr(t))} ({c})" for t, c in counts.most_common(n))
+
+
+def show_explanation(card, show_unverified: bool = False) -> None:
+    """An explanation is shown as one only when it beat its control (status 'verified'); otherwise the card says
+    "no verified explanation" and shows the tokens it fires on (its contexts follow), the writer's text only on
+    request and named as unverified text."""
+    import streamlit as st
+
+    entry = card.explanation
+    if not entry:
+        return
+    writer = entry.get("writer", "a bundled model")
+    kind = entry.get("status", "unverified")
+    if kind == "verified":
+        proof = verification_text(entry["verification"], entry["verification"].get("scorer", ""))
+        scored = f" · {score_text(entry)}" if entry.get("score") is not None else ""
+        st.markdown(f"**Explanation** (written by {writer}, verified): {html.escape(entry.get('explanation', ''))}"
+                    f" · {proof}{scored}", help=SCORE_DIFFERENCE)
+        return
+    tokens = fires_on(card)
+    st.markdown(f"**No verified explanation** ({NOT_VERIFIED.get(kind, kind)})."
+                + (f" Fires most on: {tokens} (its top contexts below)." if tokens else ""))
+    if show_unverified:
+        proof = (f" · {verification_text(entry['verification'], entry['verification'].get('scorer', ''))}"
+                 if entry.get("verification") else "")
+        st.caption(f"Unverified text written by {writer}, not an explanation: "
+                   f"\"{html.escape(entry.get('explanation', ''))}\"{proof}")
+
+
+def show_feature_card(card, store_name: str, open_feature: Callable[[int], None],
+                      show_unverified: bool = False) -> None:
+    """The whole feature card: label and (verified) explanation, metrics, top contexts, activation and logit-weight
     histograms, top and bottom logits, nearest features (buttons calling open_feature), interval samples.
-    explanation_note: why the written explanation is weak (degenerate, at or below chance); a weak one is then
-    only named (hide_weak) or shown with the note."""
+    show_unverified: also show the writer's text of an explanation that is not verified, named as such."""
     import streamlit as st
 
     from components.export import export_menu
 
     feature = card.id
     st.markdown(f"**Label:** {html.escape(card.label)}")
-    if card.explanation:
-        score = card.explanation.get("score")
-        scored = (f" · {score_text(card.explanation)} ({card.explanation.get('scorer', '')})"
-                  if score is not None else "")  # named apart from the bench's detection AUROC (45.14)
-        writer = card.explanation.get("writer", "a bundled model")
-        if explanation_note and hide_weak:
-            st.caption(f"No usable written explanation: the one written by {writer} is hidden ({explanation_note}). "
-                       "Show weak explanations (above) shows it.")
-        else:
-            note = f" · **weak**: {html.escape(explanation_note)}" if explanation_note else ""
-            st.markdown(f"**Explanation** (written by {writer}): "
-                        f"{html.escape(card.explanation.get('explanation', ''))}{scored}{note}",
-                        help=SCORE_DIFFERENCE)
+    show_explanation(card, show_unverified)
     cols = st.columns(4)
     cols[0].metric("Density", f"{card.density:.3e}" if card.density else "dead",
                    help=f"fraction of the store's {card.n_tokens:,} corpus tokens where it is > 0")

@@ -22,9 +22,9 @@ from interpscope.relevance.methods import rule_methods
 from interpscope.results import Panel
 from interpscope.sae.store import FeatureStore, list_stores
 from interpscope.sae.store.documents import FeatureSearch
-from interpscope.sae.store.explanation_quality import chance_score, explanation_summary, quality
-from interpscope.sae.store.explanations import SCORE_DIFFERENCE, SCORE_NAME
+from interpscope.sae.store.explanation_quality import explanation_summary
 from interpscope.sae.store.search import no_match_reason, search
+from interpscope.sae.store.verification import verified_features
 from pages._common import KEEP, Param, bounded, model_key, model_params, show_errors, url_inputs, url_is_new, write_url
 from pages._relevance_extras import bos_param
 from pages._sae_live import BOS_KEY, DEFAULT_PROMPT, VIEWS_LIVE, build_section, live_view
@@ -204,13 +204,12 @@ def show_overview(store: FeatureStore, path: str) -> None:
     table = overview_table(path)
     summary = explanation_summary(store)
     if summary["written"]:
-        show_weak = bool(st.session_state.get("sae-weak-explanations"))
-        table = table.assign(explanation_quality=quality_column(store, table, summary["chance"]["threshold"]))
-        if not show_weak:
-            table.loc[table["explanation_quality"] != "ok", "explanation_score"] = np.nan
+        show_unverified = bool(st.session_state.get("sae-weak-explanations"))
+        statuses = status_column(store, table)
+        table = table.assign(explanation=statuses, explanation_score=verified_scores(store, table, statuses))
         table = table.sort_values("explanation_score", ascending=False, na_position="last", kind="stable")
-        st.caption(explanation_sentence(summary, show_weak) + " Click a column header to sort, a row to open the "
-                   "feature.")
+        st.caption(explanation_sentence(summary, show_unverified) + " Click a column header to sort, a row to open "
+                   "the feature.")
     else:
         table = table.drop(columns=["explanation_score"])
         st.caption("Click a column header to sort, a row to open the feature. (No written explanations yet: "
@@ -225,35 +224,36 @@ def show_overview(store: FeatureStore, path: str) -> None:
                 key="sae-table", filename=f"{store.name}-features")
 
 
-def quality_column(store: FeatureStore, table: pd.DataFrame, chance: float) -> list[str]:
-    """Each row's explanation quality (explanation_quality.quality): ok, degenerate, at or below chance, ..."""
-    entries = store.explanations
-    return [quality(entries.get(int(f)), chance) for f in table["feature"]]
+def status_column(store: FeatureStore, table: pd.DataFrame) -> list[str]:
+    """Each row's explanation status (explanation_quality.status): verified, not verified, unverified, ..."""
+    return [(store.explanation_entry(int(f)) or {}).get("status", "none") for f in table["feature"]]
 
 
-def explanation_sentence(summary: dict, show_weak: bool) -> str:
-    """How many features have a written explanation, how many are scored, and how many are weak, and why."""
-    chance = summary["chance"]
-    weak = summary["degenerate"] + summary["at_or_below_chance"]
-    return (f"{summary['written']:,} features have a written explanation; {summary['scored']:,} of them are scored "
-            f"by their {SCORE_NAME} (features that fired too rarely have no held-out contexts to score on). "
-            f"{summary['degenerate']:,} are degenerate (no word beyond the writer's instructions, e.g. \"The marked "
-            f"words are:\") and {summary['at_or_below_chance']:,} score at or below the chance score "
-            f"{chance['threshold']:.3f} ({chance['source']}); "
-            + ("they are shown, marked in the explanation_quality column." if show_weak else
-               f"their {weak:,} scores are hidden (Show weak explanations, above, shows them).")
-            + f" {summary['ok']:,} remain, ranked by {SCORE_NAME} (best first). {SCORE_DIFFERENCE}")
+def verified_scores(store: FeatureStore, table: pd.DataFrame, statuses: list[str]) -> list[float]:
+    """The verification score (AUROC against the feature's contexts) of verified explanations; NaN for the rest, so
+    no unverified explanation ranks as one."""
+    rows = verified_features(store.verification)
+    return [rows[int(f)]["score"] if s == "verified" else np.nan
+            for f, s in zip(table["feature"], statuses, strict=True)]
 
 
-def explanation_note(entry: dict | None, chance: dict) -> str | None:
-    """Why a feature's explanation is weak (None when it is fine or there is none)."""
-    kind = quality(entry, chance["threshold"])
-    if kind == "degenerate":
-        return "degenerate: no word beyond the writer's own instructions, so it says nothing about the feature"
-    if kind == "at or below chance":
-        return (f"its {SCORE_NAME} {entry['score']:.2f} is at or below the chance score "
-                f"{chance['threshold']:.2f} ({chance['source']})")
-    return None
+def explanation_sentence(summary: dict, show_unverified: bool) -> str:
+    """How many written explanations are verified against their controls, and what the others show instead."""
+    check = summary.get("verification")
+    if check is None:
+        tested = ("None has been tested against its control (no verification of this store's current "
+                  "explanations: scripts/verify_explanations.py measures it), so none is shown as an explanation.")
+    else:
+        tested = (f"**{summary['verified']:,} of {summary['written']:,} are verified**: their score beats the mean of "
+                  f"{check['controls']} other features' explanations on the same contexts ({check['scorer']} scorer), "
+                  f"by a {check['bootstrap']}-draw paired-bootstrap interval above 0. {summary['not_verified']:,} do "
+                  f"not beat their control, {summary['degenerate']:,} are degenerate (no word beyond the writer's "
+                  f"instructions) and {summary['unverified']:,} could not be tested (no held-out contexts).")
+    return (f"{summary['written']:,} features have a written explanation. {tested} A feature without a verified "
+            "explanation shows the tokens it fires on and its contexts, \"no verified explanation\"; "
+            + ("the writer's text is shown beside it as unverified text." if show_unverified else
+               "Show unverified text (above) shows the writer's text beside it.")
+            + " Ranked by the verified explanations' score (best first).")
 
 
 def _tokenizer_for(store: FeatureStore):
@@ -274,10 +274,8 @@ def show_feature(store: FeatureStore, path: str) -> None:
     link = "?" + urlencode({"store": store.name, "view": "Feature", "feature": feature, **model_params()})
     nav[4].markdown(f"Permanent link: [`{link}`]({link})")
     card = store.card(feature)
-    chance = chance_score(store)
-    show_weak = st.session_state.get("sae-weak-explanations", False)
-    show_feature_card(card, store.name, open_feature, explanation_note=explanation_note(card.explanation, chance),
-                      hide_weak=not show_weak)
+    show_feature_card(card, store.name, open_feature,
+                      show_unverified=bool(st.session_state.get("sae-weak-explanations", False)))
 
 
 RUN_PAGES = {"Prompt": "sae-prompt", "Attribution": "sae-attr", "Steering": "sae-steer", "Circuit": "sae-circuit"}
@@ -322,9 +320,10 @@ def main() -> None:
     bounded("sae_feature", 0, store.d_sae - 1, "feature")
     write_url(params, run=RUN_PAGES.get(view, BROWSING))  # before the slow part: a reload mid-run keeps the last Run's
     if view in ("Overview", "Feature") and store.explanations:
-        st.toggle("Show weak explanations", key="sae-weak-explanations", **KEEP,
-                  help="Degenerate answers (only the writer's instructions, no word of their own) and explanations "
-                       "scoring at or below the chance score are hidden unless this is on.")
+        st.toggle("Show unverified text", key="sae-weak-explanations", **KEEP,
+                  help="Only an explanation that beats its control (other features' explanations on the same "
+                       "contexts) is shown as an explanation. This shows the writer's text of the others beside "
+                       "\"no verified explanation\", named as unverified text.")
     with show_errors():
         if view == "Overview":
             show_overview(store, path)

@@ -403,19 +403,28 @@ def test_stores_are_those_of_the_sidebar_model_and_none_is_said(env):
     assert mine.selectbox(key="sae_store").options == [store.name] and not mine.toggle(key="sae-all-models").value
 
 
-def test_weak_explanations_are_hidden_until_asked_for(env):
-    """A degenerate answer and one at or below the chance score are not shown as explanations by default; the
-    counts in the caption come from explanation_summary."""
+def test_only_verified_explanations_are_shown_as_explanations(env):
+    """Issue 42: an explanation is shown as one only when it beat its control (the store's verification); a
+    degenerate, an unverified (not tested) and a not-verified one show "no verified explanation" and the tokens the
+    feature fires on, the writer's text only on request and named as unverified text; the counts in the caption
+    come from explanation_summary."""
     from interpscope.sae.store.explanation_quality import explanation_summary
     from interpscope.sae.store.explanations import EXPLANATIONS_FILE
+    from interpscope.sae.store.verification import VERIFICATION_FILE, explanations_digest
 
     store, _, _ = env
     entries = [{"feature": 1, "explanation": "The marked words are:", "score": 0.9},
-               {"feature": 2, "explanation": "weddings and marriage", "score": 0.45},
+               {"feature": 2, "explanation": "weddings and marriage", "score": 0.95},
                {"feature": 3, "explanation": "weddings and marriage", "score": 0.95},
                {"feature": 4, "explanation": "names of places", "score": None}]
     path = store.folder / EXPLANATIONS_FILE
     path.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
+    verification = store.folder / VERIFICATION_FILE  # 3 beats its control, 2 does not (its interval reaches 0)
+    verification.write_text(json.dumps({
+        "scorer": "lexical", "controls": 5, "bootstrap": 1000, "verified": 1, "tested": 2, "written": 4,
+        "rows": {"feature": [2, 3], "score": [0.95, 0.9], "control": [0.9, 0.5], "low": [-0.05, 0.2],
+                 "high": [0.15, 0.6]},
+        "explanations_sha256": explanations_digest(store.folder)}), encoding="utf-8")
     import streamlit as st
 
     try:
@@ -424,25 +433,29 @@ def test_weak_explanations_are_hidden_until_asked_for(env):
         at = open_browser(store)
         assert not at.exception, at.exception
         table = at.dataframe[-1].value.set_index("feature")
-        assert table.loc[3, "explanation_score"] == 0.95
-        assert np.isnan(table.loc[1, "explanation_score"]) and np.isnan(table.loc[2, "explanation_score"])
-        assert list(table.loc[[1, 2, 3, 4], "explanation_quality"]) == ["degenerate", "at or below chance", "ok",
-                                                                       "unscored"]
+        assert table.loc[3, "explanation_score"] == 0.9  # the verification's score, verified ones only
+        assert all(np.isnan(table.loc[f, "explanation_score"]) for f in (1, 2, 4))
+        assert list(table.loc[[1, 2, 3, 4], "explanation"]) == ["degenerate", "not verified", "verified",
+                                                               "unverified"]
         caption = " ".join(c.value for c in at.caption)
         summary = explanation_summary(FeatureStore(store.folder))
-        assert summary["written"] == 4 and summary["scored"] == 3 and summary["degenerate"] == 1
-        assert "4 features have a written explanation; 3 of them are scored" in caption
-        feature = open_browser(store, "Feature", 1)
-        text = " ".join(m.value for m in feature.markdown) + " ".join(c.value for c in feature.caption)
-        assert "No usable written explanation" in text and "degenerate" in text
-        assert "**Explanation**" not in text
-        feature.toggle(key="sae-weak-explanations").set_value(True).run()
-        text = " ".join(m.value for m in feature.markdown)
-        assert "**Explanation**" in text and "The marked words are:" in text and "weak" in text
-        at.toggle(key="sae-weak-explanations").set_value(True).run()
-        assert at.dataframe[-1].value.set_index("feature").loc[1, "explanation_score"] == 0.9
+        assert (summary["written"], summary["verified"], summary["not_verified"], summary["degenerate"],
+                summary["unverified"]) == (4, 1, 1, 1, 1)
+        assert "**1 of 4 are verified**" in caption
+        for feature in (1, 2, 4):
+            page = open_browser(store, "Feature", feature)
+            text = " ".join(m.value for m in page.markdown) + " ".join(c.value for c in page.caption)
+            assert "**No verified explanation**" in text and "**Explanation**" not in text
+            assert "weddings" not in text and "names of places" not in text
+            page.toggle(key="sae-weak-explanations").set_value(True).run()
+            text = " ".join(m.value for m in page.markdown) + " ".join(c.value for c in page.caption)
+            assert "**Explanation**" not in text and "Unverified text written by" in text
+        page = open_browser(store, "Feature", 3)
+        text = " ".join(m.value for m in page.markdown)
+        assert "**Explanation**" in text and "weddings and marriage" in text and "AUROC 0.90 vs 0.50" in text
     finally:
         path.unlink()
+        verification.unlink()
         st.cache_resource.clear()
         st.cache_data.clear()
 

@@ -11,8 +11,12 @@
   luck (the mean is kept too: a random explanation averages just under 0.5). A context-blind predictor's balanced
   accuracy is 0.5 exactly, the figure used when a store has no measured chance score (or one measured on other
   explanations).
-- explanation_summary: the one place the counts come from (written, scored, degenerate, at or below chance), for
-  the feature browser and the README.
+- Verified (issue 42, interpscope.sae.store.verification): an explanation beats its own random-explanation control
+  on its feature's contexts, by a paired-bootstrap interval above 0. Only a verified explanation is shown as an
+  explanation; `status` gives each feature's: none, degenerate, verified, not verified (tested, its lead's interval
+  reaches 0) or unverified (not tested: no verification measured on the current explanations, or no contexts).
+- explanation_summary: the one place the counts come from (written, scored, degenerate, verified, not verified,
+  unverified; and the older at-or-below-chance count), for the feature browser and the README.
 
 The measured chance score is kept in the store folder as explanation_chance.json with the SHA-256 of the
 explanations file it was measured on (scripts/explanation_chance.py writes it).
@@ -108,14 +112,38 @@ def quality(entry: dict | None, chance: float) -> str:
     return "at or below chance" if score <= chance else "ok"
 
 
+def status(entry: dict | None, row: dict | None) -> str:
+    """'none', 'degenerate', 'verified', 'not verified' or 'unverified' for one feature's explanation entry and its
+    verification row (interpscope.sae.store.verification.verified_features; None: not tested)."""
+    if not entry:
+        return "none"
+    if is_degenerate(entry.get("explanation", "")):
+        return "degenerate"
+    if row is None:
+        return "unverified"
+    return "verified" if row["verified"] else "not verified"
+
+
 def explanation_summary(store) -> dict:
-    """Counts over a store's explanations: written, scored, degenerate, at or below chance, ok; and the chance."""
+    """Counts over a store's explanations: written, scored, degenerate, verified, not verified, unverified (and the
+    older at-or-below-chance count, ok); the verification's scorer and controls, and the chance."""
+    from interpscope.sae.store.verification import read_verification, verified_features
+
     chance = chance_score(store)
     counts = {"none": 0, "degenerate": 0, "unscored": 0, "at or below chance": 0, "ok": 0}
     for entry in store.explanations.values():
         counts[quality(entry, chance["threshold"])] += 1
     written = len(store.explanations)
     scored = sum(e.get("score") is not None for e in store.explanations.values())
+    document = read_verification(store)
+    rows = verified_features(document)
+    states = {"verified": 0, "not verified": 0, "unverified": 0, "degenerate": 0, "none": 0}
+    for feature, entry in store.explanations.items():
+        states[status(entry, rows.get(feature))] += 1
+    verification = None if document is None else {
+        "scorer": document.get("scorer"), "controls": document.get("controls"), "tested": document.get("tested"),
+        "bootstrap": document.get("bootstrap"), "comparison": document.get("comparison") or {}}
     return {"written": written, "scored": scored, "degenerate": counts["degenerate"],
             "at_or_below_chance": counts["at or below chance"], "unscored": counts["unscored"], "ok": counts["ok"],
-            "chance": chance}
+            "verified": states["verified"], "not_verified": states["not verified"],
+            "unverified": states["unverified"], "verification": verification, "chance": chance}

@@ -269,6 +269,29 @@ class FeatureStore:
 
         return read_explanations(self.folder)
 
+    @cached_property
+    def verification(self) -> dict | None:
+        """The explanations' verification against their controls (None when not measured on the current ones)."""
+        from interpscope.sae.store.verification import read_verification
+
+        return read_verification(self)
+
+    def explanation_entry(self, feature: int) -> dict | None:
+        """A feature's explanation entry with its status (explanation_quality.status: only 'verified' is shown as an
+        explanation) and, when tested, its verification (score, control, interval, scorer)."""
+        entry = self.explanations.get(feature)
+        if entry is None:
+            return None
+        from interpscope.sae.store.explanation_quality import status
+        from interpscope.sae.store.verification import verified_features
+
+        row = verified_features(self.verification).get(feature)
+        out = {**entry, "status": status(entry, row)}
+        if row is not None and self.verification is not None:
+            out["verification"] = {**row, "scorer": self.verification.get("scorer"),
+                                   "controls": self.verification.get("controls")}
+        return out
+
     def token_text(self, token_id: int) -> str:
         return self.vocab[token_id] if 0 <= token_id < len(self.vocab) else ""
 
@@ -320,6 +343,6 @@ class FeatureStore:
                                        a["logit_hist_counts"][i]),
             neighbours=[Neighbour(int(n), round(float(c), 5))
                         for n, c in zip(a["neighbour_ids"][i], a["neighbour_cos"][i], strict=True)],
-            n_tokens=self.n_counted, label=self.labels[i], explanation=self.explanations.get(i),
+            n_tokens=self.n_counted, label=self.labels[i], explanation=self.explanation_entry(i),
             store={"name": self.name, "sae": self.spec["sae_path"], "model": self.spec["model_name"],
                    "hook": self.spec["hook_name"], "corpus": self.spec["corpus"]})
