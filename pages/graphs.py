@@ -52,6 +52,8 @@ DEFAULT_TEXT = "The capital of France is"
 SOURCES = {"shipped": "Shipped for this model", "random": "Random (a control)", "folder": "A set folder"}
 GROUPINGS = {"none": "None", "decoder": "Decoder direction (cosine)", "contexts": "Shared top contexts"}
 PARAMS = [Param("graph-text", "text", DEFAULT_TEXT), Param("graph-target", "target", "", max_length=100),
+          Param("graph-contrast", "contrast", "", max_length=100),
+          Param("graph-targets", "targets", "", max_length=1000),
           Param("graph-nodes", "nodes", DEFAULT_NODE_BUDGET, int, low=1, high=2000),
           Param("graph-edges", "edges", DEFAULT_EDGE_BUDGET, int, low=1, high=50000),
           Param("graph-logits", "logits", DEFAULT_MAX_LOGITS, int, low=1, high=MAX_LOGITS),
@@ -77,7 +79,7 @@ SCORE_MEANING = {
 
 # --- computing (shared by every session: clean runs only) -------------------------------------------------------
 def _transcoders(lm, source: str, folder: str, width: int):
-    from interpscope.sae.transcoder_set import default_transcoder_set, load_transcoder_set, random_transcoder_set
+    from interpscope.sae.transcoder_set import default_transcoder_set, load_dictionary, random_transcoder_set
 
     key = (*model_key(), source, folder if source == "folder" else "", width if source == "random" else 0)
     if source == "random":
@@ -86,7 +88,7 @@ def _transcoders(lm, source: str, folder: str, width: int):
     if not path:
         raise InterpscopeError(f"No transcoder set is shipped for {lm.name}: choose a set folder, or random "
                                "transcoders (a control: they explain nothing).")
-    return shared("graph-transcoders", key, lambda: load_transcoder_set(path, lm=lm))
+    return shared("graph-transcoders", key, lambda: load_dictionary(path, lm=lm))
 
 
 def _graph_key(run: dict) -> tuple:
@@ -95,12 +97,20 @@ def _graph_key(run: dict) -> tuple:
 
 def _graph(lm, tset, run: dict, report=None):
     from interpscope.graphs.build import build_graph
+    from interpscope.sae.transcoder_set import dictionary_width
 
     logits = run.get("logits", DEFAULT_MAX_LOGITS)  # a one-logit run names no coverage
+    targets = _target_list(run.get("targets", "")) or None
     return shared("graph", _graph_key(run), lambda: run_checked(lm, "graph", run["text"], lambda: build_graph(
-        lm, tset, run["text"], target=run["target"] or None, node_budget=run["nodes"], edge_budget=run["edges"],
-        progress=report, max_logits=logits, logit_probability=run.get("cover", DEFAULT_LOGIT_PROBABILITY)),
-        graph_width=getattr(tset, "width", None)))
+        lm, tset, run["text"], target=None if targets else run["target"] or None, node_budget=run["nodes"],
+        edge_budget=run["edges"], progress=report, max_logits=logits,
+        logit_probability=run.get("cover", DEFAULT_LOGIT_PROBABILITY), contrast=run.get("contrast") or None,
+        targets=targets), graph_width=dictionary_width(tset)))
+
+
+def _target_list(text: str) -> list[str]:
+    """The listed logit nodes: tokens separated by '|' (a token may hold a space or a comma), the first the target."""
+    return [part for part in (p.strip("\n") for p in text.split("|")) if part.strip()] if text.strip() else []
 
 
 def _prepared(lm, tset, graph, key: tuple, spinner: bool = True) -> GraphRun:
@@ -173,7 +183,13 @@ def _context_tokens(stores: dict[int, Any], node: dict) -> list[str]:
 # --- views ----------------------------------------------------------------------------------------------------------
 def _header(graph, cached: bool) -> None:
     t = graph.target
-    st.markdown(f"**Target {t['token']!r}** (p = {t['probability']:.3f}) · logit {graph.logit:.4g}; every direct "
+    if "contrast" in t:
+        other = t["contrast"]
+        st.markdown(f"**Why {t['token']!r} rather than {other['token']!r}**: the graph explains the logit "
+                    f"difference {graph.logit:.4g} (p = {t['probability']:.3f} vs {other['probability']:.3f}); its "
+                    "interventions, ablation check and LRP explain the difference too.")
+    st.markdown(f"**Target {t['token']!r}** (p = {t['probability']:.3f}) · "
+                f"{'logit difference' if 'contrast' in t else 'logit'} {graph.logit:.4g}; every direct "
                 f"contribution before pruning sums to {graph.logit_inputs_sum:.4g}"
                 + (f" (+ biases {graph.bias_sum:.4g})" if graph.bias_sum is not None else "")
                 + f" · {len(graph.nodes)} nodes, {len(graph.edges)} edges kept of {graph.n_active_features} active "
@@ -529,6 +545,13 @@ def main() -> None:
     target = cols[0].text_input("Target token (empty: the top prediction; #id for a token id)", key="graph-target")
     nodes = int(cols[1].number_input("Node budget", 1, 2000, key="graph-nodes"))
     edges = int(cols[2].number_input("Edge budget", 1, 50000, key="graph-edges"))
+    cols = st.columns([1, 2])
+    contrast = cols[0].text_input("Rather than (contrast token; empty: none)", key="graph-contrast",
+                                  help="Explain logit(target) - logit(this token): why the target rather than it "
+                                       "(one logit node, the difference).")
+    listed = cols[1].text_input("Or the logit nodes as a list (tokens separated by |; the first is the target)",
+                                key="graph-targets", help="Instead of the top logits: these tokens' logits, "
+                                                          "influence weighted by their probabilities.")
     cols = st.columns([1, 1, 2])
     n_logits = int(cols[0].number_input("Logit nodes", 1, MAX_LOGITS, key="graph-logits",
                                         help="1: the target alone. More: the target and the most probable other next "
@@ -538,16 +561,22 @@ def main() -> None:
                                        disabled=n_logits == 1))
     cols = st.columns([2, 2, 1])
     source = cols[0].radio("Transcoders", list(SOURCES), key="graph-source", format_func=SOURCES.get, horizontal=True)
-    folder = cols[1].text_input("Set folder (manifest.json + layer_XX/)", key="graph-folder",
+    folder = cols[1].text_input("Set folder (manifest.json + layer folders) or CLT folder", key="graph-folder",
                                 disabled=source != "folder")
     width = int(cols[2].number_input("Random width", 1, 65536, key="graph-width", disabled=source != "random"))
     submitted = st.button("Run", type="primary", key="graph-run")
     try:
-        inputs = {"text": check_text(text), "target": target.strip(), "nodes": nodes, "edges": edges,
+        # a token is typed as it is: its leading space is part of it (" Paris" is not "Paris")
+        inputs = {"text": check_text(text), "target": target.strip("\n") if target.strip() else "", "nodes": nodes,
+                  "edges": edges,
                   "source": source, "folder": folder.strip() if source == "folder" else "",
                   "width": width if source == "random" else 0}
         if n_logits > 1:  # a one-logit run keeps its old key (and its shared cache entry)
             inputs.update(logits=n_logits, cover=cover)
+        if contrast.strip():
+            inputs["contrast"] = contrast.strip("\n")
+        if listed.strip():
+            inputs["targets"] = listed
     except InterpscopeError as err:
         st.warning(str(err))
         write_url(PARAMS, run=PAGE)

@@ -224,3 +224,20 @@ def test_the_exported_graph_has_the_edge_legend_and_no_selection(llama_folder, e
     assert {"edge +: raises its target", "edge −: lowers its target"} & legend, legend
     colours = {t.line.color for t in fig.data if t.showlegend and t.name and t.name.startswith("edge")}
     assert colours <= {"#d6604d", "#4393c3"}  # the legend's colours are the edges' own
+
+
+def test_a_contrast_and_a_list_of_targets_from_the_page(llama_folder, exports):
+    """'Rather than' explains the logit difference (the export carries the contrast, the header says what is
+    explained, the URL keeps it); a '|'-separated list makes those logit nodes, the first the target."""
+    at = open_graph(llama_folder, **{"graph-target": " the", "graph-contrast": " a"})
+    at.button(key="graph-run").click().run()
+    assert not at.exception, at.exception
+    doc = exports["graph"]
+    assert doc["target"]["token"] == " the" and doc["target"]["contrast"]["token"] == " a"
+    assert any("rather than ' a'" in m.value and "logit difference" in m.value for m in at.markdown)
+    assert at.query_params.get("contrast") in (" a", [" a"])
+    at = open_graph(llama_folder, **{"graph-targets": " the| a| dog"})
+    at.button(key="graph-run").click().run()
+    assert not at.exception, at.exception
+    doc = exports["graph"]
+    assert [e["token"] for e in doc["logits"]] == [" the", " a", " dog"] and doc["target"]["token"] == " the"
