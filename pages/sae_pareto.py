@@ -68,6 +68,33 @@ def ratio_sentences(analysis: ParetoAnalysis, table: SweepTable) -> None:
                "corpus tokens requested.")
 
 
+def l0_proxy_section(table: SweepTable, path: str) -> None:
+    """The correct-L0 proxy beside the frontier: per architecture, the L0 where its decoder cosine c_dec is lowest
+    (Sparse but Wrong, 2025) and which of its SAEs sit below it, every sentence computed from the c_dec values it
+    lists; beside it, where the same proxy lands on synthetic data whose true L0 is known (docs)."""
+    from interpscope.sae.l0_proxy import proxy_l0, proxy_sentence, sweep_points
+
+    st.subheader("Correct-L0 proxy")
+    st.caption("A frontier ranks reconstruction at each L0, but not whether the SAE found the model's features. "
+               "\"Sparse but Wrong\" (Chanin & Garriga-Alonso, 2025) shows that an SAE trained below the correct L0 "
+               "merges correlated features into shared latents, whose decoder rows then overlap: the mean |cos| "
+               "between decoder rows, c_dec, is lowest near the correct L0.")
+    folder = Path(path)
+    points, source = sweep_points(table, folder if folder.is_dir() else folder.parent)
+    labels = {row["architecture"]: row["label"] for row in table.rows}
+    proxies = [proxy_l0(pts, arch) for arch, pts in points.items()]
+    for proxy in proxies:
+        st.markdown(f"- {proxy_sentence(proxy, labels[proxy.architecture])}")
+    below = sum(len(p.below) for p in proxies if p.proxy_l0 is not None)
+    counted = sum(len(p.points) for p in proxies if p.proxy_l0 is not None)
+    if counted:
+        st.markdown(f"**{below} of the {counted} SAEs** of architectures with a proxy sit below their "
+                    "architecture's proxy L0.")
+    st.caption(f"c_dec from {source}. Control: on synthetic activations whose true L0 is known (`interpscope sae "
+               "synth`, docs/methods/sae-ground-truth.md) the same proxy is compared with where MCC against the true "
+               "features peaks. A proxy at the edge of the grid says only that the minimum may lie beyond it.")
+
+
 def open_point(folder: Path) -> None:
     """The clicked SAE: its settings, and a link into the feature browser (building its store first if needed)."""
     from interpscope.sae.store import FeatureStore, build_store
@@ -142,6 +169,8 @@ def main() -> None:
     event = st.plotly_chart(fig, key="pareto-figure", on_select="rerun", selection_mode="points")
     export_menu(fig, analysis, key="sae-pareto", filename="sae-pareto")
     ratio_sentences(analysis, table)
+    with show_errors():
+        l0_proxy_section(table, path)
     points = getattr(getattr(event, "selection", None), "points", None) or []
     folder = next((p.get("customdata") for p in points if isinstance(p.get("customdata"), str)), None)
     if folder:

@@ -205,3 +205,23 @@ def test_cli_document_equals_the_api_and_bad_input_exits_2(tmp_path, capsys):
         assert main(["sae", "synth", *args, *bad]) == 2
         err = capsys.readouterr().err.strip()
         assert words in err and len(err.splitlines()) == 1, err
+
+
+def test_sweep_proxy_reads_live_c_dec_or_falls_back_to_weights(tmp_path):
+    from safetensors.numpy import save_file
+
+    from interpscope.sae.l0_proxy import PROXY_FILE, sweep_points
+    from interpscope.sae.sweep_docs import SweepTable
+
+    rows = [{"name": f"topk-8-k{k}", "folder": f"topk-8-k{k}", "architecture": "topk", "label": "TopK", "l0": k}
+            for k in (1, 2, 4)]
+    table = SweepTable(model_name="m", hook_name="h", width=8, tokens_per_sae=1, cache_tokens=1, eval={}, rows=rows)
+    for row, decoder in zip(rows, [np.eye(8), np.ones((8, 8)), np.eye(8)], strict=True):
+        (tmp_path / row["folder"]).mkdir()
+        save_file({"W_dec": decoder.astype(np.float32)}, str(tmp_path / row["folder"] / "sae_weights.safetensors"))
+    points, source = sweep_points(table, tmp_path)
+    assert [p["c_dec"] for p in points["topk"]] == pytest.approx([0.0, 1.0, 0.0]) and "dead latents included" in source
+    (tmp_path / PROXY_FILE).write_text(json.dumps({"c_dec": {"topk-8-k1": 0.3, "topk-8-k2": 0.1, "topk-8-k4": 0.2}}))
+    points, source = sweep_points(table, tmp_path)
+    proxy = proxy_l0(points["topk"], "topk")
+    assert "latents that fired" in source and proxy.proxy_l0 == 2 and proxy.below == ["topk-8-k1"]

@@ -71,3 +71,45 @@ def proxy_sentence(proxy: ProxyL0, label: str) -> str:
              if proxy.below else f" None of its {len(proxy.points)} SAEs sits below it.")
     return (f"{label}: decoder cosine c_dec is lowest at L0 {proxy.proxy_l0:.1f} ({proxy.proxy_name}; c_dec "
             f"{values}).{below}{edge}")
+
+
+PROXY_FILE = "decoder_cosine.json"  # per SAE of a sweep folder: c_dec of its live latents (scripts/sweep_l0_proxy.py)
+
+
+def live_latents(sae, rows) -> np.ndarray:
+    """Which latents fire at least once on `rows` (a float array or tensor of the SAE's input activations)."""
+    import torch
+
+    with torch.no_grad():
+        return (sae.encode(torch.as_tensor(np.asarray(rows), dtype=torch.float32)) > 0).any(0).numpy()
+
+
+def sweep_points(table, folder) -> tuple[dict[str, list[dict]], str]:
+    """Each architecture's {"name", "l0", "c_dec"} points for a sweep table, and where c_dec comes from: the sweep
+    folder's decoder_cosine.json (live latents only) when it covers the table's SAEs, else each SAE's weights (every
+    latent: the dead ones' random rows lower c_dec, so the page says so)."""
+    import json
+    from pathlib import Path
+
+    from safetensors.numpy import load_file
+
+    folder = Path(folder)
+    saved: dict = {}
+    try:
+        saved = json.loads((folder / PROXY_FILE).read_text(encoding="utf-8")).get("c_dec", {})
+    except (OSError, ValueError, AttributeError):
+        saved = {}
+    live = bool(saved) and all(row["name"] in saved for row in table.rows)
+    points: dict[str, list[dict]] = {}
+    for row in table.rows:
+        value = saved.get(row["name"]) if live else None
+        if value is None:
+            weights = folder / str(row.get("folder") or row["name"]) / "sae_weights.safetensors"
+            try:
+                value = decoder_cosine(load_file(str(weights))["W_dec"])
+            except (OSError, KeyError, ValueError):
+                value = None
+        points.setdefault(row["architecture"], []).append({"name": row["name"], "l0": row["l0"], "c_dec": value})
+    source = ("decoder rows of the latents that fired on held-out activations (decoder_cosine.json)" if live else
+              "every decoder row, dead latents included (no decoder_cosine.json in the sweep folder)")
+    return points, source
