@@ -90,7 +90,7 @@ def find(spec: str) -> ReleasedSAE:
     release, sae_id = match["release"], match["sae_id"]
     if release not in releases:
         raise InterpscopeError(f"Unknown release {release!r}; Interpscope's catalogue lists {', '.join(releases)} "
-                               "(interpscope sae releases).")
+                               "(docs: reference/released-dictionaries).")
     for entry in releases[release]:
         if entry.sae_id == sae_id:
             return entry
