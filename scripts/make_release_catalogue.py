@@ -23,7 +23,8 @@ from interpscope.sae.formats.gemma_scope import _INFERRED_HOOKS, hook_name, kind
 
 OUT = ROOT / "backend" / "interpscope" / "sae" / "release_catalogue.json"
 RELEASES = ("gemma-scope-2-270m-pt-res", "gemma-scope-2-270m-pt-res-all", "gemma-scope-2-270m-pt-transcoders",
-            "gemma-scope-2-270m-pt-transcoders-all", "gemma-scope-2-270m-pt-mlp", "gemma-scope-2-270m-pt-mlp-all")
+            "gemma-scope-2-270m-pt-transcoders-all", "gemma-scope-2-270m-pt-mlp", "gemma-scope-2-270m-pt-mlp-all",
+            "gemma-scope-2-270m-pt-att", "gemma-scope-2-270m-pt-att-all")
 _WIDTH = re.compile(r"width_(\d+)([km])")
 
 

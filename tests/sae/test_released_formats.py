@@ -172,7 +172,8 @@ def test_gemma_scope_1_npz_loads_and_pickles_are_refused(cache):
 
 def test_hook_names_are_the_modules_gemma_scope_names(tmp_path):
     """Each Hugging Face module path Gemma Scope names (model.layers.L.<module>.output/.input) is captured at the
-    adapter hook point it maps to: the same tensor, on a tiny Gemma 3 with its sandwich norms."""
+    adapter hook point it maps to: the same tensor, on a tiny Gemma 3 with its sandwich norms (and the heads'
+    outputs o_proj reads, where attn_out SAEs read)."""
     from interpscope.capture import capture
     from interpscope.sae.formats.gemma_scope import hook_name
     from tests.tiny import loaded as wrap_loaded
@@ -184,15 +185,13 @@ def test_hook_names_are_the_modules_gemma_scope_names(tmp_path):
     seen: dict[str, torch.Tensor] = {}
     handles = []
     for point in HF_TO_HOOK:
-        if point == "self_attn.o_proj.input":
-            continue  # per-head outputs: Interpscope has no such hook point (refused when used)
         module_path, side = point.rsplit(".", 1) if "." in point else ("", point)
         module = lm.model.get_submodule(f"model.layers.1.{module_path}".rstrip("."))
 
         def grab(mod, args, out, point=point, side=side):
             seen[point] = (args[0] if side == "input" else out[0] if isinstance(out, tuple) else out).detach()
         handles.append(module.register_forward_hook(grab))
-    names = {point: hook_name(f"model.layers.1.{point}") for point in HF_TO_HOOK if point != "self_attn.o_proj.input"}
+    names = {point: hook_name(f"model.layers.1.{point}") for point in HF_TO_HOOK}
     captured = capture(lm.adapter, ids, list(names.values())).activations
     for handle in handles:
         handle.remove()
@@ -209,9 +208,11 @@ def test_an_identity_like_sae_in_the_published_layout_evaluates_at_fvu_zero(cach
     torch.set_num_threads(1)
     lm = wrap_loaded(tiny_gemma3(), None, name="tiny-gemma3")
     ids = torch.randint(3, 64, (8, 16), generator=torch.Generator().manual_seed(0))
-    for path, hook in (("resid_post/layer_1_width_16k_l0_small", "blocks.1.hook_resid_post"),
-                       ("mlp_out/layer_0_width_16k_l0_small", "blocks.0.hook_mlp_out")):
-        folder = write_gemma_scope_2(cache, path, identity_tensors(lm.adapter.d_model))
+    heads = lm.adapter.attention_out_proj(1).in_features
+    for path, hook, width in (("resid_post/layer_1_width_16k_l0_small", "blocks.1.hook_resid_post", lm.adapter.d_model),
+                              ("mlp_out/layer_0_width_16k_l0_small", "blocks.0.hook_mlp_out", lm.adapter.d_model),
+                              ("attn_out/layer_1_width_16k_l0_small", "blocks.1.attn.hook_z", heads)):
+        folder = write_gemma_scope_2(cache, path, identity_tensors(width))
         sae = load_sae(folder)
         assert sae.cfg.hook_name == hook
         report = evaluate_sae(lm, sae, ids=ids, batch_size=4)

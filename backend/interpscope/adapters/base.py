@@ -19,7 +19,7 @@ from interpscope.config import InterpscopeError
 HookKind = Literal["pre", "post"]
 
 _BLOCK_HOOK = re.compile(r"^blocks\.(\d+)\.(hook_resid_pre|hook_resid_mid|hook_resid_post|hook_attn_out|"
-                         r"hook_mlp_out|hook_mixer_out|mlp\.hook_in|mlp\.hook_post)$")
+                         r"hook_mlp_out|hook_mixer_out|mlp\.hook_in|mlp\.hook_post|attn\.hook_z)$")
 
 
 @dataclass(frozen=True)
@@ -411,6 +411,8 @@ class ModelAdapter:
             "hook_mixer_out": (self.mixer(layer), "post"),
             "mlp.hook_in": (self.mlp(layer), "pre"),  # what the MLP reads: after its norm (a transcoder's input)
             "mlp.hook_post": (self.mlp_down(layer), "pre"),
+            # the heads' outputs, concatenated head by head: what the output projection reads (Gemma Scope's attn_out)
+            "attn.hook_z": (self.attention_out_proj(layer), "pre"),
         }
         module, kind = lookup[point]
         if module is None:

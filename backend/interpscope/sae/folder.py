@@ -167,8 +167,12 @@ def sae_model_name(sae: SparseAutoencoder, default: str = "smollm2-135m") -> str
 
 
 def hook_width(adapter, hook_name: str) -> int:
-    """The size of the activation at hook_name (d_mlp for MLP neurons, else d_model)."""
-    adapter.resolve(hook_name)
+    """The size of the activation at hook_name (d_mlp for MLP neurons, the heads' total width at attn.hook_z, else
+    d_model)."""
+    spec = adapter.resolve(hook_name)
+    if hook_name.endswith("attn.hook_z"):  # nn.Linear's in_features, or a GPT-2 Conv1D's nx
+        module = spec.module
+        return int(getattr(module, "in_features", None) or getattr(module, "nx", None) or adapter.d_model)
     return adapter.d_mlp if hook_name.endswith("mlp.hook_post") else adapter.d_model
 
 

@@ -5,15 +5,15 @@ Gemma Scope 2 (`google/gemma-scope-2-<size>-<pt|it>`): `params.safetensors` with
 optional `config.json` ({"architecture": "jump_relu", "model_name", "hf_hook_point_in", "hf_hook_point_out",
 "affine_connection"}). Without config.json the folder's kind names the hooks, as SAELens's loader infers them:
 `resid_post*` reads a block's output; `mlp_out*` the MLP's output after post_feedforward_layernorm; `attn_out*` the
-attention's o_proj input (per-head outputs, which Interpscope does not hook: such an SAE loads but no model offers its
-hook); `transcoder*` reads pre_feedforward_layernorm's output and writes post_feedforward_layernorm's output.
+attention's o_proj input (the heads' outputs side by side, blocks.L.attn.hook_z); `transcoder*` reads
+pre_feedforward_layernorm's output and writes post_feedforward_layernorm's output.
 f = ReLU(z) * 1[z > threshold] with z = x W_enc + b_enc (nothing subtracted from x); x_hat = f W_dec + b_dec
 (+ x affine_skip_connection).
 
 The Hugging Face module paths map onto the adapters' hook points, Gemma's sandwich norms included:
 model.layers.L.output -> blocks.L.hook_resid_post, .pre_feedforward_layernorm.output -> blocks.L.mlp.hook_in,
 .post_feedforward_layernorm.output -> blocks.L.hook_mlp_out, .post_attention_layernorm.output ->
-blocks.L.hook_attn_out, .input -> blocks.L.hook_resid_pre.
+blocks.L.hook_attn_out, .self_attn.o_proj.input -> blocks.L.attn.hook_z, .input -> blocks.L.hook_resid_pre.
 
 Gemma Scope 1 (`google/gemma-scope-<size>-pt-<res|mlp|att>`): `params.npz` with W_enc, W_dec, b_enc, b_dec,
 threshold (read with pickles refused); the repository's suffix names the hook (res: block output; mlp: MLP output
