@@ -428,6 +428,36 @@ def _edge_heads(lm, tset, graph, key: tuple, node_id: str, clicked: tuple[str, s
     st.markdown(split.summary())
     st.dataframe(pd.DataFrame(split.heads), hide_index=True, height=min(300, 38 + 35 * len(split.heads)))
     export_menu(None, split, key="graph-edge-heads", filename="edge-heads")
+    if split.heads:
+        _qk(lm, tset, graph, key, edge, split.heads[0])
+
+
+def _qk(lm, tset, graph, key: tuple, edge: dict, best: dict) -> None:
+    """Why the edge's strongest head attends from the target's position to the source's: its score split over the
+    nodes on the query side and the key side (interpscope.graphs.qk), on an explicit press."""
+    from interpscope.graphs.qk import qk_attribution
+
+    nodes = {n["id"]: n for n in graph.nodes}
+    target = nodes[edge["target"]]
+    key_position = int(nodes[edge["source"]]["position"])
+    query_position = len(graph.tokens) - 1 if target["kind"] == "logit" else int(target["position"])
+    layer, head = int(best["layer"]), int(best["head"])
+    asked = (key, edge["source"], edge["target"], layer, head)
+    if st.button(f"Why does L{layer}.H{head} attend from position {query_position} to {key_position}? "
+                 "(QK attribution)", key="graph-qk"):
+        st.session_state["_graph-qk"] = asked
+    if st.session_state.get("_graph-qk") != asked:
+        return
+    with show_errors(), st.spinner("Splitting the attention score over the nodes"):
+        split = qk_attribution(lm, _prepared(lm, tset, graph, key, spinner=False).run, tset, graph, layer, head,
+                               query_position, key_position)
+    st.markdown(split.summary())
+    cols = st.columns(2)
+    for col, side, label in ((cols[0], split.query_side, f"Query side (position {query_position}): who asks"),
+                             (cols[1], split.key_side, f"Key side (position {key_position}): who answers")):
+        col.caption(label)
+        col.dataframe(pd.DataFrame(side), hide_index=True, height=min(300, 38 + 35 * len(side)))
+    export_menu(None, split, key="graph-qk-export", filename="qk-attribution")
 
 
 def _interventions(lm, tset, graph, key: tuple, selected: list[str], groups: list[Supernode]) -> None:

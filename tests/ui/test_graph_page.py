@@ -89,6 +89,14 @@ def test_select_group_and_intervene(llama_folder, exports):
     assert heads["schema"] == "interpscope.graph.edge_heads" and heads["heads"]
     top = heads["heads"][0]
     assert f"Head L{top['layer']}.H{top['head']}" in shown
+    # why that head attends there: its score split over the query and key sides, the check beside it
+    at.button(key="graph-qk").click().run()
+    assert not at.exception, at.exception
+    qk = exports["graph-qk-export"]
+    assert qk["schema"] == "interpscope.graph.qk_attribution" and (qk["layer"], qk["head"]) == (top["layer"],
+                                                                                                top["head"])
+    assert abs(qk["difference"]) <= 1e-4 * max(1.0, abs(qk["score"]))
+    assert f"sum to {qk['total']:+.4g}" in " ".join(m.value for m in at.markdown)
     at.button(key="graph-check").click().run()
     assert not at.exception, at.exception
     check = exports["graph-check"]
