@@ -36,6 +36,18 @@ def test_each_row_is_its_prompts_own_check_and_the_means_are_theirs(folders):
     sentence = result.summary()
     assert f"Over {len(rs)} prompts" in sentence and "random active features" in sentence
     assert f"met on {result.n_met()} of {len(rs)}" in sentence
+    # pooled over every prompt's strongest ablations: the graphs' r beside the frozen-convention ceiling
+    from interpscope.graphs.interventions import pearson
+
+    changes = [c for row in result.rows for c in row["changes"]]
+    assert len(changes) == result.pooled["n"] == sum(row["ablations"] for row in result.rows)
+    for name, key in (("r", "predicted"), ("r_frozen_linear", "predicted_frozen_linear"),
+                      ("r_real_linear", "predicted_real_linear")):
+        assert result.pooled[name] == pytest.approx(pearson([c[key] for c in changes],
+                                                            [c["actual"] for c in changes]))
+    assert f"graphs reach r = {result.pooled['r']:.2f}" in sentence
+    assert f"reaches r = {result.pooled['r_frozen_linear']:.2f}" in sentence
+    assert all("changes" not in row for row in result.tidy())
 
 
 def test_the_cli_writes_the_same_document_and_refuses_misuse(folders, tmp_path, capsys):

@@ -479,8 +479,15 @@ def test_the_ablation_check_and_interventions_carry_the_real_estimate(exact):
     assert check.r_real_linear == pytest.approx(pearson([r["predicted_real_linear"] for r in strongest],
                                                         [r["actual"] for r in strongest]))
     doc = check.to_dict()
-    assert doc["schema_version"] == 3 and doc["r_real_linear"] == check.r_real_linear
+    assert doc["schema_version"] == 4 and doc["r_real_linear"] == check.r_real_linear
     assert f"reaches r = {check.r_real_linear:.2f} on the strongest" in check.summary()
+    # the ceiling under the graph's frozen convention (patterns and norm scales fixed, real MLPs): this model's
+    # patterns and norm scales do not move, so freezing them changes nothing and it is the real change too
+    for row in check.rows:
+        assert row["predicted_frozen_linear"] == pytest.approx(row["actual"], rel=1e-3, abs=1e-7)
+    assert check.r_frozen_linear == pytest.approx(pearson([r["predicted_frozen_linear"] for r in strongest],
+                                                          [r["actual"] for r in strongest]))
+    assert f"real MLPs reaches r = {check.r_frozen_linear:.2f}: the ceiling" in check.summary()
     trace = next(t for t in check.figure().data if "first-order estimate" in (t.name or ""))
     assert trace.visible == "legendonly" and list(trace.x) == [r["predicted_real_linear"] for r in strongest]
     node = strongest[0]["nodes"][0]

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
 
 MAX_TEXTS = 50
-FIGURES = ("r", "r_control", "r_linear", "r_pruned")
+FIGURES = ("r", "r_control", "r_linear", "r_pruned", "r_frozen_linear", "r_real_linear")
+POOLED = {"r": "predicted", "r_frozen_linear": "predicted_frozen_linear", "r_real_linear": "predicted_real_linear"}
 
 
 @dataclass
@@ -35,12 +36,15 @@ class AblationCheckSet(Result):
     """Per-prompt ablation checks and their means (see the module docstring)."""
 
     SCHEMA = "interpscope.graph.ablation_check_set"
-    SCHEMA_VERSION = 1
+    # 2: the frozen-convention ceiling and the real linearisation per prompt (r_frozen_linear, r_real_linear), each
+    # prompt's strongest changes and their pooled r's (pooled)
+    SCHEMA_VERSION = 2
 
     model: str
     n: int
     rows: list[dict[str, Any]]
     means: dict[str, dict[str, float]] = field(default_factory=dict)
+    pooled: dict[str, float] = field(default_factory=dict)
     target_r: float = 0.8
     seed: int = 0
     seconds: float = 0.0
@@ -61,13 +65,27 @@ class AblationCheckSet(Result):
         text += f"; the target was r >= {self.target_r:g} per prompt, met on {self.n_met()} of {int(r['n'])}"
         if undefined:
             text += f"; {undefined} prompt(s) gave no r"
+        return text + "." + self._pooled_said()
+
+    def _pooled_said(self) -> str:
+        """Pooled over every prompt's strongest ablations: the graph's r beside the frozen-convention ceiling."""
+        r, ceiling, real = (self.pooled.get(k) for k in ("r", "r_frozen_linear", "r_real_linear"))
+        if r is None or ceiling is None:
+            return ""
+        gap = ceiling - r
+        text = (f" Pooled over all {int(self.pooled.get('n', 0))} strongest ablations, the graphs reach r = {r:.2f}; "
+                f"the real model linearised under the same frozen convention with its real MLPs (the ceiling for any "
+                f"transcoders) reaches r = {ceiling:.2f}, so the graphs are {abs(gap):.2f} "
+                f"{'below' if gap > 0 else 'above'} it ({'within' if gap <= 0.1 else 'more than'} 0.1)")
+        if real is not None:
+            text += f"; the unconstrained real linearisation reaches r = {real:.2f}"
         return text + "."
 
     def n_met(self) -> int:
         return sum(1 for row in self.rows if row.get("r") is not None and row["r"] >= self.target_r)
 
     def tidy(self) -> list[dict]:
-        return [dict(row) for row in self.rows]
+        return [{k: v for k, v in row.items() if k != "changes"} for row in self.rows]
 
 
 def _mean(values: Sequence[float], seed: int) -> dict[str, float] | None:
@@ -101,11 +119,25 @@ def ablation_check_set(lm: LoadedModel, transcoders: Any, texts: Sequence[str], 
     for index, text in enumerate(texts):
         graph = build_graph(lm, transcoders, text, **(graph_options or {}))
         check = ablation_check(lm, transcoders, graph, n=n, seed=seed)
+        strongest = [r for r in check.rows if r.get("set") == "strongest"]
         rows.append({"text": text, "target": graph.target.get("token"), **{k: getattr(check, k) for k in FIGURES},
-                     "n_last_layer": check.n_last_layer, "ablations": len([r for r in check.rows
-                                                                           if r.get("set") == "strongest"])})
+                     "n_last_layer": check.n_last_layer, "ablations": len(strongest),
+                     "changes": [{"actual": r["actual"], **{v: r[v] for v in POOLED.values()}} for r in strongest]})
         if progress is not None:
             progress(index + 1, len(texts))
     means = {k: m for k in FIGURES if (m := _mean([row[k] for row in rows if row[k] is not None], seed)) is not None}
-    return AblationCheckSet(model=lm.name, n=n, rows=rows, means=means, seed=seed,
+    return AblationCheckSet(model=lm.name, n=n, rows=rows, means=means, pooled=_pooled(rows), seed=seed,
                             seconds=time.perf_counter() - started)
+
+
+def _pooled(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Pearson r of each prediction against the real change over every prompt's strongest ablations together."""
+    from interpscope.graphs.interventions import pearson
+
+    changes = [c for row in rows for c in row.get("changes", [])]
+    pooled: dict[str, float] = {"n": float(len(changes))}
+    for name, key in POOLED.items():
+        r = pearson([c[key] for c in changes], [c["actual"] for c in changes])
+        if r is not None:
+            pooled[name] = r
+    return pooled

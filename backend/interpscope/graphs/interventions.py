@@ -497,6 +497,11 @@ class AblationCheck(Result):
     can tell a graph that misses what a linear estimate gets (the replacement model's frozen parts and transcoders)
     from ablations the real model answers non-linearly (where no linear graph can follow).
 
+    predicted_frozen_linear / r_frozen_linear: the same first-order estimate of the real model under the graph's own
+    frozen convention (attention patterns and every norm scale fixed at the clean run's, as circuit-tracer freezes
+    them) with its REAL MLPs: the ceiling any transcoder set could reach under that convention (a graph whose
+    transcoders were the MLPs themselves would predict this). The graph's r is read against it.
+
     r_readouts (present only when asked for): the r of the same predictions against DIAGNOSTIC readouts, the real
     model with parts of the replacement model's assumptions imposed (interpscope.graphs.freeze.READOUTS, e.g.
     "attention_norms_frozen", circuit-tracer's convention): where the prediction's error comes from (a readout
@@ -522,11 +527,13 @@ class AblationCheck(Result):
     r_beyond_last_layer: float | None = None
     r_real_linear: float | None = None
     r_real_linear_control: float | None = None
+    r_frozen_linear: float | None = None
 
     SCHEMA = "interpscope.graph.ablation_check"
     # 2: predicted through the live final norm; predicted_linear and r_linear beside it. 3: the real model's own
-    # first-order estimate per row (predicted_real_linear) and its r (r_real_linear, r_real_linear_control)
-    SCHEMA_VERSION = 3
+    # first-order estimate per row (predicted_real_linear) and its r (r_real_linear, r_real_linear_control). 4: the
+    # same estimate under the graph's frozen convention with the real MLPs (predicted_frozen_linear, r_frozen_linear)
+    SCHEMA_VERSION = 4
 
     def tidy(self) -> list[dict[str, Any]]:
         """One flat row per ablation (a diagnostic readout as a column `readout: <name>`)."""
@@ -548,7 +555,18 @@ class AblationCheck(Result):
                 f"pruned graph's edges alone: r = {said(self.r_pruned)}; all linear, the final norm's scale frozen "
                 f"too: r = {said(self.r_linear)}); over {len(self.rows) - len(strongest)} "
                 f"random active features (the control) r = {said(self.r_control)}." + self._last_layer_said(said)
-                + self._real_linear_said(said) + self._readouts_said(said))
+                + self._frozen_said(said) + self._real_linear_said(said) + self._readouts_said(said))
+
+    def _frozen_said(self, said: Callable[[float | None], str]) -> str:
+        """The ceiling under the graph's frozen convention beside the graph's r, compared from the numbers."""
+        if self.r_frozen_linear is None:
+            return ""
+        text = (f" Under the graph's own convention (patterns and norm scales frozen) the real model with its real "
+                f"MLPs reaches r = {said(self.r_frozen_linear)}: the ceiling for any transcoders")
+        if self.r is None:
+            return text + "."
+        gap = self.r_frozen_linear - self.r
+        return text + (f"; the graph is {abs(gap):.2f} {'below' if gap > 0 else 'above'} it.")
 
     def _real_linear_said(self, said: Callable[[float | None], str]) -> str:
         """The real model's first-order estimate beside the graph's r, and what the pair says (from the numbers)."""
@@ -628,6 +646,9 @@ def ablation_check(lm: LoadedModel, transcoders: Any, graph: AttributionGraph, n
     predicted = prepared.predicted(sets_only, 0.0)
     linear = prepared.predicted_linear(sets_only, 0.0)
     real_linear = prepared.predicted_real_linear(sets_only, 0.0)
+    from interpscope.graphs.freeze import READOUTS
+
+    frozen_linear = prepared.predicted_real_linear(sets_only, 0.0, freeze=READOUTS["attention_norms_frozen"])
     def stage(index: int) -> Callable[[int, int], None] | None:  # one progress bar over the real and the readouts
         if progress is None:
             return None
@@ -644,7 +665,8 @@ def ablation_check(lm: LoadedModel, transcoders: Any, graph: AttributionGraph, n
         influence = strength(members) if all(i in by_id for i in ids) else None
         row = {"set": which, "nodes": ids, "label": label, "influence": influence, "predicted": predicted[k],
                "predicted_linear": linear[k], "predicted_pruned": prepared.pruned.predicted(ids, 0.0),
-               "predicted_real_linear": real_linear[k], "actual": actual[k]}
+               "predicted_real_linear": real_linear[k], "predicted_frozen_linear": frozen_linear[k],
+               "actual": actual[k]}
         if all(int(m["layer"]) == last_block for m in members):
             row["last_layer"] = True
         if diagnostic:
@@ -668,6 +690,7 @@ def ablation_check(lm: LoadedModel, transcoders: Any, graph: AttributionGraph, n
                          r_control=r_of("random", "predicted"),
                          r_real_linear=r_of("strongest", "predicted_real_linear"),
                          r_real_linear_control=r_of("random", "predicted_real_linear"),
+                         r_frozen_linear=r_of("strongest", "predicted_frozen_linear"),
                          sinks_left_out=[str(node["id"]) for node in features if node.get("sink")], seed=seed,
                          r_readouts=r_readouts("strongest"), r_readouts_control=r_readouts("random"),
                          seconds=time.perf_counter() - start,
