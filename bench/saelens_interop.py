@@ -29,8 +29,38 @@ CASES = [  # (release, sae_id, config.json written or not)
     ("gemma-scope-2-270m-pt-res", "layer_12_width_16k_l0_medium", False),
     ("gemma-scope-2-270m-pt-transcoders-all", "layer_3_width_16k_l0_small_affine", True),
     ("gemma-scope-2-270m-pt-transcoders-all", "layer_3_width_16k_l0_small", False),
+    ("llama_scope_lxr_8x", "l0r_8x", False),  # Llama Scope (lm-saes folder), read by folder on Interpscope's side
 ]
 D_MODEL, WIDTH, ROWS = 640, 16384, 512
+LLAMA = {"repo_id": "fnlp/Llama3_1-8B-Base-LXR-8x", "path": "Llama3_1-8B-Base-L0R-8x",
+         "norm_scaling_factor": 58.935251798561154}  # SAELens's directory entry for l0r_8x
+
+
+LLAMA_D, LLAMA_WIDTH = 256, 2048
+
+
+def write_llama_scope(cache: Path, d_model: int) -> Path:
+    """A Llama Scope folder (hyperparams.json + checkpoints/final.safetensors) in the cache, its average input norm
+    the one SAELens's directory implies for l0r_8x (sqrt(d_model) / norm_scaling_factor)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from tests.released import snapshot
+
+    folder = snapshot(cache, LLAMA["repo_id"]) / LLAMA["path"]
+    (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
+    gen = torch.Generator().manual_seed(11)
+    scale = LLAMA["norm_scaling_factor"]
+    save_file({"encoder.weight": torch.randn(LLAMA_WIDTH, d_model, generator=gen) / d_model ** 0.5 / scale,
+               "encoder.bias": 0.1 * torch.randn(LLAMA_WIDTH, generator=gen),
+               "decoder.weight": torch.randn(d_model, LLAMA_WIDTH, generator=gen) / LLAMA_WIDTH ** 0.5,
+               "decoder.bias": torch.randn(d_model, generator=gen)}, str(folder / "checkpoints" / "final.safetensors"))
+    norm = d_model ** 0.5 / scale
+    (folder / "hyperparams.json").write_text(json.dumps({
+        "d_model": d_model, "d_sae": LLAMA_WIDTH, "hook_point_in": "blocks.0.hook_resid_post",
+        "hook_point_out": "blocks.0.hook_resid_post", "jump_relu_threshold": 0.02,
+        "dataset_average_activation_norm": {"in": norm, "out": norm}}))
+    return folder
 
 
 def saelens_side(work: Path) -> None:
@@ -52,9 +82,10 @@ def saelens_side(work: Path) -> None:
         return {name: info["shape"] for name, info in header.items() if name != "__metadata__"}
 
     pretrained_sae_loaders.get_safetensors_tensor_shapes = local_shapes
-    x = load_file(str(work / "inputs.safetensors"))["x"]
+    inputs = load_file(str(work / "inputs.safetensors"))
     outputs, facts = {}, {}
     for index, (release, sae_id, _) in enumerate(CASES):
+        x = inputs[f"x_{index}"]
         sae = SAE.from_pretrained(release, sae_id, device="cpu")
         sae.eval()
         with torch.no_grad():
@@ -92,10 +123,19 @@ def main() -> int:
         env = dict(os.environ, HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1", INTERPSCOPE_DATA_DIR=str(work / "data"))
         os.environ.update(HF_HUB_CACHE=env["HF_HUB_CACHE"], HF_HUB_OFFLINE="1",
                           INTERPSCOPE_DATA_DIR=env["INTERPSCOPE_DATA_DIR"])
-        x = 3.0 * torch.randn(ROWS, D_MODEL, generator=torch.Generator().manual_seed(0))
-        save_file({"x": x}, str(work / "inputs.safetensors"))
+        inputs = {}
         ours = {}
         for index, (release, sae_id, with_config) in enumerate(CASES):
+            if release.startswith("llama_scope"):
+                x = 3.0 * torch.randn(ROWS, LLAMA_D, generator=torch.Generator().manual_seed(index))
+                folder = write_llama_scope(cache, x.shape[1])
+                sae = load_sae(folder)
+                with torch.no_grad():
+                    ours[index] = (sae.encode(x), sae(x), sae)
+                inputs[f"x_{index}"] = x
+                continue
+            x = 3.0 * torch.randn(ROWS, D_MODEL, generator=torch.Generator().manual_seed(index))
+            inputs[f"x_{index}"] = x
             entry = find(f"{release}/{sae_id}")
             affine = entry.affine
             tensors = gemma_scope_2_tensors(D_MODEL, WIDTH, affine=affine, seed=index)
@@ -109,6 +149,7 @@ def main() -> int:
             sae = load_sae(resolve(entry.name))
             with torch.no_grad():
                 ours[index] = (sae.encode(x), sae(x), sae)
+        save_file(inputs, str(work / "inputs.safetensors"))
         run = subprocess.run([args.saelens_python, str(Path(__file__).resolve()), "--saelens-side", str(work)],
                              env=env, capture_output=True, text=True)
         if run.returncode != 0:
@@ -134,7 +175,8 @@ def main() -> int:
                                      capture_output=True, text=True).stdout.strip()
     document = {"command": "python bench/saelens_interop.py --saelens-python <venv with sae-lens>/bin/python",
                 "sae_lens_version": saelens_version, "torch_version": metadata.version("torch"),
-                "inputs": f"{ROWS} rows of 3 * N(0, 1) at d_model {D_MODEL}; width {WIDTH}; float32",
+                "inputs": f"{ROWS} rows of 3 * N(0, 1) at d_model {D_MODEL}, width {WIDTH} (Llama Scope: d_model "
+                          f"{LLAMA_D}, width {LLAMA_WIDTH}); float32",
                 "offline": "HF_HUB_OFFLINE=1; SAELens's get_safetensors_tensor_shapes (an HTTP range request) read "
                            "from the cached file instead", "cases": rows}
     OUT.parent.mkdir(parents=True, exist_ok=True)

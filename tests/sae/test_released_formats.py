@@ -218,3 +218,36 @@ def test_an_identity_like_sae_in_the_published_layout_evaluates_at_fvu_zero(cach
         report = evaluate_sae(lm, sae, ids=ids, batch_size=4)
         assert report.fvu < 1e-8 and report.loss_recovered == pytest.approx(1.0, abs=1e-6)
         assert report.l0 > 0
+
+
+def test_llama_scope_folders_fold_the_input_scale_as_saelens_does(tmp_path):
+    """lm-saes / Llama Scope: the SAE was trained on s x with s = sqrt(d) / average norm; read as SAELens reads it
+    (W_enc s, W_dec / s, b_dec / s, the one threshold times s), raw activations give the features computed on s x
+    and the reconstruction scaled back by 1 / s."""
+    from safetensors.torch import save_file
+
+    d, width, s_norm = 8, 20, 2.0
+    folder = tmp_path / "Llama3_1-8B-Base-L5M-8x"
+    (folder / "checkpoints").mkdir(parents=True)
+    gen = torch.Generator().manual_seed(3)
+    raw = {"encoder.weight": torch.randn(width, d, generator=gen), "encoder.bias": torch.randn(width, generator=gen),
+           "decoder.weight": torch.randn(d, width, generator=gen), "decoder.bias": torch.randn(d, generator=gen)}
+    save_file(raw, str(folder / "checkpoints" / "final.safetensors"))
+    hyper = {"d_model": d, "d_sae": width, "hook_point_in": "blocks.5.hook_mlp_out", "hook_point_out":
+             "blocks.5.hook_mlp_out", "jump_relu_threshold": 0.5,
+             "dataset_average_activation_norm": {"in": s_norm, "out": s_norm}}
+    (folder / "hyperparams.json").write_text(json.dumps(hyper))
+    sae = load_sae(folder)
+    assert isinstance(sae, JumpReLUSAE) and sae.cfg.hook_name == "blocks.5.hook_mlp_out"
+    assert sae.cfg.model_name == "meta-llama/Llama-3.1-8B"
+    s = d ** 0.5 / s_norm
+    x = torch.randn(30, d, generator=torch.Generator().manual_seed(4))
+    z = (s * x) @ raw["encoder.weight"].T + raw["encoder.bias"]
+    f = torch.where(z > 0.5 * s, z, torch.zeros_like(z))
+    assert 0 < int((f > 0).sum()) < f.numel()
+    assert torch.allclose(sae.encode(x), f, atol=1e-5)
+    assert torch.allclose(sae(x), (f @ raw["decoder.weight"].T + raw["decoder.bias"]) / s, atol=1e-5)
+    del hyper["dataset_average_activation_norm"]
+    (folder / "hyperparams.json").write_text(json.dumps(hyper))
+    with pytest.raises(InterpscopeError, match="lacks dataset_average_activation_norm"):
+        load_sae(folder)

@@ -101,8 +101,9 @@ def detect_format(folder: Path) -> ReleasedFormat | None:
 
 def _register_all() -> None:
     from interpscope.sae.formats.gemma_scope import GemmaScope1, GemmaScope2
+    from interpscope.sae.formats.lm_saes import LlamaScope
 
-    for fmt in (GemmaScope2(), GemmaScope1()):
+    for fmt in (GemmaScope2(), GemmaScope1(), LlamaScope()):
         register_format(fmt)
 
 
