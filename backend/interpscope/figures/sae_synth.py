@@ -28,8 +28,11 @@ def synth_figure(result: Any):
                   annotation_text="random dictionary (chance)", annotation_position="top right")
     fig.add_vline(x=result.reference["l0"], line={"dash": "dash", "color": "#444"},
                   annotation_text=f"true L0 {result.reference['l0']:.1f}", annotation_position="top left")
-    fig.update_xaxes(type="log", title_text="L0 (features active per row, log scale)",
-                     **log_ticks([r["l0"] for r in result.rows] + [result.reference["l0"]]))
+    import math
+
+    l0s = [r["l0"] for r in result.rows if r["l0"] > 0] + [result.reference["l0"]]
+    fig.update_xaxes(type="log", title_text="L0 (features active per row, log scale)", **log_ticks(l0s),
+                     range=[math.log10(min(l0s) / 1.5), math.log10(max(l0s) * 1.5)])
     fig.update_yaxes(title_text="MCC with the true dictionary", range=[0, 1.05])
     fig.update_layout(height=420, margin={"l": 50, "r": 20, "t": 30, "b": 50}, legend={"orientation": "h", "y": -0.25})
     return fig
