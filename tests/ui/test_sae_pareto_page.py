@@ -36,8 +36,21 @@ def test_the_shipped_sweep_opens_and_exports_the_pareto_document(exports, capsys
     for sentence in analysis.sentences("loss_recovered"):
         assert sentence in text  # the ratio sentence on the page is the one computed from the numbers
     assert "Every SAE was evaluated on the same" in text
-    assert len(at.dataframe) == 1 and len(at.dataframe[0].value) == len(analysis.rows)
-    assert not at.dataframe[0].value.isna().any().any()  # no column that does not apply to some rows (None cells)
+    sweep_table = at.dataframe[-1].value  # the last table; the synthetic run's comes before it
+    assert len(at.dataframe) == 2 and len(sweep_table) == len(analysis.rows)
+    assert not sweep_table.isna().any().any()  # no column that does not apply to some rows (None cells)
+    from interpscope.sae.l0_proxy import proxy_l0, proxy_sentence, sweep_points
+    from pages.sae_pareto import synthetic_proxy_text, synthetic_result
+
+    table = interpscope.sae.sweep.load_table(folder)
+    points, source = sweep_points(table, folder)
+    labels = {r["architecture"]: r["label"] for r in table.rows}
+    for arch, pts in points.items():  # issue 42: the correct-L0 proxy beside the frontier, from its c_dec values
+        assert proxy_sentence(proxy_l0(pts, arch), labels[arch]) in text
+    assert source in text and synthetic_proxy_text() in text  # and its control on synthetic data
+    synth = synthetic_result()
+    assert synth is not None and all(sentence in text for sentence in synth.sentences())
+    assert len(at.dataframe[0].value) == len(synth.rows)
     code = main(["sae", "pareto", "--sweep", folder, "--quiet"])
     cli = json.loads(capsys.readouterr().out)
     assert code == 0
