@@ -54,7 +54,6 @@ class JumpReLUTranscoder(Transcoder):
     def __init__(self, cfg: SAEConfig, dtype: torch.dtype = torch.float32, seed: int | None = 0,
                  bandwidth: float = 0.1):
         cfg.extra.setdefault("skip", False)
-        cfg.apply_b_dec_to_input = False  # b_dec is an output bias (SAELens refuses True for a transcoder)
         super().__init__(cfg, dtype, seed)
         self.threshold = nn.Parameter(torch.full((cfg.d_sae,), INITIAL_THRESHOLD, dtype=dtype))
         self.bandwidth = float(cfg.extra.get("bandwidth", bandwidth))
@@ -89,7 +88,6 @@ class JumpReLUTranscoder(Transcoder):
     @classmethod
     def write_fields(cls, cfg: SAEConfig) -> dict[str, Any]:
         fields = super().write_fields(cfg)
-        fields["apply_b_dec_to_input"] = False
         if cfg.extra.get("skip"):
             fields["architecture"] = SKIP_FOLDER_ARCHITECTURE
         return fields

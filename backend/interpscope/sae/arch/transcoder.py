@@ -52,6 +52,7 @@ class Transcoder(SparseAutoencoder):
 
     def __init__(self, cfg: SAEConfig, dtype: torch.dtype = torch.float32, seed: int | None = 0):
         cfg.extra.setdefault("d_out", cfg.d_in)  # an MLP's output is as wide as its input unless a folder says
+        cfg.apply_b_dec_to_input = False  # b_dec is an output bias (SAELens refuses True for a transcoder)
         super().__init__(cfg, dtype, seed)
         d_out = self.d_out
         generator = torch.Generator().manual_seed(seed + 1) if seed is not None else None
@@ -100,7 +101,8 @@ class Transcoder(SparseAutoencoder):
 
     @classmethod
     def write_fields(cls, cfg: SAEConfig) -> dict[str, Any]:
-        return {"activation_fn_str": "relu", "activation_fn_kwargs": {}, "d_out": int(cfg.extra["d_out"]),
+        return {"apply_b_dec_to_input": False, "activation_fn_str": "relu", "activation_fn_kwargs": {},
+                "d_out": int(cfg.extra["d_out"]),
                 "hook_name_out": cfg.extra.get("hook_name_out", ""),
                 "hook_layer_out": int(cfg.extra.get("hook_layer_out", -1)), "hook_head_index_out": None}
 
