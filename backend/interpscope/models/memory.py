@@ -15,7 +15,8 @@ tokens of one sequence, N the tokens of one forward pass (sequences x T); q = H 
 
 Per view (view_memory): predict is one block's forward and the last position's logits; gradient is the autograd
 pass over every block; attnlrp that x LRP_SAVED; patching the clean and corrupt runs' cached activations (float32,
-per kind of component) and half a block's forward of PATCH_BATCH patched sequences; heads 8 bytes per head and
+per kind of component) and, for PATCH_BATCH patched sequences at once, two d-wide and one m-wide activation, one
+attention pattern per head and the last position's logits; heads 8 bytes per head and
 pattern entry of the sequences; sae the forward, four width-wide rows per token and 36 bytes per token and
 vocabulary entry (float32 logits and float64 log-probabilities of the clean, zero-ablated and spliced passes); graph
 the recorded forward (5d + m per token and block, float32), the rows of the expanded features over every active
@@ -56,7 +57,7 @@ SAE_EXPANSION = 8  # SAE width / d_model the estimate assumes when none is given
 GRAPH_WIDTH = 768  # transcoder width the estimate assumes when none is given
 GRAPH_FEATURE_NODES = 128  # interpscope.graphs.defaults.DEFAULT_MAX_FEATURE_NODES
 GRAPH_DENSITY = 0.03  # share of (position, feature) pairs active in a transcoder (bench/scaling.py's random sets)
-GRAPH_ACTIVE = 0.7  # d-wide float32 vectors the replacement keeps per active feature (fitted)
+GRAPH_ACTIVE = 0.5  # d-wide float32 vectors the graph holds per active feature (fitted at 0.135-1.2 B)
 SAFETY = 0.9  # a run may take at most this share of the free memory
 # the precision each view needs (docs/reference/models.md#precision): views that accept bf16/fp16 models, and why not
 PRECISION = {
@@ -200,7 +201,8 @@ def view_memory(s: ModelShape, view: str, tokens: int, dtype: str | torch.dtype 
     elif view == "patching":
         batch = PATCH_BATCH
         caches = 2 * patch_kinds * (L + 1) * t * d * 4
-        acts = caches + _block_forward(s, batch * t, t, b) // 2 + batch * V * 4 * 2
+        n = batch * t
+        acts = caches + n * (2 * d + s.d_mlp) * b + s.n_heads * n * t * b + batch * V * 4
     elif view == "heads":
         n = sequences * t
         acts = 8 * L * s.n_heads * n * t + n * (d + s.d_mlp) * b // 2
