@@ -91,6 +91,13 @@ def tiny_folder(tmp_path_factory):
     return str(save_tiny_lm(tmp_path_factory.mktemp("memory") / "tiny-gpt2"))
 
 
+def test_a_folder_model_gets_its_estimate_printed_before_the_run(tiny_folder, capsys):
+    assert main(["predict", "--model", tiny_folder, "--device", "cpu", "--text", "The cat sat", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "memory estimate for predict on" in captured.err and "GiB free" in captured.err
+    assert json.loads(captured.out)["schema"] == "interpscope.prediction"  # stdout keeps only the document
+
+
 def test_the_cli_refuses_a_predict_run_before_it_starts(tiny_folder, monkeypatch, capsys):
     import importlib
 

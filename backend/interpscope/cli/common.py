@@ -24,6 +24,22 @@ def load_from_args(args: argparse.Namespace):
     return load_model(args.model, device=args.device, dtype=args.dtype)
 
 
+def check_run_memory(lm, view: str, text: str | None = None, **options) -> None:
+    """Before a view's run: refuse one that would not fit (interpscope.models.memory.check_run); for a model that is
+    not bundled (a person's own folder or hub id), print the estimate first on stderr: weights, the run's activations
+    and gradients at this length and dtype, and the free memory."""
+    from interpscope.models.memory import check_run
+    from interpscope.scale.memory import free_bytes
+
+    row = check_run(lm, view, text, **options)
+    if lm.source != "bundled":
+        gib = 2**30
+        print(f"interpscope: memory estimate for {view} on {row.tokens} tokens in {str(lm.dtype).replace('torch.', '')}"
+              f": weights {row.weight_bytes / gib:.2f} GiB (loaded), activations {row.activation_bytes / gib:.2f} GiB, "
+              f"gradients {row.gradient_bytes / gib:.2f} GiB; {free_bytes(lm.device) / gib:.2f} GiB free "
+              f"(every view: interpscope models estimate --model {lm.name})", file=sys.stderr)
+
+
 def load_model_for_sae(args: argparse.Namespace, sae, load=load_from_args):
     """--model, or else the model the SAE's cfg.json names (a Hugging Face id of a bundled model reads as that
     bundled model); a named model that cannot be loaded gets a message pointing at --model. `load` is the

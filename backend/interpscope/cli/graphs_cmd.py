@@ -10,6 +10,7 @@ from interpscope.cli.common import (
     add_outputs,
     check_out_file,
     check_outputs,
+    check_run_memory,
     emit_json,
     load_from_args,
     write_outputs,
@@ -131,10 +132,8 @@ def run_graph(args: argparse.Namespace) -> int:
         raise InterpscopeError(f"No transcoders for {lm.name}: none is shipped for it; pass --transcoders DIR (a "
                                f"set folder, e.g. from scripts/train_transcoders.py).")
     transcoders = load_dictionary(folder, lm=lm)
-    from interpscope.models.memory import check_run
-
-    check_run(lm, "graph", args.text, graph_width=dictionary_width(transcoders),
-              graph_feature_nodes=args.max_feature_nodes)
+    check_run_memory(lm, "graph", args.text, graph_width=dictionary_width(transcoders),
+                     graph_feature_nodes=args.max_feature_nodes)
     result = build_graph(lm, transcoders, args.text, target=args.target, contrast=args.contrast,
                          targets=args.targets, node_budget=args.node_budget,
                          edge_budget=args.edge_budget, max_feature_nodes=args.max_feature_nodes,

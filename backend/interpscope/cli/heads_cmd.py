@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 
 from interpscope.cli.argtypes import int_between, seed_int
-from interpscope.cli.common import add_model_args, add_outputs, check_outputs, load_from_args, write_outputs
+from interpscope.cli.common import (
+    add_model_args,
+    add_outputs,
+    check_outputs,
+    check_run_memory,
+    load_from_args,
+    write_outputs,
+)
 from interpscope.config import InterpscopeError
 
 
@@ -81,9 +88,7 @@ def run_heads(args: argparse.Namespace) -> int:
 
 def _find(lm, args: argparse.Namespace) -> int:
     from interpscope.heads.finder import KINDS, LABELS, find_heads
-    from interpscope.models.memory import check_run
-
-    check_run(lm, "heads", tokens=2 * args.half_len, sequences=args.sequences)
+    check_run_memory(lm, "heads", tokens=2 * args.half_len, sequences=args.sequences)
     result = find_heads(lm, n_sequences=args.sequences, half_len=args.half_len, seed=args.seed,
                         ablate=args.ablate, mode=args.ablation)
     write_outputs(args, result)

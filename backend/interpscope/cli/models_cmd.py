@@ -8,6 +8,7 @@ from interpscope.cli.common import (
     add_model_args,
     add_outputs,
     check_outputs,
+    check_run_memory,
     json_to_stdout,
     load_from_args,
     read_text_file,
@@ -92,9 +93,7 @@ def run_predict(args: argparse.Namespace) -> int:
     text = check_text(read_text_file(args.file) if args.file else args.text)
     check_outputs(args)
     lm = load_from_args(args)
-    from interpscope.models.memory import check_run
-
-    check_run(lm, "predict", text)
+    check_run_memory(lm, "predict", text)
     result = predict_next(lm, text, top=args.top, prepend_bos=args.prepend_bos)
     write_outputs(args, result)  # the Prediction's document, as the Home page's export and the API give it
     if not json_to_stdout(args):

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from interpscope.cli.common import add_model_args, add_outputs, check_outputs, load_from_args, write_outputs
+from interpscope.cli.common import (
+    add_model_args,
+    add_outputs,
+    check_outputs,
+    check_run_memory,
+    load_from_args,
+    write_outputs,
+)
 from interpscope.config import InterpscopeError
 
 
@@ -66,9 +73,7 @@ def run_patch(args: argparse.Namespace) -> int:
     check_text(args.corrupt)
     check_outputs(args)
     lm = load_from_args(args)
-    from interpscope.models.memory import check_run
-
-    check_run(lm, "patching", args.clean)
+    check_run_memory(lm, "patching", args.clean)
     common = dict(metric=args.metric, answer=args.answer, wrong=args.wrong, prepend_bos=args.prepend_bos)
     if args.path:
         from interpscope.patching.run import path_patch

@@ -12,6 +12,7 @@ from interpscope.cli.common import (
     asked_outputs,
     check_out_folder,
     check_outputs,
+    check_run_memory,
     json_to_stdout,
     load_from_args,
     read_input_bytes,
@@ -149,10 +150,10 @@ def run_explain(args: argparse.Namespace) -> int:
         return run_seq2seq(args, lm, text)
     if args.method is None:
         args.method = _default_method(lm)
-    from interpscope.models.memory import RELEVANCE_VIEWS, check_run
+    from interpscope.models.memory import RELEVANCE_VIEWS
 
     if args.method in RELEVANCE_VIEWS:
-        check_run(lm, RELEVANCE_VIEWS[args.method], text)
+        check_run_memory(lm, RELEVANCE_VIEWS[args.method], text)
     result = explain(lm, text, args.method, token=args.target_token,
                      contrast=tuple(args.contrast) if args.contrast else None, options=_options(args),
                      prepend_bos=args.prepend_bos)
