@@ -73,9 +73,10 @@ def main() -> int:
         rows.append(one.rows[0])
         print(json.dumps({"prompt": index, "r": one.rows[0]["r"], "r_frozen_linear": one.rows[0]["r_frozen_linear"],
                           "r_real_linear": one.rows[0]["r_real_linear"]}), flush=True)
-    from interpscope.graphs.check_set import FIGURES
+    from interpscope.graphs.check_set import FIGURES, SCORES
 
-    means = {k: m for k in FIGURES if (m := _mean([row[k] for row in rows if row[k] is not None], 0)) is not None}
+    means = {k: m for k in (*FIGURES, *SCORES)
+             if (m := _mean([row[k] for row in rows if row.get(k) is not None], 0)) is not None}
     result = AblationCheckSet(model=lm.name, n=args.ablations, rows=rows, means=means, pooled=_pooled(rows),
                               seconds=time.perf_counter() - started)
     document = result.to_dict()

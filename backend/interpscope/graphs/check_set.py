@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 MAX_TEXTS = 50
 FIGURES = ("r", "r_control", "r_linear", "r_pruned", "r_frozen_linear", "r_real_linear")
+SCORES = ("replacement_score", "completeness_score")  # each prompt's graph's, averaged like the r's
 POOLED = {"r": "predicted", "r_frozen_linear": "predicted_frozen_linear", "r_real_linear": "predicted_real_linear"}
 
 
@@ -37,7 +38,7 @@ class AblationCheckSet(Result):
 
     SCHEMA = "interpscope.graph.ablation_check_set"
     # 2: the frozen-convention ceiling and the real linearisation per prompt (r_frozen_linear, r_real_linear), each
-    # prompt's strongest changes and their pooled r's (pooled)
+    # prompt's strongest changes and their pooled r's (pooled), each graph's replacement and completeness scores
     SCHEMA_VERSION = 2
 
     model: str
@@ -121,11 +122,13 @@ def ablation_check_set(lm: LoadedModel, transcoders: Any, texts: Sequence[str], 
         check = ablation_check(lm, transcoders, graph, n=n, seed=seed)
         strongest = [r for r in check.rows if r.get("set") == "strongest"]
         rows.append({"text": text, "target": graph.target.get("token"), **{k: getattr(check, k) for k in FIGURES},
+                     "replacement_score": graph.replacement_score, "completeness_score": graph.completeness_score,
                      "n_last_layer": check.n_last_layer, "ablations": len(strongest),
                      "changes": [{"actual": r["actual"], **{v: r[v] for v in POOLED.values()}} for r in strongest]})
         if progress is not None:
             progress(index + 1, len(texts))
-    means = {k: m for k in FIGURES if (m := _mean([row[k] for row in rows if row[k] is not None], seed)) is not None}
+    means = {k: m for k in (*FIGURES, *SCORES)
+             if (m := _mean([row[k] for row in rows if row.get(k) is not None], seed)) is not None}
     return AblationCheckSet(model=lm.name, n=n, rows=rows, means=means, pooled=_pooled(rows), seed=seed,
                             seconds=time.perf_counter() - started)
 
