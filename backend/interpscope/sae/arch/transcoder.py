@@ -133,7 +133,7 @@ class Transcoder(SparseAutoencoder):
     @torch.no_grad()
     def init_from_batch(self, x: torch.Tensor, density: float = 0.03) -> None:
         """b_dec = the target's mean; b_enc so each feature fires on about `density` of the batch; the decoder the
-        ridge regression of the centred target on those first features (rows made unit norm, their norms moved into
+        ridge regression of the centred target on those first features (rows made unit norm, norms below 1 moved into
         W_enc and b_enc), so the first prediction starts from what these features can explain on this batch.
 
         Without the last two, a short run was worse than predicting the mean (issue 42: FVU 1.79 after 8,192
@@ -154,8 +154,10 @@ class Transcoder(SparseAutoencoder):
         rows = torch.linalg.solve(gram + ridge * torch.eye(gram.shape[0], dtype=gram.dtype), f.T @ centred)
         norms = rows.norm(dim=1)
         fired = norms > 1e-12
-        # decoder rows unit norm (as training keeps them); the norms move into the encoder: ReLU(a z) = a ReLU(z)
+        # decoder rows unit norm (as training keeps them); norms below 1 move into the encoder (ReLU(a z) = a ReLU(z)),
+        # shrinking the features that would overshoot; none is enlarged (that slowed long runs: a toy linear MLP
+        # ended at FVU 0.102 after 600 steps instead of 0.064; with shrinking only, 0.080)
         self.W_dec[fired] = (rows[fired] / norms[fired, None]).to(self.W_dec.dtype)
-        scale = torch.where(fired, norms, torch.ones_like(norms)).to(self.W_enc.dtype)
+        scale = torch.where(fired, norms.clamp(max=1.0), torch.ones_like(norms)).to(self.W_enc.dtype)
         self.W_enc.mul_(scale[None, :])
         self.b_enc.mul_(scale)
