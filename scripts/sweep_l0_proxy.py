@@ -41,7 +41,10 @@ def main() -> None:
     rows = np.asarray(cache.array)
     out = {}
     for row in table.rows:
-        sae = load_sae(folder / str(row.get("folder") or row["name"]))
+        sae_folder = folder / str(row.get("folder") or row["name"])
+        if not (sae_folder / "sae_weights.safetensors").is_file():
+            continue  # weights not shipped (the extra seeds): the page says so
+        sae = load_sae(sae_folder)
         live = live_latents(sae, rows)
         out[row["name"]] = round(decoder_cosine(sae.W_dec.detach().double().numpy(), live), 6)
         print(row["name"], out[row["name"]], int(live.sum()), flush=True)

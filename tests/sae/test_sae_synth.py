@@ -220,8 +220,10 @@ def test_sweep_proxy_reads_live_c_dec_or_falls_back_to_weights(tmp_path):
         (tmp_path / row["folder"]).mkdir()
         save_file({"W_dec": decoder.astype(np.float32)}, str(tmp_path / row["folder"] / "sae_weights.safetensors"))
     points, source = sweep_points(table, tmp_path)
-    assert [p["c_dec"] for p in points["topk"]] == pytest.approx([0.0, 1.0, 0.0]) and "dead latents included" in source
+    assert [p["c_dec"] for p in points["topk"]] == pytest.approx([0.0, 1.0, 0.0])
+    assert "dead latents included, for 3" in source
     (tmp_path / PROXY_FILE).write_text(json.dumps({"c_dec": {"topk-8-k1": 0.3, "topk-8-k2": 0.1, "topk-8-k4": 0.2}}))
     points, source = sweep_points(table, tmp_path)
     proxy = proxy_l0(points["topk"], "topk")
-    assert "latents that fired" in source and proxy.proxy_l0 == 2 and proxy.below == ["topk-8-k1"]
+    assert "latents that fired on held-out activations for 3" in source
+    assert proxy.proxy_l0 == 2 and proxy.below == ["topk-8-k1"]

@@ -85,9 +85,9 @@ def live_latents(sae, rows) -> np.ndarray:
 
 
 def sweep_points(table, folder) -> tuple[dict[str, list[dict]], str]:
-    """Each architecture's {"name", "l0", "c_dec"} points for a sweep table, and where c_dec comes from: the sweep
-    folder's decoder_cosine.json (live latents only) when it covers the table's SAEs, else each SAE's weights (every
-    latent: the dead ones' random rows lower c_dec, so the page says so)."""
+    """Each architecture's {"name", "l0", "c_dec"} points for a sweep table, and where c_dec comes from, per SAE: the
+    sweep folder's decoder_cosine.json (live latents only), else its weights (every latent: the dead ones' random rows
+    lower c_dec, so the page says how many), else none (its weights are not in the folder)."""
     import json
     from pathlib import Path
 
@@ -99,17 +99,26 @@ def sweep_points(table, folder) -> tuple[dict[str, list[dict]], str]:
         saved = json.loads((folder / PROXY_FILE).read_text(encoding="utf-8")).get("c_dec", {})
     except (OSError, ValueError, AttributeError):
         saved = {}
-    live = bool(saved) and all(row["name"] in saved for row in table.rows)
     points: dict[str, list[dict]] = {}
+    counts = {"live": 0, "rows": 0, "none": 0}
     for row in table.rows:
-        value = saved.get(row["name"]) if live else None
-        if value is None:
+        value = saved.get(row["name"])
+        if value is not None:
+            counts["live"] += 1
+        else:
             weights = folder / str(row.get("folder") or row["name"]) / "sae_weights.safetensors"
             try:
                 value = decoder_cosine(load_file(str(weights))["W_dec"])
+                counts["rows"] += 1
             except (OSError, KeyError, ValueError):
-                value = None
+                counts["none"] += 1  # weights not shipped (a shipped sweep's extra seeds)
         points.setdefault(row["architecture"], []).append({"name": row["name"], "l0": row["l0"], "c_dec": value})
-    source = ("decoder rows of the latents that fired on held-out activations (decoder_cosine.json)" if live else
-              "every decoder row, dead latents included (no decoder_cosine.json in the sweep folder)")
-    return points, source
+    parts = []
+    if counts["live"]:
+        parts.append(f"the decoder rows of the latents that fired on held-out activations for {counts['live']} SAEs "
+                     f"({PROXY_FILE})")
+    if counts["rows"]:
+        parts.append(f"every decoder row, dead latents included, for {counts['rows']} SAEs (not in {PROXY_FILE})")
+    if counts["none"]:
+        parts.append(f"none for {counts['none']} SAEs whose weights are not in the folder")
+    return points, "; ".join(parts)
