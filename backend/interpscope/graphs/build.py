@@ -9,6 +9,10 @@ expanded keep their outgoing edges only.
 Pruning keeps the `node_budget` most influential feature and error nodes (off the sink positions), every
 embedding and the logit, and the `edge_budget` strongest edges among them by edge influence (interpscope.graphs.
 prune); kept features and errors left without an outgoing edge are dropped.
+
+convention="circuit-tracer" follows circuit-tracer 0.5.0 instead (interpscope.graphs.convention): demeaned logit
+targets, b_dec and the first position's MLP outputs in no node, its selection order, expanded features only as
+columns, and its pruning thresholds.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import torch
 
 from interpscope.capture import model_lock
 from interpscope.config import InterpscopeError
+from interpscope.graphs import convention as ct
 from interpscope.graphs.defaults import (
     BATCH,
     CHUNK,
@@ -177,6 +182,7 @@ class _Adjacency:
         self.normalised: list[np.ndarray] = []  # |row| / its sum, kept as rows arrive (rows never change)
         self.row_node: list[int] = []
         self.bias: list[float] = []
+        self.left_out: list[np.ndarray] = []  # per row: direct effects of rep.left_out's parts (circuit-tracer)
 
     def add(self, reads_for: Sequence[int], reads) -> None:
         rows = compute_rows(self.rep, reads)
@@ -184,6 +190,8 @@ class _Adjacency:
         self.normalised.extend(normalised(rows.weights))
         self.row_node.extend(reads_for)
         self.bias.extend(float(b) for b in rows.bias)
+        if rows.left_out is not None:
+            self.left_out.extend(rows.left_out)
 
     def matrix(self) -> tuple[np.ndarray, np.ndarray]:
         return np.stack(self.rows), np.array(self.row_node)
@@ -221,8 +229,10 @@ def build_graph(lm: LoadedModel, transcoders: Any, text: str, *, target: str | i
                 node_budget: int = DEFAULT_NODE_BUDGET, edge_budget: int = DEFAULT_EDGE_BUDGET,
                 max_feature_nodes: int = DEFAULT_MAX_FEATURE_NODES, lrp: str | None = "attnlrp",
                 progress: Callable[[float, str], None] | None = None, lrp_features: int = 0,
-                max_logits: int = DEFAULT_MAX_LOGITS, logit_probability: float = DEFAULT_LOGIT_PROBABILITY,
-                contrast: str | int | None = None, targets: Sequence[str | int] | None = None) -> AttributionGraph:
+                max_logits: int | None = None, logit_probability: float = DEFAULT_LOGIT_PROBABILITY,
+                contrast: str | int | None = None, targets: Sequence[str | int] | None = None,
+                convention: str = "interpscope", node_threshold: float = ct.NODE_THRESHOLD,
+                edge_threshold: float = ct.EDGE_THRESHOLD) -> AttributionGraph:
     """The attribution graph of `text`'s next-token `target` (a token string, an id or '#id'; None: the model's top
     next token) over `transcoders` (a TranscoderSet or one transcoder per block). lrp: an LRP method name
     ('attnlrp', 'cplrp') for the LRP edges into the logit beside the direct ones, or None; lrp_features: also the
@@ -232,8 +242,15 @@ def build_graph(lm: LoadedModel, transcoders: Any, text: str, *, target: str | i
     graph's `logit`, its interventions' and LRP's token. contrast: explain logit(target) - logit(contrast)
     instead (one logit node, the difference; its interventions and LRP explain the difference too). targets: a
     list of tokens as the logit nodes (the first is the target), weighted by their probabilities like the top
-    logits; neither goes with max_logits > 1, nor with each other."""
+    logits; neither goes with max_logits > 1, nor with each other. convention: "interpscope" (the default: raw
+    logit, every part in a node, budgets) or "circuit-tracer" (interpscope.graphs.convention: demeaned logits
+    weighted by raw probabilities, b_dec and the first position's MLP outputs in no node, circuit-tracer's selection
+    order, pruned at `node_threshold` / `edge_threshold`; node_budget and edge_budget are not used)."""
     start = time.perf_counter()
+    ct.check_convention(convention, node_threshold, edge_threshold)
+    compatible = convention == "circuit-tracer"
+    if max_logits is None:  # circuit-tracer's default: the top tokens covering logit_probability, up to 10
+        max_logits = 1 if contrast is not None or targets else ct.MAX_LOGITS if compatible else DEFAULT_MAX_LOGITS
     for name, value in (("node_budget", node_budget), ("edge_budget", edge_budget),
                         ("max_feature_nodes", max_feature_nodes), ("lrp_features", lrp_features)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -267,17 +284,31 @@ def build_graph(lm: LoadedModel, transcoders: Any, text: str, *, target: str | i
         else:
             logit_nodes, seed = _logit_nodes(lm, run.logits, chosen, max_logits, float(logit_probability))
         sinks = _sinks(lm, run, prepended)
-        rep = replacement(run, items, sinks.positions)
+        if compatible:
+            seed = ct.logit_weights(logit_nodes)
+            rep = replacement(run, items, [], zero_positions=1)
+            ct.move_out_of_nodes(rep)
+        else:
+            rep = replacement(run, items, sinks.positions)
         report(0.05, "Computing the logit's row" if len(logit_nodes) == 1 else
                f"Computing the rows of {len(logit_nodes)} logits")
         adj = _Adjacency(rep)
         adj.add([-1] * len(logit_nodes), logit_reads(rep, [int(e["id"]) for e in logit_nodes],
-                                                     contrast=None if contrast is None else chosen["contrast"]["id"]))
-        _expand(adj, max_feature_nodes, seed, progress)
-        report(0.8, "Pruning")
-        graph = _assemble(lm, rep, adj, seed, logit_nodes, text, set_name, sinks, node_budget, edge_budget,
-                          max_feature_nodes)
-        if lrp:
+                                                     contrast=None if contrast is None else chosen["contrast"]["id"],
+                                                     demean=compatible and contrast is None))
+        if compatible:
+            ct.expand(adj, max_feature_nodes, seed, CHUNK, progress)
+            report(0.8, "Pruning")
+            graph = ct.assemble(lm, rep, adj, seed, logit_nodes, text, set_name, sinks, float(node_threshold),
+                                float(edge_threshold), max_feature_nodes)
+        else:
+            _expand(adj, max_feature_nodes, seed, progress)
+            report(0.8, "Pruning")
+            graph = _assemble(lm, rep, adj, seed, logit_nodes, text, set_name, sinks, node_budget, edge_budget,
+                              max_feature_nodes)
+        if lrp and compatible:
+            graph.notes.append("No LRP edges in circuit-tracer's convention (LRP explains the raw logit).")
+        elif lrp:
             report(0.85, f"LRP ({lrp}) into the logit" + (f" and {lrp_features} features" if lrp_features else ""))
             _add_lrp(lm, graph, rep, adj, ids, lrp, lrp_features)
     graph.seconds = time.perf_counter() - start

