@@ -14,6 +14,7 @@ from components.export import export_menu
 from interpscope.config import InterpscopeError
 from interpscope.figures.graphs import MORE, graph_figure, intervention_figure, merge_groups
 from interpscope.graphs.defaults import (
+    CONVENTIONS,
     DEFAULT_EDGE_BUDGET,
     DEFAULT_LOGIT_PROBABILITY,
     DEFAULT_MAX_LOGITS,
@@ -59,6 +60,7 @@ PARAMS = [Param("graph-text", "text", DEFAULT_TEXT), Param("graph-target", "targ
           Param("graph-logits", "logits", DEFAULT_MAX_LOGITS, int, low=1, high=MAX_LOGITS),
           Param("graph-cover", "cover", DEFAULT_LOGIT_PROBABILITY, float, low=0.01, high=1.0),
           Param("graph-source", "transcoders", "shipped", choices=tuple(SOURCES)),
+          Param("graph-convention", "convention", CONVENTIONS[0], choices=CONVENTIONS),
           Param("graph-folder", "folder", ""), Param("graph-width", "width", 256, int, low=1, high=65536),
           Param("graph-group", "group", "none", choices=tuple(GROUPINGS), scope="view"),
           Param("graph-threshold", "threshold", 0.5, float, low=-1.0, high=1.0, scope="view"),
@@ -101,9 +103,10 @@ def _graph(lm, tset, run: dict, report=None):
 
     logits = run.get("logits", DEFAULT_MAX_LOGITS)  # a one-logit run names no coverage
     targets = _target_list(run.get("targets", "")) or None
+    convention = run.get("convention", CONVENTIONS[0])  # an interpscope run keeps its old key
     return shared("graph", _graph_key(run), lambda: run_checked(lm, "graph", run["text"], lambda: build_graph(
         lm, tset, run["text"], target=None if targets else run["target"] or None, node_budget=run["nodes"],
-        edge_budget=run["edges"], progress=report, max_logits=logits,
+        edge_budget=run["edges"], progress=report, max_logits=logits, convention=convention,
         logit_probability=run.get("cover", DEFAULT_LOGIT_PROBABILITY), contrast=run.get("contrast") or None,
         targets=targets), graph_width=dictionary_width(tset)))
 
@@ -188,9 +191,12 @@ def _header(graph, cached: bool) -> None:
         st.markdown(f"**Why {t['token']!r} rather than {other['token']!r}**: the graph explains the logit "
                     f"difference {graph.logit:.4g} (p = {t['probability']:.3f} vs {other['probability']:.3f}); its "
                     "interventions, ablation check and LRP explain the difference too.")
-    st.markdown(f"**Target {t['token']!r}** (p = {t['probability']:.3f}) · "
-                f"{'logit difference' if 'contrast' in t else 'logit'} {graph.logit:.4g}; every direct "
+    compatible = graph.convention == "circuit-tracer"
+    what = "logit difference" if "contrast" in t else "demeaned logit" if compatible else "logit"
+    st.markdown(f"**Target {t['token']!r}** (p = {t['probability']:.3f}) · {what} {graph.logit:.4g}; every direct "
                 f"contribution before pruning sums to {graph.logit_inputs_sum:.4g}"
+                + (f" (+ {graph.left_out['total']:.4g} in no node: b_dec {graph.left_out['b_dec']:.4g}, the first "
+                   f"position {graph.left_out['bos']:.4g})" if graph.left_out else "")
                 + (f" (+ biases {graph.bias_sum:.4g})" if graph.bias_sum is not None else "")
                 + f" · {len(graph.nodes)} nodes, {len(graph.edges)} edges kept of {graph.n_active_features} active "
                   f"features · {timing(graph.seconds, cached)}")
@@ -545,9 +551,14 @@ def _show(lm, tset, graph, run: dict, cached: bool, control_width: int) -> None:
         _make_group(graph, key, selected)
         focus = st.selectbox("Selected node", selected, key="graph-node")
         _node_panel(lm, tset, graph, key, focus)
-        _edge_heads(lm, tset, graph, key, focus, clicked)
+        if graph.convention == "interpscope":
+            _edge_heads(lm, tset, graph, key, focus, clicked)
     _keep_in_url(key, selected)
-    _interventions(lm, tset, graph, key, selected, groups)
+    if graph.convention == "interpscope":
+        _interventions(lm, tset, graph, key, selected, groups)
+    else:
+        st.caption("Interventions, the ablation check and edge heads predict the raw logit with every part in a node: "
+                   "choose Interpscope's convention for them.")
     _lrp(graph, graph.tokens, n_layers)
 
 
@@ -594,6 +605,14 @@ def main() -> None:
     folder = cols[1].text_input("Set folder (manifest.json + layer folders) or CLT folder", key="graph-folder",
                                 disabled=source != "folder")
     width = int(cols[2].number_input("Random width", 1, 65536, key="graph-width", disabled=source != "random"))
+    convention = st.radio("Convention", CONVENTIONS, key="graph-convention", horizontal=True,
+                          format_func={"interpscope": "Interpscope (raw logit, every part in a node, budgets)",
+                                       "circuit-tracer": "circuit-tracer (demeaned logit, b_dec and BOS in no node, "
+                                                         "its thresholds)"}.get,
+                          help="circuit-tracer 0.5.0's graph: the demeaned logit, b_dec and the first position's MLP "
+                               "output in no node (the sums fall short by them, said above the graph), expanded "
+                               "features only, pruned at its node (0.8) and edge (0.98) thresholds instead of the "
+                               "budgets. See the method page.")
     submitted = st.button("Run", type="primary", key="graph-run")
     try:
         # a token is typed as it is: its leading space is part of it (" Paris" is not "Paris")
@@ -603,6 +622,8 @@ def main() -> None:
                   "width": width if source == "random" else 0}
         if n_logits > 1:  # a one-logit run keeps its old key (and its shared cache entry)
             inputs.update(logits=n_logits, cover=cover)
+        if convention != CONVENTIONS[0]:
+            inputs["convention"] = convention
         if contrast.strip():
             inputs["contrast"] = contrast.strip("\n")
         if listed.strip():

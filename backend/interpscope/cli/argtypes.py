@@ -118,6 +118,14 @@ def positive_fraction(text: str) -> float:
     return value
 
 
+def unit_fraction(text: str) -> float:
+    """A number from 0 to 1, both included (a share of influence to keep)."""
+    value = _float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1, got {text}")
+    return value
+
+
 def open_fraction(text: str) -> float:
     """A number strictly between 0 and 1."""
     value = _float(text)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from interpscope.cli.argtypes import int_at_least, positive_fraction
+from interpscope.cli.argtypes import int_at_least, positive_fraction, unit_fraction
 from interpscope.cli.common import (
     add_model_args,
     add_outputs,
@@ -19,6 +19,10 @@ from interpscope.cli.common import (
 
 def register(subparsers) -> None:
     from interpscope.graphs.defaults import (
+        CONVENTIONS,
+        CT_EDGE_THRESHOLD,
+        CT_MAX_LOGITS,
+        CT_NODE_THRESHOLD,
         DEFAULT_EDGE_BUDGET,
         DEFAULT_LOGIT_PROBABILITY,
         DEFAULT_MAX_FEATURE_NODES,
@@ -49,15 +53,30 @@ def register(subparsers) -> None:
     graph.add_argument("--targets", nargs="+", metavar="TOKEN",
                        help=f"the logit nodes as a list of 1 to {MAX_LOGITS} tokens (the first is the target), "
                             "influence weighted by their probabilities, instead of the top --max-logits")
-    graph.add_argument("--node-budget", type=int_at_least(1), default=DEFAULT_NODE_BUDGET,
-                       help=f"feature and error nodes kept (default {DEFAULT_NODE_BUDGET})")
-    graph.add_argument("--edge-budget", type=int_at_least(1), default=DEFAULT_EDGE_BUDGET,
-                       help=f"edges kept (default {DEFAULT_EDGE_BUDGET})")
+    graph.add_argument("--convention", choices=CONVENTIONS, default=CONVENTIONS[0],
+                       help="interpscope (default): the raw logit, every part of the computation in a node (b_dec in "
+                            "the error nodes, the BOS position kept unranked), every active feature a source, "
+                            "pruned to node and edge budgets; circuit-tracer: circuit-tracer 0.5.0's graph (the "
+                            "demeaned logit, top logits weighted by probability, b_dec and the first position's MLP "
+                            "output in no node, expanded features only, its selection order and prune_graph "
+                            "thresholds; the sums fall short of the logit by the left-out parts, which the graph "
+                            "reports). See docs/methods/attribution-graphs.md")
+    graph.add_argument("--node-budget", type=int_at_least(1), default=None,
+                       help=f"feature and error nodes kept (default {DEFAULT_NODE_BUDGET}; interpscope convention)")
+    graph.add_argument("--edge-budget", type=int_at_least(1), default=None,
+                       help=f"edges kept (default {DEFAULT_EDGE_BUDGET}; interpscope convention)")
+    graph.add_argument("--node-threshold", type=unit_fraction, default=None,
+                       help=f"circuit-tracer convention: keep the nodes covering this share of the influence "
+                            f"(default {CT_NODE_THRESHOLD})")
+    graph.add_argument("--edge-threshold", type=unit_fraction, default=None,
+                       help=f"circuit-tracer convention: keep the edges covering this share of the edge influence "
+                            f"(default {CT_EDGE_THRESHOLD})")
     graph.add_argument("--max-feature-nodes", type=int_at_least(1), default=DEFAULT_MAX_FEATURE_NODES,
                        help=f"features whose inputs are computed, most influential first "
                             f"(default {DEFAULT_MAX_FEATURE_NODES})")
-    graph.add_argument("--max-logits", type=int_at_least(1), default=DEFAULT_MAX_LOGITS,
-                       help=f"logit nodes: 1 (default) traces the target alone; up to {MAX_LOGITS} adds the most "
+    graph.add_argument("--max-logits", type=int_at_least(1), default=None,
+                       help=f"logit nodes: {DEFAULT_MAX_LOGITS} (default; {CT_MAX_LOGITS} in the circuit-tracer "
+                            f"convention) traces the target alone; up to {MAX_LOGITS} adds the most "
                             f"probable other next tokens until they cover --logit-probability, influence weighted by "
                             f"their probabilities (circuit-tracer's top logits)")
     # checked as it is parsed: nan, inf or 2 used to load the model first and be refused only then
@@ -95,6 +114,37 @@ def register(subparsers) -> None:
     graph.set_defaults(func=run_graph)
 
 
+def _convention_options(args: argparse.Namespace) -> dict:
+    """build_graph's options of the chosen convention; options of the other one are refused, not ignored."""
+    from interpscope.config import InterpscopeError
+    from interpscope.graphs.defaults import (
+        CT_EDGE_THRESHOLD,
+        CT_NODE_THRESHOLD,
+        DEFAULT_EDGE_BUDGET,
+        DEFAULT_NODE_BUDGET,
+    )
+
+    if args.convention == "circuit-tracer":
+        given = [flag for flag, value in (("--node-budget", args.node_budget), ("--edge-budget", args.edge_budget))
+                 if value is not None]
+        if given:
+            raise InterpscopeError(f"{', '.join(given)}: the circuit-tracer convention prunes by --node-threshold and "
+                                   f"--edge-threshold, not by budgets.")
+        if args.ablation_check:
+            raise InterpscopeError("--ablation-check predicts the raw logit with every part in a node: it runs on the "
+                                   "interpscope convention only.")
+        return dict(convention=args.convention,
+                    node_threshold=CT_NODE_THRESHOLD if args.node_threshold is None else args.node_threshold,
+                    edge_threshold=CT_EDGE_THRESHOLD if args.edge_threshold is None else args.edge_threshold)
+    given = [flag for flag, value in (("--node-threshold", args.node_threshold),
+                                      ("--edge-threshold", args.edge_threshold)) if value is not None]
+    if given:
+        raise InterpscopeError(f"{', '.join(given)} belong(s) to --convention circuit-tracer; the interpscope "
+                               f"convention prunes by --node-budget and --edge-budget.")
+    return dict(node_budget=DEFAULT_NODE_BUDGET if args.node_budget is None else args.node_budget,
+                edge_budget=DEFAULT_EDGE_BUDGET if args.edge_budget is None else args.edge_budget)
+
+
 def _check_options(args: argparse.Namespace) -> None:
     """Refuse check options that would be ignored, and two documents on one stdout, before anything runs."""
     from interpscope.config import InterpscopeError
@@ -124,6 +174,7 @@ def run_graph(args: argparse.Namespace) -> int:
                                "prompts).")
     check_text(args.text)
     _check_options(args)
+    conventional = _convention_options(args)
     check_outputs(args)
     check_out_file(args.check_json, "--check-json")
     lm = load_from_args(args)
@@ -135,8 +186,7 @@ def run_graph(args: argparse.Namespace) -> int:
     check_run_memory(lm, "graph", args.text, graph_width=dictionary_width(transcoders),
                      graph_feature_nodes=args.max_feature_nodes)
     result = build_graph(lm, transcoders, args.text, target=args.target, contrast=args.contrast,
-                         targets=args.targets, node_budget=args.node_budget,
-                         edge_budget=args.edge_budget, max_feature_nodes=args.max_feature_nodes,
+                         targets=args.targets, **conventional, max_feature_nodes=args.max_feature_nodes,
                          lrp=None if args.lrp == "none" else args.lrp, lrp_features=args.lrp_features,
                          max_logits=args.max_logits, logit_probability=args.logit_probability)
     write_outputs(args, result)
@@ -144,8 +194,12 @@ def run_graph(args: argparse.Namespace) -> int:
         target = result.target
         explained = repr(target["token"]) + (f" rather than {target['contrast']['token']!r}"
                                              if "contrast" in target else "")
-        print(f"Attribution graph of {explained} (p = {target['probability']:.3f}) on {result.model}: "
-              f"logit {result.logit:.4f}, direct contributions sum to {result.logit_inputs_sum:.4f}; "
+        shown = "demeaned logit" if result.convention == "circuit-tracer" and "contrast" not in target else "logit"
+        left = (f" (+ {result.left_out['total']:.4f} in no node: b_dec and the first position)"
+                if result.left_out else "")
+        print(f"Attribution graph of {explained} (p = {target['probability']:.3f}) on {result.model} "
+              f"({result.convention} convention): {shown} {result.logit:.4f}, direct contributions sum to "
+              f"{result.logit_inputs_sum:.4f}{left}; "
               f"{len(result.nodes)} nodes, {len(result.edges)} edges kept of {result.n_active_features} active "
               f"features ({result.n_expanded_features} expanded); replacement score "
               f"{result.replacement_score:.3f}, completeness {result.completeness_score:.3f}; "
@@ -215,8 +269,10 @@ def _check_set(args: argparse.Namespace) -> int:
         raise InterpscopeError(f"No transcoders for {lm.name}: none is shipped for it; pass --transcoders DIR.")
     transcoders = load_dictionary(folder, lm=lm)
     bar = tqdm(total=len(texts), desc="prompts (graph + ablation check)", file=sys.stderr)
-    options = dict(target=args.target, contrast=args.contrast, targets=args.targets, node_budget=args.node_budget,
-                   edge_budget=args.edge_budget,
+    if args.convention != "interpscope":
+        raise InterpscopeError("--texts runs the ablation check, which runs on the interpscope convention only.")
+    conventional = _convention_options(args)
+    options = dict(target=args.target, contrast=args.contrast, targets=args.targets, **conventional,
                    max_feature_nodes=args.max_feature_nodes, lrp=None, max_logits=args.max_logits,
                    logit_probability=args.logit_probability)
     try:

@@ -29,12 +29,10 @@ import numpy as np
 import torch
 
 from interpscope.config import InterpscopeError
+from interpscope.graphs.defaults import CONVENTIONS, CT_EDGE_THRESHOLD, CT_MAX_LOGITS, CT_NODE_THRESHOLD
 from interpscope.graphs.prune import influence
 
-CONVENTIONS = ("interpscope", "circuit-tracer")
-NODE_THRESHOLD = 0.8  # circuit-tracer prune_graph's defaults
-EDGE_THRESHOLD = 0.98
-MAX_LOGITS = 10  # circuit-tracer attribute()'s max_n_logits
+NODE_THRESHOLD, EDGE_THRESHOLD, MAX_LOGITS = CT_NODE_THRESHOLD, CT_EDGE_THRESHOLD, CT_MAX_LOGITS
 RANK_EVERY = 2048  # circuit-tracer re-ranks after update_interval (4) x batch_size (512) feature rows
 LEFT_OUT = ("b_dec", "bos")  # the parts of Replacement.left_out, in order
 

@@ -8,3 +8,7 @@ CHUNK = 16  # feature rows per linear backward pass (alike rows together: a pass
 DEFAULT_MAX_LOGITS = 1  # logit nodes: the target alone (circuit-tracer's default is up to 10 covering p 0.95)
 MAX_LOGITS = 10  # most logit nodes a graph may hold (circuit-tracer's default max_n_logits)
 DEFAULT_LOGIT_PROBABILITY = 0.95  # with more than one logit node: add top tokens until they cover this probability
+CONVENTIONS = ("interpscope", "circuit-tracer")  # build_graph's conventions (interpscope.graphs.convention)
+CT_NODE_THRESHOLD = 0.8  # circuit-tracer prune_graph's default node and edge thresholds
+CT_EDGE_THRESHOLD = 0.98
+CT_MAX_LOGITS = 10  # circuit-tracer attribute()'s default max_n_logits

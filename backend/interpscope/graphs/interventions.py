@@ -146,6 +146,10 @@ class GraphRun:
     def __init__(self, lm: LoadedModel, transcoders: Any, graph: AttributionGraph):
         from interpscope.capture import model_lock
 
+        if getattr(graph, "convention", "interpscope") != "interpscope":
+            raise InterpscopeError(f"Interventions and the ablation check predict the raw logit with every part in a "
+                                   f"node (Interpscope's convention); this graph uses {graph.convention!r}'s. Build it "
+                                   f"with convention='interpscope' to intervene.")
         self.lm, self.transcoders, self.graph = lm, transcoders, graph
         ids = graph_input_ids(lm, graph)
         with model_lock(lm):
