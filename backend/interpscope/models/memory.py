@@ -13,7 +13,8 @@ tokens of one sequence, N the tokens of one forward pass (sequences x T); q = H 
 - a pass with autograd keeps per block N (4d + q + 2kv + 2m) b and half a pattern per head (H N T b / 2) for the
   backward, which adds N ((q + 2kv) / 2 + 1.5 m) b per block while it runs (reported as the gradients).
 
-Per view (view_memory): predict is one block's forward and the last position's logits; gradient is the autograd
+Per view (view_memory): predict is one block's forward, four d-wide rows per token (the embedding and the
+residual stream around the block) and the last position's logits; gradient is the autograd
 pass over every block; attnlrp that x LRP_SAVED; patching the clean and corrupt runs' cached activations (float32,
 per kind of component) and, for PATCH_BATCH patched sequences at once, two d-wide and one m-wide activation, one
 attention pattern per head and the last position's logits; heads 8 bytes per head and
@@ -192,7 +193,7 @@ def view_memory(s: ModelShape, view: str, tokens: int, dtype: str | torch.dtype 
     weights = s.n_params * b
     grads = 0
     if view == "predict":
-        acts = _block_forward(s, t, t, b) + 3 * V * 4
+        acts = _block_forward(s, t, t, b) + 4 * t * d * b + 3 * V * 4
     elif view in ("gradient", "attnlrp"):
         factor = LRP_SAVED if view == "attnlrp" else 1.0
         forward, backward = _block_saved(s, t, t, b)
