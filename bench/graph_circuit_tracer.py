@@ -15,7 +15,8 @@ Interpscope's), and the reference JSON gets: Pearson r of the square adjacency o
 ids (and the largest difference), the nodes only one side has, the top-50 overlap of feature and error nodes by
 influence, both tools' replacement and completeness scores, the logit reproduction (each side's unpruned logit row
 sum and the demeaned logit; Interpscope's left-out b_dec and BOS parts), the kept nodes and edges after pruning,
-the seconds of the graph alone (circuit-tracer's attribute(); Interpscope's build_graph) and each process's peak
+the wall and CPU seconds of the graph alone (circuit-tracer's attribute(); Interpscope's build_graph; on a shared
+machine the CPU seconds are the fairer figure) and each process's peak
 resident memory (VmHWM, model load included), with the load average.
 
 Run: nice -n 10 .venv/bin/python bench/graph_circuit_tracer.py [--ct-python /work/ct-venv/bin/python]
@@ -87,9 +88,9 @@ def worker(ids_path: Path, out: Path, max_feature_nodes: int) -> None:
         return original(lm_, rep, adj, *args, **kwargs)
 
     convention.assemble = capture
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     graph = build_graph(lm, tset, text, convention="circuit-tracer", max_feature_nodes=max_feature_nodes, lrp=None)
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     if graph.token_ids != ids:
         raise SystemExit(f"Interpscope tokenised the text as {graph.token_ids}, not {ids}")
     rep, adj = captured["rep"], captured["adj"]
@@ -122,7 +123,8 @@ def worker(ids_path: Path, out: Path, max_feature_nodes: int) -> None:
              left_out=np.array([[e["left_out"]["b_dec"], e["left_out"]["bos"]] for e in doc["logits"]]),
              scores=np.array([graph.replacement_score, graph.completeness_score]),
              kept=np.array([sum(1 for node in graph.nodes if node["kind"] != "logit"), len(graph.edges)]),
-             seconds=np.array(seconds), vm_hwm_mib=np.array(vm_hwm_mib()), n_active=np.array(rep.n_features))
+             seconds=np.array(seconds), cpu_seconds=np.array(cpu_seconds), vm_hwm_mib=np.array(vm_hwm_mib()),
+             n_active=np.array(rep.n_features))
 
 
 def compare(ct: dict, ours: dict) -> dict:
@@ -168,8 +170,33 @@ def compare(ct: dict, ours: dict) -> dict:
         "pruned": {"circuit_tracer": {"nodes": ct_n, "edges": ct_edges},
                    "interpscope": {"nodes": int(ours["kept"][0]), "edges": int(ours["kept"][1])}},
         "seconds": {"circuit_tracer": float(ct["seconds"]), "interpscope": float(ours["seconds"])},
+        "cpu_seconds": {name: float(side["cpu_seconds"]) if "cpu_seconds" in side else None
+                        for name, side in (("circuit_tracer", ct), ("interpscope", ours))},
         "vm_hwm_mib": {"circuit_tracer": float(ct["vm_hwm_mib"]), "interpscope": float(ours["vm_hwm_mib"])},
     }
+
+
+def table(document: dict) -> str:
+    """The docs' table of a reference document (docs/benchmarks/graphs.md)."""
+    lines = ["| prompt | tokens | features expanded | active | adjacency r (max diff) | top-50 overlap | "
+             "replacement ct / ours | completeness ct / ours | demeaned logit: ct sum / ours / b_dec / BOS | "
+             "pruned nodes / edges (both) | seconds ct / ours | VmHWM MiB ct / ours |", "|" + "---|" * 12]
+    for c in document["cases"]:
+        s, lg, pr = c["scores"], c["logit"], c["pruned"]
+        same = pr["circuit_tracer"] == pr["interpscope"]
+        lines.append(
+            f"| {c['id']} | {c['tokens']} | {c['max_feature_nodes']} | {c['active_features']['interpscope']:,} | "
+            f"{c['adjacency_pearson']:.6f} ({c['adjacency_max_abs_diff']:.1e}) | {c['top50_overlap']} | "
+            f"{s['circuit_tracer']['replacement']:.4f} / {s['interpscope']['replacement']:.4f} | "
+            f"{s['circuit_tracer']['completeness']:.4f} / {s['interpscope']['completeness']:.4f} | "
+            f"{lg['demeaned_circuit_tracer']:.3f}: {lg['row_sum_circuit_tracer']:.3f} / {lg['row_sum_interpscope']:.3f}"
+            f" / {lg['left_out_b_dec']:.3f} / {lg['left_out_bos']:.3f} | "
+            f"{pr['interpscope']['nodes']} / {pr['interpscope']['edges']}{'' if same else ' (differ)'} | "
+            f"{c['seconds']['circuit_tracer']:.1f} / {c['seconds']['interpscope']:.1f}"
+            + (f" (CPU {cpu['circuit_tracer']:.1f} / {cpu['interpscope']:.1f})"
+               if None not in (cpu := c["cpu_seconds"]).values() else "") + " | "
+            f"{c['vm_hwm_mib']['circuit_tracer']:.0f} / {c['vm_hwm_mib']['interpscope']:.0f} |")
+    return "\n".join(lines)
 
 
 def prompts(n: int) -> list[dict]:
@@ -188,12 +215,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", nargs=3, metavar=("IDS", "OUT", "MAX_FEATURES"), help=argparse.SUPPRESS)
     parser.add_argument("--ct-python", default="/work/ct-venv/bin/python")
     parser.add_argument("--prompts", type=int, default=5)
-    parser.add_argument("--full-prompts", type=int, default=2, help="prompts also traced with every feature expanded")
+    parser.add_argument("--full-prompts", type=int, default=1,
+                        help="the shortest prompts also traced with every feature expanded (circuit-tracer takes "
+                             "minutes per 512 rows on a CPU)")
+    parser.add_argument("--table", action="store_true", help="print the docs' table of --out and stop")
+    parser.add_argument("--fresh", action="store_true", help="recompute cases whose outputs are in --work already")
     parser.add_argument("--work", type=Path, default=Path("/tmp/graph-circuit-tracer"))
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "reference" / "graph-circuit-tracer-cpu.json")
     args = parser.parse_args(argv)
     if args.worker:
         worker(Path(args.worker[0]), Path(args.worker[1]), int(args.worker[2]))
+        return 0
+    if args.table:
+        print(table(json.loads(args.out.read_text())))
         return 0
     if not Path(args.ct_python).is_file():
         print(f"No circuit-tracer venv at {args.ct_python}: make it as the docstring says.", file=sys.stderr)
@@ -209,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
            "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     cases = []
     chosen = prompts(args.prompts)
-    runs = [(row, 128) for row in chosen] + [(row, ALL) for row in chosen[:args.full_prompts]]
+    shortest = sorted(chosen, key=lambda row: len(input_ids_for(lm, row["text"])[0].reshape(-1)))
+    runs = [(row, 128) for row in chosen] + [(row, ALL) for row in shortest[:args.full_prompts]]
     load_before = os.getloadavg()
     for index, (row, budget) in enumerate(runs):
         ids = [int(i) for i in input_ids_for(lm, row["text"])[0].reshape(-1)]
@@ -224,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
                             str(budget)]}
         order = ["circuit_tracer", "interpscope"] if index % 2 == 0 else ["interpscope", "circuit_tracer"]
         for name in order:
+            done = args.work / f"{tag}.{'ct' if name == 'circuit_tracer' else 'is'}.npz"
+            if done.is_file() and not args.fresh:  # resumable: a case's outputs are kept in --work
+                continue
             print(f"{tag}: {name}", file=sys.stderr, flush=True)
             subprocess.run(commands[name], check=True, env=env, cwd=ROOT)
         ct = dict(np.load(args.work / f"{tag}.ct.npz"))
@@ -243,6 +281,11 @@ def main(argv: list[str] | None = None) -> int:
             "min_adjacency_pearson": min(c["adjacency_pearson"] for c in cases),
             "max_scores_abs_diff": max(c["scores_max_abs_diff"] for c in cases),
             "min_top50_overlap": min(c["top50_overlap"] for c in cases),
+            "cpu_time_ratio_interpscope_over_circuit_tracer": {
+                budget: float(np.median(ratios)) if (ratios := [
+                    c["cpu_seconds"]["interpscope"] / c["cpu_seconds"]["circuit_tracer"] for c in cases
+                    if c["max_feature_nodes"] == budget and None not in c["cpu_seconds"].values()]) else None
+                for budget in sorted({c["max_feature_nodes"] for c in cases}, key=str)},
             "time_ratio_interpscope_over_circuit_tracer": {
                 budget: float(np.median([c["seconds"]["interpscope"] / c["seconds"]["circuit_tracer"]
                                          for c in cases if c["max_feature_nodes"] == budget]))

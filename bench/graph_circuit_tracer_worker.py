@@ -6,7 +6,8 @@
 Reads the token ids (Interpscope's, BOS first) from IDS_JSON, builds circuit-tracer's graph with its nnsight backend
 (float32, CPU, max_n_logits 10, desired_logit_prob 0.95, batch_size 512), prunes it with prune_graph's defaults,
 scores it with compute_graph_scores, and writes the square adjacency with each node's label, the node influence, the
-pruned masks, the demeaned logits, the seconds of attribute() and the process's peak resident memory (VmHWM).
+pruned masks, the demeaned logits, the wall and CPU seconds of attribute() and the process's peak resident memory
+(VmHWM).
 """
 from __future__ import annotations
 
@@ -54,10 +55,10 @@ def main() -> int:
     with torch.no_grad():
         logits = model._model(ids[None]).logits[0, -1].double()  # the wrapped transformers model's own pass
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     graph = attribute(ids, model, max_n_logits=10, desired_logit_prob=0.95, batch_size=512,
                       max_feature_nodes=args.max_feature_nodes)
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     pruned = prune_graph(graph)
     replacement, completeness = compute_graph_scores(graph)
 
@@ -77,7 +78,7 @@ def main() -> int:
              node_mask=pruned.node_mask.numpy(), edge_mask=pruned.edge_mask.numpy(),
              logit_ids=np.array(token_ids), probabilities=graph.logit_probabilities.numpy(),
              demeaned_logits=demeaned[token_ids], scores=np.array([replacement, completeness]),
-             seconds=np.array(seconds), vm_hwm_mib=np.array(vm_hwm_mib()),
+             seconds=np.array(seconds), cpu_seconds=np.array(cpu_seconds), vm_hwm_mib=np.array(vm_hwm_mib()),
              n_active=np.array(int(graph.active_features.shape[0])))
     return 0
 

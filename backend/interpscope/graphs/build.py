@@ -299,7 +299,7 @@ def build_graph(lm: LoadedModel, transcoders: Any, text: str, *, target: str | i
         if compatible:
             ct.expand(adj, max_feature_nodes, seed, CHUNK, progress)
             report(0.8, "Pruning")
-            graph = ct.assemble(lm, rep, adj, seed, logit_nodes, text, set_name, sinks, float(node_threshold),
+            graph = ct.assemble(lm, rep, adj, seed, logit_nodes, text, set_name, float(node_threshold),
                                 float(edge_threshold), max_feature_nodes)
         else:
             _expand(adj, max_feature_nodes, seed, progress)

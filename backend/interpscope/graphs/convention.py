@@ -175,9 +175,11 @@ def scores(M: np.ndarray, weights: np.ndarray, n_features: int, n_layers: int, n
     return replacement, completeness
 
 
-def assemble(lm, rep, adj, seed: np.ndarray, logit_nodes: list[dict[str, Any]], text: str, set_name: str, sinks,
+def assemble(lm, rep, adj, seed: np.ndarray, logit_nodes: list[dict[str, Any]], text: str, set_name: str,
              node_threshold: float, edge_threshold: float, max_feature_nodes: int):
-    """The pruned graph in circuit-tracer's convention (rows 0..k-1 of the adjacency are the k logit nodes)."""
+    """The pruned graph in circuit-tracer's convention (rows 0..k-1 of the adjacency are the k logit nodes). No
+    position is a sink here (circuit-tracer ranks every node; the first position's are zeroed instead), so the
+    document names none."""
     from interpscope.graphs.build import _node
     from interpscope.graphs.result import AttributionGraph, node_id
 
@@ -249,6 +251,6 @@ def assemble(lm, rep, adj, seed: np.ndarray, logit_nodes: list[dict[str, Any]], 
         logit=value_of(int(chosen["id"])), logit_inputs_sum=row_sum, bias_sum=bias if bias else None, nodes=nodes,
         edges=edges, replacement_score=replacement_score, completeness_score=completeness_score, node_budget=0,
         edge_budget=0, max_feature_nodes=max_feature_nodes, n_active_features=rep.n_features,
-        n_expanded_features=n_expanded, sinks=sinks.rows(tokens), notes=notes, logits=logit_rows,
+        n_expanded_features=n_expanded, sinks=[], notes=notes, logits=logit_rows,
         convention="circuit-tracer", left_out=left_out,
         thresholds={"node": float(node_threshold), "edge": float(edge_threshold)})
