@@ -9,7 +9,8 @@ Neuronpedia export), how far logit_inputs_sum is from the logit, both scores, th
 count and the load average before and after, and the time of one plain forward pass of the same prompt just
 before (on a shared machine the ratio graph / forward pass is the figure that does not move with the load).
 
-Run: nice -n 10 .venv/bin/python bench/graph.py [--tokens 64,128] [--max-feature-nodes N]
+Run: nice -n 10 .venv/bin/python bench/graph.py [--tokens 64,128] [--max-feature-nodes N] [--model gemma3-270m]
+     [--transcoders FOLDER (a set, or a CLT folder such as assets/clt/smollm2-135m)]
 """
 from __future__ import annotations
 
@@ -69,22 +70,26 @@ def main() -> None:
     import interpscope
     from interpscope.graphs.defaults import DEFAULT_MAX_FEATURE_NODES
     from interpscope.relevance.api import input_ids_for
-    from interpscope.sae.transcoder_set import default_transcoder_set, load_transcoder_set
+    from interpscope.sae.transcoder_set import default_transcoder_set, load_dictionary
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", default="64,128", help="prompt lengths in tokens (default 64,128)")
     parser.add_argument("--max-feature-nodes", type=int, default=DEFAULT_MAX_FEATURE_NODES)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--transcoders", default=None, help="a set or CLT folder (default: the model's shipped set)")
     args = parser.parse_args()
 
-    lm = interpscope.load("smollm2-135m", device="cpu")
-    folder = default_transcoder_set(lm.name)
-    shipped = load_transcoder_set(folder, lm=lm) if folder is not None else None
+    lm = interpscope.load(args.model, device="cpu")
+    folder = args.transcoders or default_transcoder_set(lm.name)
+    shipped = load_dictionary(folder, lm=lm) if folder is not None else None
     out: dict = {"model": lm.name, "threads": torch.get_num_threads(), "load_before": os.getloadavg(),
                  "transcoders": str(folder) if shipped is not None else
                  "random, width 768, ~3% density per feature (no shipped set yet)",
                  "max_feature_nodes": args.max_feature_nodes, "graphs": {}}
-    if shipped is not None:  # which set it was (a set may be retrained later)
-        out["transcoder_manifest"] = {k: shipped.manifest.get(k) for k in ("width", "dtype", "l1", "train_tokens")}
+    manifest = getattr(shipped, "manifest", None)
+    if isinstance(manifest, dict):  # which set it was (a set may be retrained later)
+        out["transcoder_manifest"] = {k: manifest.get(k) for k in ("width", "dtype", "l1", "l0_coefficient",
+                                                                    "train_tokens", "architecture")}
     for n in (int(t) for t in args.tokens.split(",")):
         text = prompt(lm, n)
         tset = shipped if shipped is not None else sparse_random_set(lm, text)
