@@ -237,6 +237,16 @@ def verified_scores(store: FeatureStore, table: pd.DataFrame, statuses: list[str
             for f, s in zip(table["feature"], statuses, strict=True)]
 
 
+def comparison_sentence(comparison: dict) -> str:
+    """The scorers measured side by side on a sample of this store's features, from their counts."""
+    lexical, embedding = comparison.get("lexical"), comparison.get("embedding")
+    if not lexical or not embedding:
+        return ""
+    return (f" On a sample of {lexical['tested']} tested features the embedding scorer (the model's mean-pooled "
+            f"hidden state) verifies {embedding['verified']} and the lexical one {lexical['verified']} (mean lead "
+            f"over the control {embedding['mean_lead']:.2f} vs {lexical['mean_lead']:.2f}).")
+
+
 def explanation_sentence(summary: dict, show_unverified: bool) -> str:
     """How many written explanations are verified against their controls, and what the others show instead."""
     check = summary.get("verification")
@@ -248,7 +258,8 @@ def explanation_sentence(summary: dict, show_unverified: bool) -> str:
                   f"{check['controls']} other features' explanations on the same contexts ({check['scorer']} scorer), "
                   f"by a {check['bootstrap']}-draw paired-bootstrap interval above 0. {summary['not_verified']:,} do "
                   f"not beat their control, {summary['degenerate']:,} are degenerate (no word beyond the writer's "
-                  f"instructions) and {summary['unverified']:,} could not be tested (no held-out contexts).")
+                  f"instructions) and {summary['unverified']:,} could not be tested (no held-out contexts)."
+                  + comparison_sentence(check.get("comparison") or {}))
     return (f"{summary['written']:,} features have a written explanation. {tested} A feature without a verified "
             "explanation shows the tokens it fires on and its contexts, \"no verified explanation\"; "
             + ("the writer's text is shown beside it as unverified text." if show_unverified else
