@@ -530,7 +530,8 @@ def _show(lm, tset, graph, run: dict, cached: bool, control_width: int) -> None:
         nodes, edges = merge_groups(graph.nodes, groups), group_edges(graph.edges, groups)
     # the figure's newest click, read before it is drawn: what it selected is what the figure outlines
     selected = _selection(st.session_state.get("graph-figure"), graph, key)
-    title = f"Attribution graph of {graph.target['token']!r}"
+    title = f"Attribution graph of {graph.target['token']!r}" + (
+        f" rather than {graph.target['contrast']['token']!r}" if "contrast" in graph.target else "")
     fig = graph_figure(nodes, edges, graph.tokens, n_layers, title, selected=selected)
     st.plotly_chart(fig, key="graph-figure", on_select="rerun", selection_mode=("points", "box", "lasso"))
     st.caption("x: token position; y: layer (embeddings at the bottom, the logit on top). Marker size: |influence| "

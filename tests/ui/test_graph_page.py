@@ -249,3 +249,18 @@ def test_a_contrast_and_a_list_of_targets_from_the_page(llama_folder, exports):
     assert not at.exception, at.exception
     doc = exports["graph"]
     assert [e["token"] for e in doc["logits"]] == [" the", " a", " dog"] and doc["target"]["token"] == " the"
+
+
+def test_circuit_tracers_convention_from_the_page(llama_folder, exports):
+    """The Convention choice builds circuit-tracer's graph (the export names it and what is in no node, the header
+    says the demeaned logit and the left-out part, the URL keeps it); interventions are not offered on it."""
+    at = open_graph(llama_folder, **{"graph-convention": "circuit-tracer"})
+    at.button(key="graph-run").click().run()
+    assert not at.exception, at.exception
+    doc = exports["graph"]
+    assert doc["convention"] == "circuit-tracer" and set(doc["left_out"]) == {"b_dec", "bos", "total"}
+    assert doc["logit_inputs_sum"] + doc["left_out"]["total"] == pytest.approx(doc["logit"], rel=1e-4, abs=1e-6)
+    assert any("demeaned logit" in m.value and "in no node" in m.value for m in at.markdown)
+    assert at.query_params.get("convention") in ("circuit-tracer", ["circuit-tracer"])
+    assert any("choose Interpscope's convention" in c.value for c in at.caption)
+    assert not [b for b in at.button if b.key == "graph-check"]  # no ablation check on this graph
