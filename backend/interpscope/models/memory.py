@@ -14,17 +14,18 @@ tokens of one sequence, N the tokens of one forward pass (sequences x T); q = H 
   backward, which adds N ((q + 2kv) / 2 + 1.5 m) b per block while it runs (reported as the gradients).
 
 Per view (view_memory): predict is one block's forward, four d-wide rows per token (the embedding and the
-residual stream around the block) and the last position's logits; gradient is the autograd
-pass over every block; attnlrp that x LRP_SAVED; patching the clean and corrupt runs' cached activations (float32,
-per kind of component) and, for PATCH_BATCH patched sequences at once, two d-wide and one m-wide activation, one
-attention pattern per head and the last position's logits; heads 8 bytes per head and
-pattern entry of the sequences; sae the forward, four width-wide rows per token and 36 bytes per token and
-vocabulary entry (float32 logits and float64 log-probabilities of the clean, zero-ablated and spliced passes); graph
-the recorded forward (5d + m per token and block, float32), the rows of the expanded features over every active
-feature, GRAPH_ACTIVE d-wide vectors per active feature and the LRP pass. Every run adds RUN_OVERHEAD (the first run
-in a process imports code and allocates thread scratch). The coefficients were counted from the tensors each view
-keeps, then fitted to the peaks bench/scaling.py measured on SmolLM2-135M's shape and a tiny Llama; the other
-shapes' peaks check them (docs/benchmarks/scaling.md, tests/models/test_memory.py).
+residual stream around the block) and the last position's logits; gradient is the autograd pass over every block;
+attnlrp that x LRP_SAVED; patching the clean and corrupt runs' cached activations (float32, per kind of component)
+and, for PATCH_BATCH patched sequences at once, two d-wide and one m-wide activation, one attention pattern per head
+and the last position's logits; heads 8 bytes per head and pattern entry of the sequences and 2.5 m-wide rows per
+token; sae the forward, four width-wide rows per token and 36 bytes per token and vocabulary entry (float32 logits
+and float64 log-probabilities of the clean, zero-ablated and spliced passes); graph the recorded forward (5d + m per
+token and block, float32), the rows of the expanded features over every active feature, GRAPH_ACTIVE d-wide vectors
+per active feature and the LRP pass. Every run adds RUN_OVERHEAD (the first run in a process imports code and
+allocates thread scratch). The coefficients were counted from the tensors each view keeps, then fitted to the peaks
+bench/scaling.py measured (SmolLM2-135M's shape and a tiny Llama first; patching's batch, the graph's per-feature
+and the head finder's MLP terms refitted on all four shapes); docs/benchmarks/scaling.md gives every prediction
+beside its measurement, tests/models/test_memory.py checks them on a tiny model.
 
 The refusal (check_fits, check_run, check_load) compares the bytes with SAFETY of the free memory the device reports
 (interpscope.scale.memory.free_bytes: psutil's available RAM, or torch.cuda.mem_get_info) and names what to change.
@@ -206,7 +207,7 @@ def view_memory(s: ModelShape, view: str, tokens: int, dtype: str | torch.dtype 
         acts = caches + n * (2 * d + s.d_mlp) * b + s.n_heads * n * t * b + batch * V * 4
     elif view == "heads":
         n = sequences * t
-        acts = 8 * L * s.n_heads * n * t + n * (d + s.d_mlp) * b // 2
+        acts = 8 * L * s.n_heads * n * t + n * s.d_mlp * b * 5 // 2
     elif view == "sae":
         width = sae_width or SAE_EXPANSION * d
         weights += (2 * d * width + width + d) * 4
