@@ -151,6 +151,8 @@ def test_models_estimate_prints_the_table_without_loading(tiny_folder, capsys):
     assert main(["models", "estimate", "--model", tiny_folder, "--tokens", "32", "--dtype", "bfloat16"]) == 0
     out = capsys.readouterr().out
     assert "bfloat16" in out and "attnlrp" in out and "fits" in out
+    assert main(["models", "estimate", "--model", "nobody/no-such-model", "--tokens", "8"]) == 2
+    assert "not available offline" in capsys.readouterr().err
 
 
 PROBE = r"""

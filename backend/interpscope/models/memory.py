@@ -413,11 +413,15 @@ def estimate_model(name: str, tokens: int, dtype: str = "float32", device: str =
         raise InterpscopeError(f"The estimate needs at least 1 token (got {tokens}).")
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
-    location, _source, local_only = _resolve_location(name)
+    location, source, local_only = _resolve_location(name)
     AutoConfig = _auto_classes()[0]
     try:
         config = AutoConfig.from_pretrained(location, local_files_only=local_only, trust_remote_code=False)
     except (OSError, ValueError) as err:
+        if source == "huggingface":
+            raise InterpscopeError(f"Model {name!r} is not available offline: it is not bundled, not a local folder, "
+                                   f"and not in the Hugging Face cache. Download it where there is network "
+                                   f"(huggingface-cli download {name}) or pass a local folder.") from None
         raise InterpscopeError(f"Cannot read the config of {name!r}: {err}") from None
     shape = shape_from_config(config)
     stored = weight_bytes(location, torch.float32)
