@@ -195,3 +195,20 @@ def test_a_jumprelu_skip_set_in_gemma_scope_2_layout_round_trips_into_the_same_g
                            lrp=None)
     assert built.n_active_features == original.n_active_features
     assert built.replacement_score == pytest.approx(original.replacement_score, rel=1e-5)
+
+
+@pytest.mark.bundled
+def test_the_shipped_gemma3_transcoders_build_a_graph_that_reproduces_the_logit():
+    """The 18 shipped JumpReLU skip transcoders of Gemma 3 270M, read from Gemma Scope 2's layout, on the real model:
+    the unpruned contributions give the real logit to 1e-3 (relative)."""
+    from interpscope.models import load_model
+    from interpscope.sae.transcoder_set import default_transcoder_set, load_transcoder_set
+
+    lm = load_model("gemma3-270m", device="cpu", dtype="float32")
+    folder = default_transcoder_set("gemma3-270m")
+    assert folder is not None and (folder / "transcoder_all").is_dir()
+    tset = load_transcoder_set(folder, lm=lm)
+    assert tset.n_layers == 18 and all(type(tc).__name__ == "JumpReLUTranscoder" and tc.skip for tc in tset.transcoders)
+    graph = build_graph(lm, tset, "The capital of France is", max_feature_nodes=16, lrp=None)
+    assert graph.n_active_features > 0
+    assert abs(graph.logit_inputs_sum - graph.logit) <= 1e-3 * abs(graph.logit)
