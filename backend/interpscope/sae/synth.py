@@ -33,7 +33,7 @@ class SynthSpec:
     """The known dictionary and how its features fire (see the module docstring)."""
 
     n_features: int = 512
-    d_model: int = 128
+    d_model: int = 256
     target_l0: float = 12.0
     zipf_exponent: float = 0.5
     n_correlated: int = 128
@@ -43,7 +43,7 @@ class SynthSpec:
     children: int = 2
     child_rate: float = 0.5
     magnitude_std: float = 0.15
-    noise: float = 0.05
+    noise: float = 0.3
     seed: int = 0
 
     def check(self) -> None:
