@@ -150,3 +150,15 @@ def test_the_cli_traces_a_clt_folder_with_a_contrast_as_the_api_does(folders, tm
                       lrp=None).to_dict()
     _assert_same(without_timings(document), without_timings(json.loads(json.dumps(api))))
     assert document["logit_inputs_sum"] == pytest.approx(document["logit"], rel=1e-4)
+
+
+@pytest.mark.bundled
+def test_the_shipped_smollm2_clt_builds_a_graph_that_reproduces_the_logit(bundled_lm):
+    from interpscope.config import ASSETS_DIR
+    from interpscope.sae.transcoder_set import load_dictionary
+
+    clt = load_dictionary(ASSETS_DIR / "clt" / "smollm2-135m", lm=bundled_lm)
+    assert isinstance(clt, CrossLayerTranscoder) and clt.n_layers == 30
+    graph = build_graph(bundled_lm, clt, "The capital of France is", max_feature_nodes=16, lrp=None)
+    assert graph.n_active_features > 0
+    assert abs(graph.logit_inputs_sum - graph.logit) <= 1e-3 * abs(graph.logit)
