@@ -16,7 +16,10 @@ misses torch's allocations). weights_mb = VmRSS after building the model - VmRSS
 torch.cuda.max_memory_allocated over the run minus memory_allocated before it (the caching allocator's reserve not
 counted). Each figure carries os.getloadavg() at its start: the CPU is shared, so seconds are noisy.
 
-    OMP_NUM_THREADS=2 nice -n 10 .venv/bin/python bench/scaling.py [--max-params 1.3e9] [--device cpu]
+On a CPU shared with other jobs use OMP_NUM_THREADS=1: two threads on two busy cores spend most of each pass waiting
+at OpenMP barriers (docs/benchmarks/scaling.md measured the same runs 10-40x slower); peaks do not depend on it.
+
+    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/scaling.py [--max-params 1.3e9] [--device cpu]
         [--views predict,attnlrp,...] [--tokens 64] [--token-sweep 32,64,128] [--out FILE.json]
 """
 from __future__ import annotations
