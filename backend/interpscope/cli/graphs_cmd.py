@@ -183,6 +183,14 @@ def run_graph(args: argparse.Namespace) -> int:
         raise InterpscopeError(f"No transcoders for {lm.name}: none is shipped for it; pass --transcoders DIR (a "
                                f"set folder, e.g. from scripts/train_transcoders.py).")
     transcoders = load_dictionary(folder, lm=lm)
+    from interpscope.graphs.build import check_request
+
+    # everything wrong with the request is refused first, as its one line, before the memory estimate is printed
+    budgets = {k: v for k, v in conventional.items() if k.endswith("_budget")}
+    check_request(lm, args.text, target=args.target, contrast=args.contrast, targets=args.targets,
+                  max_logits=args.max_logits, logit_probability=args.logit_probability,
+                  budgets={**budgets, "max_feature_nodes": args.max_feature_nodes},
+                  **{k: v for k, v in conventional.items() if k not in budgets})
     check_run_memory(lm, "graph", args.text, graph_width=dictionary_width(transcoders),
                      graph_feature_nodes=args.max_feature_nodes)
     result = build_graph(lm, transcoders, args.text, target=args.target, contrast=args.contrast,

@@ -225,6 +225,46 @@ def _expand(adj: _Adjacency, max_feature_nodes: int, seed: np.ndarray, progress)
                      f"Expanded {int(expanded.sum())} of up to {max_feature_nodes} features")
 
 
+def check_request(lm: LoadedModel, text: str, *, target: str | int | None = None, contrast: str | int | None = None,
+                  targets: Sequence[str | int] | None = None, max_logits: int | None = None,
+                  logit_probability: float = DEFAULT_LOGIT_PROBABILITY, convention: str = "interpscope",
+                  node_threshold: float = ct.NODE_THRESHOLD, edge_threshold: float = ct.EDGE_THRESHOLD,
+                  budgets: dict[str, Any] | None = None) -> tuple[int, str | int | None]:
+    """Every check of a graph request that needs no forward pass (settings, the text's length, each named token is
+    one token of the vocabulary), so a caller can refuse before it estimates or runs anything. Returns (max_logits
+    as resolved, the target: the first of `targets` when they are given)."""
+    from interpscope.relevance.targets import token_id_of
+
+    ct.check_convention(convention, node_threshold, edge_threshold)
+    compatible = convention == "circuit-tracer"
+    if max_logits is None:  # circuit-tracer's default: the top tokens covering logit_probability, up to 10
+        max_logits = 1 if contrast is not None or targets else ct.MAX_LOGITS if compatible else DEFAULT_MAX_LOGITS
+    for name, value in (budgets or {}).items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise InterpscopeError(f"{name} must be a non-negative integer (got {value!r}).")
+    if not isinstance(max_logits, int) or isinstance(max_logits, bool) or not 1 <= max_logits <= MAX_LOGITS:
+        raise InterpscopeError(f"max_logits must be a whole number from 1 to {MAX_LOGITS} (got {max_logits!r}).")
+    if isinstance(logit_probability, bool) or not isinstance(logit_probability, (int, float)) or not (
+            0.0 < float(logit_probability) <= 1.0):
+        raise InterpscopeError(f"logit_probability must be above 0 and at most 1 (got {logit_probability!r}).")
+    if contrast is not None and (max_logits > 1 or targets):
+        raise InterpscopeError("A contrast explains one logit difference: it does not go with several logit nodes "
+                               "(max_logits > 1 or a list of targets).")
+    if targets is not None:
+        if isinstance(targets, (str, int)) or not 1 <= len(targets) <= MAX_LOGITS:
+            raise InterpscopeError(f"targets must list 1 to {MAX_LOGITS} tokens (got {targets!r}).")
+        if max_logits > 1:
+            raise InterpscopeError("Name the logit nodes as a list of targets or as the top max_logits, not both.")
+        if target is not None and targets[0] != target:
+            raise InterpscopeError("With a list of targets, the first one is the target: leave target unset.")
+        target = targets[0]
+    _ids(lm, text)  # empty or too long: refused now
+    vocab = int(lm.adapter.vocab_size)
+    for token in [t for t in (target, contrast, *(targets or ())) if t is not None]:
+        token_id_of(lm.tokenizer, token, vocab)
+    return max_logits, target
+
+
 def build_graph(lm: LoadedModel, transcoders: Any, text: str, *, target: str | int | None = None,
                 node_budget: int = DEFAULT_NODE_BUDGET, edge_budget: int = DEFAULT_EDGE_BUDGET,
                 max_feature_nodes: int = DEFAULT_MAX_FEATURE_NODES, lrp: str | None = "attnlrp",
@@ -247,30 +287,12 @@ def build_graph(lm: LoadedModel, transcoders: Any, text: str, *, target: str | i
     weighted by raw probabilities, b_dec and the first position's MLP outputs in no node, circuit-tracer's selection
     order, pruned at `node_threshold` / `edge_threshold`; node_budget and edge_budget are not used)."""
     start = time.perf_counter()
-    ct.check_convention(convention, node_threshold, edge_threshold)
     compatible = convention == "circuit-tracer"
-    if max_logits is None:  # circuit-tracer's default: the top tokens covering logit_probability, up to 10
-        max_logits = 1 if contrast is not None or targets else ct.MAX_LOGITS if compatible else DEFAULT_MAX_LOGITS
-    for name, value in (("node_budget", node_budget), ("edge_budget", edge_budget),
-                        ("max_feature_nodes", max_feature_nodes), ("lrp_features", lrp_features)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise InterpscopeError(f"{name} must be a non-negative integer (got {value!r}).")
-    if not isinstance(max_logits, int) or isinstance(max_logits, bool) or not 1 <= max_logits <= MAX_LOGITS:
-        raise InterpscopeError(f"max_logits must be a whole number from 1 to {MAX_LOGITS} (got {max_logits!r}).")
-    if isinstance(logit_probability, bool) or not isinstance(logit_probability, (int, float)) or not (
-            0.0 < float(logit_probability) <= 1.0):
-        raise InterpscopeError(f"logit_probability must be above 0 and at most 1 (got {logit_probability!r}).")
-    if contrast is not None and (max_logits > 1 or targets):
-        raise InterpscopeError("A contrast explains one logit difference: it does not go with several logit nodes "
-                               "(max_logits > 1 or a list of targets).")
-    if targets is not None:
-        if isinstance(targets, (str, int)) or not 1 <= len(targets) <= MAX_LOGITS:
-            raise InterpscopeError(f"targets must list 1 to {MAX_LOGITS} tokens (got {targets!r}).")
-        if max_logits > 1:
-            raise InterpscopeError("Name the logit nodes as a list of targets or as the top max_logits, not both.")
-        if target is not None and targets[0] != target:
-            raise InterpscopeError("With a list of targets, the first one is the target: leave target unset.")
-        target = targets[0]
+    max_logits, target = check_request(
+        lm, text, target=target, contrast=contrast, targets=targets, max_logits=max_logits,
+        logit_probability=logit_probability, convention=convention, node_threshold=node_threshold,
+        edge_threshold=edge_threshold, budgets=dict(node_budget=node_budget, edge_budget=edge_budget,
+                                                    max_feature_nodes=max_feature_nodes, lrp_features=lrp_features))
     check_architecture(lm.adapter)
     items, set_name = _transcoder_list(lm, transcoders)
     ids, prepended = _ids(lm, text)
