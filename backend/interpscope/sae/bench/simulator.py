@@ -68,6 +68,13 @@ def question_parts(query: Query) -> tuple[str, str]:
                   "Is the marked token an example of the description? Yes or No?")
 
 
+# A judge model whose tokenizer brings no chat template (Gemma 3 270M's pretrained GGUF) is asked in Gemma's turn
+# format, the system text as a first user turn (Gemma has no system role)
+TURNS_TEMPLATE = ("{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else 'user' }}\n"
+                  "{{ m['content'] }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n"
+                  "{% endif %}")
+
+
 def lm_judge(lm: LoadedModel, batch_size: int = 16, progress: Callable[[int, int], None] | None = None) -> Judge:
     """A judge backed by an instruction-tuned LM: log P(yes) - log P(no) of its first answer token. The chat up to
     the explanation runs once per explanation (its cache repeated over a batch); each query's rest is right-padded,
@@ -79,9 +86,10 @@ def lm_judge(lm: LoadedModel, batch_size: int = 16, progress: Callable[[int, int
 
     def split_chat(query: Query) -> tuple[list[int], list[int]]:
         head, rest = question_parts(query)
+        template = None if getattr(tokenizer, "chat_template", None) else TURNS_TEMPLATE
         chat = str(tokenizer.apply_chat_template([{"role": "system", "content": SYSTEM},
                                                   {"role": "user", "content": head + rest}], tokenize=False,
-                                                 add_generation_prompt=True))
+                                                 add_generation_prompt=True, chat_template=template))
         cut = chat.index(head) + len(head)
         return (tokenizer(chat[:cut], add_special_tokens=False).input_ids,
                 tokenizer(chat[cut:], add_special_tokens=False).input_ids)
