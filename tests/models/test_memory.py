@@ -86,6 +86,16 @@ def test_a_model_not_yet_loaded_counts_its_weights_and_suggests_bfloat16():
         check_fits(shape, "predict", 8, "float32", free=free, loaded=False)
 
 
+def _forget(folder: str) -> None:
+    """Drop this folder's cached copies only (clearing the whole cache would also drop the session's bundled model,
+    which later tests hold as the one copy)."""
+    from interpscope.models.loading import CACHE
+
+    with CACHE._lock:
+        for key in [k for k in CACHE._models if str(folder) in str(k[0])]:
+            del CACHE._models[key]
+
+
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):
     return str(save_tiny_lm(tmp_path_factory.mktemp("memory") / "tiny-gpt2"))
@@ -102,11 +112,11 @@ def test_the_cli_refuses_a_predict_run_before_it_starts(tiny_folder, monkeypatch
     import importlib
 
     import interpscope.scale.memory
-    from interpscope.models.loading import clear_cache, load_model
+    from interpscope.models.loading import load_model
 
     predict_module = importlib.import_module("interpscope.predict")  # the module, not the API function of that name
 
-    clear_cache()
+    _forget(tiny_folder)
     lm = load_model(tiny_folder, device="cpu")  # loaded while memory is plenty
     weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
     monkeypatch.setattr(interpscope.scale.memory, "free_bytes", lambda device: 1024)  # 1 KiB free from now on
@@ -124,7 +134,7 @@ def test_loading_refuses_weights_that_do_not_fit_before_opening_them(tiny_folder
     import interpscope.scale.memory
     from interpscope.models.memory import weight_bytes
 
-    loading.clear_cache()
+    _forget(tiny_folder)
     monkeypatch.setattr(interpscope.scale.memory, "free_bytes", lambda device: 1024)
     opened = []
     monkeypatch.setattr(loading, "_from_pretrained", lambda *a, **k: opened.append(1))
@@ -140,9 +150,9 @@ def test_loading_refuses_weights_that_do_not_fit_before_opening_them(tiny_folder
 
 
 def test_models_estimate_prints_the_table_without_loading(tiny_folder, capsys):
-    from interpscope.models.loading import clear_cache, load_model
+    from interpscope.models.loading import load_model
 
-    clear_cache()
+    _forget(tiny_folder)
     assert main(["models", "estimate", "--model", tiny_folder, "--tokens", "32", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["schema"] == "interpscope.memory_estimate"
