@@ -61,3 +61,17 @@ def check_amounts(**amounts: float | int | None) -> None:
     raise InterpscopeError(f"This shared server allows {asked} per run; choose "
                            f"{'a smaller number' if len(over) == 1 else 'smaller numbers'}, or ask the server's "
                            f"operator to raise {', '.join(f'INTERPSCOPE_LIMIT_{name.upper()}' for name, _ in over)}.")
+
+
+def free_bytes(device) -> int:
+    """Bytes free for new tensors on `device` (a torch.device): torch.cuda.mem_get_info on CUDA, psutil's available
+    RAM elsewhere. Here, beside the other limits, so that the models' memory estimate and scale's batch sizing read
+    one figure without either package importing the other."""
+    if getattr(device, "type", str(device)) == "cuda":
+        import torch
+
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    import psutil
+
+    return int(psutil.virtual_memory().available)

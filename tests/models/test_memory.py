@@ -111,7 +111,7 @@ def test_a_folder_model_gets_its_estimate_printed_before_the_run(tiny_folder, ca
 def test_the_cli_refuses_a_predict_run_before_it_starts(tiny_folder, monkeypatch, capsys):
     import importlib
 
-    import interpscope.scale.memory
+    import interpscope.limits
     from interpscope.models.loading import load_model
 
     predict_module = importlib.import_module("interpscope.predict")  # the module, not the API function of that name
@@ -119,7 +119,7 @@ def test_the_cli_refuses_a_predict_run_before_it_starts(tiny_folder, monkeypatch
     _forget(tiny_folder)
     lm = load_model(tiny_folder, device="cpu")  # loaded while memory is plenty
     weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
-    monkeypatch.setattr(interpscope.scale.memory, "free_bytes", lambda device: 1024)  # 1 KiB free from now on
+    monkeypatch.setattr(interpscope.limits, "free_bytes", lambda device: 1024)  # 1 KiB free from now on
     ran = []
     monkeypatch.setattr(predict_module, "predict_next", lambda *a, **k: ran.append(1))
     code = main(["predict", "--model", tiny_folder, "--device", "cpu", "--text", "The cat sat on the mat"])
@@ -130,12 +130,12 @@ def test_the_cli_refuses_a_predict_run_before_it_starts(tiny_folder, monkeypatch
 
 
 def test_loading_refuses_weights_that_do_not_fit_before_opening_them(tiny_folder, monkeypatch):
+    import interpscope.limits
     import interpscope.models.loading as loading
-    import interpscope.scale.memory
     from interpscope.models.memory import weight_bytes
 
     _forget(tiny_folder)
-    monkeypatch.setattr(interpscope.scale.memory, "free_bytes", lambda device: 1024)
+    monkeypatch.setattr(interpscope.limits, "free_bytes", lambda device: 1024)
     opened = []
     monkeypatch.setattr(loading, "_from_pretrained", lambda *a, **k: opened.append(1))
     with pytest.raises(InterpscopeError) as caught:
@@ -230,12 +230,12 @@ def test_the_estimate_is_within_30_percent_of_measured_peaks():
 def test_a_page_run_is_checked_before_it_runs(monkeypatch):
     """The pages wrap each computation in run_checked (inside their shared-result cache): refused, it never runs;
     a method no estimate covers (view None) runs unchecked."""
-    import interpscope.scale.memory
+    import interpscope.limits
     from interpscope.models.memory import run_checked
     from tests.sae_store_tiny import tiny_lm
 
     lm = tiny_lm()
-    monkeypatch.setattr(interpscope.scale.memory, "free_bytes", lambda device: 1024)
+    monkeypatch.setattr(interpscope.limits, "free_bytes", lambda device: 1024)
     ran: list[str] = []
     with pytest.raises(InterpscopeError, match="Nothing was run"):
         run_checked(lm, "attnlrp", "The cat sat on the mat", lambda: ran.append("attnlrp"))

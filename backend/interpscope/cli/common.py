@@ -28,8 +28,8 @@ def check_run_memory(lm, view: str, text: str | None = None, **options) -> None:
     """Before a view's run: refuse one that would not fit (interpscope.models.memory.check_run); for a model that is
     not bundled (a person's own folder or hub id), print the estimate first on stderr: weights, the run's activations
     and gradients at this length and dtype, and the free memory."""
+    from interpscope.limits import free_bytes
     from interpscope.models.memory import check_run
-    from interpscope.scale.memory import free_bytes
 
     row = check_run(lm, view, text, **options)
     if lm.source != "bundled":

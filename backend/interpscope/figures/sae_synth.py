@@ -9,7 +9,7 @@ def synth_figure(result: Any):
     import plotly.graph_objects as go
 
     from interpscope.figures.draw import log_ticks
-    from interpscope.sae.sweep_docs import COLOURS
+    from interpscope.figures.palette import ARCHITECTURE_COLOURS as COLOURS
 
     fig = go.Figure()
     by_arch: dict[str, list[dict]] = {}

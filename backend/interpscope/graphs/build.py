@@ -38,6 +38,7 @@ from interpscope.graphs.defaults import (
     MAX_TOKENS,
 )
 from interpscope.graphs.engine import Replacement, compute_rows, feature_reads, logit_reads, replacement
+from interpscope.graphs.nodes import node_dict as _node
 from interpscope.graphs.prune import graph_scores, influence, normalised, prune
 from interpscope.graphs.replay import check_architecture, record
 from interpscope.graphs.result import AttributionGraph, node_id
@@ -336,30 +337,6 @@ def build_graph(lm: LoadedModel, transcoders: Any, text: str, *, target: str | i
     graph.seconds = time.perf_counter() - start
     report(1.0, "Done")
     return graph
-
-
-def _node(rep: Replacement, column: int, tokens: list[str], value: float, direct: float,
-          sinks: set[int]) -> dict[str, Any]:
-    feats, run = rep.features, rep.run
-    if column < rep.n_features:
-        layer, position = int(feats.layer[column]), int(feats.position[column])
-        feature = int(feats.feature[column])
-        node = {"id": node_id("feature", layer, position, feature), "kind": "feature", "layer": layer,
-                "position": position, "token": tokens[position], "feature": feature,
-                "activation": float(feats.activation[column])}
-    elif column < rep.embedding_column(0):
-        layer, position = divmod(column - rep.n_features, run.n_tokens)
-        node = {"id": node_id("error", layer, position), "kind": "error", "layer": layer, "position": position,
-                "token": tokens[position], "activation": float(rep.errors[layer, position].norm())}
-    else:
-        position = column - rep.embedding_column(0)
-        node = {"id": node_id("embedding", None, position), "kind": "embedding", "layer": -1,
-                "position": position, "token": tokens[position]}
-    node["influence"] = float(value)
-    node["logit_effect"] = float(direct)
-    if node["position"] in sinks:
-        node["sink"] = True
-    return node
 
 
 def _assemble(lm: LoadedModel, rep: Replacement, adj: _Adjacency, seed: np.ndarray, logit_nodes: list[dict], text: str,

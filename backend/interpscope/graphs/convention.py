@@ -180,7 +180,7 @@ def assemble(lm, rep, adj, seed: np.ndarray, logit_nodes: list[dict[str, Any]], 
     """The pruned graph in circuit-tracer's convention (rows 0..k-1 of the adjacency are the k logit nodes). No
     position is a sink here (circuit-tracer ranks every node; the first position's are zeroed instead), so the
     document names none."""
-    from interpscope.graphs.build import _node
+    from interpscope.graphs.nodes import node_dict as _node
     from interpscope.graphs.result import AttributionGraph, node_id
 
     run = rep.run

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import threading
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -20,37 +17,13 @@ import torch
 from interpscope.adapters import family_of, get_adapter, modality_of
 from interpscope.config import InterpscopeError, artefact_hint, resolve_device, resolve_dtype
 from interpscope.models.cache import CACHE, estimate_bytes
-from interpscope.models.checks import cached_hub_folder, check_finite_weights, check_model_name, check_weight_files
+from interpscope.models.checks import cached_hub_folder, check_finite_weights, check_weight_files
 from interpscope.models.loaded import LoadedModel
+from interpscope.models.locations import _IMPORT_LOCK, _auto_classes, _resolve_location, hub_reachable  # noqa: F401
 from interpscope.models.memory import check_load
 from interpscope.models.registry import ASSET_MODEL_NAMES, BUNDLED
-from interpscope.paths import confined, confined_folder, display_path, from_display, looks_like_path, server_mode
+from interpscope.paths import display_path, server_mode
 from interpscope.results import Result
-
-
-@lru_cache(maxsize=1)
-def hub_reachable() -> bool:
-    """Whether huggingface.co answers quickly; False when HF_HUB_OFFLINE is set."""
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
-        return False
-    try:
-        with socket.create_connection(("huggingface.co", 443), timeout=1.5):
-            return True
-    except OSError:
-        return False
-
-
-_IMPORT_LOCK = threading.Lock()
-
-
-def _auto_classes():
-    """transformers' Auto classes, imported by one thread at a time: transformers is a lazy module, and two sessions
-    importing it at once (a page's first load racing a rerun) saw a half-initialised module ("cannot import name
-    'AutoConfig'")."""
-    with _IMPORT_LOCK:
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-        from transformers.utils import logging as hf_logging
-    return AutoConfig, AutoModelForCausalLM, AutoTokenizer, hf_logging
 
 
 def _from_pretrained(location: str, device: torch.device, dtype: torch.dtype, local_only: bool):
@@ -88,32 +61,6 @@ def _from_pretrained(location: str, device: torch.device, dtype: torch.dtype, lo
         tokenizer.pad_token = tokenizer.eos_token
     model.to(device).eval()
     return model, tokenizer
-
-
-def _resolve_location(name: str) -> tuple[str, str, bool]:
-    """(location for from_pretrained, source label, local_files_only)."""
-    check_model_name(name)
-    if name in BUNDLED:
-        return str(BUNDLED[name].folder()), "bundled", True
-    name = from_display(name)  # a folder model's shown name ('[data dir]/models/x') loads that folder
-    path = Path(name).expanduser()
-    try:
-        exists = path.exists()
-    except OSError as err:
-        if server_mode():
-            confined(name, "model folder")
-        raise InterpscopeError(f"No model folder at {name[:80]!r}: {err.strerror or err}.") from None
-    if server_mode() and (exists or looks_like_path(name)):
-        # every folder a shared server loads, typed or named in a file (an SAE's cfg.json), and each file in it
-        path = confined_folder(path, "model folder")
-    if exists:
-        if not (path / "config.json").is_file():
-            raise InterpscopeError(f"{display_path(path)} is not a Hugging Face model folder (no config.json in "
-                                   "it).")
-        return str(path.resolve()), "local", True
-    if name.count("/") > 1 or name.startswith((".", "/", "~")) or not name.strip():
-        raise InterpscopeError(f"No model folder at {name!r}.")
-    return name, "huggingface", server_mode() or not hub_reachable()  # a shared server downloads nothing
 
 
 def _identity(location: str, source: str) -> str:

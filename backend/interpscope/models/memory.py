@@ -28,7 +28,7 @@ and the head finder's MLP terms refitted on all four shapes); docs/benchmarks/sc
 beside its measurement, tests/models/test_memory.py checks them on a tiny model.
 
 The refusal (check_fits, check_run, check_load) compares the bytes with SAFETY of the free memory the device reports
-(interpscope.scale.memory.free_bytes: psutil's available RAM, or torch.cuda.mem_get_info) and names what to change.
+(interpscope.limits.free_bytes: psutil's available RAM, or torch.cuda.mem_get_info) and names what to change.
 """
 from __future__ import annotations
 
@@ -311,7 +311,7 @@ def check_fits(shape: ModelShape, view: str, tokens: int, dtype: str | torch.dty
                = "cpu", loaded: bool = True, free: int | None = None, model: str = "", **options: Any) -> ViewMemory:
     """Refuse (InterpscopeError naming the estimate, the free memory and what to change) a run of `view` at `tokens`
     that would not fit; loaded=False also counts the weights (a model not loaded yet). Returns the estimate."""
-    from interpscope.scale.memory import free_bytes
+    from interpscope.limits import free_bytes
 
     row = view_memory(shape, view, tokens, dtype, **options)
     free = free_bytes(torch.device(device)) if free is None else int(free)
@@ -382,7 +382,7 @@ def weight_bytes(location: str, dtype: torch.dtype) -> int | None:
 def check_load(location: str, dtype: torch.dtype, device: torch.device, name: str, free: int | None = None) -> None:
     """Refuse, before transformers opens anything, a model whose weights alone would not fit in the free memory of
     `device` (SAFETY of it), naming the figure and what to change. Unknown sizes pass."""
-    from interpscope.scale.memory import free_bytes
+    from interpscope.limits import free_bytes
 
     if _skipped():
         return
@@ -406,8 +406,8 @@ def estimate_model(name: str, tokens: int, dtype: str = "float32", device: str =
     """The estimate for a model by name (bundled, folder or cached hub id) without loading it: its config and the
     safetensors headers give the shape and the parameters; `free` defaults to the device's free memory."""
     from interpscope.config import resolve_device, resolve_dtype
-    from interpscope.models.loading import _auto_classes, _resolve_location
-    from interpscope.scale.memory import free_bytes
+    from interpscope.limits import free_bytes
+    from interpscope.models.locations import _auto_classes, _resolve_location
 
     if tokens < 1:
         raise InterpscopeError(f"The estimate needs at least 1 token (got {tokens}).")

@@ -8,11 +8,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from interpscope.figures.palette import ARCHITECTURE_COLOURS as COLOURS  # one colour per architecture
 from interpscope.results import Result
 
 METRICS = {"loss_recovered": (True, "loss recovered"), "fvu": (False, "FVU")}  # name: (higher is better, label)
-COLOURS = {"relu": "#636efa", "gated": "#ef553b", "topk": "#00cc96", "jumprelu": "#ab63fa", "batchtopk": "#ffa15a",
-           "matryoshka": "#19d3f3", "transcoder": "#ff6692"}
+
 ROW_FIGURES = ("l0", "fvu", "explained_variance", "loss_recovered", "ce_increase", "kl", "shrinkage", "cosine",
                "dead_fraction", "dense_fraction", "ce_clean", "ce_zero", "ce_sae", "n_tokens")
 

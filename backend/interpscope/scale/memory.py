@@ -10,21 +10,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from interpscope.limits import free_bytes
+
 if TYPE_CHECKING:
     from interpscope.models.loaded import LoadedModel
 
 BUDGET = 0.5  # of free memory, for one batch
 GPU_CAP = 512
-
-
-def free_bytes(device: torch.device) -> int:
-    """Bytes free for new tensors on `device`."""
-    if device.type == "cuda":
-        free, _total = torch.cuda.mem_get_info(device)
-        return int(free)
-    import psutil
-
-    return int(psutil.virtual_memory().available)
 
 
 def window_bytes(adapter, context: int, dtype: torch.dtype, logits: bool = False) -> int:

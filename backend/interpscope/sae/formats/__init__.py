@@ -62,7 +62,7 @@ class ReleasedFormat:
 
     def load(self, folder: str | Path, dtype: str | torch.dtype | None = "float32", source: Source | None = None):
         """The SAE (or transcoder) this folder holds, checked as load_sae checks a folder."""
-        from interpscope.sae.folder import sae_from_parts
+        from interpscope.sae.parts import sae_from_parts
 
         folder = Path(folder)
         raw, tensors = self.read(folder, source or Source.of(folder))

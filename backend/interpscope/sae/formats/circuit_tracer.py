@@ -68,8 +68,8 @@ def load_circuit_tracer_set(folder: str | Path, dtype: str | torch.dtype | None 
     from interpscope.paths import confined_folder
     from interpscope.sae.arch.transcoder import Transcoder
     from interpscope.sae.clt import _hook_template, _load, _yaml
-    from interpscope.sae.folder import sae_from_parts
-    from interpscope.sae.transcoder_set import HOOK_IN, HOOK_OUT, TranscoderSet
+    from interpscope.sae.parts import sae_from_parts
+    from interpscope.sae.transcoder_set_base import HOOK_IN, HOOK_OUT, TranscoderSet
 
     folder = confined_folder(folder, "transcoder set folder")
     config = _yaml(folder)

@@ -31,21 +31,12 @@ import numpy as np
 
 from interpscope import atomic
 from interpscope.outputs import OutputFolder
-from interpscope.sae.store.explain import PROMPT_HEAD, PROMPT_TAIL, _words, balanced_accuracy, held_out_positives
+from interpscope.sae.store.explain import balanced_accuracy, held_out_positives
 from interpscope.sae.store.explanations import EXPLANATIONS_FILE
+from interpscope.sae.store.wording import INSTRUCTION_WORDS, content_words, is_degenerate  # noqa: F401
 
 CHANCE_FILE = "explanation_chance.json"
 CONTEXT_BLIND = 0.5
-INSTRUCTION_WORDS = _words(PROMPT_HEAD + " " + PROMPT_TAIL) | {"marked", "mark", "marks", "common"}
-
-
-def content_words(explanation: str) -> set[str]:
-    """The scorer's words of an explanation that are not the writer's instructions (plural -s folded)."""
-    return {w for w in _words(explanation) if w not in INSTRUCTION_WORDS and w.rstrip("s") not in INSTRUCTION_WORDS}
-
-
-def is_degenerate(explanation: str) -> bool:
-    return not content_words(explanation or "")
 
 
 def _explanations_digest(folder: Path) -> str | None:

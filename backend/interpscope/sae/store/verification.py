@@ -116,7 +116,7 @@ def verify(own: tuple[np.ndarray, np.ndarray], controls: Sequence[tuple[np.ndarr
 def control_features(feature: int, candidates: Sequence[int], entries: dict[int, dict], n: int,
                      rng: np.random.Generator) -> list[int]:
     """Up to n other features whose explanation is not degenerate and shares no content word with this one's."""
-    from interpscope.sae.store.explanation_quality import content_words
+    from interpscope.sae.store.wording import content_words
 
     own = content_words(entries[feature].get("explanation", ""))
     picked: list[int] = []
@@ -138,7 +138,7 @@ def verify_store(store, pool: tuple[list[str], np.ndarray], scorer: Scorer = lex
     holds (see the module docstring). Degenerate explanations and features without held-out positives or negatives
     are not verified and are listed apart."""
     from interpscope.sae.store.explain import held_out_positives
-    from interpscope.sae.store.explanation_quality import is_degenerate
+    from interpscope.sae.store.wording import is_degenerate
 
     texts, peak = pool
     entries = store.explanations
