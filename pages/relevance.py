@@ -12,7 +12,7 @@ from interpscope.config import InterpscopeError
 from interpscope.corpus import sample_prompts
 from interpscope.figures.relevance import continuation_figure, latent_figure, top_bar
 from interpscope.limits import check_amounts
-from interpscope.models.memory import RELEVANCE_VIEWS, run_checked
+from interpscope.models.memory import run_checked
 from interpscope.predict import predict_next
 from interpscope.relevance.api import (
     RelevanceResult,
@@ -23,7 +23,7 @@ from interpscope.relevance.api import (
     top_neurons,
 )
 from interpscope.relevance.heldout import compare_faithfulness
-from interpscope.relevance.methods import MethodOptions, get_method, methods_for
+from interpscope.relevance.methods import MethodOptions, get_method, memory_view, methods_for
 from interpscope.results import Panel
 from interpscope.token_text import token_texts
 from interpscope.uploads import parse_examples
@@ -75,7 +75,7 @@ def _explain(text: str, method: str, token: str | None, contrast: tuple | None, 
              options: MethodOptions | None = None, prepend: bool | None = None) -> RelevanceResult:
     options = options or MethodOptions()
     key = (model_key(), text, method, token, contrast, latent, options, prepend)
-    view = RELEVANCE_VIEWS.get(method)
+    view = memory_view(method)
     return shared("explain", key, lambda: run_checked(current_model(), view, text, lambda: explain(
         current_model(), text, method, token=token, contrast=contrast, latent=latent, options=options,
         prepend_bos=prepend)))

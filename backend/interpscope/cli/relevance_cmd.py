@@ -150,10 +150,11 @@ def run_explain(args: argparse.Namespace) -> int:
         return run_seq2seq(args, lm, text)
     if args.method is None:
         args.method = _default_method(lm)
-    from interpscope.models.memory import RELEVANCE_VIEWS
+    from interpscope.relevance.methods import memory_view
 
-    if args.method in RELEVANCE_VIEWS:
-        check_run_memory(lm, RELEVANCE_VIEWS[args.method], text)
+    view = memory_view(args.method)
+    if view is not None:
+        check_run_memory(lm, view, text)
     result = explain(lm, text, args.method, token=args.target_token,
                      contrast=tuple(args.contrast) if args.contrast else None, options=_options(args),
                      prepend_bos=args.prepend_bos)

@@ -49,8 +49,8 @@ VIEWS = ("predict", "attnlrp", "gradient", "patching", "heads", "sae", "graph")
 VIEW_LABELS = {"predict": "next-token prediction", "attnlrp": "AttnLRP relevance", "gradient": "Gradient x Input",
                "patching": "activation patching (residual grid)", "heads": "head finder", "sae": "SAE encode/eval",
                "graph": "attribution graph (transcoders)"}
-# relevance methods whose memory a view's estimate covers: the LRP methods keep AttnLRP's tensors
-RELEVANCE_VIEWS = {"attnlrp": "attnlrp", "cplrp": "attnlrp", "mambalrp": "attnlrp", "gradxinput": "gradient"}
+LRP_VIEW, GRADIENT_VIEW = VIEWS[1], VIEWS[2]  # what an LRP method's, resp. a gradient method's run keeps
+# (which relevance method is which view is the registry's to say: interpscope.relevance.methods.memory_view)
 LRP_SAVED = 1.05  # AttnLRP keeps this many times the plain gradient's saved activations (measured)
 RUN_OVERHEAD = 10 * 2**20  # a view's first run in a process: code imported, thread scratch (measured: 8-14 MiB)
 PATCH_BATCH = 24  # patched sequences per forward (interpscope.patching.run.patch's batch_size)
@@ -195,8 +195,8 @@ def view_memory(s: ModelShape, view: str, tokens: int, dtype: str | torch.dtype 
     grads = 0
     if view == "predict":
         acts = _block_forward(s, t, t, b) + 4 * t * d * b + 3 * V * 4
-    elif view in ("gradient", "attnlrp"):
-        factor = LRP_SAVED if view == "attnlrp" else 1.0
+    elif view in (GRADIENT_VIEW, LRP_VIEW):
+        factor = LRP_SAVED if view == LRP_VIEW else 1.0
         forward, backward = _block_saved(s, t, t, b)
         acts = int(factor * L * forward) + 3 * V * 4
         grads = int(factor * L * backward)

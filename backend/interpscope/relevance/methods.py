@@ -182,3 +182,17 @@ def get_method(name: str, adapter: ModelAdapter | None = None) -> Method:
         raise InterpscopeError(f"{method.label} needs {', '.join(method.missing(adapter))}, which {adapter.family} "
                                f"models do not offer here. Available: {usable}.")
     return method
+
+
+def memory_view(name: str) -> str | None:
+    """The view of the memory estimate (interpscope.models.memory.VIEWS) whose tensors a relevance method's run keeps:
+    an LRP rule set keeps AttnLRP's, a plain gradient method one backward pass's; None for the rest (perturbation
+    methods run forwards only, and are covered by the load check)."""
+    from interpscope.models.memory import GRADIENT_VIEW, LRP_VIEW
+
+    spec = METHODS.get(name)
+    if spec is None:
+        return None
+    if spec.rules is not None:
+        return LRP_VIEW
+    return GRADIENT_VIEW if spec.gradient_based else None
