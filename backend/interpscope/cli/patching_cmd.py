@@ -73,6 +73,9 @@ def run_patch(args: argparse.Namespace) -> int:
     check_text(args.corrupt)
     check_outputs(args)
     lm = load_from_args(args)
+    from interpscope.patching.prompts import prompt_pair
+
+    prompt_pair(lm, args.clean, args.corrupt, args.prepend_bos)  # a pair refused (lengths, equal) is refused first
     check_run_memory(lm, "patching", args.clean)
     common = dict(metric=args.metric, answer=args.answer, wrong=args.wrong, prepend_bos=args.prepend_bos)
     if args.path:
