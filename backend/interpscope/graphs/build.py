@@ -122,6 +122,20 @@ def _target(lm: LoadedModel, logits: torch.Tensor, target: str | int | None,
     return chosen
 
 
+def _weighted(lm: LoadedModel, probabilities: torch.Tensor, picked: list[int], chosen: dict[str, Any]
+              ) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """Logit nodes for the picked token ids (the target first, as `chosen`), each weighted by its probability over
+    their summed probability (evenly when that sum is 0), so the weights sum to 1."""
+    entries = [{"token": token_text(lm.tokenizer, t), "id": t, "probability": float(probabilities[t])}
+               for t in picked]
+    weights = np.array([e["probability"] for e in entries], dtype=np.float64)
+    weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(entries), 1.0 / len(entries))
+    for entry, weight in zip(entries, weights, strict=True):
+        entry["weight"] = float(weight)
+    entries[0] = {**chosen, "weight": float(weights[0])}
+    return entries, weights
+
+
 def _named_logit_nodes(lm: LoadedModel, logits: torch.Tensor, chosen: dict[str, Any],
                        targets: Sequence[str | int]) -> tuple[list[dict[str, Any]], np.ndarray]:
     """Logit nodes for a list of named tokens (the first is the graph's target), each weighted by its probability
@@ -135,14 +149,7 @@ def _named_logit_nodes(lm: LoadedModel, logits: torch.Tensor, chosen: dict[str, 
         if token_id in picked:
             raise InterpscopeError(f"{token_text(lm.tokenizer, token_id)!r} is listed twice among the targets.")
         picked.append(token_id)
-    entries = [{"token": token_text(lm.tokenizer, t), "id": t, "probability": float(probabilities[t])}
-               for t in picked]
-    weights = np.array([e["probability"] for e in entries], dtype=np.float64)
-    weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(entries), 1.0 / len(entries))
-    for entry, weight in zip(entries, weights, strict=True):
-        entry["weight"] = float(weight)
-    entries[0] = {**chosen, "weight": float(weights[0])}
-    return entries, weights
+    return _weighted(lm, probabilities, picked, chosen)
 
 
 def _logit_nodes(lm: LoadedModel, logits: torch.Tensor, chosen: dict[str, Any], max_logits: int,
@@ -164,14 +171,7 @@ def _logit_nodes(lm: LoadedModel, logits: torch.Tensor, chosen: dict[str, Any], 
             continue
         picked.append(int(token_id))
         covered += float(probabilities[token_id])
-    entries = [{"token": token_text(lm.tokenizer, t), "id": t, "probability": float(probabilities[t])}
-               for t in picked]
-    weights = np.array([e["probability"] for e in entries], dtype=np.float64)
-    weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(entries), 1.0 / len(entries))
-    for entry, weight in zip(entries, weights, strict=True):
-        entry["weight"] = float(weight)
-    entries[0] = {**chosen, "weight": float(weights[0])}
-    return entries, weights
+    return _weighted(lm, probabilities, picked, chosen)
 
 
 class _Adjacency:
